@@ -1,0 +1,35 @@
+# One entry point for set-up, the demo job, tests, lint and benchmarks.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+
+.PHONY: setup jars demo test lint bench clean
+
+setup: $(VENV)/.installed jars
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+# Delta's JARs from Maven Central into jars/ (git-ignored); see pom.xml.
+jars: jars/.fetched
+jars/.fetched: pom.xml
+	mvn -q -B dependency:copy-dependencies
+	touch $@
+
+demo: setup
+	$(PY) jobs/produce.py --path /tmp/spark-queue-demo/queues
+
+test: setup
+	$(PY) -m pytest -q
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+bench: setup
+	$(PY) benchmarks/bench_sink.py
+
+clean:
+	rm -rf $(VENV) jars .pytest_cache .ruff_cache

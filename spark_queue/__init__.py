@@ -1,0 +1,35 @@
+"""spark-queue: broker-grade bounded (ring) queues for Spark, persisted as Delta tables.
+
+``format("ringqueue")`` enqueues (``writeStream``/``write``) and browses (``read``); register
+it with :func:`register` on a session, or build a local one with :func:`local_session`.
+:class:`QueueTable` is the Python API of a queue table.
+"""
+
+from spark_queue.errors import (
+    ArgumentMismatchError,
+    ConcurrentEnqueueError,
+    InvalidInputError,
+    InvalidOptionError,
+    NotAQueueTableError,
+    QueueError,
+    QueueNotFoundError,
+    RejectedMessagesError,
+)
+from spark_queue.options import QueueArguments
+from spark_queue.session import local_session, register
+from spark_queue.table import QueueTable
+
+__all__ = [
+    "ArgumentMismatchError",
+    "ConcurrentEnqueueError",
+    "InvalidInputError",
+    "InvalidOptionError",
+    "NotAQueueTableError",
+    "QueueArguments",
+    "QueueError",
+    "QueueNotFoundError",
+    "QueueTable",
+    "RejectedMessagesError",
+    "local_session",
+    "register",
+]

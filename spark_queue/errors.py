@@ -1,0 +1,45 @@
+"""Named exceptions. Every message names the option, argument or column at fault."""
+
+from __future__ import annotations
+
+
+class QueueError(Exception):
+    """Base class of every spark-queue error."""
+
+
+class InvalidOptionError(QueueError, ValueError):
+    """An option or queue argument has an unknown name or an invalid value."""
+
+
+class InvalidInputError(QueueError, ValueError):
+    """The DataFrame handed to the sink has a missing, unknown or wrongly typed column."""
+
+
+class ArgumentMismatchError(QueueError):
+    """A write or ``declare`` gave an existing queue an argument with another value.
+
+    As RabbitMQ's ``PRECONDITION_FAILED`` on re-declare: nothing is written; use ``alter``.
+    """
+
+
+class NotAQueueTableError(QueueError):
+    """The path holds a Delta table that is not a spark-queue table."""
+
+
+class QueueNotFoundError(QueueError, KeyError):
+    """The named queue was never declared in this queue table."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else ""
+
+
+class RejectedMessagesError(QueueError):
+    """``onReject=fail``: a reject policy refused messages, so the batch was not committed."""
+
+
+class ConcurrentEnqueueError(QueueError):
+    """Another writer committed messages to the same queue while this batch was in flight.
+
+    Sequence numbers are reserved when a batch is planned, so two producers on one queue
+    would interleave them. The batch is not committed; a restarted query replays it.
+    """

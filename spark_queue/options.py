@@ -1,0 +1,274 @@
+"""Options of ``format("ringqueue")`` and the queue arguments they declare.
+
+Spark hands a data source its options lower-cased with string values; the Python API passes
+snake_case keyword arguments. Both meet here as :class:`QueueArguments`, so one validator
+serves the stream, the batch write and ``QueueTable``. ``docs/OPTIONS.md`` is the table of
+every option with its default.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+from spark_queue.errors import InvalidOptionError
+
+OVERFLOW_POLICIES = ("drop-head", "ring", "reject-publish", "reject-publish-dlx")
+REJECT_POLICIES = ("reject-publish", "reject-publish-dlx")
+ON_REJECT_ACTIONS = ("drop", "fail")
+QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,255}$")
+
+# camelCase option -> snake_case argument, for the queue arguments a write may declare.
+ARGUMENT_OPTIONS = {
+    "maxLength": "max_length",
+    "maxLengthBytes": "max_length_bytes",
+    "overflow": "overflow",
+    "deadLetterQueue": "dead_letter_queue",
+    "rejectThreshold": "reject_threshold",
+    "expiration": "expiration",
+}
+SINK_OPTIONS = ("path", "queue", "ringSize", "onReject", *ARGUMENT_OPTIONS)
+BROWSE_OPTIONS = ("path", "queue")
+# Keys Spark itself adds to a data source's options.
+SPARK_OPTIONS = ("checkpointlocation",)
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$")
+_UNIT_MS = {
+    "": 1,
+    "ms": 1,
+    "millisecond": 1,
+    "milliseconds": 1,
+    "s": 1000,
+    "sec": 1000,
+    "second": 1000,
+    "seconds": 1000,
+    "m": 60_000,
+    "min": 60_000,
+    "minute": 60_000,
+    "minutes": 60_000,
+    "h": 3_600_000,
+    "hour": 3_600_000,
+    "hours": 3_600_000,
+    "d": 86_400_000,
+    "day": 86_400_000,
+    "days": 86_400_000,
+}
+
+
+@dataclass(frozen=True)
+class QueueArguments:
+    """A queue's arguments. ``None`` limits mean unlimited."""
+
+    max_length: int | None = None
+    max_length_bytes: int | None = None
+    overflow: str = "drop-head"
+    dead_letter_queue: str | None = None
+    reject_threshold: float = 1.0
+    expiration: int | None = None  # milliseconds
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> QueueArguments:
+        return cls(**json.loads(text))
+
+    def merged(self, given: Mapping[str, Any]) -> QueueArguments:
+        return replace(self, **given)
+
+
+ARGUMENT_NAMES = tuple(f.name for f in fields(QueueArguments))
+_OPTION_OF = {snake: camel for camel, snake in ARGUMENT_OPTIONS.items()}
+
+
+def option_name(argument: str) -> str:
+    """The camelCase option of a snake_case argument, for messages."""
+    return _OPTION_OF.get(argument, argument)
+
+
+def parse_limit(name: str, value: Any) -> int | None:
+    """``maxLength``/``maxLengthBytes``: a whole number >= 0, or -1/unset for unlimited."""
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise InvalidOptionError(f"{name} must be a whole number >= 0 or -1, got {value!r}")
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, float) and value.is_integer():
+        number = int(value)
+    else:
+        text = str(value).strip()
+        if not re.fullmatch(r"-?\d+", text):
+            raise InvalidOptionError(
+                f"{name} must be a whole number >= 0, or -1 for unlimited; got {value!r}"
+            )
+        number = int(text)
+    if number == -1:
+        return None
+    if number < 0:
+        raise InvalidOptionError(
+            f"{name} must be a whole number >= 0, or -1 for unlimited; got {value!r}"
+        )
+    return number
+
+
+def parse_duration_ms(name: str, value: Any) -> int | None:
+    """A duration such as ``30 seconds``, ``5m`` or a plain number of milliseconds."""
+    if value is None:
+        return None
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if value < 0 or not math.isfinite(value):
+            raise InvalidOptionError(f"{name} must be a duration >= 0, got {value!r}")
+        return int(value)
+    match = _DURATION.match(str(value).lower())
+    if not match or match.group(2) not in _UNIT_MS:
+        raise InvalidOptionError(
+            f"{name} must be a duration such as '30 seconds', '5 minutes', '1h' or a number of "
+            f"milliseconds; got {value!r}"
+        )
+    return int(float(match.group(1)) * _UNIT_MS[match.group(2)])
+
+
+def parse_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
+    text = str(value).strip().lower()
+    if text not in choices:
+        raise InvalidOptionError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
+    return text
+
+
+def check_queue_name(name: str, value: Any) -> str:
+    if not isinstance(value, str) or not QUEUE_NAME.match(value):
+        raise InvalidOptionError(
+            f"{name} must be a queue name of 1 to 255 characters from A-Z a-z 0-9 _ . -; "
+            f"got {value!r}"
+        )
+    return value
+
+
+def parse_threshold(name: str, value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not (0.0 < number <= 1.0):
+        raise InvalidOptionError(f"{name} must be a fraction in (0, 1]; got {value!r}")
+    return number
+
+
+def validate_arguments(given: Mapping[str, Any], *, camel: bool = False) -> dict[str, Any]:
+    """Validate snake_case queue arguments; returns the parsed values of those given.
+
+    ``ring_size=N`` is shorthand for ``max_length=N, overflow="ring"``. With ``camel`` set,
+    messages name the camelCase options, as a stream's user wrote them.
+    """
+
+    def label(argument: str) -> str:
+        return option_name(argument) if camel else argument
+
+    unknown = sorted(set(given) - set(ARGUMENT_NAMES) - {"ring_size"})
+    if unknown:
+        valid = ", ".join(label(n) for n in (*ARGUMENT_NAMES, "ring_size"))
+        raise InvalidOptionError(f"unknown queue argument {unknown[0]!r}; valid: {valid}")
+    parsed: dict[str, Any] = {}
+    if given.get("ring_size") is not None:
+        size = parse_limit(label("ring_size") if not camel else "ringSize", given["ring_size"])
+        if "overflow" in given and str(given["overflow"]).strip().lower() != "ring":
+            raise InvalidOptionError(
+                f"ringSize means overflow=ring; it cannot be combined with overflow="
+                f"{given['overflow']!r}"
+            )
+        if given.get("max_length") is not None and parse_limit(
+            label("max_length"), given["max_length"]
+        ) != size:
+            raise InvalidOptionError(
+                f"ringSize={given['ring_size']!r} and maxLength={given['max_length']!r} disagree"
+            )
+        parsed["max_length"] = size
+        parsed["overflow"] = "ring"
+    for argument in ("max_length", "max_length_bytes"):
+        if argument in given and argument not in parsed:
+            parsed[argument] = parse_limit(label(argument), given[argument])
+    if "overflow" in given and "overflow" not in parsed:
+        parsed["overflow"] = parse_choice(label("overflow"), given["overflow"], OVERFLOW_POLICIES)
+    if "dead_letter_queue" in given:
+        value = given["dead_letter_queue"]
+        parsed["dead_letter_queue"] = (
+            None if value in (None, "") else check_queue_name(label("dead_letter_queue"), value)
+        )
+    if "reject_threshold" in given:
+        parsed["reject_threshold"] = parse_threshold(
+            label("reject_threshold"), given["reject_threshold"]
+        )
+    if "expiration" in given:
+        parsed["expiration"] = parse_duration_ms(label("expiration"), given["expiration"])
+    if parsed.get("overflow") == "ring" and parsed.get("max_length_bytes") is not None:
+        raise InvalidOptionError(
+            f"overflow=ring bounds the message count only; {label('max_length_bytes')} "
+            "needs drop-head or a reject policy"
+        )
+    return parsed
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """The parsed options of one ``writeStream``/``write`` to ``format("ringqueue")``."""
+
+    path: str
+    queue: str | None
+    on_reject: str
+    arguments: dict[str, Any]  # validated snake_case queue arguments that were given
+
+
+@dataclass(frozen=True)
+class BrowseOptions:
+    path: str
+    queue: str | None
+
+
+def _lookup(options: Mapping[str, str], allowed: tuple[str, ...]) -> dict[str, str]:
+    """Match Spark's lower-cased keys to camelCase names; unknown keys are an error."""
+    by_lower = {name.lower(): name for name in allowed}
+    found: dict[str, str] = {}
+    for key, value in options.items():
+        lower = key.lower()
+        if lower in SPARK_OPTIONS:
+            continue
+        if lower not in by_lower:
+            raise InvalidOptionError(f"unknown option {key!r}; valid options: {', '.join(allowed)}")
+        found[by_lower[lower]] = value
+    return found
+
+
+def _path(found: Mapping[str, str]) -> str:
+    path = found.get("path")
+    if not path:
+        raise InvalidOptionError("option 'path' is required: the queue table's location")
+    return path
+
+
+def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
+    found = _lookup(options, SINK_OPTIONS)
+    queue = found.get("queue")
+    if queue is not None:
+        check_queue_name("queue", queue)
+    given = {ARGUMENT_OPTIONS[k]: v for k, v in found.items() if k in ARGUMENT_OPTIONS}
+    if "ringSize" in found:
+        given["ring_size"] = found["ringSize"]
+    return SinkOptions(
+        path=_path(found),
+        queue=queue,
+        on_reject=parse_choice("onReject", found.get("onReject", "drop"), ON_REJECT_ACTIONS),
+        arguments=validate_arguments(given, camel=True),
+    )
+
+
+def parse_browse_options(options: Mapping[str, str]) -> BrowseOptions:
+    found = _lookup(options, BROWSE_OPTIONS)
+    queue = found.get("queue")
+    if queue is not None:
+        check_queue_name("queue", queue)
+    return BrowseOptions(path=_path(found), queue=queue)

@@ -1,0 +1,113 @@
+"""Browse read: ``spark.read.format("ringqueue").load(path)``, the messages now in the queues.
+
+What runs where: ``partitions()`` runs on the driver side; it reads the queue states and the
+Delta log (``deltalake``) and settles each queue in memory (due scheduled messages promoted,
+as the next commit would), without committing anything. Each partition is one queue level
+(a priority) over one run of files, in head order, so a plain ``collect()`` returns the
+messages in delivery order. ``read()`` runs in executor tasks and only reads Parquet files
+(pyarrow); everything it needs travels in the pickled :class:`BrowsePartition`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSourceReader, InputPartition
+
+from spark_queue.core import QueueState, plan_settle
+from spark_queue.errors import QueueError, QueueNotFoundError
+from spark_queue.options import BrowseOptions
+from spark_queue.schema import BROWSE_COLUMNS, browse_arrow_schema
+from spark_queue.store import QueueStore, Snapshot, file_runs, now_micros
+
+
+@dataclass
+class BrowsePartition(InputPartition):
+    """One queue level over files whose seq ranges do not overlap other partitions'."""
+
+    uri: str
+    queue: str
+    priority: int
+    head: int
+    holes: list[int]
+    paths: list[str]
+    now: int
+
+
+def settled_states(store: QueueStore, snapshot: Snapshot, now: int) -> dict[str, QueueState]:
+    """Each queue as it is at ``now``: due scheduled messages promoted, not committed."""
+    reader = store.head_reader(snapshot)
+    return {name: plan_settle(state, reader, now).state for name, state in snapshot.states.items()}
+
+
+def plan_partitions(store: QueueStore, snapshot: Snapshot, states: dict[str, QueueState],
+                    queue: str | None, now: int) -> list[BrowsePartition]:
+    if queue is not None and queue not in states:
+        raise QueueNotFoundError(
+            f"queue {queue!r} does not exist in {store.uri}; queues: {sorted(states)}"
+        )
+    names = [queue] if queue is not None else sorted(states)
+    partitions = []
+    for name in names:
+        state = states[name]
+        for priority in sorted(state.levels, reverse=True):
+            level = state.levels[priority]
+            files = snapshot.message_files(name, priority=priority, from_seq=level.head)
+            partitions.extend(
+                BrowsePartition(
+                    store.uri, name, priority, level.head, sorted(state.holes), run, now
+                )
+                for run in file_runs(files)
+            )
+    return partitions
+
+
+def read_partition(partition: BrowsePartition) -> pa.Table:
+    """The live messages of one partition, seq order, with their ``state``."""
+    store = QueueStore(partition.uri)
+    parts = [
+        store.read_rows(
+            path,
+            None,
+            filters=[
+                ("queue", "=", partition.queue),
+                ("priority", "=", partition.priority),
+                ("seq", ">=", partition.head),
+            ],
+        )
+        for path in partition.paths
+    ]
+    rows = pa.concat_tables(parts).sort_by("seq") if parts else None
+    if rows is None or rows.num_rows == 0:
+        return browse_arrow_schema().empty_table()
+    if partition.holes:
+        rows = rows.filter(pc.invert(pc.is_in(rows["seq"], pa.array(partition.holes, pa.int64()))))
+    due = rows["deliver_at"].cast(pa.int64()).fill_null(np.iinfo(np.int64).min)
+    state = pc.if_else(pc.greater(due, partition.now), "scheduled", "ready")
+    rows = rows.append_column("state", state)
+    return rows.select(BROWSE_COLUMNS).cast(browse_arrow_schema())
+
+
+class BrowseReader(DataSourceReader):
+    """Batch reader of the messages now in a queue table (no side effects)."""
+
+    def __init__(self, options: BrowseOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> list[BrowsePartition]:
+        store = QueueStore(self.options.path)
+        snapshot = store.snapshot()
+        if snapshot is None:
+            raise QueueError(f"no queue table at {store.uri}")
+        now = now_micros()
+        states = settled_states(store, snapshot, now)
+        found = plan_partitions(store, snapshot, states, self.options.queue, now)
+        # Spark needs at least one partition; an empty one reads nothing.
+        return found or [BrowsePartition(store.uri, "", 0, 0, [], [], now)]
+
+    def read(self, partition: BrowsePartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        yield from read_partition(partition).to_batches()

@@ -1,0 +1,315 @@
+"""The sink: ``df.writeStream.format("ringqueue")`` and ``df.write.format("ringqueue")``.
+
+What runs where (see ``../shared/notes/pyspark-python-datasource.md`` §1.2):
+
+- The writer is created on the driver side for every micro-batch and **pickled** into the
+  tasks. Pickling reserves the batch's sequence numbers (:meth:`_QueueWriter.__getstate__`):
+  it runs once per batch, in the driver-side planner process, before any task starts.
+- ``write()`` runs in executor tasks: it validates and normalises the rows, gives each its
+  ``seq`` (``base + partition * SEQ_STRIDE + row``: arrival order), and stages Parquet files
+  under the table root. Nothing is visible yet; a failed, retried or speculative attempt
+  leaves only unreferenced files.
+- ``commit()`` runs on the driver, in a fresh writer instance, and publishes every staged
+  file, the evictions, the dead letters and the new queue states in **one** Delta commit
+  carrying ``Transaction(app_id, batchId)``, so a replayed batch commits nothing twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+
+from spark_queue.errors import (
+    ConcurrentEnqueueError,
+    InvalidInputError,
+    RejectedMessagesError,
+)
+from spark_queue.options import QUEUE_NAME, SinkOptions
+from spark_queue.schema import FILE_SCHEMA, HEADERS, UTC_MICROS
+from spark_queue.store import (
+    MESSAGE,
+    QueueStore,
+    StagedFile,
+    delete_files,
+    file_stats,
+    filesystem,
+    now_micros,
+)
+from spark_queue.transaction import QueueTransaction, StagedQueueFile, run
+
+SEQ_STRIDE = 1 << 32  # seqs reserved per task partition in one batch
+ROW_GROUP_ROWS = 256 * 1024
+log = logging.getLogger("spark_queue")
+
+
+@dataclass
+class StagedPartition(WriterCommitMessage):
+    """What one task staged: its files per queue, and the reservation it used."""
+
+    partition: int
+    base: int
+    query_id: str | None
+    files: list[StagedQueueFile] = field(default_factory=list)
+
+
+class _QueueWriter:
+    """Shared by the batch and the streaming writer."""
+
+    def __init__(self, options: SinkOptions, columns: list[str]) -> None:
+        self.options = options
+        self.columns = columns
+        self._base: int | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickling ships this writer to the tasks: reserve the batch's seqs first, once.
+        if self._base is None:
+            self._base = self._reserve()
+        return self.__dict__
+
+    def _reserve(self) -> int:
+        """Create the table if needed, fail fast on a re-declare mismatch, pick the base."""
+        store = QueueStore(self.options.path)
+        snapshot = store.snapshot(store.create())
+        assert snapshot is not None
+        if self.options.queue is not None:
+            QueueTransaction(store, snapshot).declare(self.options.queue, self.options.arguments)
+        return max((s.next_seq for s in snapshot.states.values()), default=0)
+
+    # -- tasks ------------------------------------------------------------------------------
+
+    def _write(self, batches: Iterator[pa.RecordBatch]) -> StagedPartition:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        partition = context.partitionId() if context else 0
+        query_id = context.getLocalProperty("sql.streaming.queryId") if context else None
+        assert self._base is not None, "the writer reached a task without a reservation"
+        staging = _Staging(self.options.path)
+        next_seq = self._base + partition * SEQ_STRIDE
+        enqueued_at = now_micros()
+        try:
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                if next_seq + batch.num_rows >= self._base + (partition + 1) * SEQ_STRIDE:
+                    raise InvalidInputError(
+                        f"a task received more than {SEQ_STRIDE} rows in one batch"
+                    )
+                rows = self._normalise(batch, next_seq, enqueued_at)
+                next_seq += batch.num_rows
+                staging.add(rows)
+            files = staging.close()
+        except BaseException:
+            staging.discard()
+            raise
+        return StagedPartition(partition, self._base, query_id, files)
+
+    def _normalise(self, batch: pa.RecordBatch, first_seq: int, enqueued_at: int) -> pa.Table:
+        n = batch.num_rows
+        body = batch.column("body")
+        if body.null_count:
+            raise InvalidInputError(
+                "column 'body' is null in a row; every message needs a body (binary or string)"
+            )
+        if pa.types.is_string(body.type) or pa.types.is_large_string(body.type):
+            body = body.cast(pa.binary())
+        queue = batch.column("queue") if "queue" in self.columns else None
+        if queue is None or queue.null_count:
+            if self.options.queue is None:
+                raise InvalidInputError(
+                    "a row has no queue: give the DataFrame a non-null 'queue' column or set "
+                    "the option 'queue'"
+                )
+            default = pa.array([self.options.queue] * n, pa.string())
+            queue = default if queue is None else pc.coalesce(queue, default)
+        for name in pc.unique(queue).to_pylist():
+            if not QUEUE_NAME.match(name):
+                raise InvalidInputError(
+                    f"column 'queue' holds {name!r}, not a queue name (1 to 255 characters "
+                    "from A-Z a-z 0-9 _ . -)"
+                )
+        columns: dict[str, Any] = {
+            "queue": queue,
+            "seq": pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64)),
+            "body": body,
+            "size": pc.binary_length(body).cast(pa.int64()),
+            "enqueued_at": pa.array(np.full(n, enqueued_at, dtype=np.int64)).cast(UTC_MICROS),
+            "delivery_count": pa.array(np.zeros(n, dtype=np.int32)),
+        }
+        for name in ("message_id", "key"):
+            if name in self.columns:
+                columns[name] = batch.column(name)
+        if "headers" in self.columns:
+            columns["headers"] = batch.column("headers").cast(HEADERS)
+        priority = pa.array(np.zeros(n, dtype=np.int32))
+        if "priority" in self.columns:
+            try:
+                given = batch.column("priority").cast(pa.int32())
+            except pa.ArrowInvalid as error:
+                raise InvalidInputError(f"column 'priority' does not fit an int: {error}") from None
+            priority = pc.coalesce(given, priority)  # no priority means 0 (SEMANTICS §1)
+        columns["priority"] = priority
+        for name in ("deliver_at", "expires_at"):
+            if name in self.columns:
+                columns[name] = batch.column(name).cast(UTC_MICROS)
+        arrays = [
+            columns[f.name].cast(f.type) if f.name in columns else pa.nulls(n, f.type)
+            for f in FILE_SCHEMA
+        ]
+        return pa.Table.from_arrays(arrays, schema=FILE_SCHEMA)
+
+    # -- the driver ---------------------------------------------------------------------------
+
+    def _commit(self, messages: list[StagedPartition | None], batch_id: int | None) -> None:
+        staged = [m for m in messages if m is not None]
+        files = [f for m in staged for f in m.files]
+        if not files:
+            return
+        query_id = next((m.query_id for m in staged if m.query_id), None)
+        app_id = f"spark-queue-{query_id}" if (query_id and batch_id is not None) else None
+        base = staged[0].base
+        store = QueueStore(self.options.path)
+        outcome: dict[str, Any] = {}
+
+        def work(transaction: QueueTransaction) -> None:
+            table = transaction.snapshot.table
+            committed = table.transaction_version(app_id) if app_id is not None else None
+            if committed is not None and batch_id is not None and committed >= batch_id:
+                outcome["replayed"] = True
+                return
+            for name in {f.queue for f in files}:
+                state = transaction.states.get(name)
+                if state is not None and state.next_seq > base:
+                    raise ConcurrentEnqueueError(
+                        f"queue {name!r} received messages from another writer while this "
+                        "batch was in flight; run one producing query per queue"
+                    )
+            rejected = transaction.enqueue(files, self.options.arguments)
+            outcome["rejected"] = rejected
+            if rejected and self.options.on_reject == "fail":
+                raise RejectedMessagesError(
+                    "onReject=fail: the queue's reject policy refused "
+                    + ", ".join(f"{n} message(s) of queue {q!r}" for q, n in rejected.items())
+                    + "; nothing of this batch was committed"
+                )
+            transaction.commit(
+                app_id=app_id,
+                app_version=batch_id,
+                operation="ENQUEUE" if batch_id is None else f"ENQUEUE batch {batch_id}",
+            )
+
+        try:
+            run(store, work)
+        except BaseException:
+            self._abort(messages)
+            raise
+        if outcome.get("replayed"):
+            # Already committed before a restart: this replay's files are not needed.
+            self._abort(messages)
+            log.info("batch %s was already committed to %s; replay skipped", batch_id, store.uri)
+        elif outcome.get("rejected"):
+            log.warning("batch %s: rejected %s", batch_id, outcome["rejected"])
+
+    def _abort(self, messages: list[StagedPartition | None]) -> None:
+        paths = [f.file.path for m in messages if m is not None for f in m.files]
+        delete_files(QueueStore(self.options.path).uri, paths)
+
+
+class _Staging:
+    """One task's open Parquet files, one per queue, written a row group at a time."""
+
+    def __init__(self, path: str) -> None:
+        self.uri = QueueStore(path).uri
+        self.fs, self.base = filesystem(self.uri)
+        self.buffers: dict[str, list[pa.Table]] = {}
+        self.buffered: dict[str, int] = {}
+        self.writers: dict[str, tuple[pq.ParquetWriter, str]] = {}
+        self.parts: dict[str, list[pa.Table]] = {}  # small columns, for statistics
+
+    def add(self, rows: pa.Table) -> None:
+        queues = rows.column("queue")
+        names = pc.unique(queues).to_pylist()
+        for name in names:
+            part = rows if len(names) == 1 else rows.filter(pc.equal(queues, name))
+            self.buffers.setdefault(name, []).append(part)
+            self.buffered[name] = self.buffered.get(name, 0) + part.num_rows
+            if self.buffered[name] >= ROW_GROUP_ROWS:
+                self._flush(name)
+
+    def _flush(self, name: str) -> None:
+        table = pa.concat_tables(self.buffers.pop(name))
+        self.buffered[name] = 0
+        if name not in self.writers:
+            relative = f"record={MESSAGE}/part-{uuid.uuid4().hex}.parquet"
+            target = f"{self.base.rstrip('/')}/{relative}"
+            self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+            writer = pq.ParquetWriter(
+                target,
+                FILE_SCHEMA,
+                filesystem=self.fs,
+                compression="snappy",
+                use_dictionary=["queue"],
+                write_statistics=["queue", "seq", "priority"],
+            )
+            self.writers[name] = (writer, relative)
+        self.writers[name][0].write_table(table, row_group_size=ROW_GROUP_ROWS)
+        self.parts.setdefault(name, []).append(table.select(["queue", "seq", "priority"]))
+
+    def close(self) -> list[StagedQueueFile]:
+        for name in list(self.buffers):
+            self._flush(name)
+        files = []
+        for name, (writer, relative) in self.writers.items():
+            writer.close()
+            size = self.fs.get_file_info(f"{self.base.rstrip('/')}/{relative}").size
+            small = pa.concat_tables(self.parts[name])
+            files.append(
+                StagedQueueFile(
+                    name, StagedFile(relative, size, MESSAGE, file_stats(small), small.num_rows)
+                )
+            )
+        return files
+
+    def discard(self) -> None:
+        for writer, _ in self.writers.values():
+            writer.close()
+        delete_files(self.uri, [relative for _, relative in self.writers.values()])
+
+
+class RingQueueBatchWriter(_QueueWriter, DataSourceArrowWriter):
+    """``df.write.format("ringqueue")``: one Delta commit for the whole write."""
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedPartition:
+        return self._write(iterator)
+
+    def commit(self, messages: list[StagedPartition | None]) -> None:  # type: ignore[override]
+        self._commit(messages, None)
+
+    def abort(self, messages: list[StagedPartition | None]) -> None:  # type: ignore[override]
+        self._abort(messages)
+
+
+class RingQueueStreamWriter(_QueueWriter, DataSourceStreamArrowWriter):
+    """``df.writeStream.format("ringqueue")``: one Delta commit per micro-batch."""
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedPartition:
+        return self._write(iterator)
+
+    def commit(self, messages: list[StagedPartition | None], batchId: int) -> None:
+        self._commit(messages, batchId)
+
+    def abort(self, messages: list[StagedPartition | None], batchId: int) -> None:
+        self._abort(messages)

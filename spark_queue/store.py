@@ -1,0 +1,422 @@
+"""The queue table on storage: Parquet files, their Delta statistics, and the Delta log.
+
+Every write goes through delta-rs (``deltalake``). Files are written with pyarrow wherever the
+rows are (executor tasks stage message files; the driver writes removals, dead letters and
+state), and one Delta commit publishes them. Nothing here knows queue rules: that is
+:mod:`spark_queue.core`.
+
+Processes: executor tasks only call :func:`write_file` (pyarrow, never ``deltalake``, whose
+runtime must not be started in a process that later forks). Everything else runs on the
+driver side.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from spark_queue.core import HEAD_SCHEMA, QueueState, Scheduled
+from spark_queue.errors import NotAQueueTableError
+from spark_queue.schema import (
+    FILE_SCHEMA,
+    FORMAT_DESCRIPTION,
+    PARTITION,
+    STATS_COLUMNS,
+    TABLE_CONFIGURATION,
+    TABLE_SCHEMA,
+)
+
+MESSAGE, REMOVAL, QUEUE, SCHEDULED = "message", "removal", "queue", "scheduled"
+STATE_RECORDS = (QUEUE, SCHEDULED)
+
+
+def table_uri(path: str) -> str:
+    """A local path made absolute; URIs (``s3://``, ``file://``, ...) unchanged."""
+    return path if "://" in path else os.path.abspath(path)
+
+
+def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    if "://" not in uri:
+        return pafs.LocalFileSystem(), uri
+    return pafs.FileSystem.from_uri(uri)
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """A Parquet file written under the table root, not yet in the Delta log."""
+
+    path: str  # relative to the table root, as the log records it
+    size: int
+    record: str
+    stats: str  # Delta statistics JSON
+    rows: int
+
+
+def file_stats(table: pa.Table) -> str:
+    mins: dict[str, Any] = {}
+    maxs: dict[str, Any] = {}
+    nulls: dict[str, int] = {}
+    for name in STATS_COLUMNS:
+        column = table.column(name)
+        nulls[name] = column.null_count
+        if column.null_count < len(column):
+            bounds = pc.min_max(column)
+            mins[name] = bounds["min"].as_py()
+            maxs[name] = bounds["max"].as_py()
+    return json.dumps(
+        {"numRecords": table.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
+    )
+
+
+def write_file(root: str, record: str, rows: pa.Table, tag: str = "") -> StagedFile:
+    """Write ``rows`` (:data:`FILE_SCHEMA`) as one Parquet file of partition ``record``."""
+    fs, base = filesystem(root)
+    rows = rows.select(FILE_SCHEMA.names).cast(FILE_SCHEMA)
+    relative = f"{PARTITION}={record}/part-{tag}{uuid.uuid4().hex}.parquet"
+    target = f"{base.rstrip('/')}/{relative}"
+    fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+    # Bodies dominate: dictionary encoding would only cost time on them.
+    pq.write_table(
+        rows,
+        target,
+        filesystem=fs,
+        compression="snappy",
+        use_dictionary=["queue", "outcome", "death_reason", "original_queue"],
+        write_statistics=list(STATS_COLUMNS),
+    )
+    size = fs.get_file_info(target).size
+    return StagedFile(relative, size, record, file_stats(rows), rows.num_rows)
+
+
+def delete_files(root: str, relatives: list[str]) -> None:
+    fs, base = filesystem(root)
+    for relative in relatives:
+        try:
+            fs.delete_file(f"{base.rstrip('/')}/{relative}")
+        except (FileNotFoundError, OSError):
+            pass
+
+
+def empty_rows(columns: dict[str, Any], count: int) -> pa.Table:
+    """A :data:`FILE_SCHEMA` table of ``count`` rows, nulls except ``columns``."""
+    arrays = []
+    for field_ in FILE_SCHEMA:
+        if field_.name in columns:
+            arrays.append(pa.array(columns[field_.name], type=field_.type))
+        else:
+            arrays.append(pa.nulls(count, type=field_.type))
+    return pa.Table.from_arrays(arrays, schema=FILE_SCHEMA)
+
+
+def now_micros() -> int:
+    return time.time_ns() // 1000
+
+
+@dataclass
+class Snapshot:
+    """One version of a queue table: its files and its queues' states."""
+
+    table: Any  # deltalake.DeltaTable
+    version: int
+    files: pa.Table  # flattened add actions
+    states: dict[str, QueueState]
+    state_files: list[tuple[str, int, str]] = field(default_factory=list)  # path, size, record
+
+    def message_files(self, queue: str, *, priority: int | None = None, from_seq: int = 0
+                      ) -> pa.Table:
+        """Message files that may hold ``queue`` rows (of ``priority``) at or after a seq."""
+        files = self.files
+        mask = pc.and_(
+            pc.equal(files["record"], MESSAGE),
+            pc.and_(
+                pc.less_equal(files["min_queue"], queue),
+                pc.greater_equal(files["max_queue"], queue),
+            ),
+        )
+        mask = pc.and_(mask, pc.greater_equal(files["max_seq"], from_seq))
+        if priority is not None:
+            mask = pc.and_(
+                mask,
+                pc.and_(
+                    pc.less_equal(files["min_priority"], priority),
+                    pc.greater_equal(files["max_priority"], priority),
+                ),
+            )
+        return files.filter(pc.fill_null(mask, True)).sort_by("min_seq")
+
+
+def _flatten_files(table: Any) -> pa.Table:
+    raw = pa.table(table.get_add_actions(flatten=True))
+    names = raw.column_names
+
+    def column(name: str, kind: pa.DataType, default: Any = None) -> pa.Array:
+        if name in names:
+            return raw.column(name).cast(kind)
+        return pa.array([default] * raw.num_rows, type=kind)
+
+    return pa.table(
+        {
+            "path": column("path", pa.string()),
+            "size": column("size_bytes", pa.int64()),
+            "rows": column("num_records", pa.int64()),
+            "record": column(f"partition.{PARTITION}", pa.string()),
+            "min_queue": column("min.queue", pa.string()),
+            "max_queue": column("max.queue", pa.string()),
+            "min_seq": column("min.seq", pa.int64()),
+            "max_seq": column("max.seq", pa.int64()),
+            "min_priority": column("min.priority", pa.int32()),
+            "max_priority": column("max.priority", pa.int32()),
+        }
+    )
+
+
+class QueueStore:
+    """A queue table at ``path``: opening, reading state, reading heads, committing."""
+
+    def __init__(self, path: str) -> None:
+        self.uri = table_uri(path)
+        self.fs, self.base = filesystem(self.uri)
+
+    # -- the Delta table -------------------------------------------------------------------
+
+    def open(self) -> Any | None:
+        """The DeltaTable, or None where no table exists yet."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            table = DeltaTable(self.uri)
+        except TableNotFoundError:
+            return None
+        self._check_format(table)
+        return table
+
+    def _check_format(self, table: Any) -> None:
+        metadata = table.metadata()
+        columns = set(pa.schema(table.schema()).names)
+        missing = set(TABLE_SCHEMA.names) - columns
+        if metadata.partition_columns != [PARTITION] or missing:
+            raise NotAQueueTableError(
+                f"{self.uri} holds a Delta table that is not a spark-queue table "
+                f"(partition columns {metadata.partition_columns}, missing columns "
+                f"{sorted(missing)}); point 'path' at a new location or an existing queue table"
+            )
+
+    def create(self) -> Any:
+        """Open the table, creating an empty queue table first where there is none."""
+        from deltalake import DeltaTable, Schema
+        from deltalake.exceptions import DeltaError
+        from deltalake.transaction import create_table_with_add_actions
+
+        table = self.open()
+        if table is not None:
+            return table
+        try:
+            create_table_with_add_actions(
+                self.uri,
+                Schema.from_arrow(TABLE_SCHEMA),
+                [],
+                mode="error",
+                partition_by=[PARTITION],
+                name="spark-queue",
+                description=FORMAT_DESCRIPTION,
+                configuration=TABLE_CONFIGURATION,
+            )
+        except DeltaError:
+            pass  # created meanwhile by another writer: open what is there
+        return DeltaTable(self.uri)
+
+    def snapshot(self, table: Any | None = None) -> Snapshot | None:
+        """Read the table's files and queue states at its current version."""
+        table = table if table is not None else self.open()
+        if table is None:
+            return None
+        files = _flatten_files(table)
+        state_mask = pc.is_in(files["record"], pa.array(STATE_RECORDS))
+        state_files = files.filter(state_mask)
+        listed = [
+            (p, s, r)
+            for p, s, r in zip(
+                state_files["path"].to_pylist(),
+                state_files["size"].to_pylist(),
+                state_files["record"].to_pylist(),
+                strict=True,
+            )
+        ]
+        states = self._read_states(listed)
+        return Snapshot(table, table.version(), files, states, listed)
+
+    def read_rows(self, relative: str, columns: list[str] | None = None, filters: Any = None
+              ) -> pa.Table:
+        return pq.read_table(
+            f"{self.base.rstrip('/')}/{relative}",
+            filesystem=self.fs,
+            columns=columns,
+            filters=filters,
+            schema=FILE_SCHEMA,
+        )
+
+    def _read_states(self, state_files: list[tuple[str, int, str]]) -> dict[str, QueueState]:
+        queue_rows: list[pa.Table] = []
+        scheduled: dict[str, list[Scheduled]] = {}
+        for path, _size, record in state_files:
+            if record == QUEUE:
+                queue_rows.append(self.read_rows(path, ["queue", "queue_state"]))
+            else:
+                rows = self.read_rows(path, ["queue", "seq", "priority", "size", "deliver_at"])
+                due = rows.column("deliver_at").cast(pa.int64()).to_pylist()
+                for q, s, p, z, d in zip(
+                    rows.column("queue").to_pylist(),
+                    rows.column("seq").to_pylist(),
+                    rows.column("priority").to_pylist(),
+                    rows.column("size").to_pylist(),
+                    due,
+                    strict=True,
+                ):
+                    scheduled.setdefault(q, []).append(Scheduled(s, p, z, d))
+        states: dict[str, QueueState] = {}
+        for rows in queue_rows:
+            for name, text in zip(
+                rows.column("queue").to_pylist(), rows.column("queue_state").to_pylist(), strict=True
+            ):
+                states[name] = QueueState.from_json(name, text, scheduled.get(name, []))
+        return states
+
+    # -- reading messages ------------------------------------------------------------------
+
+    def head_reader(self, snapshot: Snapshot) -> FileHeadReader:
+        return FileHeadReader(self, snapshot)
+
+    def read_messages(self, snapshot: Snapshot, queue: str, seqs: np.ndarray,
+                      columns: list[str] | None = None) -> pa.Table:
+        """The stored message rows of ``queue`` with the given seqs (any order)."""
+        if not len(seqs):
+            return FILE_SCHEMA.empty_table()
+        wanted = pa.array(np.unique(seqs), type=pa.int64())
+        low, high = int(wanted[0].as_py()), int(wanted[-1].as_py())
+        files = snapshot.message_files(queue, from_seq=low)
+        files = files.filter(pc.fill_null(pc.less_equal(files["min_seq"], high), True))
+        parts = []
+        for path in files["path"].to_pylist():
+            rows = self.read_rows(path, columns, filters=[("queue", "=", queue)])
+            rows = rows.filter(pc.is_in(rows["seq"], wanted))
+            if rows.num_rows:
+                parts.append(rows)
+        if not parts:
+            return FILE_SCHEMA.empty_table() if columns is None else FILE_SCHEMA.empty_table(
+            ).select(columns)
+        return pa.concat_tables(parts)
+
+    def read_file(self, relative: str, columns: list[str] | None = None) -> pa.Table:
+        return self.read_rows(relative, columns)
+
+    def read_head_rows(self, relative: str, queue: str, priority: int, from_seq: int
+                       ) -> pa.Table:
+        """One file's rows of a queue level from a seq, as :data:`HEAD_SCHEMA`, seq order."""
+        rows = self.read_rows(
+            relative,
+            ["queue", "seq", "size", "priority", "deliver_at"],
+            filters=[("queue", "=", queue), ("priority", "=", priority), ("seq", ">=", from_seq)],
+        ).sort_by("seq")
+        return pa.table(
+            {
+                "seq": rows.column("seq"),
+                "size": rows.column("size"),
+                "deliver_at": rows.column("deliver_at").cast(pa.int64()),
+            },
+            schema=HEAD_SCHEMA,
+        )
+
+    # -- committing ------------------------------------------------------------------------
+
+    def commit(
+        self,
+        table: Any,
+        adds: list[StagedFile],
+        removes: list[tuple[str, int, str]],
+        *,
+        app_id: str | None = None,
+        app_version: int | None = None,
+        operation: dict[str, Any] | None = None,
+    ) -> None:
+        """Publish files in one Delta commit; raises ``CommitFailedError`` on a conflict.
+
+        delta-rs would rebase a conflicting commit onto the winner by itself; a queue commit
+        was planned from the state it read, so it must be planned again instead
+        (``max_commit_retries=0``).
+        """
+        from deltalake import CommitProperties, Transaction
+        from deltalake.transaction import AddAction, RemoveAction
+
+        stamp = int(time.time() * 1000)
+        actions: list[Any] = [
+            AddAction(f.path, f.size, {PARTITION: f.record}, stamp, True, f.stats) for f in adds
+        ]
+        actions += [
+            RemoveAction(path, True, stamp, size, {PARTITION: record})
+            for path, size, record in removes
+        ]
+        transactions = (
+            [Transaction(app_id, app_version)] if app_id is not None and app_version is not None
+            else None
+        )
+        table.create_write_transaction(
+            actions,
+            mode="append",
+            schema=TABLE_SCHEMA,
+            partition_by=[PARTITION],
+            commit_properties=CommitProperties(
+                custom_metadata={"spark_queue": json.dumps(operation or {}, sort_keys=True)},
+                max_commit_retries=0,
+                app_transactions=transactions,
+            ),
+        )
+
+
+class FileHeadReader:
+    """:class:`spark_queue.core.HeadReader` over the table's files, pruned by their stats.
+
+    Files whose seq ranges overlap (after compaction) are read together and merged, so rows
+    always come out in seq order.
+    """
+
+    def __init__(self, store: QueueStore, snapshot: Snapshot) -> None:
+        self.store = store
+        self.snapshot = snapshot
+
+    def read(self, queue: str, priority: int, from_seq: int) -> Iterator[pa.Table]:
+        files = self.snapshot.message_files(queue, priority=priority, from_seq=from_seq)
+        for run in file_runs(files):
+            parts = [self.store.read_head_rows(path, queue, priority, from_seq) for path in run]
+            rows = pa.concat_tables(parts).sort_by("seq") if len(parts) > 1 else parts[0]
+            if rows.num_rows:
+                yield rows
+
+
+def file_runs(files: pa.Table) -> list[list[str]]:
+    """Group files (sorted by ``min_seq``) into runs whose seq ranges overlap only within a
+    run, so reading run after run, each sorted, yields rows in seq order."""
+    paths = files["path"].to_pylist()
+    lows = files["min_seq"].fill_null(0).to_pylist()
+    highs = files["max_seq"].fill_null(np.iinfo(np.int64).max).to_pylist()
+    runs: list[list[str]] = []
+    high = None
+    for path, low, top in zip(paths, lows, highs, strict=True):
+        if runs and high is not None and low <= high:
+            runs[-1].append(path)
+            high = max(high, top)
+        else:
+            runs.append([path])
+            high = top
+    return runs

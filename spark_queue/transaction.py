@@ -1,0 +1,403 @@
+"""One Delta commit's worth of queue work, planned on the driver side.
+
+A :class:`QueueTransaction` starts from a :class:`~spark_queue.store.Snapshot`, lets callers
+declare queues, enqueue staged messages, trim, or purge, and ends in exactly one Delta commit
+holding every file it staged, the removal rows, the dead letters and the new queue states
+(the previous state files are removed in the same commit). If another writer committed first,
+the whole transaction is planned again from the new snapshot: see :func:`run`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_queue.core import (
+    EnqueuePlan,
+    Level,
+    QueueState,
+    Removal,
+    plan_enqueue,
+    plan_settle,
+)
+from spark_queue.errors import ArgumentMismatchError, QueueError
+from spark_queue.options import QueueArguments, option_name
+from spark_queue.schema import UTC_MICROS
+from spark_queue.store import (
+    MESSAGE,
+    QUEUE,
+    REMOVAL,
+    SCHEDULED,
+    QueueStore,
+    Snapshot,
+    StagedFile,
+    delete_files,
+    empty_rows,
+    now_micros,
+    write_file,
+)
+
+COMMIT_ATTEMPTS = 20
+INCOMING_COLUMNS = ["queue", "seq", "size", "priority", "deliver_at"]
+T = TypeVar("T")
+
+
+@dataclass
+class StagedQueueFile:
+    """A message file a task staged for one queue."""
+
+    queue: str
+    file: StagedFile
+
+
+@dataclass
+class QueueTransaction:
+    store: QueueStore
+    snapshot: Snapshot
+    now: int = field(default_factory=now_micros)
+    states: dict[str, QueueState] = field(init=False)
+    adds: list[StagedFile] = field(default_factory=list)
+    written: list[StagedFile] = field(default_factory=list)  # by this transaction
+    removal_rows: list[pa.Table] = field(default_factory=list)
+    obsolete: list[str] = field(default_factory=list)  # staged files replaced by rewrites
+    touched: set[str] = field(default_factory=set)
+    summary: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.states = {name: state.copy() for name, state in self.snapshot.states.items()}
+        self.next_seq = max((s.next_seq for s in self.states.values()), default=0)
+
+    # -- declaring -------------------------------------------------------------------------
+
+    def declare(self, name: str, given: dict[str, Any], *, alter: bool = False) -> QueueState:
+        """Declare ``name`` with the given arguments, or check them against the queue's.
+
+        Arguments not given leave an existing queue as it is; one given with another value
+        is an :class:`ArgumentMismatchError` unless ``alter`` is set.
+        """
+        state = self.states.get(name)
+        if state is None:
+            state = QueueState(name, QueueArguments().merged(given), next_seq=self.next_seq)
+            self.states[name] = state
+            self.touched.add(name)
+            return state
+        if not alter:
+            current = state.arguments
+            differ = [(k, getattr(current, k), v) for k, v in given.items()
+                      if getattr(current, k) != v]
+            if differ:
+                shown = "; ".join(
+                    f"{option_name(k)}: queue has {old!r}, given {new!r}"
+                    for k, old, new in differ
+                )
+                raise ArgumentMismatchError(
+                    f"queue {name!r} exists with other arguments ({shown}); "
+                    "nothing was written. Use QueueTable.alter to change them"
+                )
+            return state
+        state.arguments = state.arguments.merged(given)
+        self.touched.add(name)
+        return state
+
+    # -- enqueueing ------------------------------------------------------------------------
+
+    def enqueue(self, staged: list[StagedQueueFile], given: dict[str, Any]) -> dict[str, int]:
+        """Enqueue the messages tasks staged; returns rejected counts per queue."""
+        by_queue: dict[str, list[StagedFile]] = {}
+        for item in staged:
+            by_queue.setdefault(item.queue, []).append(item.file)
+        for name in sorted(by_queue):
+            self.declare(name, given)
+        incoming = {
+            name: self._incoming(files) for name, files in sorted(by_queue.items())
+        }
+        dead_letters: dict[str, list[pa.Table]] = {}
+        rejected_counts: dict[str, int] = {}
+        pending = set(incoming)
+        planned: set[str] = set()
+        while pending:
+            name = self._next_to_plan(pending)
+            pending.discard(name)
+            planned.add(name)
+            state = self.states[name]
+            own = incoming.get(name)
+            letters = dead_letters.pop(name, [])
+            rows = [own.drop_columns(["queue"])] if own is not None else []
+            rows += [_incoming_of(t) for t in letters]
+            arrivals = pa.concat_tables(rows) if rows else _incoming_of(None)
+            plan = plan_enqueue(state, arrivals, self.store.head_reader(self.snapshot), self.now)
+            self.states[name] = plan.state
+            self.touched.add(name)
+            self._record_removals(name, plan)
+            letters_out = self._dead_letters(name, plan, own, by_queue.get(name, []))
+            n_own = own.num_rows if own is not None else 0
+            if own is not None:
+                rejected = own.filter(pa.array(~plan.accepted[:n_own]))
+                if rejected.num_rows:
+                    rejected_counts[name] = rejected.num_rows
+                    self._drop_rejected(by_queue[name], rejected["seq"])
+                self.adds.extend(f for f in by_queue[name] if f.rows)
+            if letters:
+                arrived = pa.concat_tables(letters)
+                self._add_rows(MESSAGE, arrived.filter(pa.array(plan.accepted[n_own:])))
+            if letters_out is not None:
+                target = state.arguments.dead_letter_queue
+                assert target is not None
+                if target in planned or target == name:
+                    # One hop per commit: a dead-letter cycle back to a planned queue ends here.
+                    self.states[name].counters["dead_lettered"] -= letters_out.num_rows
+                else:
+                    self.declare(target, {})
+                    dead_letters.setdefault(target, []).append(letters_out)
+                    pending.add(target)
+        return rejected_counts
+
+    def _next_to_plan(self, pending: set[str]) -> str:
+        """A queue none of whose pending sources dead-letter into it, else any."""
+        for name in sorted(pending):
+            sources = [
+                s for s in pending
+                if s != name and self.states[s].arguments.dead_letter_queue == name
+            ]
+            if not sources:
+                return name
+        return sorted(pending)[0]
+
+    def _incoming(self, files: list[StagedFile]) -> pa.Table:
+        parts = [self.store.read_file(f.path, INCOMING_COLUMNS) for f in files]
+        table = pa.concat_tables(parts).sort_by("seq")
+        return table.set_column(
+            table.schema.get_field_index("deliver_at"),
+            "deliver_at",
+            table.column("deliver_at").cast(pa.int64()),
+        )
+
+    def _drop_rejected(self, files: list[StagedFile], rejected_seqs: pa.ChunkedArray) -> None:
+        """Rewrite staged files without rejected messages: those are never stored."""
+        for index, staged in enumerate(files):
+            rows = self.store.read_file(staged.path)
+            keep = pc.invert(pc.is_in(rows["seq"], rejected_seqs.combine_chunks()))
+            if pc.all(keep).as_py():
+                continue
+            kept = rows.filter(keep)
+            replacement = write_file(self.store.uri, MESSAGE, kept) if kept.num_rows else None
+            self.obsolete.append(staged.path)  # deleted once the commit succeeded
+            if replacement is not None:
+                self.written.append(replacement)
+                files[index] = replacement
+            else:
+                files[index] = StagedFile(staged.path, 0, MESSAGE, staged.stats, 0)
+
+    def _dead_letters(self, name: str, plan: EnqueuePlan, own: pa.Table | None,
+                      staged: list[StagedFile]) -> pa.Table | None:
+        """Copies of what ``name`` dead-letters, as new messages of its dead-letter queue."""
+        target = plan.state.arguments.dead_letter_queue
+        if target is None:
+            return None
+        seqs = plan.dead_letter_seqs()
+        if own is not None and plan.rejected_to_dlq.any():
+            rejected = own["seq"].to_numpy()[plan.rejected_to_dlq[: own.num_rows]]
+            seqs = np.concatenate([seqs, rejected])
+        if not len(seqs):
+            return None
+        wanted = pa.array(np.unique(seqs), type=pa.int64())
+        parts = [self.store.read_messages(self.snapshot, name, seqs)]
+        for f in staged:
+            if f.rows:
+                rows = self.store.read_file(f.path)
+                parts.append(rows.filter(pc.is_in(rows["seq"], wanted)))
+        originals = pa.concat_tables(parts).sort_by("seq")
+        count = originals.num_rows
+        new_seqs = np.arange(self.next_seq, self.next_seq + count, dtype=np.int64)
+        self.next_seq += count
+        moved = {
+            "queue": pa.array([target] * count, pa.string()),
+            "seq": new_seqs,
+            "death_reason": pa.array(["maxlen"] * count, pa.string()),
+            "original_queue": pa.array([name] * count, pa.string()),
+            "original_seq": originals["seq"],
+            "died_at": pa.array(np.full(count, self.now), pa.int64()).cast(UTC_MICROS),
+            "enqueued_at": pa.array(np.full(count, self.now), pa.int64()).cast(UTC_MICROS),
+            "deliver_at": pa.nulls(count, UTC_MICROS),
+            "delivery_count": pa.array(np.zeros(count, np.int32)),
+        }
+        for column in ("message_id", "key", "body", "size", "headers", "priority", "expires_at"):
+            moved[column] = originals[column]
+        return empty_rows(moved, count)
+
+    # -- other operations ------------------------------------------------------------------
+
+    def settle(self, name: str) -> EnqueuePlan:
+        """Apply ``name``'s limits now (after ``alter``) and promote due scheduled messages."""
+        plan = plan_settle(self.states[name], self.store.head_reader(self.snapshot), self.now)
+        self.states[name] = plan.state
+        self.touched.add(name)
+        self._record_removals(name, plan)
+        letters = self._dead_letters(name, plan, None, [])
+        if letters is not None:
+            target = plan.state.arguments.dead_letter_queue
+            assert target is not None
+            if target == name:
+                plan.state.counters["dead_lettered"] -= letters.num_rows
+            else:
+                self.declare(target, {})
+                dlq_plan = plan_enqueue(
+                    self.states[target], _incoming_of(letters),
+                    self.store.head_reader(self.snapshot), self.now,
+                )
+                self.states[target] = dlq_plan.state
+                self._record_removals(target, dlq_plan)
+                self._add_rows(MESSAGE, letters.filter(pa.array(dlq_plan.accepted)))
+        return plan
+
+    def purge(self, name: str, live_seqs: np.ndarray) -> int:
+        """Remove every ready and scheduled message of ``name`` (outcome ``purged``)."""
+        state = self.states[name]
+        count = len(live_seqs)
+        state.counters["purged"] += count
+        for level in state.levels.values():
+            level.head, level.ready, level.ready_bytes = state.next_seq, 0, 0
+        state.scheduled = []
+        state.holes = set()
+        state.levels = {p: Level(head=state.next_seq) for p in state.levels}
+        self._record_removals(
+            name, EnqueuePlan(state, np.zeros(0, bool), np.zeros(0, bool),
+                              [Removal(live_seqs, "purged", False)])
+        )
+        self.touched.add(name)
+        return count
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def _record_removals(self, name: str, plan: EnqueuePlan) -> None:
+        for removal in plan.removals:
+            count = len(removal.seqs)
+            if not count:
+                continue
+            self.removal_rows.append(
+                empty_rows(
+                    {
+                        "queue": [name] * count,
+                        "seq": removal.seqs,
+                        "outcome": [removal.outcome] * count,
+                        "event_at": pa.array(np.full(count, self.now), pa.int64()).cast(
+                            UTC_MICROS
+                        ),
+                    },
+                    count,
+                )
+            )
+            counts = self.summary.setdefault(name, {})
+            counts[removal.outcome] = counts.get(removal.outcome, 0) + count
+
+    def _add_rows(self, record: str, rows: pa.Table) -> None:
+        if rows.num_rows:
+            staged = write_file(self.store.uri, record, rows)
+            self.written.append(staged)
+            self.adds.append(staged)
+
+    def _state_rows(self) -> tuple[pa.Table, pa.Table]:
+        names = sorted(self.states)
+        queue_rows = empty_rows(
+            {
+                "queue": names,
+                "queue_state": [self.states[n].to_json() for n in names],
+                "event_at": pa.array(np.full(len(names), self.now), pa.int64()).cast(UTC_MICROS),
+            },
+            len(names),
+        )
+        waiting = [(n, s) for n in names for s in self.states[n].scheduled]
+        scheduled_rows = empty_rows(
+            {
+                "queue": [n for n, _ in waiting],
+                "seq": [s.seq for _, s in waiting],
+                "priority": [s.priority for _, s in waiting],
+                "size": [s.size for _, s in waiting],
+                "deliver_at": pa.array([s.deliver_at for _, s in waiting], pa.int64()).cast(
+                    UTC_MICROS
+                ),
+            },
+            len(waiting),
+        )
+        return queue_rows, scheduled_rows
+
+    def commit(self, *, app_id: str | None = None, app_version: int | None = None,
+               operation: str) -> None:
+        """Write removals and states and publish everything in one Delta commit."""
+        if self.removal_rows:
+            self._add_rows(REMOVAL, pa.concat_tables(self.removal_rows))
+        queue_rows, scheduled_rows = self._state_rows()
+        self._add_rows(QUEUE, queue_rows)
+        self._add_rows(SCHEDULED, scheduled_rows)
+        self.store.commit(
+            self.snapshot.table,
+            self.adds,
+            self.snapshot.state_files,
+            app_id=app_id,
+            app_version=app_version,
+            operation={
+                "operation": operation,
+                "queues": sorted(self.touched),
+                "removed": self.summary,
+            },
+        )
+        delete_files(self.store.uri, self.obsolete)
+
+    def discard(self) -> None:
+        """Delete the files this transaction wrote itself (not the tasks' staged files)."""
+        delete_files(self.store.uri, [f.path for f in self.written])
+
+
+def _incoming_of(rows: pa.Table | None) -> pa.Table:
+    """The columns :func:`plan_enqueue` reads, from message rows."""
+    if rows is None:
+        return pa.table(
+            {
+                "seq": pa.array([], pa.int64()),
+                "size": pa.array([], pa.int64()),
+                "priority": pa.array([], pa.int32()),
+                "deliver_at": pa.array([], pa.int64()),
+            }
+        )
+    return pa.table(
+        {
+            "seq": rows["seq"],
+            "size": rows["size"],
+            "priority": rows["priority"],
+            "deliver_at": rows["deliver_at"].cast(pa.int64()),
+        }
+    )
+
+
+def run(store: QueueStore, work: Callable[[QueueTransaction], T], *, create: bool = True,
+        attempts: int = COMMIT_ATTEMPTS) -> T:
+    """Plan ``work`` on a fresh snapshot and commit; plan again if another writer won.
+
+    ``work`` performs the operations and calls :meth:`QueueTransaction.commit`; what it
+    returns is returned. Errors that are not commit conflicts propagate, with this
+    transaction's own files deleted.
+    """
+    from deltalake.exceptions import CommitFailedError
+
+    last: Exception | None = None
+    for _ in range(attempts):
+        table = store.create() if create else store.open()
+        if table is None:
+            raise QueueError(f"no queue table at {store.uri}")
+        snapshot = store.snapshot(table)
+        assert snapshot is not None
+        transaction = QueueTransaction(store, snapshot)
+        try:
+            return work(transaction)
+        except CommitFailedError as error:
+            transaction.discard()
+            last = error
+        except BaseException:
+            transaction.discard()
+            raise
+    raise QueueError(f"could not commit to {store.uri} after {attempts} attempts: {last}")
