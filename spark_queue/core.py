@@ -8,9 +8,13 @@ list in the tests). Only the head of a queue is read, and only as far as evictio
 cost of an enqueue does not grow with the queue's depth.
 
 Head order is ``priority`` descending, then ``seq`` ascending. Every level keeps ``head``, a
-position at or below its first live message, so a level's live messages are its rows at or
-after ``head`` that are not in ``holes`` (removed out of order). A row whose ``deliver_at`` is
-in the future is *scheduled*: it stays in place, uncounted, until it is due.
+position at or below its first ready message. A queue's live messages are:
+
+- its rows at or after their level's ``head`` that are not in ``holes`` (removed out of order);
+- ``extras``: messages below their level's head that became ready again (a scheduled message
+  that fell due joins at its seq position, SEMANTICS §2);
+- ``scheduled``: the index of messages whose ``deliver_at`` is in the future. A head may pass
+  them: they are found through the index, and counted once they are due.
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ class QueueState:
     counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
     levels: dict[int, Level] = field(default_factory=dict)
     holes: set[int] = field(default_factory=set)
+    extras: list[Scheduled] = field(default_factory=list)  # ready, below their level's head
     scheduled: list[Scheduled] = field(default_factory=list)
     next_seq: int = 0  # above every seq this queue has used
 
@@ -91,6 +96,7 @@ class QueueState:
                 "counters": self.counters,
                 "levels": {str(p): [v.head, v.ready, v.ready_bytes] for p, v in self.levels.items()},
                 "holes": sorted(self.holes),
+                "extras": [[e.seq, e.priority, e.size, e.deliver_at] for e in self.extras],
                 "next_seq": self.next_seq,
             },
             sort_keys=True,
@@ -107,6 +113,7 @@ class QueueState:
             counters=counters,
             levels={int(p): Level(*values) for p, values in data["levels"].items()},
             holes=set(data["holes"]),
+            extras=[Scheduled(*values) for values in data.get("extras", [])],
             scheduled=sorted(scheduled, key=lambda s: s.seq),
             next_seq=data["next_seq"],
         )
@@ -158,9 +165,12 @@ class _LevelCursor:
         self._holes = np.fromiter(state.holes, dtype=np.int64, count=len(state.holes))
         self._now = now
         self._stored: list[tuple[np.ndarray, np.ndarray]] = []  # (seqs, sizes) chunks
+        extras = sorted((e for e in state.extras if e.priority == priority), key=lambda e: e.seq)
+        if extras:  # below the head, so ahead of every stored row
+            self._stored.append((np.array([e.seq for e in extras], dtype=np.int64),
+                                 np.array([e.size for e in extras], dtype=np.int64)))
         self._stored_done = False
         self._incoming: list[tuple[np.ndarray, np.ndarray]] = []
-        self.first_skipped: int | None = None  # lowest scheduled row passed over
 
     def append(self, seqs: np.ndarray, sizes: np.ndarray) -> None:
         self._incoming.append((seqs, sizes))
@@ -175,10 +185,7 @@ class _LevelCursor:
             sizes = batch.column("size").to_numpy(zero_copy_only=False).astype(np.int64)
             due = batch.column("deliver_at").fill_null(NO_TIME).to_numpy(zero_copy_only=False)
             live = ~np.isin(seqs, self._holes) if len(self._holes) else np.ones(len(seqs), bool)
-            waiting = live & (due > self._now)
-            if waiting.any() and self.first_skipped is None:
-                self.first_skipped = int(seqs[waiting][0])
-            ready = live & ~waiting
+            ready = live & (due <= self._now)  # later ones are scheduled: in the index
             if ready.any():
                 self._stored.append((seqs[ready], sizes[ready]))
         return bool(self._stored)
@@ -245,13 +252,10 @@ class _LevelCursor:
         self._fill()
         self._stored = buffered + self._stored
 
-    def first_live(self) -> int | None:
-        """The smallest seq still live in this level, to become its ``head``."""
-        candidates = [self.first_skipped] if self.first_skipped is not None else []
+    def first_ready(self) -> int | None:
+        """The smallest seq still ready in this level after this commit's evictions."""
         source = self._source()
-        if source is not None:
-            candidates.append(int(source[0][0][0]))
-        return min(candidates) if candidates else None
+        return int(source[0][0][0]) if source is not None else None
 
 
 class _Queue:
@@ -263,7 +267,7 @@ class _Queue:
         self.now = now
         self.cursors: dict[int, _LevelCursor] = {}
         self.removals: list[Removal] = []
-        self.evicted_to: dict[int, int] = {}
+        self.evicted: list[tuple[int, np.ndarray]] = []  # (priority, seqs) removed
 
     def cursor(self, priority: int) -> _LevelCursor:
         if priority not in self.cursors:
@@ -285,7 +289,7 @@ class _Queue:
         if dead_letter:
             self.state.counters["dead_lettered"] += len(seqs)
         self.removals.append(Removal(seqs, outcome, dead_letter))
-        self.evicted_to[priority] = max(self.evicted_to.get(priority, -1), int(seqs.max()))
+        self.evicted.append((priority, seqs))
 
     def evict(self, count: int, outcome: str, dead_letter: bool) -> int:
         """Remove ``count`` messages from the head, highest priority first."""
@@ -318,25 +322,38 @@ class _Queue:
     def join(self, priority: int, seqs: np.ndarray, sizes: np.ndarray) -> None:
         """Newly enqueued ready messages take their place at the tail of their level."""
         level = self.state.levels.setdefault(priority, Level(head=int(seqs[0])))
+        # Between seqs[0] and a higher head lie only this batch's messages: all live.
+        level.head = min(level.head, int(seqs[0]))
         self.cursor(priority).append(seqs, sizes)
         level.ready += len(seqs)
         level.ready_bytes += int(sizes.sum())
         self.state.counters["added"] += len(seqs)
 
     def settle(self) -> None:
-        """Move each level's ``head`` past what was removed; forget holes below every head."""
+        """Move each level's ``head`` past what was removed from its front; what was removed
+        behind a head becomes a hole, and holes below every head are forgotten."""
         state = self.state
+        highest: dict[int, int] = {}
+        for priority, seqs in self.evicted:
+            highest[priority] = max(highest.get(priority, -1), int(seqs.max()))
         for priority, cursor in self.cursors.items():
             level = state.levels[priority]
-            first = cursor.first_live()
+            first = cursor.first_ready()
             if first is not None:
                 level.head = max(level.head, first)
-            elif priority in self.evicted_to:
-                level.head = max(level.head, self.evicted_to[priority] + 1)
-        waiting = {s.priority for s in state.scheduled}
+            elif priority in highest:
+                level.head = max(level.head, highest[priority] + 1)
         for priority, level in state.levels.items():
-            if level.ready == 0 and priority not in waiting:
+            if level.ready == 0:
                 level.head = max(level.head, state.next_seq)
+        removed = set()
+        for priority, seqs in self.evicted:
+            removed.update(seqs.tolist())
+            state.holes.update(seqs[seqs >= state.levels[priority].head].tolist())
+        state.extras = [
+            e for e in state.extras
+            if e.seq not in removed and e.seq < state.levels[e.priority].head
+        ]
         floor = min((lv.head for lv in state.levels.values()), default=state.next_seq)
         state.holes = {h for h in state.holes if h >= floor}
 
@@ -346,30 +363,34 @@ class _Queue:
 
 
 def _promote_due(queue: _Queue) -> None:
-    """Scheduled messages that are due join at their seq position (§2), in due order."""
+    """Scheduled messages that are due join at their seq position (§2), in due order.
+
+    All are counted first and the queue trimmed once after: drop-head keeps the same
+    messages either way, and no cursor reads before every promoted message is in place.
+    """
     state, args = queue.state, queue.state.arguments
     due = sorted((s for s in state.scheduled if s.deliver_at <= queue.now),
                  key=lambda s: (s.deliver_at, s.seq))
     if not due:
         return
     state.scheduled = [s for s in state.scheduled if s.deliver_at > queue.now]
-    for message in due:  # lower heads before any cursor reads from them
-        level = state.levels.setdefault(message.priority, Level(head=message.seq))
-        level.head = min(level.head, message.seq)
-    dead_letter = args.dead_letter_queue is not None
     for message in due:
+        level = state.levels.setdefault(message.priority, Level(head=message.seq))
         if args.overflow == "ring" and args.max_length is not None:
             if state.ready + 1 > args.max_length:
                 # Artemis: a due message that does not fit the ring is removed itself.
                 state.counters["replaced"] += 1
-                state.holes.add(message.seq)
                 queue.removals.append(Removal(np.array([message.seq]), "replaced", False))
+                queue.evicted.append((message.priority, np.array([message.seq])))
+                if message.seq >= level.head:
+                    state.holes.add(message.seq)  # before any cursor reads past it
                 continue
-        level = state.levels[message.priority]
         level.ready += 1
         level.ready_bytes += message.size
-        if args.overflow == "drop-head":
-            queue.trim("dropped", dead_letter)
+        if message.seq < level.head:
+            state.extras.append(message)
+    if args.overflow == "drop-head":
+        queue.trim("dropped", args.dead_letter_queue is not None)
 
 
 def plan_enqueue(state: QueueState, incoming: pa.Table, reader: HeadReader, now: int

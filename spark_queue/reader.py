@@ -33,7 +33,8 @@ class BrowsePartition(InputPartition):
     queue: str
     priority: int
     head: int
-    holes: list[int]
+    holes: list[int]  # removed at or after the head
+    below: list[int]  # live below the head: due extras and scheduled messages
     paths: list[str]
     now: int
 
@@ -56,10 +57,14 @@ def plan_partitions(store: QueueStore, snapshot: Snapshot, states: dict[str, Que
         state = states[name]
         for priority in sorted(state.levels, reverse=True):
             level = state.levels[priority]
-            files = snapshot.message_files(name, priority=priority, from_seq=level.head)
+            below = sorted(
+                m.seq for m in (*state.extras, *state.scheduled) if m.priority == priority
+            )
+            start = min([level.head, *below[:1]])
+            files = snapshot.message_files(name, priority=priority, from_seq=start)
             partitions.extend(
                 BrowsePartition(
-                    store.uri, name, priority, level.head, sorted(state.holes), run, now
+                    store.uri, name, priority, level.head, sorted(state.holes), below, run, now
                 )
                 for run in file_runs(files)
             )
@@ -69,6 +74,7 @@ def plan_partitions(store: QueueStore, snapshot: Snapshot, states: dict[str, Que
 def read_partition(partition: BrowsePartition) -> pa.Table:
     """The live messages of one partition, seq order, with their ``state``."""
     store = QueueStore(partition.uri)
+    start = min([partition.head, *partition.below[:1]])
     parts = [
         store.read_rows(
             path,
@@ -76,7 +82,7 @@ def read_partition(partition: BrowsePartition) -> pa.Table:
             filters=[
                 ("queue", "=", partition.queue),
                 ("priority", "=", partition.priority),
-                ("seq", ">=", partition.head),
+                ("seq", ">=", start),
             ],
         )
         for path in partition.paths
@@ -84,8 +90,12 @@ def read_partition(partition: BrowsePartition) -> pa.Table:
     rows = pa.concat_tables(parts).sort_by("seq") if parts else None
     if rows is None or rows.num_rows == 0:
         return browse_arrow_schema().empty_table()
+    live = pc.greater_equal(rows["seq"], partition.head)
     if partition.holes:
-        rows = rows.filter(pc.invert(pc.is_in(rows["seq"], pa.array(partition.holes, pa.int64()))))
+        live = pc.and_(live, pc.invert(pc.is_in(rows["seq"], pa.array(partition.holes, pa.int64()))))
+    if partition.below:
+        live = pc.or_(live, pc.is_in(rows["seq"], pa.array(partition.below, pa.int64())))
+    rows = rows.filter(live)
     due = rows["deliver_at"].cast(pa.int64()).fill_null(np.iinfo(np.int64).min)
     state = pc.if_else(pc.greater(due, partition.now), "scheduled", "ready")
     rows = rows.append_column("state", state)
@@ -107,7 +117,7 @@ class BrowseReader(DataSourceReader):
         states = settled_states(store, snapshot, now)
         found = plan_partitions(store, snapshot, states, self.options.queue, now)
         # Spark needs at least one partition; an empty one reads nothing.
-        return found or [BrowsePartition(store.uri, "", 0, 0, [], [], now)]
+        return found or [BrowsePartition(store.uri, "", 0, 0, [], [], [], now)]
 
     def read(self, partition: BrowsePartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         yield from read_partition(partition).to_batches()

@@ -263,6 +263,7 @@ class QueueTransaction:
         for level in state.levels.values():
             level.head, level.ready, level.ready_bytes = state.next_seq, 0, 0
         state.scheduled = []
+        state.extras = []
         state.holes = set()
         state.levels = {p: Level(head=state.next_seq) for p in state.levels}
         self._record_removals(

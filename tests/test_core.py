@@ -1,0 +1,279 @@
+"""The pure core against the reference model (`tests/model.py`), without Spark or Delta."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from spark_queue.core import (
+    HEAD_SCHEMA,
+    QueueState,
+    identity_holds,
+    plan_enqueue,
+    plan_settle,
+)
+from spark_queue.options import QueueArguments
+from tests.model import ModelMessage, ModelQueue
+
+QUEUE = "q"
+
+
+class ListStore:
+    """A HeadReader over rows kept in a list, yielding small chunks to exercise paging."""
+
+    def __init__(self, chunk: int = 3) -> None:
+        self.rows: list[tuple[int, int, int, int | None]] = []  # seq, priority, size, due
+        self.chunk = chunk
+
+    def read(self, queue: str, priority: int, from_seq: int) -> Iterator[pa.Table]:
+        assert queue == QUEUE
+        rows = sorted(r for r in self.rows if r[1] == priority and r[0] >= from_seq)
+        for start in range(0, len(rows), self.chunk):
+            part = rows[start : start + self.chunk]
+            yield pa.table(
+                {
+                    "seq": [r[0] for r in part],
+                    "size": [r[2] for r in part],
+                    "deliver_at": [r[3] for r in part],
+                },
+                schema=HEAD_SCHEMA,
+            )
+
+    def live(self, state: QueueState, now: int) -> dict[int, str]:
+        """What the store's readers derive from a state: seq -> ready | scheduled."""
+        below = {e.seq for e in state.extras} | {s.seq for s in state.scheduled}
+        found = {}
+        for seq, priority, _size, due in self.rows:
+            level = state.levels.get(priority)
+            at_or_after_head = level is not None and seq >= level.head and seq not in state.holes
+            if at_or_after_head or seq in below:
+                found[seq] = "scheduled" if due is not None and due > now else "ready"
+        return found
+
+
+def incoming(messages: list[ModelMessage]) -> pa.Table:
+    return pa.table(
+        {
+            "seq": pa.array([m.seq for m in messages], pa.int64()),
+            "size": pa.array([m.size for m in messages], pa.int64()),
+            "priority": pa.array([m.priority for m in messages], pa.int32()),
+            "deliver_at": pa.array([m.deliver_at for m in messages], pa.int64()),
+        }
+    )
+
+
+def stats_of(state: QueueState) -> dict[str, int]:
+    return {
+        **state.counters,
+        "ready": state.ready,
+        "ready_bytes": state.ready_bytes,
+        "leased": 0,
+        "scheduled": len(state.scheduled),
+    }
+
+
+def check_same(model: ModelQueue, state: QueueState, store: ListStore, now: int) -> None:
+    expected = {m.seq: m.status for m in model.live.values()}
+    assert store.live(state, now) == expected
+    assert state.counters == model.counters
+    assert state.ready == len(model.ready())
+    assert state.ready_bytes == sum(m.size for m in model.ready())
+    assert identity_holds(stats_of(state))
+
+
+arguments_strategy = st.builds(
+    QueueArguments,
+    max_length=st.one_of(st.none(), st.integers(0, 6)),
+    max_length_bytes=st.one_of(st.none(), st.integers(0, 30)),
+    overflow=st.sampled_from(["drop-head", "ring", "reject-publish", "reject-publish-dlx"]),
+    dead_letter_queue=st.one_of(st.none(), st.just("dlq")),
+    reject_threshold=st.sampled_from([1.0, 0.8, 0.5]),
+).map(
+    # ring bounds the count only
+    lambda a: dataclasses.replace(a, max_length_bytes=None) if a.overflow == "ring" else a
+)
+message_strategy = st.tuples(
+    st.integers(0, 2),  # priority
+    st.integers(0, 12),  # size
+    st.one_of(st.none(), st.integers(0, 40)),  # deliver_at offset
+)
+batches_strategy = st.lists(
+    st.tuples(st.integers(0, 15), st.lists(message_strategy, max_size=9)), min_size=1, max_size=6
+)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(arguments=arguments_strategy, batches=batches_strategy, single_priority=st.booleans(),
+       chunk=st.integers(1, 4))
+def test_enqueue_matches_reference_model(arguments, batches, single_priority, chunk):
+    model = ModelQueue(arguments)
+    state = QueueState(QUEUE, arguments)
+    store = ListStore(chunk)
+    now, seq = 1000, 0
+    removed: dict[int, str] = {}
+    for advance, spec in batches:
+        now += advance
+        messages = []
+        for priority, size, due in spec:
+            messages.append(ModelMessage(seq, 0 if single_priority else priority, size,
+                                         None if due is None else now - 20 + due))
+            seq += 2  # gaps: seqs need only increase
+        plan = plan_enqueue(state, incoming(messages), store, now)
+        dead_before = len(model.dead_lettered)
+        accepted = model.enqueue([dataclasses.replace(m) for m in messages], now)
+        assert plan.accepted.tolist() == accepted
+        for message, ok in zip(messages, accepted, strict=True):
+            if ok:
+                store.rows.append((message.seq, message.priority, message.size,
+                                   message.deliver_at))
+        for removal in plan.removals:
+            for s in removal.seqs.tolist():
+                assert s not in removed, f"seq {s} removed twice"
+                removed[s] = removal.outcome
+        state = plan.state
+        assert removed == model.removed
+        check_same(model, state, store, now)
+        dead = plan.dead_letter_seqs().tolist()
+        dead += [m.seq for m, r in zip(messages, plan.rejected_to_dlq.tolist(), strict=True) if r]
+        assert sorted(dead) == sorted(model.dead_lettered[dead_before:])
+
+
+@settings(max_examples=200, deadline=None)
+@given(arguments=arguments_strategy, spec=st.lists(message_strategy, max_size=12),
+       new_length=st.integers(0, 5), wait=st.integers(0, 60))
+def test_settle_after_lowering_limit_matches_model(arguments, spec, new_length, wait):
+    model = ModelQueue(arguments)
+    state = QueueState(QUEUE, arguments)
+    store = ListStore()
+    now = 1000
+    messages = [ModelMessage(i, p, s, None if d is None else now + d - 20)
+                for i, (p, s, d) in enumerate(spec)]
+    plan = plan_enqueue(state, incoming(messages), store, now)
+    for message, ok in zip(messages, model.enqueue(
+            [dataclasses.replace(m) for m in messages], now), strict=True):
+        if ok:
+            store.rows.append((message.seq, message.priority, message.size, message.deliver_at))
+    lowered = dataclasses.replace(arguments, max_length=new_length)
+    state = dataclasses.replace(plan.state, arguments=lowered)
+    model.arguments = lowered
+    now += wait
+    settled = plan_settle(state, store, now)
+    model.settle(now)
+    check_same(model, settled.state, store, now)
+
+
+def ring_of_three() -> tuple[QueueState, ListStore]:
+    return QueueState(QUEUE, QueueArguments(max_length=3, overflow="ring")), ListStore()
+
+
+def enqueue(state: QueueState, store: ListStore, sizes: list[int], now: int = 0,
+            priority: int = 0, first_seq: int | None = None):
+    start = state.next_seq if first_seq is None else first_seq
+    messages = [ModelMessage(start + i, priority, s, None) for i, s in enumerate(sizes)]
+    plan = plan_enqueue(state, incoming(messages), store, now)
+    for message, ok in zip(messages, plan.accepted.tolist(), strict=True):
+        if ok:
+            store.rows.append((message.seq, message.priority, message.size, None))
+    return plan
+
+
+def test_ring_of_three_keeps_the_newest_three():
+    state, store = ring_of_three()
+    plan = enqueue(state, store, [1, 1, 1, 1])  # A, B, C, D
+    assert plan.removed_seqs("replaced").tolist() == [0]
+    assert store.live(plan.state, 0) == {1: "ready", 2: "ready", 3: "ready"}
+    assert plan.state.counters["replaced"] == 1
+
+
+def test_ring_evicts_one_per_append_after_a_lowered_limit():
+    state, store = ring_of_three()
+    state = enqueue(state, store, [1, 1, 1]).state
+    state.arguments = QueueArguments(max_length=1, overflow="ring")
+    assert plan_settle(state, store, 0).removals == []  # ring never trims at once
+    plan = enqueue(state, store, [1])
+    assert plan.state.ready == 3  # grew by none, shrank by none
+    assert plan.removed_seqs().tolist() == [0]
+
+
+def test_drop_head_trims_at_once_after_a_lowered_limit():
+    state = QueueState(QUEUE, QueueArguments(max_length=3))
+    store = ListStore()
+    state = enqueue(state, store, [1, 1, 1]).state
+    state.arguments = QueueArguments(max_length=1)
+    settled = plan_settle(state, store, 0)
+    assert settled.removed_seqs("dropped").tolist() == [0, 1]
+    assert settled.state.ready == 1
+
+
+def test_oversized_message_evicts_everything_itself_included():
+    state = QueueState(QUEUE, QueueArguments(max_length_bytes=10))
+    store = ListStore()
+    state = enqueue(state, store, [4, 4]).state
+    plan = enqueue(state, store, [11])
+    assert sorted(plan.removed_seqs("dropped").tolist()) == [0, 1, 2]
+    assert plan.state.ready == 0
+
+
+def test_batch_larger_than_limit_keeps_its_newest():
+    state = QueueState(QUEUE, QueueArguments(max_length=2))
+    store = ListStore()
+    plan = enqueue(state, store, [1] * 5)
+    assert sorted(store.live(plan.state, 0)) == [3, 4]
+
+
+@pytest.mark.parametrize("policy", ["reject-publish", "reject-publish-dlx"])
+def test_reject_policies_pre_check_each_message_in_arrival_order(policy):
+    state = QueueState(QUEUE, QueueArguments(max_length_bytes=10, overflow=policy,
+                                             dead_letter_queue="dlq"))
+    store = ListStore()
+    plan = enqueue(state, store, [6, 6, 3, 1])
+    assert plan.accepted.tolist() == [True, False, True, True]
+    assert plan.rejected_to_dlq.tolist() == [False, policy == "reject-publish-dlx", False, False]
+    assert plan.state.counters["rejected"] == 1
+    assert plan.state.counters["added"] == 3
+
+
+def test_reject_threshold_refuses_before_the_limit():
+    state = QueueState(QUEUE, QueueArguments(max_length=10, overflow="reject-publish",
+                                             reject_threshold=0.8))
+    plan = enqueue(state, ListStore(), [1] * 10)
+    assert int(plan.accepted.sum()) == 8
+
+
+def test_scheduled_messages_do_not_count_until_due():
+    state = QueueState(QUEUE, QueueArguments(max_length=2, overflow="ring"))
+    store = ListStore()
+    messages = [ModelMessage(0, 0, 1, 100)] + [ModelMessage(i, 0, 1, None) for i in (1, 2, 3)]
+    plan = plan_enqueue(state, incoming(messages), store, 0)
+    store.rows += [(m.seq, 0, 1, m.deliver_at) for m in messages]
+    assert plan.state.ready == 2 and len(plan.state.scheduled) == 1
+    # Due at 100: the ring is full, so the due message is removed itself (Artemis).
+    settled = plan_settle(plan.state, store, 100)
+    assert settled.removed_seqs("replaced").tolist() == [0]
+    assert store.live(settled.state, 100) == {2: "ready", 3: "ready"}
+
+
+def test_priority_head_goes_first():
+    state = QueueState(QUEUE, QueueArguments(max_length=2))
+    store = ListStore()
+    state = enqueue(state, store, [1], priority=5).state
+    state = enqueue(state, store, [1, 1], priority=0).state
+    assert store.live(state, 0) == {1: "ready", 2: "ready"}
+
+
+def test_head_position_moves_so_reads_do_not_grow_with_depth():
+    state = QueueState(QUEUE, QueueArguments(max_length=100, overflow="ring"))
+    store = ListStore(chunk=50)
+    for _ in range(20):
+        state = enqueue(state, store, [1] * 50).state
+    level = state.levels[0]
+    assert level.head == state.next_seq - 100
+    reads = list(store.read(QUEUE, 0, level.head))
+    assert sum(t.num_rows for t in reads) == 100
+    assert np.all(np.diff(np.concatenate([t["seq"].to_numpy() for t in reads])) > 0)
