@@ -113,7 +113,13 @@ def empty_rows(columns: dict[str, Any], count: int) -> pa.Table:
     arrays = []
     for field_ in FILE_SCHEMA:
         if field_.name in columns:
-            arrays.append(pa.array(columns[field_.name], type=field_.type))
+            value = columns[field_.name]
+            if isinstance(value, pa.ChunkedArray):
+                value = value.combine_chunks()
+            if isinstance(value, pa.Array):
+                arrays.append(value.cast(field_.type))
+            else:
+                arrays.append(pa.array(value, type=field_.type))
         else:
             arrays.append(pa.nulls(count, type=field_.type))
     return pa.Table.from_arrays(arrays, schema=FILE_SCHEMA)

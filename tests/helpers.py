@@ -1,0 +1,62 @@
+"""Shared test helpers: writing messages through the real sink, reading them back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+from spark_queue import QueueTable
+from spark_queue.core import identity_holds
+
+
+def messages(spark: SparkSession, bodies: list[str], queues: list[str] | None = None) -> DataFrame:
+    """A one-partition DataFrame of string bodies (and queues), in this arrival order."""
+    if queues is None:
+        return spark.createDataFrame([(b,) for b in bodies], "body string").coalesce(1)
+    rows = list(zip(bodies, queues, strict=True))
+    return spark.createDataFrame(rows, "body string, queue string").coalesce(1)
+
+
+def write_batch(df: DataFrame, path: str, **options: object) -> None:
+    writer = df.write.format("ringqueue").mode("append")
+    for key, value in options.items():
+        writer = writer.option(key, str(value))
+    writer.save(path)
+
+
+def write_stream(spark: SparkSession, df: DataFrame, path: str, tmp: Path, **options: object
+                 ) -> None:
+    """Enqueue ``df`` through a real streaming query (file source, availableNow)."""
+    source = tmp / f"in-{len(list(tmp.glob('in-*')))}"
+    df.write.parquet(str(source))
+    stream = spark.readStream.schema(df.schema).parquet(str(source))
+    writer = stream.writeStream.format("ringqueue").option(
+        "checkpointLocation", str(source) + "-checkpoint"
+    )
+    for key, value in options.items():
+        writer = writer.option(key, str(value))
+    query = writer.trigger(availableNow=True).start(path)
+    query.awaitTermination()
+    assert query.exception() is None
+
+
+def bodies(spark: SparkSession, path: str, queue: str) -> list[str]:
+    """The bodies of ``queue`` in delivery order, through the browse read."""
+    rows = spark.read.format("ringqueue").option("queue", queue).load(path).collect()
+    return [bytes(r.body).decode() for r in rows]
+
+
+def assert_identity(path: str) -> None:
+    """SEMANTICS §4 for every queue of the table (``stats`` checks it and raises)."""
+    table = QueueTable(path)
+    for name in table.queues():
+        assert identity_holds(table.stats(name))
+
+
+def enqueue(spark: SparkSession, tmp: Path, mode: str, df: DataFrame, path: str,
+            **options: object) -> None:
+    if mode == "batch":
+        write_batch(df, path, **options)
+    else:
+        write_stream(spark, df, path, tmp, **options)
