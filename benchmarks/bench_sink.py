@@ -117,6 +117,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--tmp-dir", default="/tmp", help="where the temporary work folder is made")
     add("--sections", default="throughput,depth,creep",
         help="comma-separated subset of throughput,depth,creep to run")
+    add("--conf", action="append", default=[], metavar="KEY=VALUE",
+        help="extra Spark configuration for the session (repeatable)")
     # throughput
     add("--body-sizes", type=int_list, default="200,10240", help="body sizes in bytes")
     add("--messages", type=int_list, default="2000000,100000",
@@ -147,6 +149,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if unknown or not sections:
         parser.error(f"--sections: unknown {sorted(unknown)}; use throughput,depth,creep")
     args.sections = sections
+    bad = [c for c in args.conf if "=" not in c]
+    if bad:
+        parser.error(f"--conf needs KEY=VALUE, got {bad[0]!r}")
     if len(args.messages) == 1:
         first = args.body_sizes[0]
         args.messages = [
@@ -229,11 +234,13 @@ def stream(
     query = writer.start()
     query.awaitTermination()
     seconds = time.perf_counter() - start
-    progress = [p for p in query.recentProgress if p.get("numInputRows", 0) > 0]
+    batches = [p for p in query.recentProgress if p.get("numInputRows", 0) > 0]
     return {
         "seconds": seconds,
-        "micro_batches": len(progress),
-        "input_rows": sum(int(p["numInputRows"]) for p in progress),
+        "micro_batches": len(batches),
+        "input_rows": sum(int(p["numInputRows"]) for p in batches),
+        "add_batch_ms": [p["durationMs"].get("addBatch") for p in batches],
+        "trigger_ms": [p["durationMs"].get("triggerExecution") for p in batches],
     }
 
 
@@ -573,7 +580,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         "depth": bench_depth,
         "creep": bench_creep,
     }
-    spark = local_session(app_name="bench-sink")
+    conf = dict(item.split("=", 1) for item in args.conf)
+    conf.setdefault("spark.sql.streaming.numRecentProgressUpdates", "100000")  # count rows
+    spark = local_session(app_name="bench-sink", conf=conf)
     try:
         progress(f"Spark {spark.version}, work folder {work}")
         warm_up(spark, work, args.seed)

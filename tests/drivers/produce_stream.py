@@ -1,0 +1,32 @@
+"""A producer driver for the kill test: stream Parquet files into a queue, one file a batch.
+
+Run as its own process (the test SIGKILLs its process group):
+    python tests/drivers/produce_stream.py QUEUE_PATH INPUT_DIR CHECKPOINT_DIR
+"""
+
+from __future__ import annotations
+
+import sys
+
+from spark_queue import local_session
+
+
+def main(queue_path: str, input_dir: str, checkpoint: str) -> None:
+    spark = local_session(app_name="produce-stream-driver")
+    schema = spark.read.parquet(input_dir).schema
+    query = (
+        spark.readStream.schema(schema)
+        .option("maxFilesPerTrigger", 1)
+        .parquet(input_dir)
+        .writeStream.format("ringqueue")
+        .option("queue", "orders")
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start(queue_path)
+    )
+    query.awaitTermination()
+    spark.stop()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:4])

@@ -1,0 +1,126 @@
+"""Exactly-once enqueue: a replayed micro-batch commits nothing twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from spark_queue import QueueTable
+from tests.helpers import assert_identity, bodies
+
+pytestmark = pytest.mark.spark
+ROOT = Path(__file__).resolve().parent.parent
+DRIVER = ROOT / "tests" / "drivers" / "produce_stream.py"
+FILES, PER_FILE = 6, 50
+
+
+def make_input(spark, folder: Path) -> list[str]:
+    everything = []
+    for f in range(FILES):
+        rows = [f"file{f}-msg{i}" for i in range(PER_FILE)]
+        everything += rows
+        spark.createDataFrame([(r,) for r in rows], "body string").coalesce(1).write.parquet(
+            str(folder / f"part{f}")
+        )
+    # One flat folder of files, in name order, for the file source.
+    flat = folder / "flat"
+    flat.mkdir()
+    for f in range(FILES):
+        (produced,) = list((folder / f"part{f}").glob("*.parquet"))
+        produced.rename(flat / f"{f:03d}.parquet")
+    return everything
+
+
+def committed_paths(queue_path: Path) -> set[str]:
+    found = set()
+    for log in (queue_path / "_delta_log").glob("*.json"):
+        for line in log.read_text().splitlines():
+            action = json.loads(line)
+            if "add" in action:
+                found.add(action["add"]["path"])
+    return found
+
+
+def staged_only(queue_path: Path) -> set[str]:
+    """Message files on disk that no commit references yet."""
+    on_disk = {
+        f"record=message/{p.name}" for p in (queue_path / "record=message").glob("*.parquet")
+    }
+    return on_disk - committed_paths(queue_path)
+
+
+def run_driver(queue_path: Path, source: Path, checkpoint: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT)}
+    log = open(queue_path.parent / f"driver-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
+    return subprocess.Popen(
+        [sys.executable, str(DRIVER), str(queue_path), str(source), str(checkpoint)],
+        env=env,
+        start_new_session=True,  # its own process group: the JVM and workers die with it
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def kill_between_write_and_commit(queue_path: Path, driver: subprocess.Popen) -> bool:
+    """SIGKILL the driver once a batch's files are staged but not committed."""
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and driver.poll() is None:
+        log = queue_path / "_delta_log"
+        if log.exists() and len(list(log.glob("*.json"))) >= 3 and (
+            queue_path / "record=message"
+        ).exists() and staged_only(queue_path):
+            os.killpg(driver.pid, signal.SIGKILL)
+            driver.wait()
+            return True
+        time.sleep(0.005)
+    driver.wait()
+    return False
+
+
+def test_sigkill_between_data_write_and_commit_then_restart(spark, tmp_path):
+    for attempt in range(3):
+        base = tmp_path / f"attempt{attempt}"
+        base.mkdir()
+        expected = make_input(spark, base)
+        queue_path, checkpoint = base / "queues", base / "checkpoint"
+        driver = run_driver(queue_path, base / "flat", checkpoint)
+        killed = kill_between_write_and_commit(queue_path, driver)
+        # The kill landed in the window if staged files were left behind uncommitted.
+        if killed and staged_only(queue_path):
+            break
+    else:
+        pytest.fail("could not kill the driver between a data write and its commit")
+    before = sorted(bodies(spark, str(queue_path), "orders"))
+    assert len(before) < len(expected)  # the run was cut short
+    restarted = run_driver(queue_path, base / "flat", checkpoint)
+    assert restarted.wait(timeout=300) == 0
+    after = bodies(spark, str(queue_path), "orders")
+    assert sorted(after) == sorted(expected)  # each message exactly once
+    assert QueueTable(str(queue_path)).stats("orders")["added"] == len(expected)
+    assert_identity(str(queue_path))
+
+
+def test_replayed_batch_after_its_commit_is_a_no_op(spark, tmp_path):
+    expected = make_input(spark, tmp_path)
+    queue_path, checkpoint = tmp_path / "queues", tmp_path / "checkpoint"
+    driver = run_driver(queue_path, tmp_path / "flat", checkpoint)
+    assert driver.wait(timeout=300) == 0
+    table = QueueTable(str(queue_path))
+    version = table.store.open().version()
+    # As if the driver died after the Delta commit but before Spark's commit log entry.
+    last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    (checkpoint / "commits" / str(last)).unlink()
+    (checkpoint / "commits" / f".{last}.crc").unlink(missing_ok=True)  # Hadoop's checksum
+    replay = run_driver(queue_path, tmp_path / "flat", checkpoint)
+    assert replay.wait(timeout=300) == 0
+    assert (checkpoint / "commits" / str(last)).exists()  # Spark did replay the batch
+    assert table.store.open().version() == version  # and the replay committed nothing
+    assert sorted(bodies(spark, str(queue_path), "orders")) == sorted(expected)
+    assert staged_only(queue_path) == set()  # the replay's own files were removed
