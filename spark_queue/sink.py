@@ -37,6 +37,7 @@ from spark_queue.errors import (
     InvalidInputError,
     RejectedMessagesError,
 )
+from spark_queue.maintenance import compact_if_needed, needs_compaction
 from spark_queue.options import QUEUE_NAME, SinkOptions
 from spark_queue.schema import FILE_SCHEMA, HEADERS, UTC_MICROS
 from spark_queue.store import (
@@ -185,6 +186,7 @@ class _QueueWriter:
         outcome: dict[str, Any] = {}
 
         def work(transaction: QueueTransaction) -> None:
+            outcome["snapshot"] = transaction.snapshot
             table = transaction.snapshot.table
             committed = table.transaction_version(app_id) if app_id is not None else None
             if committed is not None and batch_id is not None and committed >= batch_id:
@@ -220,8 +222,11 @@ class _QueueWriter:
             # Already committed before a restart: this replay's files are not needed.
             self._abort(messages)
             log.info("batch %s was already committed to %s; replay skipped", batch_id, store.uri)
-        elif outcome.get("rejected"):
+            return
+        if outcome.get("rejected"):
             log.warning("batch %s: rejected %s", batch_id, outcome["rejected"])
+        if needs_compaction(outcome["snapshot"]):
+            compact_if_needed(store)
 
     def _abort(self, messages: list[StagedPartition | None]) -> None:
         paths = [f.file.path for m in messages if m is not None for f in m.files]

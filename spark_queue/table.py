@@ -14,10 +14,13 @@ import pyarrow.compute as pc
 
 from spark_queue.core import COUNTERS, gauges, identity_holds
 from spark_queue.errors import QueueError, QueueNotFoundError
+from spark_queue.maintenance import compact
 from spark_queue.options import QueueArguments, check_queue_name, validate_arguments
 from spark_queue.reader import plan_partitions, read_partition, settled_states
 from spark_queue.store import QueueStore, Snapshot, now_micros
 from spark_queue.transaction import QueueTransaction, run
+
+COMPACT_ATTEMPTS = 10
 
 
 class QueueTable:
@@ -79,6 +82,21 @@ class QueueTable:
             return count
 
         return run(self.store, work, create=False)
+
+    def compact(self) -> dict[str, int]:
+        """Compact small files now (see :mod:`spark_queue.maintenance`); returns file counts.
+
+        Safe while producers run: a producer that commits first makes this try again.
+        """
+        from deltalake.exceptions import CommitFailedError
+
+        for _ in range(COMPACT_ATTEMPTS):
+            snapshot = self._snapshot()
+            try:
+                return compact(self.store, snapshot)
+            except CommitFailedError:
+                continue
+        raise QueueError(f"compaction of {self.path} lost {COMPACT_ATTEMPTS} races in a row")
 
     # -- looking -----------------------------------------------------------------------------
 
