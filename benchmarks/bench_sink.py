@@ -115,19 +115,35 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add = parser.add_argument
     add("--out", type=Path, default=DEFAULT_OUT, help="JSON results file")
     add("--tmp-dir", default="/tmp", help="where the temporary work folder is made")
-    add("--sections", default="throughput,depth,creep",
-        help="comma-separated subset of throughput,depth,creep to run")
-    add("--conf", action="append", default=[], metavar="KEY=VALUE",
-        help="extra Spark configuration for the session (repeatable)")
+    add(
+        "--sections",
+        default="throughput,depth,creep",
+        help="comma-separated subset of throughput,depth,creep to run",
+    )
+    add(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra Spark configuration for the session (repeatable)",
+    )
     # throughput
     add("--body-sizes", type=int_list, default="200,10240", help="body sizes in bytes")
-    add("--messages", type=int_list, default="2000000,100000",
+    add(
+        "--messages",
+        type=int_list,
+        default="2000000,100000",
         help="messages per body size, one per --body-sizes entry; a single N is the count for "
-        "the first size and the others get the same input bytes (N x first / size)")
+        "the first size and the others get the same input bytes (N x first / size)",
+    )
     add("--input-files", type=positive_int, default=10, help="Parquet files of each input")
     add("--files-per-trigger", type=positive_int, default=2, help="maxFilesPerTrigger")
-    add("--ring-fraction", type=fraction, default=0.5,
-        help="ringSize of the throughput queue as a fraction of the messages")
+    add(
+        "--ring-fraction",
+        type=fraction,
+        default=0.5,
+        help="ringSize of the throughput queue as a fraction of the messages",
+    )
     add("--repeats", type=positive_int, default=2, help="timed runs of each sink per size")
     # depth
     add("--depth-small", type=positive_int, default=10_000, help="messages in the shallow queue")
@@ -139,8 +155,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     add("--creep-batches", type=positive_int, default=1000, help="consecutive timed commits")
     add("--creep-size", type=positive_int, default=100, help="messages per creep batch")
     add("--creep-ring", type=positive_int, default=10_000, help="ringSize of the creep queue")
-    add("--creep-window", type=positive_int, default=50,
-        help="batches in the first and last window (at most half of --creep-batches)")
+    add(
+        "--creep-window",
+        type=positive_int,
+        default=50,
+        help="batches in the first and last window (at most half of --creep-batches)",
+    )
     add("--seed", type=int, default=7, help="seed of the random bodies")
     args = parser.parse_args(argv)
 
@@ -297,17 +317,28 @@ def warm_up(spark: SparkSession, work: Path, seed: int) -> None:
     write_bodies(source, 100, SMALL_BODY, 2, seed)
     for sink in ("ringqueue", "delta"):
         result = stream(
-            spark, sink, source, work / f"warmup-{sink}", work / f"warmup-{sink}-checkpoint",
-            files_per_trigger=1, ring_size=50,
+            spark,
+            sink,
+            source,
+            work / f"warmup-{sink}",
+            work / f"warmup-{sink}-checkpoint",
+            files_per_trigger=1,
+            ring_size=50,
         )
         progress(f"warm-up {sink}: {result['seconds']:.2f}s")
-    for name in ("warmup-input", "warmup-ringqueue", "warmup-delta",
-                 "warmup-ringqueue-checkpoint", "warmup-delta-checkpoint"):
+    for name in (
+        "warmup-input",
+        "warmup-ringqueue",
+        "warmup-delta",
+        "warmup-ringqueue-checkpoint",
+        "warmup-delta-checkpoint",
+    ):
         shutil.rmtree(work / name, ignore_errors=True)
 
 
-def bench_throughput(spark: SparkSession, args: argparse.Namespace, work: Path
-                     ) -> list[dict[str, Any]]:
+def bench_throughput(
+    spark: SparkSession, args: argparse.Namespace, work: Path
+) -> list[dict[str, Any]]:
     results = []
     for body_size, messages in zip(args.body_sizes, args.messages, strict=True):
         source = work / f"input-{body_size}"
@@ -325,8 +356,13 @@ def bench_throughput(spark: SparkSession, args: argparse.Namespace, work: Path
                 name = f"{sink}-{body_size}-{repeat}"
                 target, checkpoint = work / name, work / f"{name}-checkpoint"
                 run = stream(
-                    spark, sink, source, target, checkpoint,
-                    files_per_trigger=args.files_per_trigger, ring_size=ring_size,
+                    spark,
+                    sink,
+                    source,
+                    target,
+                    checkpoint,
+                    files_per_trigger=args.files_per_trigger,
+                    ring_size=ring_size,
                 )
                 run["rate"] = messages / run["seconds"]
                 if run["input_rows"] != messages:
@@ -335,8 +371,10 @@ def bench_throughput(spark: SparkSession, args: argparse.Namespace, work: Path
                     run["check"] = queue_check(target, messages, min(messages, ring_size))
                 else:
                     count = spark.read.format("delta").load(str(target)).count()
-                    run["check"] = "ok" if count == messages else (
-                        f"FAILED: Delta table holds {count} rows, expected {messages}"
+                    run["check"] = (
+                        "ok"
+                        if count == messages
+                        else (f"FAILED: Delta table holds {count} rows, expected {messages}")
                     )
                 runs[sink].append(run)
                 progress(
@@ -400,9 +438,7 @@ def bench_depth(spark: SparkSession, args: argparse.Namespace, work: Path) -> di
             times[label].append(seconds)
             progress(f"depth {depths[label]:,} batch {index + 1}: {seconds:.2f}s")
     checks = {
-        label: queue_check(
-            paths[label], depth + args.depth_batches * args.depth_batch, depth
-        )
+        label: queue_check(paths[label], depth + args.depth_batches * args.depth_batch, depth)
         for label, depth in depths.items()
     }
     shapes = {label: table_shape(path) for label, path in paths.items()}
@@ -478,8 +514,10 @@ def summary(results: dict[str, Any]) -> str:
         for entry in throughput:
             for sink in ("ringqueue", "delta"):
                 runs = entry["runs"][sink]
-                ratio = f"{entry['ratio_ringqueue_to_delta']:14.2f}" if sink == "ringqueue" else (
-                    " " * 14
+                ratio = (
+                    f"{entry['ratio_ringqueue_to_delta']:14.2f}"
+                    if sink == "ringqueue"
+                    else (" " * 14)
                 )
                 lines.append(
                     f"{entry['body_size']:>6}B {entry['messages']:>11,} {sink:<10} "
@@ -555,7 +593,10 @@ def environment() -> dict[str, Any]:
         ).stdout.strip()
         dirty = subprocess.run(
             ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=ROOT, capture_output=True, text=True, check=True,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
         ).stdout.strip()
         info["git_commit"] = commit
         info["git_dirty"] = bool(dirty)

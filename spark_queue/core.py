@@ -94,7 +94,9 @@ class QueueState:
             {
                 "arguments": json.loads(self.arguments.to_json()),
                 "counters": self.counters,
-                "levels": {str(p): [v.head, v.ready, v.ready_bytes] for p, v in self.levels.items()},
+                "levels": {
+                    str(p): [v.head, v.ready, v.ready_bytes] for p, v in self.levels.items()
+                },
                 "holes": sorted(self.holes),
                 "extras": [[e.seq, e.priority, e.size, e.deliver_at] for e in self.extras],
                 "next_seq": self.next_seq,
@@ -167,16 +169,21 @@ class _LevelCursor:
         self._stored: list[tuple[np.ndarray, np.ndarray]] = []  # (seqs, sizes) chunks
         extras = sorted((e for e in state.extras if e.priority == priority), key=lambda e: e.seq)
         if extras:  # below the head, so ahead of every stored row
-            self._stored.append((np.array([e.seq for e in extras], dtype=np.int64),
-                                 np.array([e.size for e in extras], dtype=np.int64)))
+            self._stored.append(
+                (
+                    np.array([e.seq for e in extras], dtype=np.int64),
+                    np.array([e.size for e in extras], dtype=np.int64),
+                )
+            )
         self._stored_done = False
         self._incoming: list[tuple[np.ndarray, np.ndarray]] = []
 
     def append(self, seqs: np.ndarray, sizes: np.ndarray) -> None:
         self._incoming.append((seqs, sizes))
 
-    def _fill(self) -> bool:
-        while not self._stored and not self._stored_done:
+    def _read_more(self) -> bool:
+        """Buffer the next stored chunk that has ready rows; False once none are left."""
+        while not self._stored_done:
             batch = next(self._batches, None)
             if batch is None:
                 self._stored_done = True
@@ -188,10 +195,20 @@ class _LevelCursor:
             ready = live & (due <= self._now)  # later ones are scheduled: in the index
             if ready.any():
                 self._stored.append((seqs[ready], sizes[ready]))
-        return bool(self._stored)
+                return True
+        return False
+
+    def _chunk(self, index: int) -> tuple[np.ndarray, np.ndarray] | None:
+        """The ``index``-th buffered chunk in head order: stored rows first, then arrivals."""
+        while len(self._stored) <= index and self._read_more():
+            pass
+        if index < len(self._stored):
+            return self._stored[index]
+        index -= len(self._stored)
+        return self._incoming[index] if index < len(self._incoming) else None
 
     def _source(self) -> list[tuple[np.ndarray, np.ndarray]] | None:
-        if self._fill():
+        if self._stored or self._read_more():
             return self._stored
         return self._incoming if self._incoming else None
 
@@ -217,40 +234,19 @@ class _LevelCursor:
 
     def count_for_bytes(self, excess: int, limit: int) -> int:
         """How many head messages (at most ``limit``) hold at least ``excess`` bytes."""
-        counted, total = 0, 0
-        chunks_seen = 0
+        counted, total, index = 0, 0, 0
         while total < excess and counted < limit:
-            source = self._source_at(chunks_seen)
-            if source is None:
+            chunk = self._chunk(index)
+            if chunk is None:
                 break
-            sizes = source[1]
-            cumulative = np.cumsum(sizes)
-            need = excess - total
-            index = int(np.searchsorted(cumulative, need))  # first prefix reaching `need`
-            if index < len(sizes):
-                return min(limit, counted + index + 1)
-            counted += len(sizes)
-            total += int(cumulative[-1]) if len(sizes) else 0
-            chunks_seen += 1
+            cumulative = np.cumsum(chunk[1])
+            reach = int(np.searchsorted(cumulative, excess - total))  # first prefix that does
+            if reach < len(cumulative):
+                return min(limit, counted + reach + 1)
+            counted += len(cumulative)
+            total += int(cumulative[-1]) if len(cumulative) else 0
+            index += 1
         return min(limit, counted)
-
-    def _source_at(self, index: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """The ``index``-th chunk in head order, reading stored rows as needed."""
-        while len(self._stored) <= index and not self._stored_done:
-            batch_count = len(self._stored)
-            self._stored_done_guard()
-            if len(self._stored) == batch_count:
-                break
-        if index < len(self._stored):
-            return self._stored[index]
-        index -= len(self._stored)
-        return self._incoming[index] if index < len(self._incoming) else None
-
-    def _stored_done_guard(self) -> None:
-        # Read one more stored batch without consuming anything already buffered.
-        buffered, self._stored = self._stored, []
-        self._fill()
-        self._stored = buffered + self._stored
 
     def first_ready(self) -> int | None:
         """The smallest seq still ready in this level after this commit's evictions."""
@@ -280,8 +276,9 @@ class _Queue:
             return True
         return args.max_length_bytes is not None and self.state.ready_bytes > args.max_length_bytes
 
-    def _remove(self, priority: int, seqs: np.ndarray, sizes: np.ndarray, outcome: str,
-                dead_letter: bool) -> None:
+    def _remove(
+        self, priority: int, seqs: np.ndarray, sizes: np.ndarray, outcome: str, dead_letter: bool
+    ) -> None:
         level = self.state.levels[priority]
         level.ready -= len(seqs)
         level.ready_bytes -= int(sizes.sum())
@@ -343,7 +340,7 @@ class _Queue:
                 level.head = max(level.head, first)
             elif priority in highest:
                 level.head = max(level.head, highest[priority] + 1)
-        for priority, level in state.levels.items():
+        for level in state.levels.values():
             if level.ready == 0:
                 level.head = max(level.head, state.next_seq)
         removed = set()
@@ -351,7 +348,8 @@ class _Queue:
             removed.update(seqs.tolist())
             state.holes.update(seqs[seqs >= state.levels[priority].head].tolist())
         state.extras = [
-            e for e in state.extras
+            e
+            for e in state.extras
             if e.seq not in removed and e.seq < state.levels[e.priority].head
         ]
         floor = min((lv.head for lv in state.levels.values()), default=state.next_seq)
@@ -369,22 +367,24 @@ def _promote_due(queue: _Queue) -> None:
     messages either way, and no cursor reads before every promoted message is in place.
     """
     state, args = queue.state, queue.state.arguments
-    due = sorted((s for s in state.scheduled if s.deliver_at <= queue.now),
-                 key=lambda s: (s.deliver_at, s.seq))
+    due = sorted(
+        (s for s in state.scheduled if s.deliver_at <= queue.now),
+        key=lambda s: (s.deliver_at, s.seq),
+    )
     if not due:
         return
     state.scheduled = [s for s in state.scheduled if s.deliver_at > queue.now]
     for message in due:
         level = state.levels.setdefault(message.priority, Level(head=message.seq))
-        if args.overflow == "ring" and args.max_length is not None:
-            if state.ready + 1 > args.max_length:
-                # Artemis: a due message that does not fit the ring is removed itself.
-                state.counters["replaced"] += 1
-                queue.removals.append(Removal(np.array([message.seq]), "replaced", False))
-                queue.evicted.append((message.priority, np.array([message.seq])))
-                if message.seq >= level.head:
-                    state.holes.add(message.seq)  # before any cursor reads past it
-                continue
+        ring = args.overflow == "ring" and args.max_length is not None
+        if ring and state.ready + 1 > args.max_length:
+            # Artemis: a due message that does not fit the ring is removed itself.
+            state.counters["replaced"] += 1
+            queue.removals.append(Removal(np.array([message.seq]), "replaced", False))
+            queue.evicted.append((message.priority, np.array([message.seq])))
+            if message.seq >= level.head:
+                state.holes.add(message.seq)  # before any cursor reads past it
+            continue
         level.ready += 1
         level.ready_bytes += message.size
         if message.seq < level.head:
@@ -393,8 +393,9 @@ def _promote_due(queue: _Queue) -> None:
         queue.trim("dropped", args.dead_letter_queue is not None)
 
 
-def plan_enqueue(state: QueueState, incoming: pa.Table, reader: HeadReader, now: int
-                 ) -> EnqueuePlan:
+def plan_enqueue(
+    state: QueueState, incoming: pa.Table, reader: HeadReader, now: int
+) -> EnqueuePlan:
     """Apply one commit's incoming messages to a queue; the input state is left unchanged.
 
     ``incoming`` holds ``seq``, ``size``, ``priority`` and ``deliver_at`` (microseconds or
@@ -479,8 +480,15 @@ def _ring_append(queue: _Queue, priority: int, seqs: np.ndarray, sizes: np.ndarr
         queue.evict(1, "replaced", False)
 
 
-def _pre_check(queue: _Queue, seqs: np.ndarray, sizes: np.ndarray, priorities: np.ndarray,
-               ready: np.ndarray, accepted: np.ndarray, rejected_to_dlq: np.ndarray) -> None:
+def _pre_check(
+    queue: _Queue,
+    seqs: np.ndarray,
+    sizes: np.ndarray,
+    priorities: np.ndarray,
+    ready: np.ndarray,
+    accepted: np.ndarray,
+    rejected_to_dlq: np.ndarray,
+) -> None:
     """reject-publish(-dlx): an exact check per message, in arrival order (§2)."""
     state, args = queue.state, queue.state.arguments
     count_cap = None if args.max_length is None else args.max_length * args.reject_threshold
@@ -506,8 +514,9 @@ def _pre_check(queue: _Queue, seqs: np.ndarray, sizes: np.ndarray, priorities: n
     kept = ready[accepted[ready]]
     if len(kept):
         run_starts = np.flatnonzero(np.diff(priorities[kept], prepend=np.nan) != 0)
-        for start, end in zip(run_starts.tolist(), [*run_starts[1:].tolist(), len(kept)],
-                              strict=True):
+        for start, end in zip(
+            run_starts.tolist(), [*run_starts[1:].tolist(), len(kept)], strict=True
+        ):
             index = kept[start:end]
             queue.join(int(priorities[index[0]]), seqs[index], sizes[index])
 

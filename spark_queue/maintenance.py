@@ -17,6 +17,8 @@ its batch again. No row that is live, and no counter, changes.
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -103,18 +105,24 @@ def compact(store: QueueStore, snapshot: Snapshot) -> dict[str, int]:
     )
     if removal.num_rows >= 2:
         rows = pa.concat_tables([store.read_file(p) for p in removal["path"].to_pylist()])
-        adds.append(write_file(store.uri, REMOVAL, rows.sort_by([("queue", "ascending"),
-                                                                 ("seq", "ascending")])))
+        adds.append(
+            write_file(
+                store.uri, REMOVAL, rows.sort_by([("queue", "ascending"), ("seq", "ascending")])
+            )
+        )
         removes += [
             (path, size, REMOVAL)
-            for path, size in zip(removal["path"].to_pylist(), removal["size"].to_pylist(),
-                                  strict=True)
+            for path, size in zip(
+                removal["path"].to_pylist(), removal["size"].to_pylist(), strict=True
+            )
         ]
     if not removes:
         return {"dropped": 0, "rewritten": 0, "written": 0}
     try:
         store.commit(
-            snapshot.table, adds, removes,
+            snapshot.table,
+            adds,
+            removes,
             operation={"operation": "COMPACT", "dropped": dropped, "rewritten": rewritten},
         )
     except BaseException:
@@ -130,7 +138,5 @@ def compact_if_needed(store: QueueStore) -> None:
     snapshot = store.snapshot()
     if snapshot is None or not needs_compaction(snapshot):
         return
-    try:
+    with contextlib.suppress(CommitFailedError):
         compact(store, snapshot)
-    except CommitFailedError:
-        pass

@@ -181,9 +181,10 @@ def validate_arguments(given: Mapping[str, Any], *, camel: bool = False) -> dict
                 f"ringSize means overflow=ring; it cannot be combined with overflow="
                 f"{given['overflow']!r}"
             )
-        if given.get("max_length") is not None and parse_limit(
-            label("max_length"), given["max_length"]
-        ) != size:
+        if (
+            given.get("max_length") is not None
+            and parse_limit(label("max_length"), given["max_length"]) != size
+        ):
             raise InvalidOptionError(
                 f"ringSize={given['ring_size']!r} and maxLength={given['max_length']!r} disagree"
             )

@@ -45,8 +45,13 @@ def settled_states(store: QueueStore, snapshot: Snapshot, now: int) -> dict[str,
     return {name: plan_settle(state, reader, now).state for name, state in snapshot.states.items()}
 
 
-def plan_partitions(store: QueueStore, snapshot: Snapshot, states: dict[str, QueueState],
-                    queue: str | None, now: int) -> list[BrowsePartition]:
+def plan_partitions(
+    store: QueueStore,
+    snapshot: Snapshot,
+    states: dict[str, QueueState],
+    queue: str | None,
+    now: int,
+) -> list[BrowsePartition]:
     if queue is not None and queue not in states:
         raise QueueNotFoundError(
             f"queue {queue!r} does not exist in {store.uri}; queues: {sorted(states)}"
@@ -92,7 +97,9 @@ def read_partition(partition: BrowsePartition) -> pa.Table:
         return browse_arrow_schema().empty_table()
     live = pc.greater_equal(rows["seq"], partition.head)
     if partition.holes:
-        live = pc.and_(live, pc.invert(pc.is_in(rows["seq"], pa.array(partition.holes, pa.int64()))))
+        live = pc.and_(
+            live, pc.invert(pc.is_in(rows["seq"], pa.array(partition.holes, pa.int64())))
+        )
     if partition.below:
         live = pc.or_(live, pc.is_in(rows["seq"], pa.array(partition.below, pa.int64())))
     rows = rows.filter(live)

@@ -5,7 +5,7 @@ a row is:
 
 - ``message``: an enqueued message (immutable once committed);
 - ``removal``: the end of a message's life in its queue (``outcome``: replaced, dropped, ...);
-- ``queue``: one row per queue with its arguments, counters and head positions (``queue_state``, JSON);
+- ``queue``: one row per queue: arguments, counters, head positions (``queue_state``, JSON);
 - ``scheduled``: the index of messages not yet due.
 
 ``queue`` and ``scheduled`` rows are rewritten by every commit (the previous files are removed
@@ -103,9 +103,11 @@ def check_input_schema(schema: StructType) -> None:
     names = [f.name for f in schema.fields]
     lowered = {n.lower(): n for n in names}
     if REQUIRED_INPUT not in names:
-        hint = f" (found {lowered[REQUIRED_INPUT]!r}; names are case-sensitive)" if (
-            REQUIRED_INPUT in lowered
-        ) else ""
+        hint = (
+            f" (found {lowered[REQUIRED_INPUT]!r}; names are case-sensitive)"
+            if (REQUIRED_INPUT in lowered)
+            else ""
+        )
         raise InvalidInputError(
             f"the DataFrame has no 'body' column{hint}; the sink needs body (binary or string) "
             f"and accepts {', '.join(INPUT_TYPES)}"

@@ -12,6 +12,7 @@ driver side.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -102,10 +103,8 @@ def write_file(root: str, record: str, rows: pa.Table, tag: str = "") -> StagedF
 def delete_files(root: str, relatives: list[str]) -> None:
     fs, base = filesystem(root)
     for relative in relatives:
-        try:
+        with contextlib.suppress(FileNotFoundError, OSError):
             fs.delete_file(f"{base.rstrip('/')}/{relative}")
-        except (FileNotFoundError, OSError):
-            pass
 
 
 def empty_rows(columns: dict[str, Any], count: int) -> pa.Table:
@@ -139,8 +138,9 @@ class Snapshot:
     states: dict[str, QueueState]
     state_files: list[tuple[str, int, str]] = field(default_factory=list)  # path, size, record
 
-    def message_files(self, queue: str, *, priority: int | None = None, from_seq: int = 0
-                      ) -> pa.Table:
+    def message_files(
+        self, queue: str, *, priority: int | None = None, from_seq: int = 0
+    ) -> pa.Table:
         """Message files that may hold ``queue`` rows (of ``priority``) at or after a seq."""
         files = self.files
         mask = pc.and_(
@@ -228,7 +228,8 @@ class QueueStore:
         table = self.open()
         if table is not None:
             return table
-        try:
+        # Another writer may create it meanwhile: then open what is there.
+        with contextlib.suppress(DeltaError):
             create_table_with_add_actions(
                 self.uri,
                 Schema.from_arrow(TABLE_SCHEMA),
@@ -239,8 +240,6 @@ class QueueStore:
                 description=FORMAT_DESCRIPTION,
                 configuration=TABLE_CONFIGURATION,
             )
-        except DeltaError:
-            pass  # created meanwhile by another writer: open what is there
         return DeltaTable(self.uri)
 
     def snapshot(self, table: Any | None = None) -> Snapshot | None:
@@ -263,8 +262,9 @@ class QueueStore:
         states = self._read_states(listed)
         return Snapshot(table, table.version(), files, states, listed)
 
-    def read_rows(self, relative: str, columns: list[str] | None = None, filters: Any = None
-              ) -> pa.Table:
+    def read_rows(
+        self, relative: str, columns: list[str] | None = None, filters: Any = None
+    ) -> pa.Table:
         return pq.read_table(
             f"{self.base.rstrip('/')}/{relative}",
             filesystem=self.fs,
@@ -294,7 +294,9 @@ class QueueStore:
         states: dict[str, QueueState] = {}
         for rows in queue_rows:
             for name, text in zip(
-                rows.column("queue").to_pylist(), rows.column("queue_state").to_pylist(), strict=True
+                rows.column("queue").to_pylist(),
+                rows.column("queue_state").to_pylist(),
+                strict=True,
             ):
                 states[name] = QueueState.from_json(name, text, scheduled.get(name, []))
         return states
@@ -304,8 +306,9 @@ class QueueStore:
     def head_reader(self, snapshot: Snapshot) -> FileHeadReader:
         return FileHeadReader(self, snapshot)
 
-    def read_messages(self, snapshot: Snapshot, queue: str, seqs: np.ndarray,
-                      columns: list[str] | None = None) -> pa.Table:
+    def read_messages(
+        self, snapshot: Snapshot, queue: str, seqs: np.ndarray, columns: list[str] | None = None
+    ) -> pa.Table:
         """The stored message rows of ``queue`` with the given seqs (any order)."""
         if not len(seqs):
             return FILE_SCHEMA.empty_table()
@@ -320,15 +323,17 @@ class QueueStore:
             if rows.num_rows:
                 parts.append(rows)
         if not parts:
-            return FILE_SCHEMA.empty_table() if columns is None else FILE_SCHEMA.empty_table(
-            ).select(columns)
+            return (
+                FILE_SCHEMA.empty_table()
+                if columns is None
+                else FILE_SCHEMA.empty_table().select(columns)
+            )
         return pa.concat_tables(parts)
 
     def read_file(self, relative: str, columns: list[str] | None = None) -> pa.Table:
         return self.read_rows(relative, columns)
 
-    def read_head_rows(self, relative: str, queue: str, priority: int, from_seq: int
-                       ) -> pa.Table:
+    def read_head_rows(self, relative: str, queue: str, priority: int, from_seq: int) -> pa.Table:
         """One file's rows of a queue level from a seq, as :data:`HEAD_SCHEMA`, seq order."""
         rows = self.read_rows(
             relative,
@@ -374,7 +379,8 @@ class QueueStore:
             for path, size, record in removes
         ]
         transactions = (
-            [Transaction(app_id, app_version)] if app_id is not None and app_version is not None
+            [Transaction(app_id, app_version)]
+            if app_id is not None and app_version is not None
             else None
         )
         table.create_write_transaction(

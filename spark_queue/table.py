@@ -166,7 +166,9 @@ class QueueTable:
 
     def _live(self, snapshot: Snapshot, name: str, now: int) -> pa.Table:
         states = settled_states(self.store, snapshot, now)
-        parts = [read_partition(p) for p in plan_partitions(self.store, snapshot, states, name, now)]
+        parts = [
+            read_partition(p) for p in plan_partitions(self.store, snapshot, states, name, now)
+        ]
         if not parts:
             return pa.table({"seq": pa.array([], pa.int64())})
         seqs = np.concatenate([p["seq"].to_numpy() for p in parts]) if parts else np.zeros(0)

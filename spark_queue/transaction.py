@@ -88,12 +88,12 @@ class QueueTransaction:
             return state
         if not alter:
             current = state.arguments
-            differ = [(k, getattr(current, k), v) for k, v in given.items()
-                      if getattr(current, k) != v]
+            differ = [
+                (k, getattr(current, k), v) for k, v in given.items() if getattr(current, k) != v
+            ]
             if differ:
                 shown = "; ".join(
-                    f"{option_name(k)}: queue has {old!r}, given {new!r}"
-                    for k, old, new in differ
+                    f"{option_name(k)}: queue has {old!r}, given {new!r}" for k, old, new in differ
                 )
                 raise ArgumentMismatchError(
                     f"queue {name!r} exists with other arguments ({shown}); "
@@ -113,9 +113,7 @@ class QueueTransaction:
             by_queue.setdefault(item.queue, []).append(item.file)
         for name in sorted(by_queue):
             self.declare(name, given)
-        incoming = {
-            name: self._incoming(files) for name, files in sorted(by_queue.items())
-        }
+        incoming = {name: self._incoming(files) for name, files in sorted(by_queue.items())}
         dead_letters: dict[str, list[pa.Table]] = {}
         rejected_counts: dict[str, int] = {}
         pending = set(incoming)
@@ -161,7 +159,8 @@ class QueueTransaction:
         """A queue none of whose pending sources dead-letter into it, else any."""
         for name in sorted(pending):
             sources = [
-                s for s in pending
+                s
+                for s in pending
                 if s != name and self.states[s].arguments.dead_letter_queue == name
             ]
             if not sources:
@@ -193,8 +192,9 @@ class QueueTransaction:
             else:
                 files[index] = StagedFile(staged.path, 0, MESSAGE, staged.stats, 0)
 
-    def _dead_letters(self, name: str, plan: EnqueuePlan, own: pa.Table | None,
-                      staged: list[StagedFile]) -> pa.Table | None:
+    def _dead_letters(
+        self, name: str, plan: EnqueuePlan, own: pa.Table | None, staged: list[StagedFile]
+    ) -> pa.Table | None:
         """Copies of what ``name`` dead-letters, as new messages of its dead-letter queue."""
         target = plan.state.arguments.dead_letter_queue
         if target is None:
@@ -247,8 +247,10 @@ class QueueTransaction:
             else:
                 self.declare(target, {})
                 dlq_plan = plan_enqueue(
-                    self.states[target], _incoming_of(letters),
-                    self.store.head_reader(self.snapshot), self.now,
+                    self.states[target],
+                    _incoming_of(letters),
+                    self.store.head_reader(self.snapshot),
+                    self.now,
                 )
                 self.states[target] = dlq_plan.state
                 self._record_removals(target, dlq_plan)
@@ -267,8 +269,10 @@ class QueueTransaction:
         state.holes = set()
         state.levels = {p: Level(head=state.next_seq) for p in state.levels}
         self._record_removals(
-            name, EnqueuePlan(state, np.zeros(0, bool), np.zeros(0, bool),
-                              [Removal(live_seqs, "purged", False)])
+            name,
+            EnqueuePlan(
+                state, np.zeros(0, bool), np.zeros(0, bool), [Removal(live_seqs, "purged", False)]
+            ),
         )
         self.touched.add(name)
         return count
@@ -286,9 +290,7 @@ class QueueTransaction:
                         "queue": [name] * count,
                         "seq": removal.seqs,
                         "outcome": [removal.outcome] * count,
-                        "event_at": pa.array(np.full(count, self.now), pa.int64()).cast(
-                            UTC_MICROS
-                        ),
+                        "event_at": pa.array(np.full(count, self.now), pa.int64()).cast(UTC_MICROS),
                     },
                     count,
                 )
@@ -327,8 +329,9 @@ class QueueTransaction:
         )
         return queue_rows, scheduled_rows
 
-    def commit(self, *, app_id: str | None = None, app_version: int | None = None,
-               operation: str) -> None:
+    def commit(
+        self, *, app_id: str | None = None, app_version: int | None = None, operation: str
+    ) -> None:
         """Write removals and states and publish everything in one Delta commit."""
         if self.removal_rows:
             self._add_rows(REMOVAL, pa.concat_tables(self.removal_rows))
@@ -375,8 +378,13 @@ def _incoming_of(rows: pa.Table | None) -> pa.Table:
     )
 
 
-def run(store: QueueStore, work: Callable[[QueueTransaction], T], *, create: bool = True,
-        attempts: int = COMMIT_ATTEMPTS) -> T:
+def run(
+    store: QueueStore,
+    work: Callable[[QueueTransaction], T],
+    *,
+    create: bool = True,
+    attempts: int = COMMIT_ATTEMPTS,
+) -> T:
     """Plan ``work`` on a fresh snapshot and commit; plan again if another writer won.
 
     ``work`` performs the operations and calls :meth:`QueueTransaction.commit`; what it

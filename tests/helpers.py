@@ -25,8 +25,9 @@ def write_batch(df: DataFrame, path: str, **options: object) -> None:
     writer.save(path)
 
 
-def write_stream(spark: SparkSession, df: DataFrame, path: str, tmp: Path, **options: object
-                 ) -> None:
+def write_stream(
+    spark: SparkSession, df: DataFrame, path: str, tmp: Path, **options: object
+) -> None:
     """Enqueue ``df`` through a real streaming query (file source, availableNow)."""
     source = tmp / f"in-{len(list(tmp.glob('in-*')))}"
     df.write.parquet(str(source))
@@ -54,8 +55,9 @@ def assert_identity(path: str) -> None:
         assert identity_holds(table.stats(name))
 
 
-def enqueue(spark: SparkSession, tmp: Path, mode: str, df: DataFrame, path: str,
-            **options: object) -> None:
+def enqueue(
+    spark: SparkSession, tmp: Path, mode: str, df: DataFrame, path: str, **options: object
+) -> None:
     if mode == "batch":
         write_batch(df, path, **options)
     else:

@@ -67,10 +67,10 @@ class ModelQueue:
         )
         a = self.arguments
         for message in due:
-            if a.overflow == "ring" and a.max_length is not None:
-                if len(self.ready()) + 1 > a.max_length:
-                    self.remove(message, "replaced")
-                    continue
+            ring_full = a.overflow == "ring" and a.max_length is not None
+            if ring_full and len(self.ready()) + 1 > a.max_length:
+                self.remove(message, "replaced")
+                continue
             message.status = "ready"
         # Everything that fell due since the last commit joins at once, then drop-head trims
         # (docs/DESIGN.md: promotion is lazy, at the next commit or read).
@@ -94,9 +94,11 @@ class ModelQueue:
                 count_ok = a.max_length is None or len(ready) + 1 <= a.max_length * (
                     a.reject_threshold
                 )
-                bytes_ok = a.max_length_bytes is None or sum(m.size for m in ready) + (
-                    message.size
-                ) <= a.max_length_bytes * a.reject_threshold
+                bytes_ok = (
+                    a.max_length_bytes is None
+                    or sum(m.size for m in ready) + (message.size)
+                    <= a.max_length_bytes * a.reject_threshold
+                )
                 if not (count_ok and bytes_ok):
                     self.counters["rejected"] += 1
                     accepted.append(False)

@@ -53,8 +53,9 @@ def test_options_are_case_insensitive_and_minus_one_is_unlimited():
 
 
 @pytest.mark.parametrize(("option", "value", "named"), BAD_OPTIONS[::3])
-def test_bad_option_fails_the_spark_write_and_writes_nothing(spark, queue_path, option, value,
-                                                            named):
+def test_bad_option_fails_the_spark_write_and_writes_nothing(
+    spark, queue_path, option, value, named
+):
     QueueTable(queue_path).declare("q")
     version = QueueTable(queue_path).store.open().version()
     options = {"queue": "q", option: value}

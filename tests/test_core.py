@@ -109,8 +109,12 @@ batches_strategy = st.lists(
 
 
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(arguments=arguments_strategy, batches=batches_strategy, single_priority=st.booleans(),
-       chunk=st.integers(1, 4))
+@given(
+    arguments=arguments_strategy,
+    batches=batches_strategy,
+    single_priority=st.booleans(),
+    chunk=st.integers(1, 4),
+)
 def test_enqueue_matches_reference_model(arguments, batches, single_priority, chunk):
     model = ModelQueue(arguments)
     state = QueueState(QUEUE, arguments)
@@ -121,8 +125,14 @@ def test_enqueue_matches_reference_model(arguments, batches, single_priority, ch
         now += advance
         messages = []
         for priority, size, due in spec:
-            messages.append(ModelMessage(seq, 0 if single_priority else priority, size,
-                                         None if due is None else now - 20 + due))
+            messages.append(
+                ModelMessage(
+                    seq,
+                    0 if single_priority else priority,
+                    size,
+                    None if due is None else now - 20 + due,
+                )
+            )
             seq += 2  # gaps: seqs need only increase
         plan = plan_enqueue(state, incoming(messages), store, now)
         dead_before = len(model.dead_lettered)
@@ -130,8 +140,7 @@ def test_enqueue_matches_reference_model(arguments, batches, single_priority, ch
         assert plan.accepted.tolist() == accepted
         for message, ok in zip(messages, accepted, strict=True):
             if ok:
-                store.rows.append((message.seq, message.priority, message.size,
-                                   message.deliver_at))
+                store.rows.append((message.seq, message.priority, message.size, message.deliver_at))
         for removal in plan.removals:
             for s in removal.seqs.tolist():
                 assert s not in removed, f"seq {s} removed twice"
@@ -145,18 +154,25 @@ def test_enqueue_matches_reference_model(arguments, batches, single_priority, ch
 
 
 @settings(max_examples=200, deadline=None)
-@given(arguments=arguments_strategy, spec=st.lists(message_strategy, max_size=12),
-       new_length=st.integers(0, 5), wait=st.integers(0, 60))
+@given(
+    arguments=arguments_strategy,
+    spec=st.lists(message_strategy, max_size=12),
+    new_length=st.integers(0, 5),
+    wait=st.integers(0, 60),
+)
 def test_settle_after_lowering_limit_matches_model(arguments, spec, new_length, wait):
     model = ModelQueue(arguments)
     state = QueueState(QUEUE, arguments)
     store = ListStore()
     now = 1000
-    messages = [ModelMessage(i, p, s, None if d is None else now + d - 20)
-                for i, (p, s, d) in enumerate(spec)]
+    messages = [
+        ModelMessage(i, p, s, None if d is None else now + d - 20)
+        for i, (p, s, d) in enumerate(spec)
+    ]
     plan = plan_enqueue(state, incoming(messages), store, now)
-    for message, ok in zip(messages, model.enqueue(
-            [dataclasses.replace(m) for m in messages], now), strict=True):
+    for message, ok in zip(
+        messages, model.enqueue([dataclasses.replace(m) for m in messages], now), strict=True
+    ):
         if ok:
             store.rows.append((message.seq, message.priority, message.size, message.deliver_at))
     lowered = dataclasses.replace(arguments, max_length=new_length)
@@ -172,8 +188,14 @@ def ring_of_three() -> tuple[QueueState, ListStore]:
     return QueueState(QUEUE, QueueArguments(max_length=3, overflow="ring")), ListStore()
 
 
-def enqueue(state: QueueState, store: ListStore, sizes: list[int], now: int = 0,
-            priority: int = 0, first_seq: int | None = None):
+def enqueue(
+    state: QueueState,
+    store: ListStore,
+    sizes: list[int],
+    now: int = 0,
+    priority: int = 0,
+    first_seq: int | None = None,
+):
     start = state.next_seq if first_seq is None else first_seq
     messages = [ModelMessage(start + i, priority, s, None) for i, s in enumerate(sizes)]
     plan = plan_enqueue(state, incoming(messages), store, now)
@@ -229,8 +251,9 @@ def test_batch_larger_than_limit_keeps_its_newest():
 
 @pytest.mark.parametrize("policy", ["reject-publish", "reject-publish-dlx"])
 def test_reject_policies_pre_check_each_message_in_arrival_order(policy):
-    state = QueueState(QUEUE, QueueArguments(max_length_bytes=10, overflow=policy,
-                                             dead_letter_queue="dlq"))
+    state = QueueState(
+        QUEUE, QueueArguments(max_length_bytes=10, overflow=policy, dead_letter_queue="dlq")
+    )
     store = ListStore()
     plan = enqueue(state, store, [6, 6, 3, 1])
     assert plan.accepted.tolist() == [True, False, True, True]
@@ -240,8 +263,9 @@ def test_reject_policies_pre_check_each_message_in_arrival_order(policy):
 
 
 def test_reject_threshold_refuses_before_the_limit():
-    state = QueueState(QUEUE, QueueArguments(max_length=10, overflow="reject-publish",
-                                             reject_threshold=0.8))
+    state = QueueState(
+        QUEUE, QueueArguments(max_length=10, overflow="reject-publish", reject_threshold=0.8)
+    )
     plan = enqueue(state, ListStore(), [1] * 10)
     assert int(plan.accepted.sum()) == 8
 

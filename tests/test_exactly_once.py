@@ -73,9 +73,12 @@ def kill_between_write_and_commit(queue_path: Path, driver: subprocess.Popen) ->
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline and driver.poll() is None:
         log = queue_path / "_delta_log"
-        if log.exists() and len(list(log.glob("*.json"))) >= 3 and (
-            queue_path / "record=message"
-        ).exists() and staged_only(queue_path):
+        if (
+            log.exists()
+            and len(list(log.glob("*.json"))) >= 3
+            and (queue_path / "record=message").exists()
+            and staged_only(queue_path)
+        ):
             os.killpg(driver.pid, signal.SIGKILL)
             driver.wait()
             return True

@@ -23,8 +23,19 @@ def test_declare_queues_stats_and_arguments(queue_path):
     assert table.arguments("b").reject_threshold == 0.8
     stats = table.stats("a")
     assert set(stats) == {
-        "added", "acked", "replaced", "dropped", "rejected", "expired", "killed",
-        "dead_lettered", "purged", "ready", "ready_bytes", "leased", "scheduled",
+        "added",
+        "acked",
+        "replaced",
+        "dropped",
+        "rejected",
+        "expired",
+        "killed",
+        "dead_lettered",
+        "purged",
+        "ready",
+        "ready_bytes",
+        "leased",
+        "scheduled",
     }
     assert all(v == 0 for v in stats.values())
     with pytest.raises(InvalidOptionError, match="max_length"):

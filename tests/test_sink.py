@@ -15,8 +15,15 @@ MODES = ["batch", "stream"]
 
 @pytest.mark.parametrize("mode", MODES)
 def test_ring_of_three_receiving_a_b_c_d_keeps_b_c_d(spark, queue_path, tmp_path, mode):
-    enqueue(spark, tmp_path, mode, messages(spark, ["A", "B", "C", "D"]), queue_path,
-            queue="ring", ringSize=3)
+    enqueue(
+        spark,
+        tmp_path,
+        mode,
+        messages(spark, ["A", "B", "C", "D"]),
+        queue_path,
+        queue="ring",
+        ringSize=3,
+    )
     assert bodies(spark, queue_path, "ring") == ["B", "C", "D"]
     stats = QueueTable(queue_path).stats("ring")
     assert (stats["added"], stats["replaced"], stats["ready"]) == (4, 1, 3)
@@ -25,8 +32,9 @@ def test_ring_of_three_receiving_a_b_c_d_keeps_b_c_d(spark, queue_path, tmp_path
 
 @pytest.mark.parametrize("mode", MODES)
 def test_drop_head_by_count_across_batches(spark, queue_path, tmp_path, mode):
-    enqueue(spark, tmp_path, mode, messages(spark, ["a", "b", "c"]), queue_path,
-            queue="q", maxLength=4)
+    enqueue(
+        spark, tmp_path, mode, messages(spark, ["a", "b", "c"]), queue_path, queue="q", maxLength=4
+    )
     enqueue(spark, tmp_path, mode, messages(spark, ["d", "e", "f"]), queue_path, queue="q")
     assert bodies(spark, queue_path, "q") == ["c", "d", "e", "f"]
     assert QueueTable(queue_path).stats("q")["dropped"] == 2
@@ -35,8 +43,15 @@ def test_drop_head_by_count_across_batches(spark, queue_path, tmp_path, mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_drop_head_by_bytes_and_an_oversized_message(spark, queue_path, tmp_path, mode):
-    enqueue(spark, tmp_path, mode, messages(spark, ["aaaa", "bbbb", "cc"]), queue_path,
-            queue="q", maxLengthBytes=8)
+    enqueue(
+        spark,
+        tmp_path,
+        mode,
+        messages(spark, ["aaaa", "bbbb", "cc"]),
+        queue_path,
+        queue="q",
+        maxLengthBytes=8,
+    )
     assert bodies(spark, queue_path, "q") == ["bbbb", "cc"]
     enqueue(spark, tmp_path, mode, messages(spark, ["x" * 9]), queue_path, queue="q")
     assert bodies(spark, queue_path, "q") == []  # it evicted everything, itself included
@@ -46,19 +61,42 @@ def test_drop_head_by_bytes_and_an_oversized_message(spark, queue_path, tmp_path
 
 
 def test_batch_larger_than_the_limit_keeps_its_newest(spark, queue_path):
-    enqueue(spark, None, "batch", messages(spark, [str(i) for i in range(10)]), queue_path,
-            queue="q", maxLength=3)
+    enqueue(
+        spark,
+        None,
+        "batch",
+        messages(spark, [str(i) for i in range(10)]),
+        queue_path,
+        queue="q",
+        maxLength=3,
+    )
     assert bodies(spark, queue_path, "q") == ["7", "8", "9"]
     assert_identity(queue_path)
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_reject_publish_by_count_and_by_bytes(spark, queue_path, tmp_path, mode):
-    enqueue(spark, tmp_path, mode, messages(spark, ["1", "2", "3"]), queue_path,
-            queue="count", maxLength=2, overflow="reject-publish")
+    enqueue(
+        spark,
+        tmp_path,
+        mode,
+        messages(spark, ["1", "2", "3"]),
+        queue_path,
+        queue="count",
+        maxLength=2,
+        overflow="reject-publish",
+    )
     assert bodies(spark, queue_path, "count") == ["1", "2"]
-    enqueue(spark, tmp_path, mode, messages(spark, ["aaaa", "bbbbbb", "cc"]), queue_path,
-            queue="bytes", maxLengthBytes=7, overflow="reject-publish")
+    enqueue(
+        spark,
+        tmp_path,
+        mode,
+        messages(spark, ["aaaa", "bbbbbb", "cc"]),
+        queue_path,
+        queue="bytes",
+        maxLengthBytes=7,
+        overflow="reject-publish",
+    )
     assert bodies(spark, queue_path, "bytes") == ["aaaa", "cc"]  # exact check per message
     table = QueueTable(queue_path)
     assert table.stats("count")["rejected"] == 1
@@ -68,12 +106,22 @@ def test_reject_publish_by_count_and_by_bytes(spark, queue_path, tmp_path, mode)
 
 @pytest.mark.parametrize("mode", MODES)
 def test_reject_publish_dlx_dead_letters_the_newer(spark, queue_path, tmp_path, mode):
-    enqueue(spark, tmp_path, mode, messages(spark, ["old1", "old2", "new1", "new2"]),
-            queue_path, queue="work", maxLength=2, overflow="reject-publish-dlx",
-            deadLetterQueue="work.dlq")
+    enqueue(
+        spark,
+        tmp_path,
+        mode,
+        messages(spark, ["old1", "old2", "new1", "new2"]),
+        queue_path,
+        queue="work",
+        maxLength=2,
+        overflow="reject-publish-dlx",
+        deadLetterQueue="work.dlq",
+    )
     assert bodies(spark, queue_path, "work") == ["old1", "old2"]
     dead = (
-        spark.read.format("ringqueue").option("queue", "work.dlq").load(queue_path)
+        spark.read.format("ringqueue")
+        .option("queue", "work.dlq")
+        .load(queue_path)
         .select("body", "death_reason", "original_queue")
     )
     expected = spark.createDataFrame(
@@ -90,8 +138,16 @@ def test_reject_publish_dlx_dead_letters_the_newer(spark, queue_path, tmp_path, 
 
 
 def test_drop_head_dead_letters_dropped_messages(spark, queue_path):
-    enqueue(spark, None, "batch", messages(spark, ["a", "b", "c"]), queue_path,
-            queue="q", maxLength=1, deadLetterQueue="q.dlq")
+    enqueue(
+        spark,
+        None,
+        "batch",
+        messages(spark, ["a", "b", "c"]),
+        queue_path,
+        queue="q",
+        maxLength=1,
+        deadLetterQueue="q.dlq",
+    )
     assert bodies(spark, queue_path, "q") == ["c"]
     assert bodies(spark, queue_path, "q.dlq") == ["a", "b"]
     assert_identity(queue_path)
@@ -101,18 +157,27 @@ def test_on_reject_fail_commits_nothing(spark, queue_path):
     QueueTable(queue_path).declare("q", max_length=1, overflow="reject-publish")
     version = QueueTable(queue_path).store.open().version()
     with pytest.raises(Exception, match="onReject=fail"):
-        enqueue(spark, None, "batch", messages(spark, ["a", "b"]), queue_path, queue="q",
-                onReject="fail")
+        enqueue(
+            spark,
+            None,
+            "batch",
+            messages(spark, ["a", "b"]),
+            queue_path,
+            queue="q",
+            onReject="fail",
+        )
     assert QueueTable(queue_path).store.open().version() == version
     assert bodies(spark, queue_path, "q") == []
 
 
 def test_lowered_limit_ring_versus_drop_head(spark, queue_path):
     table = QueueTable(queue_path)
-    enqueue(spark, None, "batch", messages(spark, list("abcde")), queue_path, queue="ring",
-            ringSize=5)
-    enqueue(spark, None, "batch", messages(spark, list("abcde")), queue_path, queue="drop",
-            maxLength=5)
+    enqueue(
+        spark, None, "batch", messages(spark, list("abcde")), queue_path, queue="ring", ringSize=5
+    )
+    enqueue(
+        spark, None, "batch", messages(spark, list("abcde")), queue_path, queue="drop", maxLength=5
+    )
     table.alter("ring", max_length=2)
     table.alter("drop", max_length=2)
     assert bodies(spark, queue_path, "ring") == list("abcde")  # ring never trims at once
@@ -135,9 +200,7 @@ def test_several_queues_in_one_batch_one_commit(spark, queue_path, tmp_path, mod
 
 
 def test_seq_follows_arrival_order_across_partitions(spark, queue_path):
-    df = spark.range(0, 400, numPartitions=4).select(
-        F.col("id").cast("string").alias("body")
-    )
+    df = spark.range(0, 400, numPartitions=4).select(F.col("id").cast("string").alias("body"))
     enqueue(spark, None, "batch", df, queue_path, queue="q")
     enqueue(spark, None, "batch", df, queue_path, queue="q")
     rows = spark.read.format("ringqueue").option("queue", "q").load(queue_path).collect()
@@ -150,11 +213,13 @@ def test_seq_follows_arrival_order_across_partitions(spark, queue_path):
 
 
 def test_scheduled_messages_are_not_counted_until_due(spark, queue_path):
-    df = spark.createDataFrame(
-        [("later",), ("now1",), ("now2",)], "body string"
-    ).coalesce(1).withColumn(
-        "deliver_at",
-        F.when(F.col("body") == "later", F.expr("current_timestamp() + INTERVAL 1 HOUR")),
+    df = (
+        spark.createDataFrame([("later",), ("now1",), ("now2",)], "body string")
+        .coalesce(1)
+        .withColumn(
+            "deliver_at",
+            F.when(F.col("body") == "later", F.expr("current_timestamp() + INTERVAL 1 HOUR")),
+        )
     )
     enqueue(spark, None, "batch", df, queue_path, queue="q", ringSize=2)
     table = QueueTable(queue_path)
@@ -176,7 +241,11 @@ def test_optional_columns_are_stored(spark, queue_path):
     enqueue(spark, None, "batch", df, queue_path, queue="q")
     row = spark.read.format("ringqueue").option("queue", "q").load(queue_path).collect()[0]
     assert (row.message_id, row.key, row.headers, row.priority, row.size) == (
-        "id-1", "k", {"region": "eu"}, 7, 1
+        "id-1",
+        "k",
+        {"region": "eu"},
+        7,
+        1,
     )
     assert row.enqueued_at is not None and row.delivery_count == 0
 
@@ -188,8 +257,9 @@ def test_priority_order_in_browse(spark, queue_path):
 
 
 def test_queue_table_is_plain_delta_read_by_delta_spark(spark, queue_path):
-    enqueue(spark, None, "batch", messages(spark, list("abcdef")), queue_path, queue="q",
-            ringSize=4)
+    enqueue(
+        spark, None, "batch", messages(spark, list("abcdef")), queue_path, queue="q", ringSize=4
+    )
     enqueue(spark, None, "batch", messages(spark, ["x", "y"], ["r", "r"]), queue_path)
     table = spark.read.format("delta").load(queue_path)
     messages_df = table.where("record = 'message'")
@@ -197,7 +267,9 @@ def test_queue_table_is_plain_delta_read_by_delta_spark(spark, queue_path):
     live = messages_df.join(removed, ["queue", "seq"], "left_anti")
     through_delta = live.select("queue", "seq", "body").orderBy("queue", "seq")
     through_ringqueue = (
-        spark.read.format("ringqueue").load(queue_path).select("queue", "seq", "body")
+        spark.read.format("ringqueue")
+        .load(queue_path)
+        .select("queue", "seq", "body")
         .orderBy("queue", "seq")
     )
     assert_df_equality(through_delta, through_ringqueue, ignore_nullable=True)
