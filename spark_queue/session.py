@@ -66,6 +66,9 @@ def local_session(
             "spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog"
         )
         .config("spark.sql.streaming.stopTimeout", "60s")
+        # Delta rebuilds table snapshots with 50 tasks by default: seconds of overhead per
+        # commit on two cores. Two suits local[2].
+        .config("spark.databricks.delta.snapshotPartitions", "2")
     )
     jars = delta_jars()
     if jars:
