@@ -42,6 +42,7 @@ from spark_queue.options import QUEUE_NAME, SinkOptions
 from spark_queue.schema import FILE_SCHEMA, HEADERS, UTC_MICROS
 from spark_queue.store import (
     MESSAGE,
+    ROW_GROUP_ROWS,
     QueueStore,
     StagedFile,
     delete_files,
@@ -52,7 +53,7 @@ from spark_queue.store import (
 from spark_queue.transaction import QueueTransaction, StagedQueueFile, run
 
 SEQ_STRIDE = 1 << 32  # seqs reserved per task partition in one batch
-ROW_GROUP_ROWS = 256 * 1024
+ROW_GROUP_BYTES = 32 * 1024 * 1024  # of bodies; large bodies make smaller row groups
 log = logging.getLogger("spark_queue")
 
 
@@ -240,7 +241,8 @@ class _Staging:
         self.uri = QueueStore(path).uri
         self.fs, self.base = filesystem(self.uri)
         self.buffers: dict[str, list[pa.Table]] = {}
-        self.buffered: dict[str, int] = {}
+        self.buffered: dict[str, int] = {}  # rows
+        self.buffered_bytes: dict[str, int] = {}
         self.writers: dict[str, tuple[pq.ParquetWriter, str]] = {}
         self.parts: dict[str, list[pa.Table]] = {}  # small columns, for statistics
 
@@ -251,12 +253,15 @@ class _Staging:
             part = rows if len(names) == 1 else rows.filter(pc.equal(queues, name))
             self.buffers.setdefault(name, []).append(part)
             self.buffered[name] = self.buffered.get(name, 0) + part.num_rows
-            if self.buffered[name] >= ROW_GROUP_ROWS:
+            self.buffered_bytes[name] = self.buffered_bytes.get(name, 0) + part["body"].nbytes
+            if self.buffered[name] >= ROW_GROUP_ROWS or self.buffered_bytes[name] >= (
+                ROW_GROUP_BYTES
+            ):
                 self._flush(name)
 
     def _flush(self, name: str) -> None:
         table = pa.concat_tables(self.buffers.pop(name))
-        self.buffered[name] = 0
+        self.buffered[name] = self.buffered_bytes[name] = 0
         if name not in self.writers:
             relative = f"record={MESSAGE}/part-{uuid.uuid4().hex}.parquet"
             target = f"{self.base.rstrip('/')}/{relative}"

@@ -39,6 +39,8 @@ from spark_queue.schema import (
 )
 
 MESSAGE, REMOVAL, QUEUE, SCHEDULED = "message", "removal", "queue", "scheduled"
+ROW_GROUP_ROWS = 64 * 1024  # small enough that a head read skips most of a large file
+_HEAD_READ = ("queue", "seq", "size", "priority", "deliver_at")
 STATE_RECORDS = (QUEUE, SCHEDULED)
 
 
@@ -95,6 +97,7 @@ def write_file(root: str, record: str, rows: pa.Table, tag: str = "") -> StagedF
         compression="snappy",
         use_dictionary=["queue", "outcome", "death_reason", "original_queue"],
         write_statistics=list(STATS_COLUMNS),
+        row_group_size=ROW_GROUP_ROWS,
     )
     size = fs.get_file_info(target).size
     return StagedFile(relative, size, record, file_stats(rows), rows.num_rows)
@@ -142,24 +145,20 @@ class Snapshot:
         self, queue: str, *, priority: int | None = None, from_seq: int = 0
     ) -> pa.Table:
         """Message files that may hold ``queue`` rows (of ``priority``) at or after a seq."""
-        files = self.files
+        files = self.files.filter(pc.equal(self.files["record"], MESSAGE))
+
+        def may(condition: pa.ChunkedArray) -> pa.ChunkedArray:
+            return pc.fill_null(condition, True)  # a file without statistics may hold anything
+
         mask = pc.and_(
-            pc.equal(files["record"], MESSAGE),
-            pc.and_(
-                pc.less_equal(files["min_queue"], queue),
-                pc.greater_equal(files["max_queue"], queue),
-            ),
+            may(pc.less_equal(files["min_queue"], queue)),
+            may(pc.greater_equal(files["max_queue"], queue)),
         )
-        mask = pc.and_(mask, pc.greater_equal(files["max_seq"], from_seq))
+        mask = pc.and_(mask, may(pc.greater_equal(files["max_seq"], from_seq)))
         if priority is not None:
-            mask = pc.and_(
-                mask,
-                pc.and_(
-                    pc.less_equal(files["min_priority"], priority),
-                    pc.greater_equal(files["max_priority"], priority),
-                ),
-            )
-        return files.filter(pc.fill_null(mask, True)).sort_by("min_seq")
+            mask = pc.and_(mask, may(pc.less_equal(files["min_priority"], priority)))
+            mask = pc.and_(mask, may(pc.greater_equal(files["max_priority"], priority)))
+        return files.filter(mask).sort_by("min_seq")
 
 
 def _flatten_files(table: Any) -> pa.Table:
@@ -333,21 +332,34 @@ class QueueStore:
     def read_file(self, relative: str, columns: list[str] | None = None) -> pa.Table:
         return self.read_rows(relative, columns)
 
-    def read_head_rows(self, relative: str, queue: str, priority: int, from_seq: int) -> pa.Table:
-        """One file's rows of a queue level from a seq, as :data:`HEAD_SCHEMA`, seq order."""
-        rows = self.read_rows(
-            relative,
-            ["queue", "seq", "size", "priority", "deliver_at"],
-            filters=[("queue", "=", queue), ("priority", "=", priority), ("seq", ">=", from_seq)],
-        ).sort_by("seq")
-        return pa.table(
-            {
-                "seq": rows.column("seq"),
-                "size": rows.column("size"),
-                "deliver_at": rows.column("deliver_at").cast(pa.int64()),
-            },
-            schema=HEAD_SCHEMA,
-        )
+    def read_head_rows(self, relative: str, queue: str, priority: int, from_seq: int
+                       ) -> Iterator[pa.Table]:
+        """One file's rows of a queue level from a seq, as :data:`HEAD_SCHEMA`, in seq order,
+        a row group at a time: row groups wholly below ``from_seq`` are skipped by their
+        statistics and later ones are only read if the caller asks, so the cost follows
+        the rows needed, not the file's size."""
+        source = pq.ParquetFile(f"{self.base.rstrip('/')}/{relative}", filesystem=self.fs)
+        metadata = source.metadata
+        seq_column = metadata.schema.names.index("seq")
+        for index in range(metadata.num_row_groups):
+            stats = metadata.row_group(index).column(seq_column).statistics
+            if stats is not None and stats.has_min_max and stats.max < from_seq:
+                continue
+            rows = source.read_row_group(index, columns=list(_HEAD_READ))
+            keep = pc.and_(
+                pc.and_(pc.equal(rows["queue"], queue), pc.equal(rows["priority"], priority)),
+                pc.greater_equal(rows["seq"], from_seq),
+            )
+            rows = rows.filter(keep).sort_by("seq")
+            if rows.num_rows:
+                yield pa.table(
+                    {
+                        "seq": rows.column("seq"),
+                        "size": rows.column("size"),
+                        "deliver_at": rows.column("deliver_at").cast(pa.int64()),
+                    },
+                    schema=HEAD_SCHEMA,
+                )
 
     # -- committing ------------------------------------------------------------------------
 
@@ -410,10 +422,16 @@ class FileHeadReader:
     def read(self, queue: str, priority: int, from_seq: int) -> Iterator[pa.Table]:
         files = self.snapshot.message_files(queue, priority=priority, from_seq=from_seq)
         for run in file_runs(files):
-            parts = [self.store.read_head_rows(path, queue, priority, from_seq) for path in run]
-            rows = pa.concat_tables(parts).sort_by("seq") if len(parts) > 1 else parts[0]
-            if rows.num_rows:
-                yield rows
+            if len(run) == 1:  # the usual case: stream it a row group at a time
+                yield from self.store.read_head_rows(run[0], queue, priority, from_seq)
+                continue
+            parts = [
+                part
+                for path in run
+                for part in self.store.read_head_rows(path, queue, priority, from_seq)
+            ]
+            if parts:
+                yield pa.concat_tables(parts).sort_by("seq")
 
 
 def file_runs(files: pa.Table) -> list[list[str]]:

@@ -114,10 +114,27 @@ class QueueTransaction:
         for name in sorted(by_queue):
             self.declare(name, given)
         incoming = {name: self._incoming(files) for name, files in sorted(by_queue.items())}
+        for arrivals in incoming.values():  # dead letters are numbered after every arrival
+            if arrivals.num_rows:
+                self.next_seq = max(self.next_seq, pc.max(arrivals["seq"]).as_py() + 1)
+        return self._apply(incoming, by_queue)
+
+    def settle(self, name: str) -> None:
+        """Apply ``name``'s limits now (after ``alter``) and promote due scheduled messages."""
+        self._apply({name: None}, {})
+
+    def _apply(self, incoming: dict[str, pa.Table | None],
+               staged: dict[str, list[StagedFile]]) -> dict[str, int]:
+        """Plan every queue that receives messages, then every dead-letter queue they feed.
+
+        ``incoming`` maps a queue to its arrivals (None: only settle it); dead letters join a
+        queue after its own arrivals. Returns rejected counts per queue.
+        """
         dead_letters: dict[str, list[pa.Table]] = {}
         rejected_counts: dict[str, int] = {}
         pending = set(incoming)
         planned: set[str] = set()
+        reader = self.store.head_reader(self.snapshot)
         while pending:
             name = self._next_to_plan(pending)
             pending.discard(name)
@@ -127,19 +144,21 @@ class QueueTransaction:
             letters = dead_letters.pop(name, [])
             rows = [own.drop_columns(["queue"])] if own is not None else []
             rows += [_incoming_of(t) for t in letters]
-            arrivals = pa.concat_tables(rows) if rows else _incoming_of(None)
-            plan = plan_enqueue(state, arrivals, self.store.head_reader(self.snapshot), self.now)
+            if rows:
+                plan = plan_enqueue(state, pa.concat_tables(rows), reader, self.now)
+            else:
+                plan = plan_settle(state, reader, self.now)
             self.states[name] = plan.state
             self.touched.add(name)
             self._record_removals(name, plan)
-            letters_out = self._dead_letters(name, plan, own, by_queue.get(name, []))
+            letters_out = self._dead_letters(name, plan, own, staged.get(name, []))
             n_own = own.num_rows if own is not None else 0
             if own is not None:
                 rejected = own.filter(pa.array(~plan.accepted[:n_own]))
                 if rejected.num_rows:
                     rejected_counts[name] = rejected.num_rows
-                    self._drop_rejected(by_queue[name], rejected["seq"])
-                self.adds.extend(f for f in by_queue[name] if f.rows)
+                    self._drop_rejected(staged[name], rejected["seq"])
+                self.adds.extend(f for f in staged[name] if f.rows)
             if letters:
                 arrived = pa.concat_tables(letters)
                 self._add_rows(MESSAGE, arrived.filter(pa.array(plan.accepted[n_own:])))
@@ -231,31 +250,6 @@ class QueueTransaction:
         return empty_rows(moved, count)
 
     # -- other operations ------------------------------------------------------------------
-
-    def settle(self, name: str) -> EnqueuePlan:
-        """Apply ``name``'s limits now (after ``alter``) and promote due scheduled messages."""
-        plan = plan_settle(self.states[name], self.store.head_reader(self.snapshot), self.now)
-        self.states[name] = plan.state
-        self.touched.add(name)
-        self._record_removals(name, plan)
-        letters = self._dead_letters(name, plan, None, [])
-        if letters is not None:
-            target = plan.state.arguments.dead_letter_queue
-            assert target is not None
-            if target == name:
-                plan.state.counters["dead_lettered"] -= letters.num_rows
-            else:
-                self.declare(target, {})
-                dlq_plan = plan_enqueue(
-                    self.states[target],
-                    _incoming_of(letters),
-                    self.store.head_reader(self.snapshot),
-                    self.now,
-                )
-                self.states[target] = dlq_plan.state
-                self._record_removals(target, dlq_plan)
-                self._add_rows(MESSAGE, letters.filter(pa.array(dlq_plan.accepted)))
-        return plan
 
     def purge(self, name: str, live_seqs: np.ndarray) -> int:
         """Remove every ready and scheduled message of ``name`` (outcome ``purged``)."""

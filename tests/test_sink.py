@@ -276,3 +276,14 @@ def test_queue_table_is_plain_delta_read_by_delta_spark(spark, queue_path):
     detail = spark.sql(f"DESCRIBE DETAIL delta.`{queue_path}`").collect()[0]
     assert (detail.minReaderVersion, detail.minWriterVersion) == (1, 2)
     assert detail.partitionColumns == ["record"]
+
+
+def test_dead_letters_and_direct_messages_to_one_queue_in_one_batch(spark, queue_path):
+    QueueTable(queue_path).declare("src", max_length=1, dead_letter_queue="dlq")
+    df = messages(spark, ["s1", "d1", "s2", "s3"], ["src", "dlq", "src", "src"])
+    enqueue(spark, None, "batch", df, queue_path)
+    assert bodies(spark, queue_path, "src") == ["s3"]
+    assert bodies(spark, queue_path, "dlq") == ["d1", "s1", "s2"]  # arrivals, then the dead
+    seqs = [r.seq for r in spark.read.format("ringqueue").load(queue_path).collect()]
+    assert len(seqs) == len(set(seqs))
+    assert_identity(queue_path)
