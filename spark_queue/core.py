@@ -14,7 +14,9 @@ position at or below its first ready message. A queue's live messages are:
 - ``extras``: messages below their level's head that became ready again (a scheduled message
   that fell due joins at its seq position, SEMANTICS §2);
 - ``scheduled``: the index of messages whose ``deliver_at`` is in the future. A head may pass
-  them: they are found through the index, and counted once they are due.
+  them: they are found through the index, and counted once they are due;
+- ``leases``: messages delivered to a consumer and not yet acknowledged (SEMANTICS §3). A
+  lease is taken from the head, so the head passes it; a returned message becomes an extra.
 """
 
 from __future__ import annotations
@@ -42,9 +44,18 @@ COUNTERS = (
 )
 # Outcomes that end a message's life in its queue; `rejected` is not one (never added).
 TERMINAL = ("acked", "replaced", "dropped", "expired", "killed", "purged")
-# What a HeadReader yields; deliver_at is microseconds since the epoch, or null.
-HEAD_SCHEMA = pa.schema([("seq", pa.int64()), ("size", pa.int64()), ("deliver_at", pa.int64())])
+# What a HeadReader yields; times are microseconds since the epoch, or null.
+HEAD_SCHEMA = pa.schema(
+    [
+        ("seq", pa.int64()),
+        ("size", pa.int64()),
+        ("deliver_at", pa.int64()),
+        ("enqueued_at", pa.int64()),
+        ("expires_at", pa.int64()),
+    ]
+)
 NO_TIME = np.iinfo(np.int64).min
+NEVER = np.iinfo(np.int64).max
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
@@ -59,12 +70,28 @@ class Level:
 
 @dataclass(frozen=True)
 class Scheduled:
-    """A message that was not due at the last commit: it counts once it is due."""
+    """An indexed message: not due yet (``scheduled``), or ready below its head (``extras``)."""
 
     seq: int
     priority: int
     size: int
     deliver_at: int  # microseconds since the epoch
+    expires: int = NEVER  # when it expires (the queue's expiration model applied)
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A message delivered to ``consumer`` and not acknowledged yet."""
+
+    seq: int
+    priority: int
+    size: int
+    consumer: str
+    lease_id: int  # the consumer's lease call (a streaming micro-batch) that took it
+    until: int  # when the lease runs out; NEVER without a lease period
+    deliveries: int  # times delivered, this time included
+    cancels: int
+    expires: int = NEVER
 
 
 @dataclass
@@ -78,6 +105,11 @@ class QueueState:
     holes: set[int] = field(default_factory=set)
     extras: list[Scheduled] = field(default_factory=list)  # ready, below their level's head
     scheduled: list[Scheduled] = field(default_factory=list)
+    leases: list[Lease] = field(default_factory=list)
+    # Delivered before and back in the queue: seq -> [deliveries, cancels].
+    redelivered: dict[int, list[int]] = field(default_factory=dict)
+    # Per consumer: the last lease id, and the limits it leased with.
+    consumers: dict[str, dict[str, int]] = field(default_factory=dict)
     next_seq: int = 0  # above every seq this queue has used
 
     @property
@@ -89,7 +121,7 @@ class QueueState:
         return sum(level.ready_bytes for level in self.levels.values())
 
     def to_json(self) -> str:
-        """The state without the scheduled index, which is stored as rows of its own."""
+        """The state without the scheduled and lease indexes, stored as rows of their own."""
         return json.dumps(
             {
                 "arguments": json.loads(self.arguments.to_json()),
@@ -98,14 +130,20 @@ class QueueState:
                     str(p): [v.head, v.ready, v.ready_bytes] for p, v in self.levels.items()
                 },
                 "holes": sorted(self.holes),
-                "extras": [[e.seq, e.priority, e.size, e.deliver_at] for e in self.extras],
+                "extras": [
+                    [e.seq, e.priority, e.size, e.deliver_at, e.expires] for e in self.extras
+                ],
+                "redelivered": {str(k): v for k, v in self.redelivered.items()},
+                "consumers": self.consumers,
                 "next_seq": self.next_seq,
             },
             sort_keys=True,
         )
 
     @classmethod
-    def from_json(cls, name: str, text: str, scheduled: list[Scheduled]) -> QueueState:
+    def from_json(
+        cls, name: str, text: str, scheduled: list[Scheduled], leases: list[Lease] | None = None
+    ) -> QueueState:
         data = json.loads(text)
         counters = dict.fromkeys(COUNTERS, 0)
         counters.update(data["counters"])
@@ -117,11 +155,38 @@ class QueueState:
             holes=set(data["holes"]),
             extras=[Scheduled(*values) for values in data.get("extras", [])],
             scheduled=sorted(scheduled, key=lambda s: s.seq),
+            leases=sorted(leases or [], key=lambda lease: lease.seq),
+            redelivered={int(k): v for k, v in data.get("redelivered", {}).items()},
+            consumers=data.get("consumers", {}),
             next_seq=data["next_seq"],
         )
 
     def copy(self) -> QueueState:
-        return QueueState.from_json(self.name, self.to_json(), list(self.scheduled))
+        return QueueState.from_json(
+            self.name, self.to_json(), list(self.scheduled), list(self.leases)
+        )
+
+    def expiry(self, enqueued_at: np.ndarray, expires_at: np.ndarray) -> np.ndarray:
+        """When messages expire, by the queue's ``expiration`` and ``expiration_model``
+        (AMPS): ``default`` the message's own time if set, else the queue's; ``queue`` the
+        queue's; ``earliest``/``latest`` the earlier/later of the two that are set."""
+        ttl = self.arguments.expiration
+        own = np.where(expires_at == NO_TIME, NEVER, expires_at)
+        if ttl is None:
+            by_queue = np.full(len(own), NEVER, dtype=np.int64)
+        else:
+            by_queue = np.where(enqueued_at == NO_TIME, NEVER, enqueued_at + ttl * 1000)
+        model = self.arguments.expiration_model
+        if model == "queue":
+            return by_queue
+        if model == "earliest":
+            return np.minimum(own, by_queue)
+        if model == "latest":
+            both = np.maximum(
+                np.where(own == NEVER, NO_TIME, own), np.where(by_queue == NEVER, NO_TIME, by_queue)
+            )
+            return np.where(both == NO_TIME, NEVER, both)
+        return np.where(own != NEVER, own, by_queue)
 
 
 class HeadReader(Protocol):
@@ -138,7 +203,7 @@ class Removal:
 
     seqs: np.ndarray
     outcome: str  # one of TERMINAL
-    dead_letter: bool  # copy them to the dead-letter queue, reason `maxlen`
+    death_reason: str | None  # copy them to the dead-letter queue with this reason
 
 
 @dataclass
@@ -149,37 +214,55 @@ class EnqueuePlan:
     accepted: np.ndarray  # bool per incoming message; False = rejected, not stored
     rejected_to_dlq: np.ndarray  # bool per incoming message: rejected and dead-lettered
     removals: list[Removal]  # stored or incoming messages this commit removes
+    leased: list[Lease] = field(default_factory=list)  # delivered by this commit
 
     def removed_seqs(self, outcome: str | None = None) -> np.ndarray:
         parts = [r.seqs for r in self.removals if outcome in (None, r.outcome)]
         return np.concatenate(parts) if parts else _EMPTY
 
+    def dead_letters(self) -> dict[str, np.ndarray]:
+        """Seqs to dead-letter, by death reason."""
+        found: dict[str, list[np.ndarray]] = {}
+        for removal in self.removals:
+            if removal.death_reason is not None:
+                found.setdefault(removal.death_reason, []).append(removal.seqs)
+        return {reason: np.concatenate(parts) for reason, parts in found.items()}
+
     def dead_letter_seqs(self) -> np.ndarray:
-        parts = [r.seqs for r in self.removals if r.dead_letter]
+        parts = list(self.dead_letters().values())
         return np.concatenate(parts) if parts else _EMPTY
 
 
+Chunk = tuple[np.ndarray, np.ndarray, np.ndarray]  # seqs, sizes, expiry times
+
+
 class _LevelCursor:
-    """Walks one level's ready messages in head order: stored ones, then this batch's."""
+    """Walks one level's ready messages in head order: extras and stored rows, then arrivals.
+
+    Stored rows that are scheduled, leased, or removed behind the head are passed over.
+    """
 
     def __init__(self, reader: HeadReader, state: QueueState, priority: int, now: int) -> None:
         self._batches = reader.read(state.name, priority, state.levels[priority].head)
-        self._holes = np.fromiter(state.holes, dtype=np.int64, count=len(state.holes))
+        self._state = state
+        skip = state.holes | {lease.seq for lease in state.leases}
+        self._skip = np.fromiter(skip, dtype=np.int64, count=len(skip))
         self._now = now
-        self._stored: list[tuple[np.ndarray, np.ndarray]] = []  # (seqs, sizes) chunks
+        self._stored: list[Chunk] = []
         extras = sorted((e for e in state.extras if e.priority == priority), key=lambda e: e.seq)
         if extras:  # below the head, so ahead of every stored row
             self._stored.append(
                 (
                     np.array([e.seq for e in extras], dtype=np.int64),
                     np.array([e.size for e in extras], dtype=np.int64),
+                    np.array([e.expires for e in extras], dtype=np.int64),
                 )
             )
         self._stored_done = False
-        self._incoming: list[tuple[np.ndarray, np.ndarray]] = []
+        self._incoming: list[Chunk] = []
 
     def append(self, seqs: np.ndarray, sizes: np.ndarray) -> None:
-        self._incoming.append((seqs, sizes))
+        self._incoming.append((seqs, sizes, np.full(len(seqs), NEVER, dtype=np.int64)))
 
     def _read_more(self) -> bool:
         """Buffer the next stored chunk that has ready rows; False once none are left."""
@@ -188,17 +271,24 @@ class _LevelCursor:
             if batch is None:
                 self._stored_done = True
                 break
-            seqs = batch.column("seq").to_numpy(zero_copy_only=False).astype(np.int64)
-            sizes = batch.column("size").to_numpy(zero_copy_only=False).astype(np.int64)
-            due = batch.column("deliver_at").fill_null(NO_TIME).to_numpy(zero_copy_only=False)
-            live = ~np.isin(seqs, self._holes) if len(self._holes) else np.ones(len(seqs), bool)
+
+            def column(name: str, null: int, rows: pa.Table = batch) -> np.ndarray:
+                values = rows.column(name).fill_null(null)
+                return values.to_numpy(zero_copy_only=False).astype(np.int64)
+
+            seqs, sizes = column("seq", 0), column("size", 0)
+            due = column("deliver_at", NO_TIME)
+            live = ~np.isin(seqs, self._skip) if len(self._skip) else np.ones(len(seqs), bool)
             ready = live & (due <= self._now)  # later ones are scheduled: in the index
             if ready.any():
-                self._stored.append((seqs[ready], sizes[ready]))
+                expires = self._state.expiry(
+                    column("enqueued_at", NO_TIME)[ready], column("expires_at", NO_TIME)[ready]
+                )
+                self._stored.append((seqs[ready], sizes[ready], expires))
                 return True
         return False
 
-    def _chunk(self, index: int) -> tuple[np.ndarray, np.ndarray] | None:
+    def _chunk(self, index: int) -> Chunk | None:
         """The ``index``-th buffered chunk in head order: stored rows first, then arrivals."""
         while len(self._stored) <= index and self._read_more():
             pass
@@ -207,30 +297,41 @@ class _LevelCursor:
         index -= len(self._stored)
         return self._incoming[index] if index < len(self._incoming) else None
 
-    def _source(self) -> list[tuple[np.ndarray, np.ndarray]] | None:
+    def _source(self) -> list[Chunk] | None:
         if self._stored or self._read_more():
             return self._stored
         return self._incoming if self._incoming else None
 
-    def pop(self, count: int) -> tuple[np.ndarray, np.ndarray]:
+    def pop(self, count: int) -> Chunk:
         """Take up to ``count`` messages from the head."""
-        taken_seqs, taken_sizes = [], []
+        taken: list[Chunk] = []
         while count > 0:
             source = self._source()
             if source is None:
                 break
-            seqs, sizes = source[0]
+            seqs, sizes, expires = source[0]
             take = min(count, len(seqs))
-            taken_seqs.append(seqs[:take])
-            taken_sizes.append(sizes[:take])
+            taken.append((seqs[:take], sizes[:take], expires[:take]))
             if take == len(seqs):
                 source.pop(0)
             else:
-                source[0] = (seqs[take:], sizes[take:])
+                source[0] = (seqs[take:], sizes[take:], expires[take:])
             count -= take
-        if not taken_seqs:
-            return _EMPTY, _EMPTY
-        return np.concatenate(taken_seqs), np.concatenate(taken_sizes)
+        if not taken:
+            return _EMPTY, _EMPTY, _EMPTY
+        return (
+            np.concatenate([t[0] for t in taken]),
+            np.concatenate([t[1] for t in taken]),
+            np.concatenate([t[2] for t in taken]),
+        )
+
+    def peek(self) -> tuple[int, int, int] | None:
+        """The head message as (seq, size, expiry), without taking it."""
+        source = self._source()
+        if source is None:
+            return None
+        seqs, sizes, expires = source[0]
+        return int(seqs[0]), int(sizes[0]), int(expires[0])
 
     def count_for_bytes(self, excess: int, limit: int) -> int:
         """How many head messages (at most ``limit``) hold at least ``excess`` bytes."""
@@ -248,10 +349,14 @@ class _LevelCursor:
             index += 1
         return min(limit, counted)
 
+    def peek_chunk(self) -> Chunk | None:
+        """The first buffered run of head messages, without taking them."""
+        return self._chunk(0)
+
     def first_ready(self) -> int | None:
         """The smallest seq still ready in this level after this commit's evictions."""
-        source = self._source()
-        return int(source[0][0][0]) if source is not None else None
+        head = self.peek()
+        return head[0] if head is not None else None
 
 
 class _Queue:
@@ -285,7 +390,7 @@ class _Queue:
         self.state.counters[outcome] += len(seqs)
         if dead_letter:
             self.state.counters["dead_lettered"] += len(seqs)
-        self.removals.append(Removal(seqs, outcome, dead_letter))
+        self.removals.append(Removal(seqs, outcome, "maxlen" if dead_letter else None))
         self.evicted.append((priority, seqs))
 
     def evict(self, count: int, outcome: str, dead_letter: bool) -> int:
@@ -294,7 +399,7 @@ class _Queue:
         for priority in sorted(self.state.levels, reverse=True):
             level = self.state.levels[priority]
             while removed < count and level.ready > 0:
-                seqs, sizes = self.cursor(priority).pop(min(count - removed, level.ready))
+                seqs, sizes, _ = self.cursor(priority).pop(min(count - removed, level.ready))
                 if not len(seqs):
                     raise AssertionError(
                         f"queue {self.state.name!r} priority {priority}: {level.ready} ready "
@@ -352,20 +457,76 @@ class _Queue:
             for e in state.extras
             if e.seq not in removed and e.seq < state.levels[e.priority].head
         ]
+        for seq in removed:
+            state.redelivered.pop(seq, None)
         floor = min((lv.head for lv in state.levels.values()), default=state.next_seq)
         state.holes = {h for h in state.holes if h >= floor}
 
-    def plan(self, accepted: np.ndarray, rejected_to_dlq: np.ndarray) -> EnqueuePlan:
+    def plan(
+        self, accepted: np.ndarray, rejected_to_dlq: np.ndarray, leased: list[Lease] | None = None
+    ) -> EnqueuePlan:
         self.settle()
-        return EnqueuePlan(self.state, accepted, rejected_to_dlq, self.removals)
+        return EnqueuePlan(self.state, accepted, rejected_to_dlq, self.removals, leased or [])
+
+    def kill(self, message: Scheduled | Lease, outcome: str, reason: str | None) -> None:
+        """End a message that is not ready (leased, or taken off the head) with ``outcome``."""
+        state = self.state
+        state.counters[outcome] += 1
+        dead = reason is not None and state.arguments.dead_letter_queue is not None
+        if dead:
+            state.counters["dead_lettered"] += 1
+        self.removals.append(Removal(np.array([message.seq]), outcome, reason if dead else None))
+        state.redelivered.pop(message.seq, None)
+
+    def give_back(self, leases: list[Lease], *, cancel: bool) -> None:
+        """Return leased messages to their position (SEMANTICS §2 "returned messages").
+
+        A message at its delivery or cancel limit is killed instead (dead-lettered with
+        ``delivery_limit`` / ``cancel_limit``). Under ring a return that does not fit is
+        removed itself, newest returns first (Artemis); drop-head trims from the head after.
+        """
+        state, args = self.state, self.state.arguments
+        returning = {lease.seq for lease in leases}
+        state.leases = [lease for lease in state.leases if lease.seq not in returning]
+        for lease in sorted(leases, key=lambda lease: lease.seq, reverse=True):
+            cancels = lease.cancels + (1 if cancel else 0)
+            limits = state.consumers.get(lease.consumer, {})
+            if cancel and limits.get("max_cancels", 0) and cancels >= limits["max_cancels"]:
+                self.kill(lease, "killed", "cancel_limit")
+                continue
+            if limits.get("max_deliveries", 0) and lease.deliveries >= limits["max_deliveries"]:
+                self.kill(lease, "killed", "delivery_limit")
+                continue
+            ring = args.overflow == "ring" and args.max_length is not None
+            if ring and state.ready + 1 > args.max_length:
+                self.kill(lease, "replaced", None)
+                continue
+            level = state.levels.setdefault(lease.priority, Level(head=state.next_seq))
+            level.ready += 1
+            level.ready_bytes += lease.size
+            state.extras.append(
+                Scheduled(lease.seq, lease.priority, lease.size, NO_TIME, lease.expires)
+            )
+            state.redelivered[lease.seq] = [lease.deliveries, cancels]
+
+    def catch_up(self, returning: list[Lease] | None = None, *, cancel: bool = False) -> None:
+        """What happened since the last commit, and ``returning`` leases: scheduled messages
+        fell due, leases ran out (AMPS LeasePeriod) and return for any consumer. All join
+        before any cursor reads, then drop-head trims once."""
+        _promote_due(self)
+        if returning:
+            self.give_back(returning, cancel=cancel)
+        expired = [lease for lease in self.state.leases if lease.until <= self.now]
+        if expired:
+            self.give_back(expired, cancel=False)
+        args = self.state.arguments
+        if args.overflow == "drop-head":
+            self.trim("dropped", args.dead_letter_queue is not None)
 
 
 def _promote_due(queue: _Queue) -> None:
-    """Scheduled messages that are due join at their seq position (§2), in due order.
-
-    All are counted first and the queue trimmed once after: drop-head keeps the same
-    messages either way, and no cursor reads before every promoted message is in place.
-    """
+    """Scheduled messages that are due join at their seq position (§2), in due order; under
+    ring one that does not fit is removed itself. The caller trims (drop-head) after."""
     state, args = queue.state, queue.state.arguments
     due = sorted(
         (s for s in state.scheduled if s.deliver_at <= queue.now),
@@ -380,7 +541,7 @@ def _promote_due(queue: _Queue) -> None:
         if ring and state.ready + 1 > args.max_length:
             # Artemis: a due message that does not fit the ring is removed itself.
             state.counters["replaced"] += 1
-            queue.removals.append(Removal(np.array([message.seq]), "replaced", False))
+            queue.removals.append(Removal(np.array([message.seq]), "replaced", None))
             queue.evicted.append((message.priority, np.array([message.seq])))
             if message.seq >= level.head:
                 state.holes.add(message.seq)  # before any cursor reads past it
@@ -389,8 +550,6 @@ def _promote_due(queue: _Queue) -> None:
         level.ready_bytes += message.size
         if message.seq < level.head:
             state.extras.append(message)
-    if args.overflow == "drop-head":
-        queue.trim("dropped", args.dead_letter_queue is not None)
 
 
 def plan_enqueue(
@@ -404,7 +563,7 @@ def plan_enqueue(
     """
     queue = _Queue(state.copy(), reader, now)
     state, args = queue.state, queue.state.arguments
-    _promote_due(queue)
+    queue.catch_up()
 
     n = incoming.num_rows
     seqs = incoming.column("seq").to_numpy(zero_copy_only=False).astype(np.int64)
@@ -526,22 +685,171 @@ def plan_settle(state: QueueState, reader: HeadReader, now: int) -> EnqueuePlan:
     drop-head, trim to the limits at once (after ``alter`` lowered one). ring and the reject
     policies remove nothing here (§2 "changing limits")."""
     queue = _Queue(state.copy(), reader, now)
-    _promote_due(queue)
-    args = queue.state.arguments
-    if args.overflow == "drop-head":
-        queue.trim("dropped", args.dead_letter_queue is not None)
+    queue.catch_up()
     empty = np.zeros(0, dtype=bool)
     return queue.plan(empty, empty)
 
 
+def plan_lease(
+    state: QueueState,
+    reader: HeadReader,
+    now: int,
+    consumer: str,
+    *,
+    max_messages: int | None = None,
+    max_bytes: int | None = None,
+    lease_period: int | None = None,
+    max_deliveries: int = 0,
+    max_cancels: int = 0,
+    max_backlog: int | None = None,
+    below_seq: int | None = None,
+    remove: bool = False,
+) -> EnqueuePlan:
+    """Deliver head messages to ``consumer`` (SEMANTICS §3): lease them, or with ``remove``
+    (at-most-once) take them out at once, counted as ``acked``.
+
+    Bounds: ``max_messages`` and ``max_bytes`` for this call (at least one message is always
+    taken, as Delta's ``maxBytesPerTrigger`` admits one file), ``max_backlog`` for the leases
+    of all consumers, ``below_seq`` for what existed when an AvailableNow query started.
+    Expired messages met on the way are removed (``expired``), never delivered. Due scheduled
+    messages and expired leases are settled first. ``lease_period`` is in microseconds.
+    """
+    queue = _Queue(state.copy(), reader, now)
+    queue.catch_up()
+    state = queue.state
+    limits = state.consumers.setdefault(consumer, {"last_lease": 0})
+    limits.update(max_deliveries=max_deliveries, max_cancels=max_cancels)
+    limits["last_lease"] += 1
+    lease_id = limits["last_lease"]
+    until = NEVER if lease_period is None else now + lease_period
+    budget = max_messages if max_messages is not None else NEVER
+    if max_backlog is not None:
+        budget = min(budget, max(0, max_backlog - len(state.leases)))
+    bytes_left = max_bytes if max_bytes is not None else NEVER
+    leased: list[Lease] = []
+    for priority in sorted(state.levels, reverse=True):
+        level = state.levels[priority]
+        cursor = queue.cursor(priority) if level.ready else None
+        while cursor is not None and budget > 0 and level.ready > 0:
+            chunk = cursor.peek_chunk()
+            if chunk is None:
+                raise AssertionError(f"queue {state.name!r}: ready messages counted, none found")
+            seqs, sizes, _ = chunk
+            count = min(budget, len(seqs))
+            if below_seq is not None:
+                count = min(count, int(np.searchsorted(seqs, below_seq)))
+            if max_bytes is not None:
+                fit = int(np.searchsorted(np.cumsum(sizes[:count]), bytes_left, side="right"))
+                count = min(count, fit if (leased or fit) else 1)
+            if count == 0:
+                budget = 0
+                break
+            seqs, sizes, expires = cursor.pop(count)
+            level.ready -= count
+            level.ready_bytes -= int(sizes.sum())
+            queue.evicted.append((priority, seqs))
+            for seq, size, expiry in zip(
+                seqs.tolist(), sizes.tolist(), expires.tolist(), strict=True
+            ):
+                if expiry <= now:
+                    queue.kill(
+                        Scheduled(seq, priority, size, NO_TIME, expiry), "expired", "expired"
+                    )
+                    continue
+                deliveries, cancels = state.redelivered.pop(seq, [0, 0])
+                lease = Lease(
+                    seq, priority, size, consumer, lease_id, until, deliveries + 1, cancels, expiry
+                )
+                leased.append(lease)
+                budget -= 1
+                bytes_left -= size
+        if budget <= 0:
+            break
+    if remove:
+        state.counters["acked"] += len(leased)
+        if leased:
+            queue.removals.append(Removal(np.array([m.seq for m in leased]), "acked", None))
+    else:
+        state.leases.extend(leased)
+    return queue.plan(np.zeros(0, bool), np.zeros(0, bool), leased)
+
+
+def plan_ack(
+    state: QueueState, reader: HeadReader, now: int, seqs: np.ndarray, consumer: str | None = None
+) -> EnqueuePlan:
+    """Acknowledge leased messages (of ``consumer``, if given); other seqs are ignored, so an
+    ack that arrives after the lease ran out and the message went elsewhere does nothing."""
+    queue = _Queue(state.copy(), reader, now)
+    queue.catch_up()
+    wanted = set(np.asarray(seqs).tolist())
+    state = queue.state
+    acked = [
+        lease
+        for lease in state.leases
+        if lease.seq in wanted and consumer in (None, lease.consumer)
+    ]
+    if acked:
+        done = {lease.seq for lease in acked}
+        state.leases = [lease for lease in state.leases if lease.seq not in done]
+        state.counters["acked"] += len(acked)
+        queue.removals.append(Removal(np.array(sorted(done)), "acked", None))
+    return queue.plan(np.zeros(0, bool), np.zeros(0, bool))
+
+
+def _leases_of(state: QueueState, seqs: np.ndarray | None, consumer: str | None) -> list[Lease]:
+    wanted = None if seqs is None else set(np.asarray(seqs).tolist())
+    return [
+        lease
+        for lease in state.leases
+        if (wanted is None or lease.seq in wanted) and consumer in (None, lease.consumer)
+    ]
+
+
+def plan_return(
+    state: QueueState,
+    reader: HeadReader,
+    now: int,
+    *,
+    seqs: np.ndarray | None = None,
+    consumer: str | None = None,
+    cancel: bool = False,
+) -> EnqueuePlan:
+    """Return leased messages now: ``cancel`` (counts toward ``maxCancels``), or a release
+    of everything ``consumer`` holds, as a closed Artemis consumer does."""
+    queue = _Queue(state.copy(), reader, now)
+    queue.catch_up(_leases_of(queue.state, seqs, consumer), cancel=cancel)
+    return queue.plan(np.zeros(0, bool), np.zeros(0, bool))
+
+
+def plan_expire(
+    state: QueueState, reader: HeadReader, now: int, seqs: np.ndarray, consumer: str | None = None
+) -> EnqueuePlan:
+    """Remove leased messages now with reason ``expired`` (AMPS ``expire``)."""
+    queue = _Queue(state.copy(), reader, now)
+    queue.catch_up()
+    ending = _leases_of(queue.state, seqs, consumer)
+    done = {lease.seq for lease in ending}
+    queue.state.leases = [lease for lease in queue.state.leases if lease.seq not in done]
+    for lease in ending:
+        queue.kill(lease, "expired", "expired")
+    return queue.plan(np.zeros(0, bool), np.zeros(0, bool))
+
+
 def gauges(state: QueueState) -> dict[str, int]:
-    """A queue's gauges (``leased`` comes with consumers)."""
+    """A queue's gauges."""
     return {
         "ready": state.ready,
         "ready_bytes": state.ready_bytes,
-        "leased": 0,
+        "leased": len(state.leases),
         "scheduled": len(state.scheduled),
     }
+
+
+def leased_by_consumer(state: QueueState) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for lease in state.leases:
+        counts[lease.consumer] = counts.get(lease.consumer, 0) + 1
+    return counts
 
 
 def identity_holds(stats: dict[str, int]) -> bool:

@@ -20,6 +20,7 @@ from spark_queue.errors import InvalidOptionError
 OVERFLOW_POLICIES = ("drop-head", "ring", "reject-publish", "reject-publish-dlx")
 REJECT_POLICIES = ("reject-publish", "reject-publish-dlx")
 ON_REJECT_ACTIONS = ("drop", "fail")
+EXPIRATION_MODELS = ("default", "queue", "earliest", "latest")
 QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,255}$")
 
 # camelCase option -> snake_case argument, for the queue arguments a write may declare.
@@ -30,6 +31,7 @@ ARGUMENT_OPTIONS = {
     "deadLetterQueue": "dead_letter_queue",
     "rejectThreshold": "reject_threshold",
     "expiration": "expiration",
+    "expirationModel": "expiration_model",
 }
 SINK_OPTIONS = ("path", "queue", "ringSize", "onReject", *ARGUMENT_OPTIONS)
 BROWSE_OPTIONS = ("path", "queue")
@@ -69,6 +71,7 @@ class QueueArguments:
     dead_letter_queue: str | None = None
     reject_threshold: float = 1.0
     expiration: int | None = None  # milliseconds
+    expiration_model: str = "default"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -206,6 +209,10 @@ def validate_arguments(given: Mapping[str, Any], *, camel: bool = False) -> dict
         )
     if "expiration" in given:
         parsed["expiration"] = parse_duration_ms(label("expiration"), given["expiration"])
+    if "expiration_model" in given:
+        parsed["expiration_model"] = parse_choice(
+            label("expiration_model"), given["expiration_model"], EXPIRATION_MODELS
+        )
     if parsed.get("overflow") == "ring" and parsed.get("max_length_bytes") is not None:
         raise InvalidOptionError(
             f"overflow=ring bounds the message count only; {label('max_length_bytes')} "

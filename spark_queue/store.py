@@ -40,7 +40,7 @@ from spark_queue.schema import (
 
 MESSAGE, REMOVAL, QUEUE, SCHEDULED = "message", "removal", "queue", "scheduled"
 ROW_GROUP_ROWS = 64 * 1024  # small enough that a head read skips most of a large file
-_HEAD_READ = ("queue", "seq", "size", "priority", "deliver_at")
+_HEAD_READ = ("queue", "seq", "size", "priority", "deliver_at", "enqueued_at", "expires_at")
 STATE_RECORDS = (QUEUE, SCHEDULED)
 
 
@@ -332,8 +332,9 @@ class QueueStore:
     def read_file(self, relative: str, columns: list[str] | None = None) -> pa.Table:
         return self.read_rows(relative, columns)
 
-    def read_head_rows(self, relative: str, queue: str, priority: int, from_seq: int
-                       ) -> Iterator[pa.Table]:
+    def read_head_rows(
+        self, relative: str, queue: str, priority: int, from_seq: int
+    ) -> Iterator[pa.Table]:
         """One file's rows of a queue level from a seq, as :data:`HEAD_SCHEMA`, in seq order,
         a row group at a time: row groups wholly below ``from_seq`` are skipped by their
         statistics and later ones are only read if the caller asks, so the cost follows
@@ -357,6 +358,8 @@ class QueueStore:
                         "seq": rows.column("seq"),
                         "size": rows.column("size"),
                         "deliver_at": rows.column("deliver_at").cast(pa.int64()),
+                        "enqueued_at": rows.column("enqueued_at").cast(pa.int64()),
+                        "expires_at": rows.column("expires_at").cast(pa.int64()),
                     },
                     schema=HEAD_SCHEMA,
                 )

@@ -123,8 +123,9 @@ class QueueTransaction:
         """Apply ``name``'s limits now (after ``alter``) and promote due scheduled messages."""
         self._apply({name: None}, {})
 
-    def _apply(self, incoming: dict[str, pa.Table | None],
-               staged: dict[str, list[StagedFile]]) -> dict[str, int]:
+    def _apply(
+        self, incoming: dict[str, pa.Table | None], staged: dict[str, list[StagedFile]]
+    ) -> dict[str, int]:
         """Plan every queue that receives messages, then every dead-letter queue they feed.
 
         ``incoming`` maps a queue to its arrivals (None: only settle it); dead letters join a

@@ -127,3 +127,111 @@ class ModelQueue:
         self.promote(now)
         if self.arguments.overflow == "drop-head":
             self.trim()
+
+
+@dataclass
+class ModelLease:
+    consumer: str
+    until: int
+    deliveries: int
+    cancels: int
+
+
+@dataclass
+class ModelConsumers(ModelQueue):
+    """The reference queue with consumers (SEMANTICS §3): leases, acks, returns."""
+
+    leases: dict[int, ModelLease] = field(default_factory=dict)
+    redelivered: dict[int, tuple[int, int]] = field(default_factory=dict)
+    parked: dict[int, ModelMessage] = field(default_factory=dict)  # leased messages
+    limits: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def kill(self, seq: int, outcome: str, reason: str | None) -> None:
+        self.removed[seq] = outcome
+        self.counters[outcome] += 1
+        if reason is not None and self.arguments.dead_letter_queue is not None:
+            self.counters["dead_lettered"] += 1
+            self.dead_lettered.append(seq)
+        self.redelivered.pop(seq, None)
+
+    def give_back(self, seqs: list[int], cancel: bool) -> None:
+        a = self.arguments
+        for seq in sorted(seqs, reverse=True):
+            lease = self.leases.pop(seq)
+            message = self.parked.pop(seq)
+            cancels = lease.cancels + (1 if cancel else 0)
+            max_deliveries, max_cancels = self.limits[lease.consumer]
+            if cancel and max_cancels and cancels >= max_cancels:
+                self.kill(seq, "killed", "cancel_limit")
+                continue
+            if max_deliveries and lease.deliveries >= max_deliveries:
+                self.kill(seq, "killed", "delivery_limit")
+                continue
+            if (
+                a.overflow == "ring"
+                and a.max_length is not None
+                and (len(self.ready()) + 1 > a.max_length)
+            ):
+                self.kill(seq, "replaced", None)
+                continue
+            message.status = "ready"
+            self.live[seq] = message
+            self.redelivered[seq] = (lease.deliveries, cancels)
+
+    def catch_up(self, now: int, returning: list[int] = (), cancel: bool = False) -> None:
+        a = self.arguments
+        due = sorted(
+            (m for m in self.live.values() if m.status == "scheduled" and m.deliver_at <= now),
+            key=lambda m: (m.deliver_at, m.seq),
+        )
+        for message in due:
+            if (
+                a.overflow == "ring"
+                and a.max_length is not None
+                and (len(self.ready()) + 1 > a.max_length)
+            ):
+                self.remove(message, "replaced")
+                continue
+            message.status = "ready"
+        if returning:
+            self.give_back(list(returning), cancel)
+        expired = [seq for seq, lease in self.leases.items() if lease.until <= now]
+        if expired:
+            self.give_back(expired, False)
+        if a.overflow == "drop-head":
+            self.trim()
+
+    def lease(
+        self,
+        consumer: str,
+        now: int,
+        count: int,
+        period: int | None,
+        max_deliveries: int,
+        max_cancels: int,
+    ) -> list[tuple[int, int]]:
+        """Returns (seq, delivery_count) of what was leased, in delivery order."""
+        self.catch_up(now)
+        self.limits[consumer] = (max_deliveries, max_cancels)
+        taken = []
+        while len(taken) < count:
+            head = self.head()
+            if head is None:
+                break
+            del self.live[head.seq]
+            deliveries, cancels = self.redelivered.pop(head.seq, (0, 0))
+            self.leases[head.seq] = ModelLease(
+                consumer, 2**63 - 1 if period is None else now + period, deliveries + 1, cancels
+            )
+            self.parked[head.seq] = head
+            taken.append((head.seq, deliveries + 1))
+        return taken
+
+    def ack(self, seqs: list[int], consumer: str) -> None:
+        for seq in seqs:
+            lease = self.leases.get(seq)
+            if lease is not None and lease.consumer == consumer:
+                del self.leases[seq]
+                del self.parked[seq]
+                self.removed[seq] = "acked"
+                self.counters["acked"] += 1

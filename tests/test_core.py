@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from spark_queue.core import (
@@ -41,6 +41,8 @@ class ListStore:
                     "seq": [r[0] for r in part],
                     "size": [r[2] for r in part],
                     "deliver_at": [r[3] for r in part],
+                    "enqueued_at": [0] * len(part),
+                    "expires_at": [None] * len(part),
                 },
                 schema=HEAD_SCHEMA,
             )
@@ -301,3 +303,123 @@ def test_head_position_moves_so_reads_do_not_grow_with_depth():
     reads = list(store.read(QUEUE, 0, level.head))
     assert sum(t.num_rows for t in reads) == 100
     assert np.all(np.diff(np.concatenate([t["seq"].to_numpy() for t in reads])) > 0)
+
+
+enqueue_operation = st.tuples(
+    st.just("enqueue"), st.lists(message_strategy, min_size=1, max_size=6)
+)
+lease_operation = st.tuples(
+    st.just("lease"),
+    st.sampled_from(["c1", "c2"]),
+    st.integers(1, 4),
+    st.sampled_from([None, 5, 20]),
+)
+operation_strategy = st.one_of(
+    enqueue_operation,
+    lease_operation,
+    st.tuples(st.just("ack"), st.sampled_from(["c1", "c2"]), st.integers(0, 3)),
+    st.tuples(st.just("cancel"), st.sampled_from(["c1", "c2"]), st.integers(0, 3)),
+    st.tuples(st.just("release"), st.sampled_from(["c1", "c2"])),
+    st.tuples(st.just("wait"), st.integers(1, 25)),
+)
+operations_strategy = st.tuples(
+    st.lists(enqueue_operation, min_size=1, max_size=2),
+    st.lists(st.one_of(lease_operation, operation_strategy), min_size=2, max_size=16),
+).map(lambda parts: parts[0] + parts[1])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    arguments=arguments_strategy,
+    operations=operations_strategy,
+    max_deliveries=st.integers(0, 3),
+    max_cancels=st.integers(0, 2),
+    single_priority=st.booleans(),
+)
+def test_consumers_match_reference_model(
+    arguments, operations, max_deliveries, max_cancels, single_priority
+):
+    from spark_queue.core import plan_ack, plan_lease, plan_return
+    from tests.model import ModelConsumers
+
+    model = ModelConsumers(arguments)
+    state = QueueState(QUEUE, arguments)
+    store = ListStore(2)
+    now, seq = 1000, 0
+    for operation in operations:
+        kind = operation[0]
+        if kind == "enqueue":
+            messages = []
+            for priority, size, due in operation[1]:
+                messages.append(
+                    ModelMessage(
+                        seq,
+                        0 if single_priority else priority,
+                        size,
+                        None if due is None else now - 20 + due,
+                    )
+                )
+                seq += 1
+            plan = plan_enqueue(state, incoming(messages), store, now)
+            model.catch_up(now)
+            accepted = model.enqueue([dataclasses.replace(m) for m in messages], now)
+            for message, ok in zip(messages, accepted, strict=True):
+                if ok:
+                    store.rows.append(
+                        (message.seq, message.priority, message.size, message.deliver_at)
+                    )
+        elif kind == "lease":
+            _, consumer, count, period = operation
+            plan = plan_lease(
+                state,
+                store,
+                now,
+                consumer,
+                max_messages=count,
+                lease_period=period,
+                max_deliveries=max_deliveries,
+                max_cancels=max_cancels,
+            )
+            expected = model.lease(consumer, now, count, period, max_deliveries, max_cancels)
+            assert [(m.seq, m.deliveries) for m in plan.leased] == expected
+            event("leased something" if expected else "leased nothing")
+            if any(d > 1 for _, d in expected):
+                event("redelivered")
+        elif kind in ("ack", "cancel"):
+            _, consumer, count = operation
+            mine = sorted(s for s, lease in model.leases.items() if lease.consumer == consumer)
+            chosen = mine[:count]
+            if kind == "ack":
+                plan = plan_ack(state, store, now, np.array(chosen, dtype=np.int64), consumer)
+                model.catch_up(now)
+                model.ack(chosen, consumer)
+            else:
+                plan = plan_return(
+                    state,
+                    store,
+                    now,
+                    seqs=np.array(chosen, dtype=np.int64),
+                    consumer=consumer,
+                    cancel=True,
+                )
+                model.catch_up(now, chosen, cancel=True)
+        elif kind == "release":
+            plan = plan_return(state, store, now, consumer=operation[1])
+            model.catch_up(
+                now, [s for s, lease in model.leases.items() if lease.consumer == operation[1]]
+            )
+        else:
+            now += operation[1]
+            continue
+        state = plan.state
+        expected_live = {m.seq: m.status for m in model.live.values()}
+        expected_live.update({s: "leased" for s in model.leases})
+        got = store.live(state, now)
+        got.update({lease.seq: "leased" for lease in state.leases})
+        assert got == expected_live
+        assert state.counters == model.counters
+        assert {lease.seq: lease.consumer for lease in state.leases} == {
+            s: lease.consumer for s, lease in model.leases.items()
+        }
+        stats = stats_of(state) | {"leased": len(state.leases)}
+        assert identity_holds(stats)
