@@ -558,7 +558,8 @@ def plan_enqueue(
     """Apply one commit's incoming messages to a queue; the input state is left unchanged.
 
     ``incoming`` holds ``seq``, ``size``, ``priority`` and ``deliver_at`` (microseconds or
-    null) in arrival order. Scheduled messages that fell due before the batch are promoted
+    null) in arrival order, and optionally ``enqueued_at``/``expires_at`` (for when a
+    scheduled message expires). Scheduled messages that fell due before the batch are promoted
     first.
     """
     queue = _Queue(state.copy(), reader, now)
@@ -576,8 +577,17 @@ def plan_enqueue(
         state.next_seq = max(state.next_seq, int(seqs.max()) + 1)
 
     waiting = deliver > now
+    if waiting.any() and "expires_at" in incoming.column_names:
+        expiry = state.expiry(
+            incoming.column("enqueued_at").fill_null(NO_TIME).to_numpy(zero_copy_only=False),
+            incoming.column("expires_at").fill_null(NO_TIME).to_numpy(zero_copy_only=False),
+        )
+    else:
+        expiry = np.full(n, NEVER, dtype=np.int64)
     for i in np.flatnonzero(waiting).tolist():
-        message = Scheduled(int(seqs[i]), int(priorities[i]), int(sizes[i]), int(deliver[i]))
+        message = Scheduled(
+            int(seqs[i]), int(priorities[i]), int(sizes[i]), int(deliver[i]), int(expiry[i])
+        )
         state.scheduled.append(message)
         state.levels.setdefault(message.priority, Level(head=message.seq))
     state.counters["added"] += int(waiting.sum())
@@ -833,6 +843,15 @@ def plan_expire(
     for lease in ending:
         queue.kill(lease, "expired", "expired")
     return queue.plan(np.zeros(0, bool), np.zeros(0, bool))
+
+
+def below_heads(state: QueueState, priority: int | None = None) -> list[int]:
+    """Live messages a head may have passed: extras, scheduled and leased (seq order)."""
+    return sorted(
+        m.seq
+        for m in (*state.extras, *state.scheduled, *state.leases)
+        if priority is None or m.priority == priority
+    )
 
 
 def gauges(state: QueueState) -> dict[str, int]:

@@ -12,10 +12,11 @@ from pyspark.sql.datasource import DataSource, DataSourceReader
 from pyspark.sql.types import StructType
 
 from spark_queue.errors import InvalidOptionError
-from spark_queue.options import parse_browse_options, parse_sink_options
+from spark_queue.options import parse_browse_options, parse_sink_options, parse_source_options
 from spark_queue.reader import BrowseReader
 from spark_queue.schema import BROWSE_SCHEMA, check_input_schema
 from spark_queue.sink import RingQueueBatchWriter, RingQueueStreamWriter
+from spark_queue.source import RingQueueStreamReader
 
 
 class RingQueueDataSource(DataSource):
@@ -23,6 +24,7 @@ class RingQueueDataSource(DataSource):
 
     - ``df.writeStream.format("ringqueue")`` / ``df.write.format("ringqueue")`` enqueue.
     - ``spark.read.format("ringqueue")`` browses the messages now in the queue(s).
+    - ``spark.readStream.format("ringqueue")`` consumes one queue with leases.
     """
 
     @classmethod
@@ -34,6 +36,9 @@ class RingQueueDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return BrowseReader(parse_browse_options(self.options))
+
+    def streamReader(self, schema: StructType) -> RingQueueStreamReader:
+        return RingQueueStreamReader(parse_source_options(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> RingQueueBatchWriter:
         return RingQueueBatchWriter(*self._sink(schema, overwrite))

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_queue.core import QueueState
+from spark_queue.core import QueueState, below_heads
 from spark_queue.store import (
     MESSAGE,
     REMOVAL,
@@ -49,7 +49,7 @@ def _live_mask(rows: pa.Table, state: QueueState) -> pa.Array:
     live = pc.greater_equal(seqs, head_of_row)
     if state.holes:
         live = pc.and_(live, pc.invert(pc.is_in(seqs, pa.array(sorted(state.holes), pa.int64()))))
-    below = [m.seq for m in (*state.extras, *state.scheduled)]
+    below = below_heads(state)
     if below:
         live = pc.or_(live, pc.is_in(seqs, pa.array(below, pa.int64())))
     return live
@@ -80,7 +80,7 @@ def compact(store: QueueStore, snapshot: Snapshot) -> dict[str, int]:
             pc.and_(pc.equal(messages["min_queue"], name), pc.equal(messages["max_queue"], name))
         )
         low = min([lv.head for lv in state.levels.values()] or [state.next_seq])
-        below = [m.seq for m in (*state.extras, *state.scheduled)]
+        below = below_heads(state)
         if below:
             low = min(low, *below)
         dead = mine.filter(pc.less(mine["max_seq"], low))

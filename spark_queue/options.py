@@ -34,6 +34,21 @@ ARGUMENT_OPTIONS = {
     "expirationModel": "expiration_model",
 }
 SINK_OPTIONS = ("path", "queue", "ringSize", "onReject", *ARGUMENT_OPTIONS)
+SOURCE_OPTIONS = (
+    "path",
+    "queue",
+    "consumer",
+    "semantics",
+    "leasePeriod",
+    "maxMessagesPerTrigger",
+    "maxBytesPerTrigger",
+    "maxDeliveries",
+    "maxCancels",
+    "maxBacklog",
+    "ackMode",
+)
+SEMANTICS = ("at-least-once", "at-most-once")
+ACK_MODES = ("commit", "manual")
 BROWSE_OPTIONS = ("path", "queue")
 # Keys Spark itself adds to a data source's options.
 SPARK_OPTIONS = ("checkpointlocation",)
@@ -232,6 +247,23 @@ class SinkOptions:
 
 
 @dataclass(frozen=True)
+class SourceOptions:
+    """The parsed options of ``spark.readStream.format("ringqueue")``."""
+
+    path: str
+    queue: str
+    consumer: str = "default"
+    semantics: str = "at-least-once"
+    lease_period: int | None = None  # microseconds; None = leases never expire
+    max_messages: int | None = None
+    max_bytes: int | None = None
+    max_deliveries: int = 0
+    max_cancels: int = 0
+    max_backlog: int | None = None
+    ack_mode: str = "commit"
+
+
+@dataclass(frozen=True)
 class BrowseOptions:
     path: str
     queue: str | None
@@ -271,6 +303,44 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         queue=queue,
         on_reject=parse_choice("onReject", found.get("onReject", "drop"), ON_REJECT_ACTIONS),
         arguments=validate_arguments(given, camel=True),
+    )
+
+
+def _count(name: str, value: str | None, *, zero_ok: bool = True) -> int | None:
+    if value is None:
+        return None
+    number = parse_limit(name, value)
+    if number is None or (number == 0 and not zero_ok):
+        raise InvalidOptionError(f"{name} must be a whole number > 0; got {value!r}")
+    return number
+
+
+def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
+    found = _lookup(options, SOURCE_OPTIONS)
+    if "queue" not in found:
+        raise InvalidOptionError("option 'queue' is required: the queue to consume")
+    period = parse_duration_ms("leasePeriod", found.get("leasePeriod"))
+    if period == 0:
+        raise InvalidOptionError("leasePeriod must be a duration > 0, or unset for none")
+    consumer = found.get("consumer", "default")
+    if not consumer or len(consumer) > 255:
+        raise InvalidOptionError(
+            f"consumer must be a name of 1 to 255 characters; got {consumer!r}"
+        )
+    return SourceOptions(
+        path=_path(found),
+        queue=check_queue_name("queue", found["queue"]),
+        consumer=consumer,
+        semantics=parse_choice("semantics", found.get("semantics", SEMANTICS[0]), SEMANTICS),
+        lease_period=None if period is None else period * 1000,
+        max_messages=_count(
+            "maxMessagesPerTrigger", found.get("maxMessagesPerTrigger"), zero_ok=False
+        ),
+        max_bytes=_count("maxBytesPerTrigger", found.get("maxBytesPerTrigger"), zero_ok=False),
+        max_deliveries=_count("maxDeliveries", found.get("maxDeliveries")) or 0,
+        max_cancels=_count("maxCancels", found.get("maxCancels")) or 0,
+        max_backlog=_count("maxBacklog", found.get("maxBacklog"), zero_ok=False),
+        ack_mode=parse_choice("ackMode", found.get("ackMode", ACK_MODES[0]), ACK_MODES),
     )
 
 

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from spark_queue.core import QueueState, plan_settle
+from spark_queue.core import QueueState, below_heads, plan_settle
 from spark_queue.errors import QueueError, QueueNotFoundError
 from spark_queue.options import BrowseOptions
 from spark_queue.schema import BROWSE_COLUMNS, browse_arrow_schema
@@ -34,7 +34,8 @@ class BrowsePartition(InputPartition):
     priority: int
     head: int
     holes: list[int]  # removed at or after the head
-    below: list[int]  # live below the head: due extras and scheduled messages
+    below: list[int]  # live below the head: extras, scheduled and leased messages
+    leased: dict[int, str]  # seq -> consumer
     paths: list[str]
     now: int
 
@@ -62,14 +63,21 @@ def plan_partitions(
         state = states[name]
         for priority in sorted(state.levels, reverse=True):
             level = state.levels[priority]
-            below = sorted(
-                m.seq for m in (*state.extras, *state.scheduled) if m.priority == priority
-            )
+            below = below_heads(state, priority)
+            leased = {m.seq: m.consumer for m in state.leases if m.priority == priority}
             start = min([level.head, *below[:1]])
             files = snapshot.message_files(name, priority=priority, from_seq=start)
             partitions.extend(
                 BrowsePartition(
-                    store.uri, name, priority, level.head, sorted(state.holes), below, run, now
+                    store.uri,
+                    name,
+                    priority,
+                    level.head,
+                    sorted(state.holes),
+                    below,
+                    leased,
+                    run,
+                    now,
                 )
                 for run in file_runs(files)
             )
@@ -105,6 +113,9 @@ def read_partition(partition: BrowsePartition) -> pa.Table:
     rows = rows.filter(live)
     due = rows["deliver_at"].cast(pa.int64()).fill_null(np.iinfo(np.int64).min)
     state = pc.if_else(pc.greater(due, partition.now), "scheduled", "ready")
+    consumer = pa.array([partition.leased.get(s) for s in rows["seq"].to_pylist()], pa.string())
+    state = pc.if_else(pc.is_valid(consumer), "leased", state)
+    rows = rows.drop_columns(["consumer"]).append_column("consumer", consumer)
     rows = rows.append_column("state", state)
     return rows.select(BROWSE_COLUMNS).cast(browse_arrow_schema())
 
@@ -124,7 +135,7 @@ class BrowseReader(DataSourceReader):
         states = settled_states(store, snapshot, now)
         found = plan_partitions(store, snapshot, states, self.options.queue, now)
         # Spark needs at least one partition; an empty one reads nothing.
-        return found or [BrowsePartition(store.uri, "", 0, 0, [], [], [], now)]
+        return found or [BrowsePartition(store.uri, "", 0, 0, [], [], {}, [], now)]
 
     def read(self, partition: BrowsePartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         yield from read_partition(partition).to_batches()

@@ -6,10 +6,11 @@ a row is:
 - ``message``: an enqueued message (immutable once committed);
 - ``removal``: the end of a message's life in its queue (``outcome``: replaced, dropped, ...);
 - ``queue``: one row per queue: arguments, counters, head positions (``queue_state``, JSON);
-- ``scheduled``: the index of messages not yet due.
+- ``scheduled``: the index of messages not yet due;
+- ``lease``: the index of messages delivered to a consumer and not yet acknowledged.
 
-``queue`` and ``scheduled`` rows are rewritten by every commit (the previous files are removed
-in the same commit), so they always describe the table version they belong to.
+``queue``, ``scheduled`` and ``lease`` rows are rewritten by every commit (the previous files
+are removed in the same commit), so they always describe the table version they belong to.
 """
 
 from __future__ import annotations
@@ -58,6 +59,10 @@ TABLE_SCHEMA = pa.schema(
         ("outcome", pa.string()),
         ("event_at", UTC_MICROS),
         ("queue_state", pa.string()),
+        ("consumer", pa.string()),
+        ("lease_id", pa.int64()),
+        ("lease_until", UTC_MICROS),
+        ("cancel_count", pa.int32()),
     ]
 )
 # Parquet files carry every column but the partition column, whose value lives in the log.
@@ -149,6 +154,7 @@ BROWSE_SCHEMA = StructType(
         StructField("original_queue", StringType()),
         StructField("original_seq", LongType()),
         StructField("died_at", TimestampType()),
+        StructField("consumer", StringType()),
     ]
 )
 BROWSE_COLUMNS = [f.name for f in BROWSE_SCHEMA.fields]

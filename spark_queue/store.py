@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from spark_queue.core import HEAD_SCHEMA, QueueState, Scheduled
+from spark_queue.core import HEAD_SCHEMA, NEVER, NO_TIME, Lease, QueueState, Scheduled
 from spark_queue.errors import NotAQueueTableError
 from spark_queue.schema import (
     FILE_SCHEMA,
@@ -36,12 +36,13 @@ from spark_queue.schema import (
     STATS_COLUMNS,
     TABLE_CONFIGURATION,
     TABLE_SCHEMA,
+    UTC_MICROS,
 )
 
-MESSAGE, REMOVAL, QUEUE, SCHEDULED = "message", "removal", "queue", "scheduled"
+MESSAGE, REMOVAL, QUEUE, SCHEDULED, LEASE = "message", "removal", "queue", "scheduled", "lease"
 ROW_GROUP_ROWS = 64 * 1024  # small enough that a head read skips most of a large file
 _HEAD_READ = ("queue", "seq", "size", "priority", "deliver_at", "enqueued_at", "expires_at")
-STATE_RECORDS = (QUEUE, SCHEDULED)
+STATE_RECORDS = (QUEUE, SCHEDULED, LEASE)
 
 
 def table_uri(path: str) -> str:
@@ -129,6 +130,80 @@ def empty_rows(columns: dict[str, Any], count: int) -> pa.Table:
 
 def now_micros() -> int:
     return time.time_ns() // 1000
+
+
+def _micros(value: Any) -> int | None:
+    """A timestamp from a row as microseconds (pyarrow gives datetimes)."""
+    if value is None:
+        return None
+    return int(value.timestamp() * 1_000_000) if hasattr(value, "timestamp") else int(value)
+
+
+def _time_column(values: list[int]) -> pa.Array:
+    """Microseconds (NEVER/NO_TIME meaning none) as a UTC timestamp column."""
+    return pa.array([None if v in (NEVER, NO_TIME) else v for v in values], pa.int64()).cast(
+        UTC_MICROS
+    )
+
+
+def _scheduled_of(row: dict[str, Any]) -> Scheduled:
+    expires = _micros(row["expires_at"])
+    return Scheduled(
+        row["seq"],
+        row["priority"],
+        row["size"],
+        _micros(row["deliver_at"]) or NO_TIME,
+        NEVER if expires is None else expires,
+    )
+
+
+def _lease_of(row: dict[str, Any]) -> Lease:
+    until, expires = _micros(row["lease_until"]), _micros(row["expires_at"])
+    return Lease(
+        row["seq"],
+        row["priority"],
+        row["size"],
+        row["consumer"],
+        row["lease_id"],
+        NEVER if until is None else until,
+        row["delivery_count"],
+        row["cancel_count"],
+        NEVER if expires is None else expires,
+    )
+
+
+def index_rows(states: dict[str, QueueState]) -> tuple[pa.Table, pa.Table]:
+    """The scheduled and lease indexes of every queue, as rows."""
+    names = sorted(states)
+    waiting = [(n, s) for n in names for s in states[n].scheduled]
+    scheduled = empty_rows(
+        {
+            "queue": [n for n, _ in waiting],
+            "seq": [s.seq for _, s in waiting],
+            "priority": [s.priority for _, s in waiting],
+            "size": [s.size for _, s in waiting],
+            "deliver_at": _time_column([s.deliver_at for _, s in waiting]),
+            "expires_at": _time_column([s.expires for _, s in waiting]),
+        },
+        len(waiting),
+    )
+    held = [(n, lease) for n in names for lease in states[n].leases]
+    leases = empty_rows(
+        {
+            "queue": [n for n, _ in held],
+            "seq": [m.seq for _, m in held],
+            "priority": [m.priority for _, m in held],
+            "size": [m.size for _, m in held],
+            "consumer": [m.consumer for _, m in held],
+            "lease_id": [m.lease_id for _, m in held],
+            "lease_until": _time_column([m.until for _, m in held]),
+            "delivery_count": [m.deliveries for _, m in held],
+            "cancel_count": [m.cancels for _, m in held],
+            "expires_at": _time_column([m.expires for _, m in held]),
+        },
+        len(held),
+    )
+    return scheduled, leases
 
 
 @dataclass
@@ -275,21 +350,17 @@ class QueueStore:
     def _read_states(self, state_files: list[tuple[str, int, str]]) -> dict[str, QueueState]:
         queue_rows: list[pa.Table] = []
         scheduled: dict[str, list[Scheduled]] = {}
+        leases: dict[str, list[Lease]] = {}
         for path, _size, record in state_files:
             if record == QUEUE:
                 queue_rows.append(self.read_rows(path, ["queue", "queue_state"]))
-            else:
-                rows = self.read_rows(path, ["queue", "seq", "priority", "size", "deliver_at"])
-                due = rows.column("deliver_at").cast(pa.int64()).to_pylist()
-                for q, s, p, z, d in zip(
-                    rows.column("queue").to_pylist(),
-                    rows.column("seq").to_pylist(),
-                    rows.column("priority").to_pylist(),
-                    rows.column("size").to_pylist(),
-                    due,
-                    strict=True,
-                ):
-                    scheduled.setdefault(q, []).append(Scheduled(s, p, z, d))
+                continue
+            rows = self.read_rows(path).to_pylist()
+            for row in rows:
+                if record == SCHEDULED:
+                    scheduled.setdefault(row["queue"], []).append(_scheduled_of(row))
+                else:
+                    leases.setdefault(row["queue"], []).append(_lease_of(row))
         states: dict[str, QueueState] = {}
         for rows in queue_rows:
             for name, text in zip(
@@ -297,7 +368,9 @@ class QueueStore:
                 rows.column("queue_state").to_pylist(),
                 strict=True,
             ):
-                states[name] = QueueState.from_json(name, text, scheduled.get(name, []))
+                states[name] = QueueState.from_json(
+                    name, text, scheduled.get(name, []), leases.get(name, [])
+                )
         return states
 
     # -- reading messages ------------------------------------------------------------------

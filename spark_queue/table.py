@@ -6,16 +6,34 @@ Do not call it in a process that later forks (delta-rs's runtime does not surviv
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_queue.core import COUNTERS, gauges, identity_holds
-from spark_queue.errors import QueueError, QueueNotFoundError
+from spark_queue.core import (
+    COUNTERS,
+    EnqueuePlan,
+    Lease,
+    QueueState,
+    gauges,
+    identity_holds,
+    leased_by_consumer,
+    plan_ack,
+    plan_expire,
+    plan_lease,
+    plan_return,
+)
+from spark_queue.errors import InvalidOptionError, QueueError, QueueNotFoundError
 from spark_queue.maintenance import compact
-from spark_queue.options import QueueArguments, check_queue_name, validate_arguments
+from spark_queue.options import (
+    QueueArguments,
+    check_queue_name,
+    parse_duration_ms,
+    validate_arguments,
+)
 from spark_queue.reader import plan_partitions, read_partition, settled_states
 from spark_queue.store import QueueStore, Snapshot, now_micros
 from spark_queue.transaction import QueueTransaction, run
@@ -98,6 +116,150 @@ class QueueTable:
                 continue
         raise QueueError(f"compaction of {self.path} lost {COMPACT_ATTEMPTS} races in a row")
 
+    # -- consuming ---------------------------------------------------------------------------
+
+    def lease(
+        self,
+        queue: str,
+        consumer: str = "default",
+        *,
+        max_messages: int = 100,
+        max_bytes: int | None = None,
+        lease_period: str | int | None = None,
+        max_deliveries: int = 0,
+        max_cancels: int = 0,
+    ) -> pa.Table:
+        """Deliver up to ``max_messages`` head messages to ``consumer`` (SEMANTICS §3).
+
+        They stay leased until ``ack`` (gone), ``cancel`` or ``release`` (back at their
+        position), or until ``lease_period`` (``30 seconds``, ``5m``, milliseconds; None =
+        never) runs out. A message leased ``max_deliveries`` times, or cancelled
+        ``max_cancels`` times, is killed instead of returned (0 = no limit). Returns the
+        messages with their ``delivery_count``, in delivery order.
+        """
+        period = parse_duration_ms("lease_period", lease_period)
+        for name, value in (
+            ("max_messages", max_messages),
+            ("max_deliveries", max_deliveries),
+            ("max_cancels", max_cancels),
+        ):
+            if not isinstance(value, int) or value < 0:
+                raise InvalidOptionError(f"{name} must be a whole number >= 0, got {value!r}")
+
+        def work(transaction: QueueTransaction) -> list[Lease]:
+            self._require(transaction.snapshot, queue)
+            plan = plan_lease(
+                transaction.states[queue],
+                transaction.store.head_reader(transaction.snapshot),
+                transaction.now,
+                consumer,
+                max_messages=max_messages,
+                max_bytes=max_bytes,
+                lease_period=None if period is None else period * 1000,
+                max_deliveries=max_deliveries,
+                max_cancels=max_cancels,
+            )
+            transaction.apply_plan(queue, plan)
+            transaction.commit(operation=f"LEASE {queue} {consumer}")
+            return plan.leased
+
+        leased = run(self.store, work, create=False)
+        return self._delivered(queue, leased)
+
+    def ack(self, queue: str, seqs: list[int], consumer: str | None = None) -> int:
+        """Acknowledge leased messages (of ``consumer`` if given): they leave the queue.
+        Returns how many were acknowledged; seqs not leased (any more) are ignored."""
+        return self._change(
+            queue,
+            "ACK",
+            lambda t, s: plan_ack(
+                s, t.store.head_reader(t.snapshot), t.now, np.asarray(seqs, np.int64), consumer
+            ),
+        )
+
+    def cancel(self, queue: str, seqs: list[int], consumer: str | None = None) -> int:
+        """Return leased messages now; each cancel counts toward ``max_cancels``."""
+        return self._change(
+            queue,
+            "CANCEL",
+            lambda t, s: plan_return(
+                s,
+                t.store.head_reader(t.snapshot),
+                t.now,
+                seqs=np.asarray(seqs, np.int64),
+                consumer=consumer,
+                cancel=True,
+            ),
+        )
+
+    def expire(self, queue: str, seqs: list[int], consumer: str | None = None) -> int:
+        """Remove leased messages now as ``expired`` (dead-lettered if the queue has a DLQ)."""
+        return self._change(
+            queue,
+            "EXPIRE",
+            lambda t, s: plan_expire(
+                s, t.store.head_reader(t.snapshot), t.now, np.asarray(seqs, np.int64), consumer
+            ),
+        )
+
+    def release(self, consumer: str, queue: str | None = None) -> int:
+        """Return everything ``consumer`` holds (in ``queue``, or in every queue), as a
+        closed Artemis consumer does. Returns how many leases ended."""
+        names = [queue] if queue is not None else self.queues()
+        return sum(
+            self._change(
+                name,
+                "RELEASE",
+                lambda t, s: plan_return(
+                    s, t.store.head_reader(t.snapshot), t.now, consumer=consumer
+                ),
+            )
+            for name in names
+        )
+
+    def _change(
+        self,
+        queue: str,
+        operation: str,
+        planner: Callable[[QueueTransaction, QueueState], EnqueuePlan],
+    ) -> int:
+        def work(transaction: QueueTransaction) -> int:
+            self._require(transaction.snapshot, queue)
+            before = len(transaction.states[queue].leases)
+            plan = planner(transaction, transaction.states[queue])
+            transaction.apply_plan(queue, plan)
+            transaction.commit(operation=f"{operation} {queue}")
+            return before - len(plan.state.leases)
+
+        return run(self.store, work, create=False)
+
+    def _delivered(self, queue: str, leased: list[Lease]) -> pa.Table:
+        """The leased messages' rows, in delivery order, with their delivery count."""
+        from spark_queue.schema import browse_arrow_schema
+
+        schema = browse_arrow_schema()
+        if not leased:
+            return schema.empty_table()
+        snapshot = self._snapshot()
+        seqs = np.array([m.seq for m in leased], dtype=np.int64)
+        rows = self.store.read_messages(snapshot, queue, seqs)
+        order = {m.seq: i for i, m in enumerate(leased)}
+        rows = rows.take(
+            pa.array(sorted(range(rows.num_rows), key=lambda i: order[rows["seq"][i].as_py()]))
+        )
+        count = rows.num_rows
+        by_seq = {m.seq: m for m in leased}
+        rows = rows.drop_columns(["delivery_count", "consumer"])
+        rows = rows.append_column(
+            "delivery_count",
+            pa.array([by_seq[s].deliveries for s in rows["seq"].to_pylist()], pa.int32()),
+        )
+        rows = rows.append_column(
+            "consumer", pa.array([by_seq[s].consumer for s in rows["seq"].to_pylist()], pa.string())
+        )
+        rows = rows.append_column("state", pa.array(["leased"] * count, pa.string()))
+        return rows.select(schema.names).cast(schema)
+
     # -- looking -----------------------------------------------------------------------------
 
     def queues(self) -> list[str]:
@@ -108,7 +270,7 @@ class QueueTable:
     def arguments(self, name: str) -> QueueArguments:
         return self._require(self._snapshot(), name).arguments
 
-    def stats(self, name: str) -> dict[str, int]:
+    def stats(self, name: str) -> dict[str, Any]:
         """Gauges and counters of SEMANTICS §4, as of now.
 
         ``added = acked + replaced + dropped + expired + killed + purged + ready + leased +
@@ -119,10 +281,11 @@ class QueueTable:
         snapshot = self._snapshot()
         self._require(snapshot, name)
         state = settled_states(self.store, snapshot, now_micros())[name]
-        stats = {counter: state.counters[counter] for counter in COUNTERS}
+        stats: dict[str, Any] = {counter: state.counters[counter] for counter in COUNTERS}
         stats.update(gauges(state))
         if not identity_holds(stats):
             raise QueueError(f"queue {name!r}: counters break the stats identity: {stats}")
+        stats["leased_by_consumer"] = leased_by_consumer(state)
         return stats
 
     def peek(self, name: str, limit: int = 10) -> pa.Table:

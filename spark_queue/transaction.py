@@ -29,6 +29,7 @@ from spark_queue.errors import ArgumentMismatchError, QueueError
 from spark_queue.options import QueueArguments, option_name
 from spark_queue.schema import UTC_MICROS
 from spark_queue.store import (
+    LEASE,
     MESSAGE,
     QUEUE,
     REMOVAL,
@@ -38,12 +39,13 @@ from spark_queue.store import (
     StagedFile,
     delete_files,
     empty_rows,
+    index_rows,
     now_micros,
     write_file,
 )
 
 COMMIT_ATTEMPTS = 20
-INCOMING_COLUMNS = ["queue", "seq", "size", "priority", "deliver_at"]
+INCOMING_COLUMNS = ["seq", "size", "priority", "deliver_at", "enqueued_at", "expires_at"]
 T = TypeVar("T")
 
 
@@ -123,8 +125,15 @@ class QueueTransaction:
         """Apply ``name``'s limits now (after ``alter``) and promote due scheduled messages."""
         self._apply({name: None}, {})
 
+    def apply_plan(self, name: str, plan: EnqueuePlan) -> None:
+        """Take a plan made for ``name`` (a lease, ack, return), dead letters included."""
+        self._apply({name: None}, {}, {name: plan})
+
     def _apply(
-        self, incoming: dict[str, pa.Table | None], staged: dict[str, list[StagedFile]]
+        self,
+        incoming: dict[str, pa.Table | None],
+        staged: dict[str, list[StagedFile]],
+        made: dict[str, EnqueuePlan] | None = None,
     ) -> dict[str, int]:
         """Plan every queue that receives messages, then every dead-letter queue they feed.
 
@@ -143,9 +152,11 @@ class QueueTransaction:
             state = self.states[name]
             own = incoming.get(name)
             letters = dead_letters.pop(name, [])
-            rows = [own.drop_columns(["queue"])] if own is not None else []
+            rows = [own] if own is not None else []
             rows += [_incoming_of(t) for t in letters]
-            if rows:
+            if made and name in made:
+                plan = made.pop(name)
+            elif rows:
                 plan = plan_enqueue(state, pa.concat_tables(rows), reader, self.now)
             else:
                 plan = plan_settle(state, reader, self.now)
@@ -189,12 +200,7 @@ class QueueTransaction:
 
     def _incoming(self, files: list[StagedFile]) -> pa.Table:
         parts = [self.store.read_file(f.path, INCOMING_COLUMNS) for f in files]
-        table = pa.concat_tables(parts).sort_by("seq")
-        return table.set_column(
-            table.schema.get_field_index("deliver_at"),
-            "deliver_at",
-            table.column("deliver_at").cast(pa.int64()),
-        )
+        return _incoming_of(pa.concat_tables(parts).sort_by("seq"))
 
     def _drop_rejected(self, files: list[StagedFile], rejected_seqs: pa.ChunkedArray) -> None:
         """Rewrite staged files without rejected messages: those are never stored."""
@@ -219,13 +225,17 @@ class QueueTransaction:
         target = plan.state.arguments.dead_letter_queue
         if target is None:
             return None
-        seqs = plan.dead_letter_seqs()
+        reasons = plan.dead_letters()
         if own is not None and plan.rejected_to_dlq.any():
             rejected = own["seq"].to_numpy()[plan.rejected_to_dlq[: own.num_rows]]
-            seqs = np.concatenate([seqs, rejected])
-        if not len(seqs):
+            reasons["maxlen"] = np.concatenate(
+                [reasons.get("maxlen", np.zeros(0, np.int64)), rejected]
+            )
+        if not reasons:
             return None
-        wanted = pa.array(np.unique(seqs), type=pa.int64())
+        reason_of = {seq: reason for reason, seqs in reasons.items() for seq in seqs.tolist()}
+        seqs = np.array(sorted(reason_of), dtype=np.int64)
+        wanted = pa.array(seqs, type=pa.int64())
         parts = [self.store.read_messages(self.snapshot, name, seqs)]
         for f in staged:
             if f.rows:
@@ -238,7 +248,9 @@ class QueueTransaction:
         moved = {
             "queue": pa.array([target] * count, pa.string()),
             "seq": new_seqs,
-            "death_reason": pa.array(["maxlen"] * count, pa.string()),
+            "death_reason": pa.array(
+                [reason_of[s] for s in originals["seq"].to_pylist()], pa.string()
+            ),
             "original_queue": pa.array([name] * count, pa.string()),
             "original_seq": originals["seq"],
             "died_at": pa.array(np.full(count, self.now), pa.int64()).cast(UTC_MICROS),
@@ -299,9 +311,9 @@ class QueueTransaction:
             self.written.append(staged)
             self.adds.append(staged)
 
-    def _state_rows(self) -> tuple[pa.Table, pa.Table]:
+    def _queue_rows(self) -> pa.Table:
         names = sorted(self.states)
-        queue_rows = empty_rows(
+        return empty_rows(
             {
                 "queue": names,
                 "queue_state": [self.states[n].to_json() for n in names],
@@ -309,20 +321,6 @@ class QueueTransaction:
             },
             len(names),
         )
-        waiting = [(n, s) for n in names for s in self.states[n].scheduled]
-        scheduled_rows = empty_rows(
-            {
-                "queue": [n for n, _ in waiting],
-                "seq": [s.seq for _, s in waiting],
-                "priority": [s.priority for _, s in waiting],
-                "size": [s.size for _, s in waiting],
-                "deliver_at": pa.array([s.deliver_at for _, s in waiting], pa.int64()).cast(
-                    UTC_MICROS
-                ),
-            },
-            len(waiting),
-        )
-        return queue_rows, scheduled_rows
 
     def commit(
         self, *, app_id: str | None = None, app_version: int | None = None, operation: str
@@ -330,9 +328,10 @@ class QueueTransaction:
         """Write removals and states and publish everything in one Delta commit."""
         if self.removal_rows:
             self._add_rows(REMOVAL, pa.concat_tables(self.removal_rows))
-        queue_rows, scheduled_rows = self._state_rows()
-        self._add_rows(QUEUE, queue_rows)
+        scheduled_rows, lease_rows = index_rows(self.states)
+        self._add_rows(QUEUE, self._queue_rows())
         self._add_rows(SCHEDULED, scheduled_rows)
+        self._add_rows(LEASE, lease_rows)
         self.store.commit(
             self.snapshot.table,
             self.adds,
@@ -352,23 +351,16 @@ class QueueTransaction:
         delete_files(self.store.uri, [f.path for f in self.written])
 
 
-def _incoming_of(rows: pa.Table | None) -> pa.Table:
-    """The columns :func:`plan_enqueue` reads, from message rows."""
-    if rows is None:
-        return pa.table(
-            {
-                "seq": pa.array([], pa.int64()),
-                "size": pa.array([], pa.int64()),
-                "priority": pa.array([], pa.int32()),
-                "deliver_at": pa.array([], pa.int64()),
-            }
-        )
+def _incoming_of(rows: pa.Table) -> pa.Table:
+    """The columns :func:`plan_enqueue` reads, from message rows (times as microseconds)."""
     return pa.table(
         {
             "seq": rows["seq"],
             "size": rows["size"],
             "priority": rows["priority"],
             "deliver_at": rows["deliver_at"].cast(pa.int64()),
+            "enqueued_at": rows["enqueued_at"].cast(pa.int64()),
+            "expires_at": rows["expires_at"].cast(pa.int64()),
         }
     )
 

@@ -1,0 +1,282 @@
+"""The streaming source: ``spark.readStream.format("ringqueue")``, a consumer of one queue.
+
+How leases and acknowledgements map onto Spark's micro-batch protocol (SEMANTICS §3):
+
+- ``latestOffset(start, limit)`` runs on the driver before each micro-batch. In one Delta
+  commit it **acknowledges** this consumer's leases up to ``start`` (Spark passes the end of
+  the last batch it committed, so everything up to there is safely in the sink) and **leases**
+  the next batch from the head. The new offset names that lease and lists the leased seqs as
+  ranges, so a restarted query replays exactly those messages (``partitions`` reads them back
+  from the offset log, without ``latestOffset``).
+- ``commit(end)`` is not used: it lags one batch and is not called for the last batch of an
+  AvailableNow run. The window that remains: a committed batch stays leased until the next
+  trigger or the next run of the query (or until its ``leasePeriod`` returns it).
+- ``semantics=at-most-once`` removes messages when leasing them (counted ``acked``);
+  ``ackMode=manual`` leaves acknowledgement to ``QueueTable.ack`` (e.g. in ``foreachBatch``).
+- A fresh checkpoint starts a new consumer session: what the consumer name still held is
+  returned to the queue first, as when an Artemis consumer closes.
+
+What runs where: every method but ``read`` runs in the driver-side source worker, which keeps
+this instance for the whole query run; ``read`` runs in executor tasks from a pickled copy
+and gets everything from its :class:`LeasedRange` partition (pyarrow only, no ``deltalake``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+
+from spark_queue.core import Lease, plan_ack, plan_lease, plan_return
+from spark_queue.errors import QueueError, QueueNotFoundError
+from spark_queue.options import SourceOptions
+from spark_queue.schema import BROWSE_COLUMNS, browse_arrow_schema
+from spark_queue.store import QueueStore
+from spark_queue.transaction import QueueTransaction, run
+
+OFFSET_VERSION = 1
+try:  # admission control exists from Spark 4.2
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadMaxBytes,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
+except ImportError:  # pragma: no cover - older Spark
+    SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
+
+
+def seq_ranges(seqs: list[int]) -> list[list[int]]:
+    """Sorted seqs as inclusive [first, last] runs of consecutive numbers."""
+    runs: list[list[int]] = []
+    for seq in sorted(seqs):
+        if runs and seq == runs[-1][1] + 1:
+            runs[-1][1] = seq
+        else:
+            runs.append([seq, seq])
+    return runs
+
+
+@dataclass
+class LeasedRange(InputPartition):
+    """The messages of one lease that one task reads: files, seq ranges, delivery counts."""
+
+    uri: str
+    queue: str
+    consumer: str
+    paths: list[str]
+    ranges: list[list[int]]
+    redelivered: dict[str, int]  # seq (as text) -> delivery count, where it is not 1
+
+
+def read_leased(partition: LeasedRange) -> pa.Table:
+    store = QueueStore(partition.uri)
+    low, high = partition.ranges[0][0], partition.ranges[-1][1]
+    parts = []
+    for path in partition.paths:
+        rows = store.read_rows(
+            path,
+            None,
+            filters=[("queue", "=", partition.queue), ("seq", ">=", low), ("seq", "<=", high)],
+        )
+        seqs = rows["seq"].to_numpy()
+        inside = np.zeros(len(seqs), dtype=bool)
+        for first, last in partition.ranges:
+            inside |= (seqs >= first) & (seqs <= last)
+        parts.append(rows.filter(pa.array(inside)))
+    rows = pa.concat_tables(parts) if parts else None
+    schema = browse_arrow_schema()
+    if rows is None or rows.num_rows == 0:
+        return schema.empty_table()
+    counts = [partition.redelivered.get(str(s), 1) for s in rows["seq"].to_pylist()]
+    rows = rows.drop_columns(["delivery_count", "consumer"])
+    rows = rows.append_column("delivery_count", pa.array(counts, pa.int32()))
+    rows = rows.append_column("consumer", pa.array([partition.consumer] * rows.num_rows))
+    rows = rows.append_column("state", pa.array(["leased"] * rows.num_rows))
+    return rows.select(BROWSE_COLUMNS).cast(schema)
+
+
+class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """A consumer of one queue; see the module docstring for the protocol."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self.store = QueueStore(options.path)
+        self._stop_below: int | None = None  # AvailableNow: what existed when it started
+        self._default_limit: Any = None
+        self._initial: dict | None = None
+
+    # -- offsets -----------------------------------------------------------------------------
+
+    def _offset(self, lease: int, first: int, leased: list[Lease] | None = None) -> dict:
+        offset: dict[str, Any] = {
+            "version": OFFSET_VERSION,
+            "queue": self.options.queue,
+            "consumer": self.options.consumer,
+            "session": first,  # lease ids above this belong to this query
+            "lease": lease,
+        }
+        if leased:
+            offset["ranges"] = seq_ranges([m.seq for m in leased])
+            offset["redelivered"] = {str(m.seq): m.deliveries for m in leased if m.deliveries > 1}
+        return offset
+
+    def initialOffset(self) -> dict:
+        """A new consumer session: return what this consumer name still holds.
+
+        Spark calls this more than once at the start of a fresh checkpoint, after the first
+        batch was planned too, so the answer is worked out once and kept.
+        """
+        if self._initial is None:
+            self._initial = self._start_session()
+        return self._initial
+
+    def _start_session(self) -> dict:
+        consumer, queue = self.options.consumer, self.options.queue
+
+        def work(transaction: QueueTransaction) -> int:
+            state = self._require(transaction)
+            if any(lease.consumer == consumer for lease in state.leases):
+                plan = plan_return(
+                    state,
+                    transaction.store.head_reader(transaction.snapshot),
+                    transaction.now,
+                    consumer=consumer,
+                )
+                transaction.apply_plan(queue, plan)
+                transaction.commit(operation=f"RELEASE {queue} {consumer}")
+                state = plan.state
+            return state.consumers.get(consumer, {}).get("last_lease", 0)
+
+        first = run(self.store, work, create=False)
+        return self._offset(first, first)
+
+    def getDefaultReadLimit(self) -> Any:
+        if self.options.max_messages is not None:
+            self._default_limit = ReadMaxRows(self.options.max_messages)
+        elif self.options.max_bytes is not None:
+            self._default_limit = ReadMaxBytes(self.options.max_bytes)
+        else:
+            self._default_limit = ReadAllAvailable()
+        return self._default_limit
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        snapshot = self.store.snapshot()
+        state = snapshot.states.get(self.options.queue) if snapshot else None
+        self._stop_below = state.next_seq if state is not None else 0
+
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        """Acknowledge what Spark committed (up to ``start``) and lease the next batch."""
+        assert start is not None, "Spark 4.2 passes the start offset"
+        options = self.options
+        unbounded = isinstance(limit, ReadAllAvailable) and not isinstance(
+            self._default_limit, ReadAllAvailable
+        )  # Trigger.Once: read everything
+        max_messages = None if unbounded else options.max_messages
+        max_bytes = None if unbounded else options.max_bytes
+        if isinstance(limit, ReadMaxRows):
+            max_messages = limit.max_rows
+        elif isinstance(limit, ReadMaxBytes):
+            max_bytes = limit.max_bytes
+
+        def work(transaction: QueueTransaction) -> dict:
+            state = self._require(transaction)
+            reader = transaction.store.head_reader(transaction.snapshot)
+            changed = False
+            if options.ack_mode == "commit":
+                done = [
+                    lease.seq
+                    for lease in state.leases
+                    if lease.consumer == options.consumer
+                    and start["session"] < lease.lease_id <= start["lease"]
+                ]
+                if done:
+                    plan = plan_ack(
+                        state, reader, transaction.now, np.array(done), options.consumer
+                    )
+                    transaction.apply_plan(options.queue, plan)
+                    state, changed = transaction.states[options.queue], True
+            plan = plan_lease(
+                state,
+                reader,
+                transaction.now,
+                options.consumer,
+                max_messages=max_messages,
+                max_bytes=max_bytes,
+                lease_period=options.lease_period,
+                max_deliveries=options.max_deliveries,
+                max_cancels=options.max_cancels,
+                max_backlog=options.max_backlog,
+                below_seq=self._stop_below,
+                remove=options.semantics == "at-most-once",
+            )
+            if plan.leased or plan.removals:
+                transaction.apply_plan(options.queue, plan)
+                changed = True
+            if changed:
+                transaction.commit(operation=f"CONSUME {options.queue} {options.consumer}")
+            if not plan.leased:
+                return start
+            lease_id = plan.state.consumers[options.consumer]["last_lease"]
+            return self._offset(lease_id, start["session"], plan.leased)
+
+        return run(self.store, work, create=False)
+
+    def reportLatestOffset(self) -> dict | None:
+        return None
+
+    # -- reading a batch -----------------------------------------------------------------------
+
+    def partitions(self, start: dict, end: dict) -> list[LeasedRange]:
+        if end.get("lease") == start.get("lease") or not end.get("ranges"):
+            return []
+        snapshot = self.store.snapshot()
+        if snapshot is None:
+            raise QueueError(f"no queue table at {self.store.uri}")
+        ranges = end["ranges"]
+        files = snapshot.message_files(self.options.queue, from_seq=ranges[0][0])
+        files = files.filter(pc.fill_null(pc.less_equal(files["min_seq"], ranges[-1][1]), True))
+        partitions = []
+        for path, low, high in zip(
+            files["path"].to_pylist(),
+            files["min_seq"].to_pylist(),
+            files["max_seq"].to_pylist(),
+            strict=True,
+        ):
+            mine = [
+                r for r in ranges if (high is None or r[0] <= high) and (low is None or r[1] >= low)
+            ]
+            if mine:
+                partitions.append(
+                    LeasedRange(
+                        self.store.uri,
+                        self.options.queue,
+                        self.options.consumer,
+                        [path],
+                        mine,
+                        end.get("redelivered", {}),
+                    )
+                )
+        return partitions
+
+    def read(self, partition: LeasedRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        yield from read_leased(partition).to_batches()
+
+    def commit(self, end: dict) -> None:
+        """Not used: acknowledgement happens in the next ``latestOffset`` (module doc)."""
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _require(self, transaction: QueueTransaction) -> Any:
+        state = transaction.states.get(self.options.queue)
+        if state is None:
+            raise QueueNotFoundError(
+                f"queue {self.options.queue!r} does not exist in {self.store.uri}; queues: "
+                f"{sorted(transaction.states)}"
+            )
+        return state

@@ -1,0 +1,133 @@
+"""The consumer side of the Python API: lease, ack, cancel, expire, release (SEMANTICS §3)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from pyspark.sql import functions as F
+
+from spark_queue import QueueTable
+from tests.helpers import assert_identity, bodies, messages, write_batch
+
+pytestmark = pytest.mark.spark
+
+
+def texts(table) -> list[str]:
+    return [bytes(b).decode() for b in table["body"].to_pylist()]
+
+
+def test_artemis_consumer_close_example(spark, queue_path):
+    """Ring 3, one consumer holding A, B, C, D unacked; release: B, C, D stay, replaced 1."""
+    table = QueueTable(queue_path)
+    table.declare("foo", ring_size=3)
+    for body in "ABCD":  # each is dispatched to the consumer before the next arrives
+        write_batch(messages(spark, [body]), queue_path, queue="foo")
+        assert texts(table.lease("foo", "c", max_messages=1)) == [body]
+    stats = table.stats("foo")
+    assert (stats["leased"], stats["ready"], stats["added"]) == (4, 0, 4)
+    assert table.release("c") == 4
+    assert bodies(spark, queue_path, "foo") == ["B", "C", "D"]
+    assert table.stats("foo")["replaced"] == 1
+    assert_identity(queue_path)
+
+
+def test_lease_ack_and_browse_shows_leased(spark, queue_path):
+    write_batch(messages(spark, list("abcd")), queue_path, queue="q")
+    table = QueueTable(queue_path)
+    leased = table.lease("q", "worker-1", max_messages=2)
+    assert texts(leased) == ["a", "b"]
+    assert leased["delivery_count"].to_pylist() == [1, 1]
+    rows = spark.read.format("ringqueue").option("queue", "q").load(queue_path).collect()
+    assert [(bytes(r.body).decode(), r.state, r.consumer) for r in rows] == [
+        ("a", "leased", "worker-1"),
+        ("b", "leased", "worker-1"),
+        ("c", "ready", None),
+        ("d", "ready", None),
+    ]
+    assert table.stats("q")["leased_by_consumer"] == {"worker-1": 2}
+    assert table.ack("q", leased["seq"].to_pylist(), "worker-2") == 0  # not its leases
+    assert table.ack("q", leased["seq"].to_pylist(), "worker-1") == 2
+    stats = table.stats("q")
+    assert (stats["acked"], stats["leased"], stats["ready"]) == (2, 0, 2)
+    assert texts(table.lease("q", "worker-2", max_messages=10)) == ["c", "d"]
+    assert_identity(queue_path)
+
+
+def test_cancel_returns_to_position_and_max_cancels_kills(spark, queue_path):
+    write_batch(messages(spark, ["x", "y"]), queue_path, queue="q", deadLetterQueue="q.dlq")
+    table = QueueTable(queue_path)
+    first = table.lease("q", "c", max_messages=1, max_cancels=2)
+    assert table.cancel("q", first["seq"].to_pylist()) == 1
+    again = table.lease("q", "c", max_messages=1, max_cancels=2)
+    assert texts(again) == ["x"] and again["delivery_count"].to_pylist() == [2]
+    table.cancel("q", again["seq"].to_pylist())  # second cancel: killed, dead-lettered
+    assert bodies(spark, queue_path, "q") == ["y"]
+    dead = spark.read.format("ringqueue").option("queue", "q.dlq").load(queue_path).collect()
+    assert [(bytes(r.body).decode(), r.death_reason) for r in dead] == [("x", "cancel_limit")]
+    assert table.stats("q")["killed"] == 1
+    assert_identity(queue_path)
+
+
+def test_lease_period_redelivers_with_a_higher_count_and_max_deliveries(spark, queue_path):
+    write_batch(messages(spark, ["m"]), queue_path, queue="q", deadLetterQueue="dlq")
+    table = QueueTable(queue_path)
+    assert table.lease("q", "a", lease_period=1, max_deliveries=2)[
+        "delivery_count"
+    ].to_pylist() == [1]
+    time.sleep(0.01)
+    second = table.lease("q", "b", lease_period=1, max_deliveries=2)
+    assert second["delivery_count"].to_pylist() == [2]  # another consumer got it back
+    time.sleep(0.01)
+    assert table.lease("q", "b").num_rows == 0  # expired again: killed at its limit
+    assert table.stats("q")["killed"] == 1
+    dead = spark.read.format("ringqueue").option("queue", "dlq").load(queue_path).collect()
+    assert [r.death_reason for r in dead] == ["delivery_limit"]
+    assert_identity(queue_path)
+
+
+def test_expire_and_expired_messages_are_never_delivered(spark, queue_path):
+    df = messages(spark, ["old", "fresh", "held"]).withColumn(
+        "expires_at",
+        F.when(F.col("body") == "old", F.expr("current_timestamp() - INTERVAL 1 MINUTE")),
+    )
+    write_batch(df, queue_path, queue="q", deadLetterQueue="dlq")
+    table = QueueTable(queue_path)
+    leased = table.lease("q", "c", max_messages=2)
+    assert texts(leased) == ["fresh", "held"]
+    assert table.expire("q", leased["seq"].to_pylist()[1:]) == 1
+    stats = table.stats("q")
+    assert (stats["expired"], stats["leased"]) == (2, 1)
+    reasons = [
+        r.death_reason
+        for r in spark.read.format("ringqueue").option("queue", "dlq").load(queue_path).collect()
+    ]
+    assert reasons == ["expired", "expired"]
+    assert_identity(queue_path)
+
+
+@pytest.mark.parametrize(
+    ("model", "delivered"),
+    [
+        ("default", ["msg-ttl-long"]),
+        ("queue", []),
+        ("earliest", []),
+        ("latest", ["msg-ttl-long"]),
+    ],
+)
+def test_expiration_models(spark, queue_path, model, delivered):
+    df = messages(spark, ["msg-ttl-long"]).withColumn(
+        "expires_at", F.expr("current_timestamp() + INTERVAL 1 HOUR")
+    )
+    write_batch(df, queue_path, queue="q", expiration="1 ms", expirationModel=model)
+    time.sleep(0.01)
+    assert texts(QueueTable(queue_path).lease("q", "c")) == delivered
+    assert_identity(queue_path)
+
+
+def test_priority_then_seq_and_bytes_bound(spark, queue_path):
+    df = spark.createDataFrame([("low", 0), ("high", 5), ("mid", 2)], "body string, priority int")
+    write_batch(df.coalesce(1), queue_path, queue="q")
+    table = QueueTable(queue_path)
+    assert texts(table.lease("q", "c", max_messages=10, max_bytes=5)) == ["high"]
+    assert texts(table.lease("q", "c", max_messages=10)) == ["mid", "low"]

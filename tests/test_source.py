@@ -1,0 +1,197 @@
+"""The streaming source: readStream.format("ringqueue") with leases and acknowledgement."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from spark_queue import QueueTable
+from tests.helpers import assert_identity, messages, write_batch
+
+pytestmark = pytest.mark.spark
+
+
+def consume(spark, queue_path: str, out: Path, checkpoint: Path, **options: object) -> None:
+    """Queue -> Delta table, availableNow, until the query stops."""
+    reader = spark.readStream.format("ringqueue").option("queue", "q")
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    query = (
+        reader.load(queue_path)
+        .select("queue", "seq", "body", "delivery_count")
+        .writeStream.format("delta")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start(str(out))
+    )
+    query.awaitTermination()
+    assert query.exception() is None
+
+
+def delivered(spark, out: Path) -> list[str]:
+    return sorted(
+        bytes(r.body).decode() for r in spark.read.format("delta").load(str(out)).collect()
+    )
+
+
+def test_consume_in_bounded_batches_and_ack_after_commit(spark, queue_path, tmp_path):
+    write_batch(messages(spark, [f"m{i}" for i in range(10)]), queue_path, queue="q")
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    consume(spark, queue_path, out, checkpoint, maxMessagesPerTrigger=4)
+    assert delivered(spark, out) == sorted(f"m{i}" for i in range(10))
+    assert len(list((checkpoint / "commits").iterdir())) >= 3  # 4 + 4 + 2
+    stats = QueueTable(queue_path).stats("q")
+    # AvailableNow's closing latestOffset call starts at the last committed batch: all acked.
+    assert (stats["acked"], stats["leased"], stats["ready"]) == (10, 0, 0)
+    write_batch(messages(spark, ["late"]), queue_path, queue="q")
+    consume(spark, queue_path, out, checkpoint, maxMessagesPerTrigger=4)
+    assert QueueTable(queue_path).stats("q")["acked"] == 11
+    assert delivered(spark, out).count("late") == 1
+    assert_identity(queue_path)
+
+
+def test_two_consumers_compete_each_message_once(spark, queue_path, tmp_path):
+    bodies = [f"m{i}" for i in range(40)]
+    write_batch(messages(spark, bodies), queue_path, queue="q")
+    queries = []
+    for name in ("a", "b"):
+        query = (
+            spark.readStream.format("ringqueue")
+            .option("queue", "q")
+            .option("consumer", name)
+            .option("maxMessagesPerTrigger", 3)
+            .load(queue_path)
+            .select("seq", "body")
+            .writeStream.format("delta")
+            .option("checkpointLocation", str(tmp_path / f"checkpoint-{name}"))
+            .trigger(availableNow=True)
+            .start(str(tmp_path / f"out-{name}"))
+        )
+        queries.append(query)
+    for query in queries:
+        query.awaitTermination()
+        assert query.exception() is None
+    got_a = delivered(spark, tmp_path / "out-a")
+    got_b = delivered(spark, tmp_path / "out-b")
+    assert sorted(got_a + got_b) == sorted(bodies)  # union is the input, no duplicates
+    assert_identity(queue_path)
+
+
+def test_at_most_once_removes_on_delivery(spark, queue_path, tmp_path):
+    write_batch(messages(spark, list("abc")), queue_path, queue="q")
+    consume(spark, queue_path, tmp_path / "out", tmp_path / "chk", semantics="at-most-once")
+    stats = QueueTable(queue_path).stats("q")
+    assert (stats["acked"], stats["leased"], stats["ready"]) == (3, 0, 0)
+    assert_identity(queue_path)
+
+
+def test_failed_batch_replays_the_same_messages(spark, queue_path, tmp_path):
+    write_batch(messages(spark, [f"m{i}" for i in range(6)]), queue_path, queue="q")
+    seen: list[list[int]] = []
+    fail = {"once": True}
+
+    def handle(batch, batch_id):
+        seqs = sorted(r.seq for r in batch.select("seq").collect())
+        seen.append(seqs)
+        if batch_id == 1 and fail["once"]:
+            fail["once"] = False
+            raise RuntimeError("the sink failed")
+
+    def run_query():
+        return (
+            spark.readStream.format("ringqueue")
+            .option("queue", "q")
+            .option("maxMessagesPerTrigger", 2)
+            .load(queue_path)
+            .writeStream.foreachBatch(handle)
+            .option("checkpointLocation", str(tmp_path / "chk"))
+            .trigger(availableNow=True)
+            .start()
+        )
+
+    query = run_query()
+    with pytest.raises(Exception, match="the sink failed"):
+        query.awaitTermination()
+    query = run_query()
+    query.awaitTermination()
+    first, failed, replayed, last = seen  # batch 1 failed, then ran again on restart
+    assert replayed == failed  # the same messages, from the offset log
+    assert sorted(first + replayed + last) == sorted(set(first + replayed + last))
+    assert len(first + replayed + last) == 6
+    assert_identity(queue_path)
+
+
+def test_short_lease_period_lets_another_consumer_take_over(spark, queue_path, tmp_path):
+    write_batch(messages(spark, ["x", "y"]), queue_path, queue="q")
+
+    def crash(batch, batch_id):
+        raise RuntimeError("consumer died")
+
+    query = (
+        spark.readStream.format("ringqueue")
+        .option("queue", "q")
+        .option("consumer", "a")
+        .option("leasePeriod", "4 seconds")
+        .load(queue_path)
+        .writeStream.foreachBatch(crash)
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(Exception, match="consumer died"):
+        query.awaitTermination()
+    table = QueueTable(queue_path)
+    assert table.stats("q")["leased"] == 2
+    assert table.lease("q", "b").num_rows == 0  # still held by the dead consumer
+    time.sleep(4)
+    taken = table.lease("q", "b", max_messages=10)
+    assert taken["delivery_count"].to_pylist() == [2, 2]
+    assert_identity(queue_path)
+
+
+def test_bad_source_options(spark, queue_path):
+    QueueTable(queue_path).declare("q")
+    for option, value in [
+        ("semantics", "exactly-twice"),
+        ("ackMode", "sometimes"),
+        ("maxMessagesPerTrigger", "0"),
+        ("leasePeriod", "soon"),
+        ("colour", "red"),
+    ]:
+        query = (
+            spark.readStream.format("ringqueue")
+            .option("queue", "q")
+            .option(option, value)
+            .load(queue_path)
+            .writeStream.format("noop")
+            .trigger(availableNow=True)
+            .start()
+        )
+        with pytest.raises(Exception, match=f"(?i){option}"):
+            query.awaitTermination()
+
+
+def test_manual_ack_mode_leaves_leases_to_the_api(spark, queue_path, tmp_path):
+    write_batch(messages(spark, list("ab")), queue_path, queue="q")
+    acked: list[int] = []
+
+    def handle(batch, batch_id):
+        seqs = [r.seq for r in batch.select("seq").collect()]
+        acked.append(QueueTable(queue_path).ack("q", seqs))
+
+    query = (
+        spark.readStream.format("ringqueue")
+        .option("queue", "q")
+        .option("ackMode", "manual")
+        .load(queue_path)
+        .writeStream.foreachBatch(handle)
+        .option("checkpointLocation", str(tmp_path / "chk"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert acked == [2]
+    stats = QueueTable(queue_path).stats("q")
+    assert (stats["acked"], stats["leased"]) == (2, 0)
