@@ -72,7 +72,7 @@ def generate(spark: SparkSession, folder: str, messages: int, files: int) -> Non
     )
 
 
-def main(argv: list[str] | None = None) -> dict[str, int]:
+def main(argv: list[str] | None = None) -> dict[str, object]:
     args = parse_args(argv)
     spark = session(args.master)
     with tempfile.TemporaryDirectory(prefix="spark-queue-produce-") as scratch:
@@ -98,8 +98,9 @@ def main(argv: list[str] | None = None) -> dict[str, int]:
     table = QueueTable(args.path)
     stats = table.stats(args.queue)
     print(f"queue {args.queue!r} in {table.path} after {batches} micro-batches:")
-    width = max(len(k) for k in stats)
-    for key, value in stats.items():
+    counts = {k: v for k, v in stats.items() if isinstance(v, int)}
+    width = max(len(k) for k in counts)
+    for key, value in counts.items():
         print(f"  {key:<{width}}  {value:>12,}")
     print(json.dumps({"queue": args.queue, **stats}))
     spark.stop()

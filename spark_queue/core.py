@@ -22,7 +22,7 @@ position at or below its first ready message. A queue's live messages are:
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -349,9 +349,22 @@ class _LevelCursor:
             index += 1
         return min(limit, counted)
 
-    def peek_chunk(self) -> Chunk | None:
-        """The first buffered run of head messages, without taking them."""
-        return self._chunk(0)
+    def chunk_at(self, index: int) -> Chunk | None:
+        """The ``index``-th buffered run of head messages, without taking them."""
+        return self._chunk(index)
+
+    def take_at(self, index: int, positions: np.ndarray) -> Chunk:
+        """Take the messages at ``positions`` of the ``index``-th run; the rest stay."""
+        chunk = self._chunk(index)
+        assert chunk is not None and index < len(self._stored)
+        keep = np.ones(len(chunk[0]), dtype=bool)
+        keep[positions] = False
+        taken = (chunk[0][positions], chunk[1][positions], chunk[2][positions])
+        if keep.any():
+            self._stored[index] = (chunk[0][keep], chunk[1][keep], chunk[2][keep])
+        else:
+            del self._stored[index]
+        return taken
 
     def first_ready(self) -> int | None:
         """The smallest seq still ready in this level after this commit's evictions."""
@@ -452,10 +465,13 @@ class _Queue:
         for priority, seqs in self.evicted:
             removed.update(seqs.tolist())
             state.holes.update(seqs[seqs >= state.levels[priority].head].tolist())
+        leased = {lease.seq for lease in state.leases}
         state.extras = [
             e
             for e in state.extras
-            if e.seq not in removed and e.seq < state.levels[e.priority].head
+            if e.seq not in removed
+            and e.seq not in leased
+            and e.seq < state.levels[e.priority].head
         ]
         for seq in removed:
             state.redelivered.pop(seq, None)
@@ -476,6 +492,7 @@ class _Queue:
         if dead:
             state.counters["dead_lettered"] += 1
         self.removals.append(Removal(np.array([message.seq]), outcome, reason if dead else None))
+        self.evicted.append((message.priority, np.array([message.seq])))
         state.redelivered.pop(message.seq, None)
 
     def give_back(self, leases: list[Lease], *, cancel: bool) -> None:
@@ -504,9 +521,10 @@ class _Queue:
             level = state.levels.setdefault(lease.priority, Level(head=state.next_seq))
             level.ready += 1
             level.ready_bytes += lease.size
-            state.extras.append(
-                Scheduled(lease.seq, lease.priority, lease.size, NO_TIME, lease.expires)
-            )
+            if lease.seq < level.head:  # at or after the head it is found among the rows
+                state.extras.append(
+                    Scheduled(lease.seq, lease.priority, lease.size, NO_TIME, lease.expires)
+                )
             state.redelivered[lease.seq] = [lease.deliveries, cancels]
 
     def catch_up(self, returning: list[Lease] | None = None, *, cancel: bool = False) -> None:
@@ -714,6 +732,7 @@ def plan_lease(
     max_backlog: int | None = None,
     below_seq: int | None = None,
     remove: bool = False,
+    matches: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> EnqueuePlan:
     """Deliver head messages to ``consumer`` (SEMANTICS §3): lease them, or with ``remove``
     (at-most-once) take them out at once, counted as ``acked``.
@@ -723,6 +742,8 @@ def plan_lease(
     of all consumers, ``below_seq`` for what existed when an AvailableNow query started.
     Expired messages met on the way are removed (``expired``), never delivered. Due scheduled
     messages and expired leases are settled first. ``lease_period`` is in microseconds.
+    ``matches`` (a consumer's filter) says which of some seqs this consumer may take; the
+    others stay, in place, for other consumers.
     """
     queue = _Queue(state.copy(), reader, now)
     queue.catch_up()
@@ -740,45 +761,70 @@ def plan_lease(
     for priority in sorted(state.levels, reverse=True):
         level = state.levels[priority]
         cursor = queue.cursor(priority) if level.ready else None
+        index = 0  # chunks before it hold only messages this consumer's filter refused
         while cursor is not None and budget > 0 and level.ready > 0:
-            chunk = cursor.peek_chunk()
+            chunk = cursor.chunk_at(index)
             if chunk is None:
-                raise AssertionError(f"queue {state.name!r}: ready messages counted, none found")
-            seqs, sizes, _ = chunk
-            count = min(budget, len(seqs))
-            if below_seq is not None:
-                count = min(count, int(np.searchsorted(seqs, below_seq)))
-            if max_bytes is not None:
-                fit = int(np.searchsorted(np.cumsum(sizes[:count]), bytes_left, side="right"))
-                count = min(count, fit if (leased or fit) else 1)
-            if count == 0:
-                budget = 0
                 break
-            seqs, sizes, expires = cursor.pop(count)
-            level.ready -= count
+            seqs, sizes, expires = chunk
+            window = len(seqs) if below_seq is None else int(np.searchsorted(seqs, below_seq))
+            if window == 0:
+                break
+            expired = expires[:window] <= now
+            wanted = ~expired
+            if matches is not None:
+                wanted &= matches(seqs[:window])
+            picks = np.flatnonzero(wanted)[:budget]
+            full = False
+            if max_bytes is not None and len(picks):
+                fit = int(np.searchsorted(np.cumsum(sizes[picks]), bytes_left, side="right"))
+                fit = fit if (leased or fit) else 1  # at least one message per batch
+                full = fit < len(picks) or fit == 0
+                picks = picks[:fit]
+            taken = np.union1d(np.flatnonzero(expired), picks)
+            seqs, sizes, expires = cursor.take_at(index, taken)
+            level.ready -= len(taken)
             level.ready_bytes -= int(sizes.sum())
-            queue.evicted.append((priority, seqs))
+            chosen = set(seqs[np.isin(taken, picks)].tolist())
             for seq, size, expiry in zip(
                 seqs.tolist(), sizes.tolist(), expires.tolist(), strict=True
             ):
-                if expiry <= now:
+                if seq not in chosen:  # expired: never delivered
                     queue.kill(
                         Scheduled(seq, priority, size, NO_TIME, expiry), "expired", "expired"
                     )
                     continue
                 deliveries, cancels = state.redelivered.pop(seq, [0, 0])
-                lease = Lease(
-                    seq, priority, size, consumer, lease_id, until, deliveries + 1, cancels, expiry
+                leased.append(
+                    Lease(
+                        seq,
+                        priority,
+                        size,
+                        consumer,
+                        lease_id,
+                        until,
+                        deliveries + 1,
+                        cancels,
+                        expiry,
+                    )
                 )
-                leased.append(lease)
                 budget -= 1
                 bytes_left -= size
+            if full:
+                budget = 0
+            elif len(taken) < window:
+                index += 1  # what is left of this chunk is not for this consumer
+            if window < len(chunk[0]):
+                break  # reached what arrived after an AvailableNow query started
         if budget <= 0:
             break
     if remove:
         state.counters["acked"] += len(leased)
         if leased:
-            queue.removals.append(Removal(np.array([m.seq for m in leased]), "acked", None))
+            removed = np.array([m.seq for m in leased])
+            queue.removals.append(Removal(removed, "acked", None))
+            for lease in leased:
+                queue.evicted.append((lease.priority, np.array([lease.seq])))
     else:
         state.leases.extend(leased)
     return queue.plan(np.zeros(0, bool), np.zeros(0, bool), leased)
@@ -803,6 +849,8 @@ def plan_ack(
         state.leases = [lease for lease in state.leases if lease.seq not in done]
         state.counters["acked"] += len(acked)
         queue.removals.append(Removal(np.array(sorted(done)), "acked", None))
+        for lease in acked:  # behind a head held back by a filter, an ack leaves a hole
+            queue.evicted.append((lease.priority, np.array([lease.seq])))
     return queue.plan(np.zeros(0, bool), np.zeros(0, bool))
 
 

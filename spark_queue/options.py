@@ -46,6 +46,7 @@ SOURCE_OPTIONS = (
     "maxCancels",
     "maxBacklog",
     "ackMode",
+    "filter",
 )
 SEMANTICS = ("at-least-once", "at-most-once")
 ACK_MODES = ("commit", "manual")
@@ -261,6 +262,7 @@ class SourceOptions:
     max_cancels: int = 0
     max_backlog: int | None = None
     ack_mode: str = "commit"
+    filter: str | None = None  # SQL predicate over the message columns
 
 
 @dataclass(frozen=True)
@@ -341,6 +343,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         max_cancels=_count("maxCancels", found.get("maxCancels")) or 0,
         max_backlog=_count("maxBacklog", found.get("maxBacklog"), zero_ok=False),
         ack_mode=parse_choice("ackMode", found.get("ackMode", ACK_MODES[0]), ACK_MODES),
+        filter=found.get("filter") or None,
     )
 
 

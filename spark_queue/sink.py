@@ -42,6 +42,7 @@ from spark_queue.options import QUEUE_NAME, SinkOptions
 from spark_queue.schema import FILE_SCHEMA, HEADERS, UTC_MICROS
 from spark_queue.store import (
     MESSAGE,
+    ROW_GROUP_BYTES,
     ROW_GROUP_ROWS,
     QueueStore,
     StagedFile,
@@ -53,7 +54,6 @@ from spark_queue.store import (
 from spark_queue.transaction import QueueTransaction, StagedQueueFile, run
 
 SEQ_STRIDE = 1 << 32  # seqs reserved per task partition in one batch
-ROW_GROUP_BYTES = 32 * 1024 * 1024  # of bodies; large bodies make smaller row groups
 log = logging.getLogger("spark_queue")
 
 

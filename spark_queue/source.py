@@ -214,6 +214,9 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 max_backlog=options.max_backlog,
                 below_seq=self._stop_below,
                 remove=options.semantics == "at-most-once",
+                matches=None
+                if options.filter is None
+                else transaction.store.matcher(transaction.snapshot, options.queue, options.filter),
             )
             if plan.leased or plan.removals:
                 transaction.apply_plan(options.queue, plan)

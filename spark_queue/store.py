@@ -17,7 +17,7 @@ import json
 import os
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,7 +28,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from spark_queue.core import HEAD_SCHEMA, NEVER, NO_TIME, Lease, QueueState, Scheduled
-from spark_queue.errors import NotAQueueTableError
+from spark_queue.errors import InvalidOptionError, NotAQueueTableError
 from spark_queue.schema import (
     FILE_SCHEMA,
     FORMAT_DESCRIPTION,
@@ -41,6 +41,7 @@ from spark_queue.schema import (
 
 MESSAGE, REMOVAL, QUEUE, SCHEDULED, LEASE = "message", "removal", "queue", "scheduled", "lease"
 ROW_GROUP_ROWS = 64 * 1024  # small enough that a head read skips most of a large file
+ROW_GROUP_BYTES = 32 * 1024 * 1024  # of bodies: a reader holds one row group at a time
 _HEAD_READ = ("queue", "seq", "size", "priority", "deliver_at", "enqueued_at", "expires_at")
 STATE_RECORDS = (QUEUE, SCHEDULED, LEASE)
 
@@ -83,6 +84,14 @@ def file_stats(table: pa.Table) -> str:
     )
 
 
+def row_group_rows(rows: pa.Table) -> int:
+    """Rows per row group: ``ROW_GROUP_ROWS``, fewer where bodies are large."""
+    if not rows.num_rows:
+        return ROW_GROUP_ROWS
+    per_row = max(1, rows.column("body").nbytes // rows.num_rows)
+    return max(1, min(ROW_GROUP_ROWS, ROW_GROUP_BYTES // per_row))
+
+
 def write_file(root: str, record: str, rows: pa.Table, tag: str = "") -> StagedFile:
     """Write ``rows`` (:data:`FILE_SCHEMA`) as one Parquet file of partition ``record``."""
     fs, base = filesystem(root)
@@ -98,7 +107,7 @@ def write_file(root: str, record: str, rows: pa.Table, tag: str = "") -> StagedF
         compression="snappy",
         use_dictionary=["queue", "outcome", "death_reason", "original_queue"],
         write_statistics=list(STATS_COLUMNS),
-        row_group_size=ROW_GROUP_ROWS,
+        row_group_size=row_group_rows(rows),
     )
     size = fs.get_file_info(target).size
     return StagedFile(relative, size, record, file_stats(rows), rows.num_rows)
@@ -374,6 +383,41 @@ class QueueStore:
         return states
 
     # -- reading messages ------------------------------------------------------------------
+
+    def matcher(
+        self, snapshot: Snapshot, queue: str, predicate: str
+    ) -> Callable[[np.ndarray], np.ndarray]:
+        """A consumer's ``filter``: which of some seqs of ``queue`` satisfy ``predicate`` (SQL
+        over the message columns, run by DataFusion on this version of the table, files
+        pruned by their seq statistics). Raises :class:`InvalidOptionError` if the predicate
+        does not parse or names unknown columns."""
+        from deltalake import QueryBuilder
+
+        builder = QueryBuilder().register("messages", snapshot.table)
+
+        def query(where: str) -> pa.Table:
+            try:
+                result = builder.execute(
+                    f"SELECT seq FROM messages WHERE record = '{MESSAGE}' AND queue = '{queue}' "
+                    f"AND {where} AND ({predicate})"
+                )
+            except Exception as error:  # DataFusion's own errors carry the reason
+                raise InvalidOptionError(
+                    f"filter {predicate!r} is not a SQL predicate over the message columns "
+                    f"(queue, seq, message_id, key, body, size, headers, priority, enqueued_at, "
+                    f"deliver_at, expires_at): {error}"
+                ) from None
+            return pa.table(result.read_all())
+
+        query("FALSE")  # check it once, before anything is leased
+
+        def matches(seqs: np.ndarray) -> np.ndarray:
+            if not len(seqs):
+                return np.zeros(0, dtype=bool)
+            found = query(f"seq BETWEEN {int(seqs.min())} AND {int(seqs.max())}")["seq"]
+            return np.isin(seqs, found.to_numpy())
+
+        return matches
 
     def head_reader(self, snapshot: Snapshot) -> FileHeadReader:
         return FileHeadReader(self, snapshot)

@@ -128,14 +128,17 @@ class QueueTable:
         lease_period: str | int | None = None,
         max_deliveries: int = 0,
         max_cancels: int = 0,
+        filter: str | None = None,
     ) -> pa.Table:
         """Deliver up to ``max_messages`` head messages to ``consumer`` (SEMANTICS §3).
 
         They stay leased until ``ack`` (gone), ``cancel`` or ``release`` (back at their
         position), or until ``lease_period`` (``30 seconds``, ``5m``, milliseconds; None =
         never) runs out. A message leased ``max_deliveries`` times, or cancelled
-        ``max_cancels`` times, is killed instead of returned (0 = no limit). Returns the
-        messages with their ``delivery_count``, in delivery order.
+        ``max_cancels`` times, is killed instead of returned (0 = no limit). ``filter`` is a
+        SQL predicate over the message columns: only matching messages are leased, the
+        rest stay for others. Returns the messages with their ``delivery_count``, in
+        delivery order.
         """
         period = parse_duration_ms("lease_period", lease_period)
         for name, value in (
@@ -158,6 +161,9 @@ class QueueTable:
                 lease_period=None if period is None else period * 1000,
                 max_deliveries=max_deliveries,
                 max_cancels=max_cancels,
+                matches=None
+                if filter is None
+                else transaction.store.matcher(transaction.snapshot, queue, filter),
             )
             transaction.apply_plan(queue, plan)
             transaction.commit(operation=f"LEASE {queue} {consumer}")

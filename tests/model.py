@@ -6,6 +6,7 @@ and hopelessly slow: the property tests check the real core against it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from spark_queue.core import COUNTERS
@@ -209,13 +210,16 @@ class ModelConsumers(ModelQueue):
         period: int | None,
         max_deliveries: int,
         max_cancels: int,
+        accept: Callable[[int], bool] = lambda seq: True,
     ) -> list[tuple[int, int]]:
-        """Returns (seq, delivery_count) of what was leased, in delivery order."""
+        """Returns (seq, delivery_count) of what was leased, in delivery order; ``accept`` is
+        the consumer's filter."""
         self.catch_up(now)
         self.limits[consumer] = (max_deliveries, max_cancels)
         taken = []
         while len(taken) < count:
-            head = self.head()
+            ready = [m for m in self.ready() if accept(m.seq)]
+            head = min(ready, key=lambda m: (-m.priority, m.seq)) if ready else None
             if head is None:
                 break
             del self.live[head.seq]

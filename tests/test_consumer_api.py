@@ -131,3 +131,46 @@ def test_priority_then_seq_and_bytes_bound(spark, queue_path):
     table = QueueTable(queue_path)
     assert texts(table.lease("q", "c", max_messages=10, max_bytes=5)) == ["high"]
     assert texts(table.lease("q", "c", max_messages=10)) == ["mid", "low"]
+
+
+def test_filter_leases_matching_messages_and_leaves_the_rest(spark, queue_path):
+    df = spark.createDataFrame(
+        [
+            ("e1", {"region": "eu"}),
+            ("u1", {"region": "us"}),
+            ("e2", {"region": "eu"}),
+            ("u2", {"region": "us"}),
+        ],
+        "body string, headers map<string,string>",
+    )
+    write_batch(df.coalesce(1), queue_path, queue="q")
+    table = QueueTable(queue_path)
+    assert texts(table.lease("q", "eu", filter="headers['region'] = 'eu'")) == ["e1", "e2"]
+    assert texts(table.lease("q", "any")) == ["u1", "u2"]  # the rest stayed, in order
+    acked = table.ack(
+        "q",
+        [
+            r.seq
+            for r in spark.read.format("ringqueue").load(queue_path).collect()
+            if r.consumer == "eu"
+        ],
+    )
+    assert acked == 2
+    assert table.release("any") == 2
+    assert bodies(spark, queue_path, "q") == ["u1", "u2"]
+    with pytest.raises(Exception, match="filter"):
+        table.lease("q", "bad", filter="no_such_column = 1")
+    assert_identity(queue_path)
+
+
+def test_scheduled_messages_are_delivered_once_due(spark, queue_path):
+    df = messages(spark, ["later", "now"]).withColumn(
+        "deliver_at",
+        F.when(F.col("body") == "later", F.expr("current_timestamp() + INTERVAL 2 SECONDS")),
+    )
+    write_batch(df, queue_path, queue="q")
+    table = QueueTable(queue_path)
+    assert texts(table.lease("q", "c")) == ["now"]
+    time.sleep(2.5)
+    assert texts(table.lease("q", "c")) == ["later"]
+    assert_identity(queue_path)

@@ -370,6 +370,8 @@ def test_consumers_match_reference_model(
                     )
         elif kind == "lease":
             _, consumer, count, period = operation
+            # c2 filters: it takes only even seqs (a consumer's `filter`).
+            even = consumer == "c2"
             plan = plan_lease(
                 state,
                 store,
@@ -379,8 +381,17 @@ def test_consumers_match_reference_model(
                 lease_period=period,
                 max_deliveries=max_deliveries,
                 max_cancels=max_cancels,
+                matches=(lambda seqs: seqs % 2 == 0) if even else None,
             )
-            expected = model.lease(consumer, now, count, period, max_deliveries, max_cancels)
+            expected = model.lease(
+                consumer,
+                now,
+                count,
+                period,
+                max_deliveries,
+                max_cancels,
+                accept=(lambda seq: seq % 2 == 0) if even else (lambda seq: True),
+            )
             assert [(m.seq, m.deliveries) for m in plan.leased] == expected
             event("leased something" if expected else "leased nothing")
             if any(d > 1 for _, d in expected):

@@ -127,3 +127,51 @@ def test_replayed_batch_after_its_commit_is_a_no_op(spark, tmp_path):
     assert table.store.open().version() == version  # and the replay committed nothing
     assert sorted(bodies(spark, str(queue_path), "orders")) == sorted(expected)
     assert staged_only(queue_path) == set()  # the replay's own files were removed
+
+
+CONSUMER = ROOT / "tests" / "drivers" / "consume_stream.py"
+
+
+def run_consumer(queue_path: Path, output: Path, checkpoint: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT)}
+    log = open(output.parent / f"consumer-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
+    return subprocess.Popen(
+        [sys.executable, str(CONSUMER), str(queue_path), str(output), str(checkpoint)],
+        env=env,
+        start_new_session=True,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+
+
+def test_consumer_killed_mid_stream_then_restarted_delivers_each_once(spark, tmp_path):
+    expected = [f"msg-{i}" for i in range(200)]
+    queue_path, output, checkpoint = tmp_path / "queues", tmp_path / "out", tmp_path / "chk"
+    spark.createDataFrame([(b,) for b in expected], "body string").coalesce(1).write.format(
+        "ringqueue"
+    ).option("queue", "orders").mode("append").save(str(queue_path))
+    table = QueueTable(str(queue_path))
+    consumer = run_consumer(queue_path, output, checkpoint)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and consumer.poll() is None:
+        # Mid-stream: some batches are in the output, and a batch is leased, not committed.
+        if (
+            (output / "_delta_log").exists()
+            and len(list((output / "_delta_log").glob("*.json"))) >= 3
+            and table.stats("orders")["leased"] > 0
+        ):
+            os.killpg(consumer.pid, signal.SIGKILL)
+            break
+        time.sleep(0.05)
+    consumer.wait()
+    assert consumer.returncode == -signal.SIGKILL, "the consumer finished before the kill"
+    partial = spark.read.format("delta").load(str(output)).count()
+    assert 0 < partial < len(expected)
+    assert table.stats("orders")["leased"] > 0  # the killed batch is still leased
+    restarted = run_consumer(queue_path, output, checkpoint)
+    assert restarted.wait(timeout=300) == 0
+    rows = spark.read.format("delta").load(str(output)).collect()
+    assert sorted(bytes(r.body).decode() for r in rows) == sorted(expected)  # each once
+    stats = table.stats("orders")
+    assert (stats["acked"], stats["leased"], stats["ready"]) == (len(expected), 0, 0)
+    assert_identity(str(queue_path))

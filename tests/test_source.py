@@ -195,3 +195,57 @@ def test_manual_ack_mode_leaves_leases_to_the_api(spark, queue_path, tmp_path):
     assert acked == [2]
     stats = QueueTable(queue_path).stats("q")
     assert (stats["acked"], stats["leased"]) == (2, 0)
+
+
+def test_at_most_once_loses_a_failed_batch_once_its_files_are_gone(spark, queue_path, tmp_path):
+    for pair in (["a", "b"], ["c", "d"], ["e", "f"]):  # one file each
+        write_batch(messages(spark, pair), queue_path, queue="q")
+    seen: list[str] = []
+    fail = {"once": True}
+
+    def handle(batch, batch_id):
+        got = [bytes(r.body).decode() for r in batch.select("body").collect()]
+        if batch_id == 1 and fail["once"]:
+            fail["once"] = False
+            raise RuntimeError("the sink failed")
+        seen.extend(got)
+
+    def run_query():
+        return (
+            spark.readStream.format("ringqueue")
+            .option("queue", "q")
+            .option("semantics", "at-most-once")
+            .option("maxMessagesPerTrigger", 2)
+            .load(queue_path)
+            .writeStream.foreachBatch(handle)
+            .option("checkpointLocation", str(tmp_path / "chk"))
+            .trigger(availableNow=True)
+            .start()
+        )
+
+    query = run_query()
+    with pytest.raises(Exception, match="the sink failed"):
+        query.awaitTermination()
+    assert QueueTable(queue_path).stats("q")["acked"] == 4  # removed when leased
+    assert QueueTable(queue_path).compact()["dropped"] == 2  # their files leave the table
+    query = run_query()
+    query.awaitTermination()
+    assert sorted(seen) == ["a", "b", "e", "f"]  # c and d are lost: at-most-once
+    stats = QueueTable(queue_path).stats("q")
+    assert (stats["acked"], stats["ready"], stats["leased"]) == (6, 0, 0)
+    assert_identity(queue_path)
+
+
+def test_stream_filter_and_max_backlog(spark, queue_path, tmp_path):
+    df = spark.createDataFrame(
+        [(f"m{i}", i % 3) for i in range(9)], "body string, priority int"
+    ).coalesce(1)
+    write_batch(df, queue_path, queue="q")
+    consume(spark, queue_path, tmp_path / "out", tmp_path / "chk", filter="priority = 2")
+    assert delivered(spark, tmp_path / "out") == ["m2", "m5", "m8"]
+    stats = QueueTable(queue_path).stats("q")
+    assert (stats["acked"], stats["ready"]) == (3, 6)
+    QueueTable(queue_path).lease("q", "holder", max_messages=5)
+    consume(spark, queue_path, tmp_path / "out2", tmp_path / "chk2", maxBacklog=6)
+    assert len(delivered(spark, tmp_path / "out2")) == 1  # 5 held elsewhere, backlog of 6
+    assert_identity(queue_path)
