@@ -56,16 +56,22 @@ def staged_only(queue_path: Path) -> set[str]:
     return on_disk - committed_paths(queue_path)
 
 
-def run_driver(queue_path: Path, source: Path, checkpoint: Path) -> subprocess.Popen:
+def start(script: Path, *args: Path) -> subprocess.Popen:
+    """Run a driver script as its own process group (so a SIGKILL takes the JVM and workers
+    with it), logging beside its first argument."""
     env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT)}
-    log = open(queue_path.parent / f"driver-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
+    log = open(args[0].parent / f"{script.stem}-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
     return subprocess.Popen(
-        [sys.executable, str(DRIVER), str(queue_path), str(source), str(checkpoint)],
+        [sys.executable, str(script), *map(str, args)],
         env=env,
-        start_new_session=True,  # its own process group: the JVM and workers die with it
+        start_new_session=True,
         stdout=log,
         stderr=subprocess.STDOUT,
     )
+
+
+def run_driver(queue_path: Path, source: Path, checkpoint: Path) -> subprocess.Popen:
+    return start(DRIVER, queue_path, source, checkpoint)
 
 
 def kill_between_write_and_commit(queue_path: Path, driver: subprocess.Popen) -> bool:
@@ -133,15 +139,7 @@ CONSUMER = ROOT / "tests" / "drivers" / "consume_stream.py"
 
 
 def run_consumer(queue_path: Path, output: Path, checkpoint: Path) -> subprocess.Popen:
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT)}
-    log = open(output.parent / f"consumer-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
-    return subprocess.Popen(
-        [sys.executable, str(CONSUMER), str(queue_path), str(output), str(checkpoint)],
-        env=env,
-        start_new_session=True,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+    return start(CONSUMER, queue_path, output, checkpoint)
 
 
 def test_consumer_killed_mid_stream_then_restarted_delivers_each_once(spark, tmp_path):

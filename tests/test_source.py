@@ -36,6 +36,37 @@ def delivered(spark, out: Path) -> list[str]:
     )
 
 
+def fail_once_then_rerun(
+    spark, queue_path: str, checkpoint: Path, record, **options: object
+) -> None:
+    """Consume in batches of 2 into ``record(batch)``; the sink fails once, on batch 1, and
+    the query is run again from its checkpoint."""
+    failed: list[bool] = []
+
+    def handle(batch, batch_id):
+        record(batch)
+        if batch_id == 1 and not failed:
+            failed.append(True)
+            raise RuntimeError("the sink failed")
+
+    def run_query():
+        reader = spark.readStream.format("ringqueue").option("queue", "q")
+        for key, value in {"maxMessagesPerTrigger": 2, **options}.items():
+            reader = reader.option(key, str(value))
+        return (
+            reader.load(queue_path)
+            .writeStream.foreachBatch(handle)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+
+    query = run_query()
+    with pytest.raises(Exception, match="the sink failed"):
+        query.awaitTermination()
+    run_query().awaitTermination()
+
+
 def test_consume_in_bounded_batches_and_ack_after_commit(spark, queue_path, tmp_path):
     write_batch(messages(spark, [f"m{i}" for i in range(10)]), queue_path, queue="q")
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
@@ -90,32 +121,12 @@ def test_at_most_once_removes_on_delivery(spark, queue_path, tmp_path):
 def test_failed_batch_replays_the_same_messages(spark, queue_path, tmp_path):
     write_batch(messages(spark, [f"m{i}" for i in range(6)]), queue_path, queue="q")
     seen: list[list[int]] = []
-    fail = {"once": True}
-
-    def handle(batch, batch_id):
-        seqs = sorted(r.seq for r in batch.select("seq").collect())
-        seen.append(seqs)
-        if batch_id == 1 and fail["once"]:
-            fail["once"] = False
-            raise RuntimeError("the sink failed")
-
-    def run_query():
-        return (
-            spark.readStream.format("ringqueue")
-            .option("queue", "q")
-            .option("maxMessagesPerTrigger", 2)
-            .load(queue_path)
-            .writeStream.foreachBatch(handle)
-            .option("checkpointLocation", str(tmp_path / "chk"))
-            .trigger(availableNow=True)
-            .start()
-        )
-
-    query = run_query()
-    with pytest.raises(Exception, match="the sink failed"):
-        query.awaitTermination()
-    query = run_query()
-    query.awaitTermination()
+    fail_once_then_rerun(
+        spark,
+        queue_path,
+        tmp_path / "chk",
+        lambda batch: seen.append(sorted(r.seq for r in batch.collect())),
+    )
     first, failed, replayed, last = seen  # batch 1 failed, then ran again on restart
     assert replayed == failed  # the same messages, from the offset log
     assert sorted(first + replayed + last) == sorted(set(first + replayed + last))
@@ -200,52 +211,19 @@ def test_manual_ack_mode_leaves_leases_to_the_api(spark, queue_path, tmp_path):
 def test_at_most_once_loses_a_failed_batch_once_its_files_are_gone(spark, queue_path, tmp_path):
     for pair in (["a", "b"], ["c", "d"], ["e", "f"]):  # one file each
         write_batch(messages(spark, pair), queue_path, queue="q")
-    seen: list[str] = []
-    fail = {"once": True}
+    batches: list[list[str]] = []
+    table = QueueTable(queue_path)
 
-    def handle(batch, batch_id):
-        got = [bytes(r.body).decode() for r in batch.select("body").collect()]
-        if batch_id == 1 and fail["once"]:
-            fail["once"] = False
-            raise RuntimeError("the sink failed")
-        seen.extend(got)
+    def record(batch):
+        batches.append([bytes(r.body).decode() for r in batch.collect()])
+        if len(batches) == 2:  # batch 1 is about to fail: by now it was removed at lease,
+            assert table.stats("q")["acked"] == 4
+            assert table.compact()["dropped"] == 2  # and compaction drops its files
 
-    def run_query():
-        return (
-            spark.readStream.format("ringqueue")
-            .option("queue", "q")
-            .option("semantics", "at-most-once")
-            .option("maxMessagesPerTrigger", 2)
-            .load(queue_path)
-            .writeStream.foreachBatch(handle)
-            .option("checkpointLocation", str(tmp_path / "chk"))
-            .trigger(availableNow=True)
-            .start()
-        )
-
-    query = run_query()
-    with pytest.raises(Exception, match="the sink failed"):
-        query.awaitTermination()
-    assert QueueTable(queue_path).stats("q")["acked"] == 4  # removed when leased
-    assert QueueTable(queue_path).compact()["dropped"] == 2  # their files leave the table
-    query = run_query()
-    query.awaitTermination()
-    assert sorted(seen) == ["a", "b", "e", "f"]  # c and d are lost: at-most-once
-    stats = QueueTable(queue_path).stats("q")
+    fail_once_then_rerun(spark, queue_path, tmp_path / "chk", record, semantics="at-most-once")
+    delivered_once = batches[0] + batches[2] + batches[3]  # batch 1 failed, then replayed
+    assert batches[1] == ["c", "d"] and batches[2] == []  # the replay found nothing: lost
+    assert sorted(delivered_once) == ["a", "b", "e", "f"]
+    stats = table.stats("q")
     assert (stats["acked"], stats["ready"], stats["leased"]) == (6, 0, 0)
-    assert_identity(queue_path)
-
-
-def test_stream_filter_and_max_backlog(spark, queue_path, tmp_path):
-    df = spark.createDataFrame(
-        [(f"m{i}", i % 3) for i in range(9)], "body string, priority int"
-    ).coalesce(1)
-    write_batch(df, queue_path, queue="q")
-    consume(spark, queue_path, tmp_path / "out", tmp_path / "chk", filter="priority = 2")
-    assert delivered(spark, tmp_path / "out") == ["m2", "m5", "m8"]
-    stats = QueueTable(queue_path).stats("q")
-    assert (stats["acked"], stats["ready"]) == (3, 6)
-    QueueTable(queue_path).lease("q", "holder", max_messages=5)
-    consume(spark, queue_path, tmp_path / "out2", tmp_path / "chk2", maxBacklog=6)
-    assert len(delivered(spark, tmp_path / "out2")) == 1  # 5 held elsewhere, backlog of 6
     assert_identity(queue_path)
