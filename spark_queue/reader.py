@@ -21,7 +21,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from spark_queue.core import QueueState, below_heads, plan_settle
 from spark_queue.errors import QueueError, QueueNotFoundError
 from spark_queue.options import BrowseOptions
-from spark_queue.schema import BROWSE_COLUMNS, browse_arrow_schema
+from spark_queue.schema import BROWSE_COLUMNS, FILE_SCHEMA, browse_arrow_schema
 from spark_queue.store import QueueStore, Snapshot, file_runs, now_micros
 
 
@@ -84,25 +84,23 @@ def plan_partitions(
     return partitions
 
 
-def read_partition(partition: BrowsePartition) -> pa.Table:
-    """The live messages of one partition, seq order, with their ``state``."""
+def live_rows(partition: BrowsePartition, columns: list[str] | None = None) -> pa.Table:
+    """The live rows of one partition in seq order (``columns`` must include ``seq``)."""
     store = QueueStore(partition.uri)
     start = min([partition.head, *partition.below[:1]])
-    parts = [
-        store.read_rows(
-            path,
-            None,
-            filters=[
-                ("queue", "=", partition.queue),
-                ("priority", "=", partition.priority),
-                ("seq", ">=", start),
-            ],
-        )
-        for path in partition.paths
+    filters = [
+        ("queue", "=", partition.queue),
+        ("priority", "=", partition.priority),
+        ("seq", ">=", start),
     ]
-    rows = pa.concat_tables(parts).sort_by("seq") if parts else None
-    if rows is None or rows.num_rows == 0:
-        return browse_arrow_schema().empty_table()
+    parts = [store.read_rows(path, columns, filters=filters) for path in partition.paths]
+    if not parts:
+        return (
+            FILE_SCHEMA.empty_table()
+            if columns is None
+            else FILE_SCHEMA.empty_table().select(columns)
+        )
+    rows = pa.concat_tables(parts).sort_by("seq")
     live = pc.greater_equal(rows["seq"], partition.head)
     if partition.holes:
         live = pc.and_(
@@ -110,7 +108,14 @@ def read_partition(partition: BrowsePartition) -> pa.Table:
         )
     if partition.below:
         live = pc.or_(live, pc.is_in(rows["seq"], pa.array(partition.below, pa.int64())))
-    rows = rows.filter(live)
+    return rows.filter(live)
+
+
+def read_partition(partition: BrowsePartition) -> pa.Table:
+    """The live messages of one partition, seq order, with their ``state``."""
+    rows = live_rows(partition)
+    if rows.num_rows == 0:
+        return browse_arrow_schema().empty_table()
     due = rows["deliver_at"].cast(pa.int64()).fill_null(np.iinfo(np.int64).min)
     state = pc.if_else(pc.greater(due, partition.now), "scheduled", "ready")
     consumer = pa.array([partition.leased.get(s) for s in rows["seq"].to_pylist()], pa.string())

@@ -34,7 +34,7 @@ from spark_queue.options import (
     parse_duration_ms,
     validate_arguments,
 )
-from spark_queue.reader import plan_partitions, read_partition, settled_states
+from spark_queue.reader import live_rows, plan_partitions, read_partition, settled_states
 from spark_queue.store import QueueStore, Snapshot, now_micros
 from spark_queue.transaction import QueueTransaction, run
 
@@ -89,13 +89,13 @@ class QueueTable:
         return run(self.store, work, create=False)
 
     def purge(self, name: str) -> int:
-        """Remove every ready and scheduled message of ``name``; returns how many."""
+        """Remove every ready and scheduled message of ``name``; returns how many. Leased
+        messages stay with their consumers."""
 
         def work(transaction: QueueTransaction) -> int:
             snapshot = transaction.snapshot
             self._require(snapshot, name)
-            live = self._live(snapshot, name, transaction.now)
-            count = transaction.purge(name, live["seq"].to_numpy())
+            count = transaction.purge(name, self._purgeable(snapshot, name, transaction.now))
             transaction.commit(operation=f"PURGE {name}")
             return count
 
@@ -333,12 +333,14 @@ class QueueTable:
             )
         return state
 
-    def _live(self, snapshot: Snapshot, name: str, now: int) -> pa.Table:
+    def _purgeable(self, snapshot: Snapshot, name: str, now: int) -> np.ndarray:
+        """Seqs of the ready and scheduled messages of ``name`` (not leased), read a file
+        at a time and only the ``seq`` column."""
         states = settled_states(self.store, snapshot, now)
+        leased = np.array([m.seq for m in states[name].leases], dtype=np.int64)
         parts = [
-            read_partition(p) for p in plan_partitions(self.store, snapshot, states, name, now)
+            live_rows(p, ["seq"])["seq"].to_numpy()
+            for p in plan_partitions(self.store, snapshot, states, name, now)
         ]
-        if not parts:
-            return pa.table({"seq": pa.array([], pa.int64())})
-        seqs = np.concatenate([p["seq"].to_numpy() for p in parts]) if parts else np.zeros(0)
-        return pa.table({"seq": pa.array(seqs, pa.int64())})
+        seqs = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+        return seqs[~np.isin(seqs, leased)]

@@ -265,23 +265,20 @@ class QueueTransaction:
     # -- other operations ------------------------------------------------------------------
 
     def purge(self, name: str, live_seqs: np.ndarray) -> int:
-        """Remove every ready and scheduled message of ``name`` (outcome ``purged``)."""
+        """Remove the ready and scheduled messages ``live_seqs`` of ``name`` (outcome
+        ``purged``), as they are after catching up with the clock; leases stay."""
+        self.settle(name)
         state = self.states[name]
         count = len(live_seqs)
         state.counters["purged"] += count
-        for level in state.levels.values():
-            level.head, level.ready, level.ready_bytes = state.next_seq, 0, 0
-        state.scheduled = []
-        state.extras = []
-        state.holes = set()
         state.levels = {p: Level(head=state.next_seq) for p in state.levels}
+        state.scheduled, state.extras, state.holes, state.redelivered = [], [], set(), {}
         self._record_removals(
             name,
             EnqueuePlan(
-                state, np.zeros(0, bool), np.zeros(0, bool), [Removal(live_seqs, "purged", False)]
+                state, np.zeros(0, bool), np.zeros(0, bool), [Removal(live_seqs, "purged", None)]
             ),
         )
-        self.touched.add(name)
         return count
 
     # -- writing ---------------------------------------------------------------------------

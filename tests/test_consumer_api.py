@@ -174,3 +174,14 @@ def test_scheduled_messages_are_delivered_once_due(spark, queue_path):
     time.sleep(2.5)
     assert texts(table.lease("q", "c")) == ["later"]
     assert_identity(queue_path)
+
+
+def test_purge_leaves_leased_messages_with_their_consumer(spark, queue_path):
+    write_batch(messages(spark, list("abcd")), queue_path, queue="q")
+    table = QueueTable(queue_path)
+    held = table.lease("q", "c", max_messages=1)
+    assert table.purge("q") == 3
+    stats = table.stats("q")
+    assert (stats["purged"], stats["leased"], stats["ready"]) == (3, 1, 0)
+    assert table.ack("q", held["seq"].to_pylist()) == 1
+    assert_identity(queue_path)
