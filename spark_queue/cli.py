@@ -1,0 +1,136 @@
+"""``spark-queue``: inspect and administer a queue table from a shell, without Spark.
+
+Exit codes a script can rely on: 0 done; 1 the queue table refused (unknown queue, argument
+mismatch, not a queue table, ...); 2 bad usage (argparse). Errors go to stderr as one line
+``spark-queue: <message>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from spark_queue.errors import QueueError
+from spark_queue.options import ARGUMENT_OPTIONS
+from spark_queue.table import QueueTable
+
+EXIT_REFUSED = 1
+
+
+def _arguments(parser: argparse.ArgumentParser) -> None:
+    """The queue arguments as ``--max-length`` style flags (strings: the API validates)."""
+    for camel, snake in ARGUMENT_OPTIONS.items():
+        parser.add_argument(f"--{snake.replace('_', '-')}", dest=snake, help=f"({camel})")
+    parser.add_argument("--ring-size", dest="ring_size", help="maxLength=N with overflow=ring")
+
+
+def _given(args: argparse.Namespace) -> dict[str, Any]:
+    names = [*ARGUMENT_OPTIONS.values(), "ring_size"]
+    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+
+
+def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
+    cells = [[str(row.get(c, "")) for c in columns] for row in rows]
+    widths = [max([len(c)] + [len(r[i]) for r in cells]) for i, c in enumerate(columns)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True))]
+    lines += ["  ".join(v.ljust(w) for v, w in zip(r, widths, strict=True)) for r in cells]
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="spark-queue", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--path", required=True, help="the queue table (local path or URI)")
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("queues", help="list the queues")
+    for name, text in (
+        ("declare", "declare a queue (or check its arguments)"),
+        ("alter", "change a queue's arguments"),
+    ):
+        command = commands.add_parser(name, help=text)
+        command.add_argument("queue")
+        _arguments(command)
+    stats = commands.add_parser("stats", help="gauges and counters of a queue (all if none)")
+    stats.add_argument("queue", nargs="?")
+    stats.add_argument("--json", action="store_true", help="one JSON object per line")
+    peek = commands.add_parser("peek", help="the next messages, without side effects")
+    peek.add_argument("queue")
+    peek.add_argument("--limit", type=int, default=10)
+    purge = commands.add_parser("purge", help="remove the ready and scheduled messages")
+    purge.add_argument("queue")
+    for name, text in (
+        ("ack", "acknowledge leased messages"),
+        ("cancel", "return leased messages (counts toward maxCancels)"),
+    ):
+        command = commands.add_parser(name, help=text)
+        command.add_argument("queue")
+        command.add_argument("seqs", nargs="+", type=int)
+        command.add_argument("--consumer")
+    release = commands.add_parser("release", help="return everything a consumer holds")
+    release.add_argument("consumer")
+    release.add_argument("--queue")
+    commands.add_parser("compact", help="compact small files now")
+    return parser
+
+
+def run_command(args: argparse.Namespace) -> str:
+    table = QueueTable(args.path)
+    command = args.command
+    if command == "queues":
+        return "\n".join(table.queues())
+    if command in ("declare", "alter"):
+        arguments = getattr(table, command)(args.queue, **_given(args))
+        return json.dumps({"queue": args.queue, **arguments.__dict__})
+    if command == "stats":
+        names = [args.queue] if args.queue else table.queues()
+        rows = [{"queue": n, **table.stats(n)} for n in names]
+        if args.json:
+            return "\n".join(json.dumps(row) for row in rows)
+        columns = [
+            "queue",
+            "ready",
+            "ready_bytes",
+            "leased",
+            "scheduled",
+            "added",
+            "acked",
+            "replaced",
+            "dropped",
+            "rejected",
+            "expired",
+            "killed",
+            "dead_lettered",
+            "purged",
+        ]
+        return _table(rows, columns)
+    if command == "peek":
+        rows = table.peek(args.queue, args.limit).to_pylist()
+        for row in rows:
+            row["body"] = bytes(row["body"]).decode("utf-8", errors="replace")
+        return _table(rows, ["seq", "priority", "enqueued_at", "message_id", "body"])
+    if command == "purge":
+        return f"purged {table.purge(args.queue)}"
+    if command in ("ack", "cancel"):
+        done = getattr(table, command)(args.queue, args.seqs, args.consumer)
+        return f"{command}ed {done}" if command == "ack" else f"cancelled {done}"
+    if command == "release":
+        return f"released {table.release(args.consumer, args.queue)}"
+    return json.dumps(table.compact())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        output = run_command(args)
+    except QueueError as error:
+        print(f"spark-queue: {error}", file=sys.stderr)
+        return EXIT_REFUSED
+    if output:
+        print(output)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
