@@ -388,12 +388,6 @@ class _Queue:
             self.cursors[priority] = _LevelCursor(self.reader, self.state, priority, self.now)
         return self.cursors[priority]
 
-    def over_limit(self) -> bool:
-        args = self.state.arguments
-        if args.max_length is not None and self.state.ready > args.max_length:
-            return True
-        return args.max_length_bytes is not None and self.state.ready_bytes > args.max_length_bytes
-
     def _remove(
         self, priority: int, seqs: np.ndarray, sizes: np.ndarray, outcome: str, dead_letter: bool
     ) -> None:
