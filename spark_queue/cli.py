@@ -13,6 +13,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from spark_queue.core import COUNTERS
 from spark_queue.errors import QueueError
 from spark_queue.options import ARGUMENT_OPTIONS
 from spark_queue.table import QueueTable
@@ -88,22 +89,7 @@ def run_command(args: argparse.Namespace) -> str:
         rows = [{"queue": n, **table.stats(n)} for n in names]
         if args.json:
             return "\n".join(json.dumps(row) for row in rows)
-        columns = [
-            "queue",
-            "ready",
-            "ready_bytes",
-            "leased",
-            "scheduled",
-            "added",
-            "acked",
-            "replaced",
-            "dropped",
-            "rejected",
-            "expired",
-            "killed",
-            "dead_lettered",
-            "purged",
-        ]
+        columns = ["queue", "ready", "ready_bytes", "leased", "scheduled", *COUNTERS]
         return _table(rows, columns)
     if command == "peek":
         rows = table.peek(args.queue, args.limit).to_pylist()
