@@ -1,0 +1,334 @@
+"""Benchmark the consumer side of ``format("ringqueue")`` in one run, on one machine.
+
+1. Throughput: ``readStream.format("ringqueue")`` (a consumer, at-least-once, availableNow,
+   ~5 micro-batches) against ``readStream.format("delta")`` over the same bodies, both into
+   the ``noop`` sink. Goal: ratio >= 0.8.
+2. Ack cost against depth: ``QueueTable.ack`` of 10,000 leased messages at depth 10 thousand
+   and 10 million. Goal: within 1.2x.
+3. Write amplification: bytes written to the table directory over a message's life (enqueue,
+   lease, ack) divided by the bytes its enqueue wrote. Goal: <= 1.5.
+4. Memory: drain >= 2 GB of bodies with ``maxBytesPerTrigger=64m``; peak resident memory of
+   every process (driver Python, driver JVM, Python workers). Goal: each <= 1.5 GB.
+
+    .venv/bin/python benchmarks/bench_consumer.py            # full size
+    .venv/bin/python benchmarks/bench_consumer.py --small    # a quick smoke run
+
+Results go to ``--out`` (JSON) and a summary to stdout; exit 1 if a correctness check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+from bench_sink import environment, median, progress, write_bodies  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
+
+from spark_queue import QueueTable, local_session  # noqa: E402
+
+GIB = 1024**3
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "consumer.json"))
+    parser.add_argument("--messages", type=int, default=1_000_000, help="throughput, 200 B")
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--depth-small", type=int, default=10_000)
+    parser.add_argument("--depth-large", type=int, default=10_000_000)
+    parser.add_argument("--ack-batch", type=int, default=10_000)
+    parser.add_argument("--amplification-messages", type=int, default=200_000)
+    parser.add_argument("--memory-messages", type=int, default=210_000, help="of 10 KB")
+    parser.add_argument("--small", action="store_true", help="smoke sizes")
+    args = parser.parse_args(argv)
+    if args.small:
+        args.messages, args.depth_large, args.amplification_messages = 50_000, 200_000, 20_000
+        args.memory_messages, args.repeats = 20_000, 1
+    return args
+
+
+def tree_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def fill(spark: SparkSession, bodies: Path, queue: Path) -> None:
+    spark.read.parquet(str(bodies)).write.format("ringqueue").option("queue", "bench").mode(
+        "append"
+    ).save(str(queue))
+
+
+def consume(
+    spark: SparkSession, source: str, path: Path, checkpoint: Path, options: dict[str, Any]
+) -> float:
+    reader = spark.readStream.format(source)
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    started = time.perf_counter()
+    query = (
+        reader.load(str(path))
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    return time.perf_counter() - started
+
+
+def drained(queue: Path, messages: int) -> bool:
+    stats = QueueTable(str(queue)).stats("bench")
+    return stats["acked"] == messages and stats["ready"] == 0 and stats["leased"] == 0
+
+
+def bench_throughput(spark: SparkSession, args: argparse.Namespace, work: Path) -> dict:
+    bodies = work / "bodies-200"
+    write_bodies(bodies, args.messages, 200, 10, seed=1)
+    delta = work / "delta-200"
+    spark.read.parquet(str(bodies)).repartition(10).write.format("delta").save(str(delta))
+    runs: dict[str, list[float]] = {"ringqueue": [], "delta": []}
+    checks = True
+    for repeat in range(args.repeats):
+        for sink in ["ringqueue", "delta"] if repeat % 2 == 0 else ["delta", "ringqueue"]:
+            checkpoint = work / f"chk-{sink}-{repeat}"
+            if sink == "ringqueue":
+                queue = work / f"queue-{repeat}"
+                fill(spark, bodies, queue)
+                seconds = consume(
+                    spark,
+                    "ringqueue",
+                    queue,
+                    checkpoint,
+                    {"queue": "bench", "maxMessagesPerTrigger": args.messages // 5},
+                )
+                checks &= drained(queue, args.messages)
+                shutil.rmtree(queue)
+            else:
+                seconds = consume(spark, "delta", delta, checkpoint, {"maxFilesPerTrigger": 2})
+            runs[sink].append(seconds)
+            progress(
+                f"throughput {sink} run {repeat + 1}: {seconds:.2f}s, "
+                f"{args.messages / seconds:,.0f} msg/s"
+            )
+    best = {sink: min(times) for sink, times in runs.items()}
+    return {
+        "messages": args.messages,
+        "runs": runs,
+        "best": best,
+        "ratio": best["delta"] / best["ringqueue"],
+        "checks_ok": checks,
+    }
+
+
+def bench_ack_depth(spark: SparkSession, args: argparse.Namespace, work: Path) -> dict:
+    """Lease then ack ``--ack-batch`` messages at the head, 5 times per depth. The shallow
+    queue is refilled before each round (a round drains it); the deep one hardly moves."""
+    chunk = min(1_000_000, args.depth_large)
+    deep_bodies, shallow_bodies = work / "bodies-deep", work / "bodies-shallow"
+    write_bodies(deep_bodies, chunk, 200, 2, seed=2)
+    write_bodies(shallow_bodies, args.depth_small, 200, 1, seed=3)
+    result: dict[str, Any] = {}
+    for depth in (args.depth_small, args.depth_large):
+        queue = work / f"depth-{depth}"
+        deep = depth == args.depth_large
+        if deep:
+            for _ in range(depth // chunk):
+                fill(spark, deep_bodies, queue)
+        table = QueueTable(str(queue))
+        leases, acks = [], []
+        for _ in range(5):
+            if not deep:
+                fill(spark, shallow_bodies, queue)
+            started = time.perf_counter()
+            seqs = table.lease("bench", "c", max_messages=args.ack_batch)["seq"].to_pylist()
+            leases.append(time.perf_counter() - started)
+            started = time.perf_counter()
+            acked = table.ack("bench", seqs, "c")
+            acks.append(time.perf_counter() - started)
+            assert acked == len(seqs) == args.ack_batch, (acked, len(seqs))
+        result[str(depth)] = {
+            "lease_s": leases,
+            "ack_s": acks,
+            "ack_median": median(acks),
+            "lease_median": median(leases),
+        }
+        progress(
+            f"depth {depth:,}: ack median {median(acks) * 1000:.0f} ms, "
+            f"lease median {median(leases) * 1000:.0f} ms"
+        )
+        shutil.rmtree(queue)
+    small, large = result[str(args.depth_small)], result[str(args.depth_large)]
+    result["ratio"] = large["ack_median"] / small["ack_median"]
+    return result
+
+
+def bench_amplification(spark: SparkSession, args: argparse.Namespace, work: Path) -> dict:
+    bodies = work / "bodies-1k"
+    write_bodies(bodies, args.amplification_messages, 1024, 4, seed=4)
+    queue = work / "amplification"
+    fill(spark, bodies, queue)
+    enqueued = tree_bytes(queue)
+    consume(
+        spark,
+        "ringqueue",
+        queue,
+        work / "chk-amplification",
+        {"queue": "bench", "maxMessagesPerTrigger": args.amplification_messages // 5},
+    )
+    total = tree_bytes(queue)
+    return {
+        "enqueue_bytes": enqueued,
+        "consume_bytes": total - enqueued,
+        "ratio": total / enqueued,
+        "checks_ok": drained(queue, args.amplification_messages),
+    }
+
+
+class PeakMemory(threading.Thread):
+    """Samples the resident memory of this process and all its descendants via /proc."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.peaks: dict[int, tuple[str, int]] = {}
+        self.running = True
+
+    @staticmethod
+    def children() -> dict[int, int]:
+        parents = {}
+        for entry in Path("/proc").iterdir():
+            if entry.name.isdigit():
+                try:
+                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                    parents[int(entry.name)] = int(fields[1])
+                except (OSError, IndexError):
+                    continue
+        return parents
+
+    def sample(self) -> None:
+        parents = self.children()
+        family, frontier = {os.getpid()}, [os.getpid()]
+        while frontier:
+            pid = frontier.pop()
+            for child, parent in parents.items():
+                if parent == pid and child not in family:
+                    family.add(child)
+                    frontier.append(child)
+        for pid in family:
+            try:
+                status = (Path("/proc") / str(pid) / "status").read_text()
+                command = (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ")
+            except OSError:
+                continue
+            rss = next(
+                (
+                    int(line.split()[1]) * 1024
+                    for line in status.splitlines()
+                    if line.startswith("VmRSS:")
+                ),
+                0,
+            )
+            kind = (
+                "driver python"
+                if pid == os.getpid()
+                else "jvm"
+                if b"java" in command.split(b" ")[0]
+                else "python worker"
+            )
+            if rss > self.peaks.get(pid, ("", 0))[1]:
+                self.peaks[pid] = (kind, rss)
+
+    def run(self) -> None:
+        while self.running:
+            self.sample()
+            time.sleep(0.2)
+
+
+def bench_memory(spark: SparkSession, args: argparse.Namespace, work: Path) -> dict:
+    bodies = work / "bodies-10k"
+    write_bodies(bodies, args.memory_messages, 10240, 20, seed=5)
+    queue = work / "memory"
+    fill(spark, bodies, queue)
+    gigabytes = args.memory_messages * 10240 / GIB
+    monitor = PeakMemory()
+    monitor.start()
+    seconds = consume(
+        spark,
+        "ringqueue",
+        queue,
+        work / "chk-memory",
+        {"queue": "bench", "maxBytesPerTrigger": 64 * 1024 * 1024},
+    )
+    monitor.running = False
+    monitor.join()
+    by_kind: dict[str, int] = {}
+    for kind, rss in monitor.peaks.values():
+        by_kind[kind] = max(by_kind.get(kind, 0), rss)
+    return {
+        "body_gib": gigabytes,
+        "seconds": seconds,
+        "peak_rss_by_kind": by_kind,
+        "peak_rss_by_pid": {str(p): v for p, v in monitor.peaks.items()},
+        "max_rss": max(by_kind.values()),
+        "checks_ok": drained(queue, args.memory_messages),
+    }
+
+
+def summary(results: dict[str, Any]) -> str:
+    t, d, a, m = (results[k] for k in ("throughput", "ack_depth", "amplification", "memory"))
+    lines = [
+        "ringqueue consumer benchmark",
+        f"1. throughput, {t['messages']:,} x 200 B: ringqueue {t['best']['ringqueue']:.2f} s "
+        f"({t['messages'] / t['best']['ringqueue']:,.0f} msg/s), delta "
+        f"{t['best']['delta']:.2f} s ({t['messages'] / t['best']['delta']:,.0f} msg/s); "
+        f"ratio {t['ratio']:.2f} (goal >= 0.8)",
+        "2. ack of a lease batch: "
+        + ", ".join(
+            f"depth {k}: {v['ack_median'] * 1000:.0f} ms" for k, v in d.items() if k != "ratio"
+        )
+        + f"; ratio {d['ratio']:.2f} (goal <= 1.2)",
+        f"3. write amplification (1 KB bodies): {a['ratio']:.3f} (goal <= 1.5); enqueue "
+        f"{a['enqueue_bytes']:,} B, lease+ack {a['consume_bytes']:,} B",
+        f"4. memory draining {m['body_gib']:.2f} GiB in {m['seconds']:.1f} s: peak RSS "
+        + ", ".join(f"{k} {v / GIB:.2f} GiB" for k, v in sorted(m["peak_rss_by_kind"].items()))
+        + " (goal: each <= 1.5 GiB)",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="bench-consumer-"))
+    spark = local_session(app_name="bench-consumer")
+    started = time.perf_counter()
+    try:
+        results: dict[str, Any] = {"environment": environment(), "config": vars(args)}
+        results["throughput"] = bench_throughput(spark, args, work)
+        results["ack_depth"] = bench_ack_depth(spark, args, work)
+        results["amplification"] = bench_amplification(spark, args, work)
+        results["memory"] = bench_memory(spark, args, work)
+        results["seconds"] = time.perf_counter() - started
+    finally:
+        spark.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(results, indent=1, default=str))
+    print(summary(results))
+    checks = all(
+        results[k].get("checks_ok", True) for k in ("throughput", "amplification", "memory")
+    )
+    return 0 if checks else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
