@@ -478,6 +478,14 @@ class _Queue:
         self.settle()
         return EnqueuePlan(self.state, accepted, rejected_to_dlq, self.removals, leased or [])
 
+    def note_gone(self, messages: list[Lease]) -> None:
+        """Messages that left their queue outside an eviction, grouped by priority."""
+        by_priority: dict[int, list[int]] = {}
+        for message in messages:
+            by_priority.setdefault(message.priority, []).append(message.seq)
+        for priority, seqs in by_priority.items():
+            self.evicted.append((priority, np.array(seqs, dtype=np.int64)))
+
     def kill(self, message: Scheduled | Lease, outcome: str, reason: str | None) -> None:
         """End a message that is not ready (leased, or taken off the head) with ``outcome``."""
         state = self.state
@@ -817,8 +825,7 @@ def plan_lease(
         if leased:
             removed = np.array([m.seq for m in leased])
             queue.removals.append(Removal(removed, "acked", None))
-            for lease in leased:
-                queue.evicted.append((lease.priority, np.array([lease.seq])))
+            queue.note_gone(leased)
     else:
         state.leases.extend(leased)
     return queue.plan(np.zeros(0, bool), np.zeros(0, bool), leased)
@@ -843,8 +850,7 @@ def plan_ack(
         state.leases = [lease for lease in state.leases if lease.seq not in done]
         state.counters["acked"] += len(acked)
         queue.removals.append(Removal(np.array(sorted(done)), "acked", None))
-        for lease in acked:  # behind a head held back by a filter, an ack leaves a hole
-            queue.evicted.append((lease.priority, np.array([lease.seq])))
+        queue.note_gone(acked)  # behind a head held back by a filter, an ack leaves a hole
     return queue.plan(np.zeros(0, bool), np.zeros(0, bool))
 
 

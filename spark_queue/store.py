@@ -141,44 +141,44 @@ def now_micros() -> int:
     return time.time_ns() // 1000
 
 
-def _micros(value: Any) -> int | None:
-    """A timestamp from a row as microseconds (pyarrow gives datetimes)."""
-    if value is None:
-        return None
-    return int(value.timestamp() * 1_000_000) if hasattr(value, "timestamp") else int(value)
+# Index rows -> Scheduled / Lease fields, in order: (column, value when null).
+SCHEDULED_FIELDS = (
+    ("seq", 0),
+    ("priority", 0),
+    ("size", 0),
+    ("deliver_at", NO_TIME),
+    ("expires_at", NEVER),
+)
+LEASE_FIELDS = (
+    ("seq", 0),
+    ("priority", 0),
+    ("size", 0),
+    ("consumer", ""),
+    ("lease_id", 0),
+    ("lease_until", NEVER),
+    ("delivery_count", 0),
+    ("cancel_count", 0),
+    ("expires_at", NEVER),
+)
+
+
+def _index_entries(
+    rows: pa.Table, fields: tuple[tuple[str, Any], ...]
+) -> Iterator[tuple[str, tuple[Any, ...]]]:
+    """(queue, field values) per index row, column by column (timestamps as microseconds)."""
+    columns = []
+    for name, null in fields:
+        column = rows.column(name)
+        if pa.types.is_timestamp(column.type):
+            column = column.cast(pa.int64())
+        columns.append(column.fill_null(null).to_pylist())
+    return zip(rows.column("queue").to_pylist(), zip(*columns, strict=True), strict=True)
 
 
 def _time_column(values: list[int]) -> pa.Array:
     """Microseconds (NEVER/NO_TIME meaning none) as a UTC timestamp column."""
-    return pa.array([None if v in (NEVER, NO_TIME) else v for v in values], pa.int64()).cast(
-        UTC_MICROS
-    )
-
-
-def _scheduled_of(row: dict[str, Any]) -> Scheduled:
-    expires = _micros(row["expires_at"])
-    return Scheduled(
-        row["seq"],
-        row["priority"],
-        row["size"],
-        _micros(row["deliver_at"]) or NO_TIME,
-        NEVER if expires is None else expires,
-    )
-
-
-def _lease_of(row: dict[str, Any]) -> Lease:
-    until, expires = _micros(row["lease_until"]), _micros(row["expires_at"])
-    return Lease(
-        row["seq"],
-        row["priority"],
-        row["size"],
-        row["consumer"],
-        row["lease_id"],
-        NEVER if until is None else until,
-        row["delivery_count"],
-        row["cancel_count"],
-        NEVER if expires is None else expires,
-    )
+    array = np.array(values, dtype=np.int64)
+    return pa.array(array, mask=(array == NEVER) | (array == NO_TIME)).cast(UTC_MICROS)
 
 
 def index_rows(states: dict[str, QueueState]) -> tuple[pa.Table, pa.Table]:
@@ -364,12 +364,12 @@ class QueueStore:
             if record == QUEUE:
                 queue_rows.append(self.read_rows(path, ["queue", "queue_state"]))
                 continue
-            rows = self.read_rows(path).to_pylist()
-            for row in rows:
-                if record == SCHEDULED:
-                    scheduled.setdefault(row["queue"], []).append(_scheduled_of(row))
-                else:
-                    leases.setdefault(row["queue"], []).append(_lease_of(row))
+            if record == SCHEDULED:
+                for queue, entry in _index_entries(self.read_rows(path), SCHEDULED_FIELDS):
+                    scheduled.setdefault(queue, []).append(Scheduled(*entry))
+            else:
+                for queue, entry in _index_entries(self.read_rows(path), LEASE_FIELDS):
+                    leases.setdefault(queue, []).append(Lease(*entry))
         states: dict[str, QueueState] = {}
         for rows in queue_rows:
             for name, text in zip(

@@ -249,20 +249,14 @@ class QueueTable:
         snapshot = self._snapshot()
         seqs = np.array([m.seq for m in leased], dtype=np.int64)
         rows = self.store.read_messages(snapshot, queue, seqs)
-        order = {m.seq: i for i, m in enumerate(leased)}
-        rows = rows.take(
-            pa.array(sorted(range(rows.num_rows), key=lambda i: order[rows["seq"][i].as_py()]))
-        )
+        # Delivery order is the lease order: put the rows in it.
+        rows = rows.take(pc.index_in(pa.array(seqs), rows["seq"]))
         count = rows.num_rows
-        by_seq = {m.seq: m for m in leased}
         rows = rows.drop_columns(["delivery_count", "consumer"])
         rows = rows.append_column(
-            "delivery_count",
-            pa.array([by_seq[s].deliveries for s in rows["seq"].to_pylist()], pa.int32()),
+            "delivery_count", pa.array([m.deliveries for m in leased], pa.int32())
         )
-        rows = rows.append_column(
-            "consumer", pa.array([by_seq[s].consumer for s in rows["seq"].to_pylist()], pa.string())
-        )
+        rows = rows.append_column("consumer", pa.array([m.consumer for m in leased], pa.string()))
         rows = rows.append_column("state", pa.array(["leased"] * count, pa.string()))
         return rows.select(schema.names).cast(schema)
 
