@@ -40,10 +40,14 @@ class BrowsePartition(InputPartition):
     now: int
 
 
-def settled_states(store: QueueStore, snapshot: Snapshot, now: int) -> dict[str, QueueState]:
-    """Each queue as it is at ``now``: due scheduled messages promoted, not committed."""
+def settled_states(
+    store: QueueStore, snapshot: Snapshot, now: int, names: list[str] | None = None
+) -> dict[str, QueueState]:
+    """Queues (``names``, else all) as they are at ``now``: due scheduled messages
+    promoted and run-out leases returned, not committed."""
     reader = store.head_reader(snapshot)
-    return {name: plan_settle(state, reader, now).state for name, state in snapshot.states.items()}
+    wanted = snapshot.states if names is None else {n: snapshot.states[n] for n in names}
+    return {name: plan_settle(state, reader, now).state for name, state in wanted.items()}
 
 
 def plan_partitions(
@@ -137,8 +141,10 @@ class BrowseReader(DataSourceReader):
         if snapshot is None:
             raise QueueError(f"no queue table at {store.uri}")
         now = now_micros()
-        states = settled_states(store, snapshot, now)
-        found = plan_partitions(store, snapshot, states, self.options.queue, now)
+        queue = self.options.queue
+        only = [queue] if queue in snapshot.states else None  # else the error lists them all
+        states = settled_states(store, snapshot, now, only)
+        found = plan_partitions(store, snapshot, states, queue, now)
         # Spark needs at least one partition; an empty one reads nothing.
         return found or [BrowsePartition(store.uri, "", 0, 0, [], [], {}, [], now)]
 

@@ -280,7 +280,7 @@ class QueueTable:
         """
         snapshot = self._snapshot()
         self._require(snapshot, name)
-        state = settled_states(self.store, snapshot, now_micros())[name]
+        state = settled_states(self.store, snapshot, now_micros(), [name])[name]
         stats: dict[str, Any] = {counter: state.counters[counter] for counter in COUNTERS}
         stats.update(gauges(state))
         if not identity_holds(stats):
@@ -295,7 +295,7 @@ class QueueTable:
         snapshot = self._snapshot()
         self._require(snapshot, name)
         now = now_micros()
-        states = settled_states(self.store, snapshot, now)
+        states = settled_states(self.store, snapshot, now, [name])
         found: list[pa.Table] = []
         remaining = limit
         for partition in plan_partitions(self.store, snapshot, states, name, now):
@@ -330,7 +330,7 @@ class QueueTable:
     def _purgeable(self, snapshot: Snapshot, name: str, now: int) -> np.ndarray:
         """Seqs of the ready and scheduled messages of ``name`` (not leased), read a file
         at a time and only the ``seq`` column."""
-        states = settled_states(self.store, snapshot, now)
+        states = settled_states(self.store, snapshot, now, [name])
         leased = np.array([m.seq for m in states[name].leases], dtype=np.int64)
         parts = [
             live_rows(p, ["seq"])["seq"].to_numpy()
