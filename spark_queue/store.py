@@ -141,7 +141,7 @@ def now_micros() -> int:
     return time.time_ns() // 1000
 
 
-# Index rows -> Scheduled / Lease fields, in order: (column, value when null).
+# Index columns <-> Scheduled / Lease fields, in their order: (column, value when null).
 SCHEDULED_FIELDS = (
     ("seq", 0),
     ("priority", 0),
@@ -181,38 +181,25 @@ def _time_column(values: list[int]) -> pa.Array:
     return pa.array(array, mask=(array == NEVER) | (array == NO_TIME)).cast(UTC_MICROS)
 
 
+def _index_table(entries: list[tuple[str, Any]], fields: tuple[tuple[str, Any], ...]) -> pa.Table:
+    """Index rows from (queue, Scheduled or Lease): the entries' fields, in order, are the
+    columns of ``fields`` (the inverse of :func:`_index_entries`)."""
+    # vars() keeps field order; astuple would deep-copy every value on a hot path.
+    values = list(zip(*(tuple(vars(entry).values()) for _, entry in entries), strict=True))
+    values = values or [() for _ in fields]
+    columns: dict[str, Any] = {"queue": [queue for queue, _ in entries]}
+    for (name, _), column in zip(fields, values, strict=True):
+        is_time = pa.types.is_timestamp(FILE_SCHEMA.field(name).type)
+        columns[name] = _time_column(list(column)) if is_time else list(column)
+    return empty_rows(columns, len(entries))
+
+
 def index_rows(states: dict[str, QueueState]) -> tuple[pa.Table, pa.Table]:
     """The scheduled and lease indexes of every queue, as rows."""
     names = sorted(states)
     waiting = [(n, s) for n in names for s in states[n].scheduled]
-    scheduled = empty_rows(
-        {
-            "queue": [n for n, _ in waiting],
-            "seq": [s.seq for _, s in waiting],
-            "priority": [s.priority for _, s in waiting],
-            "size": [s.size for _, s in waiting],
-            "deliver_at": _time_column([s.deliver_at for _, s in waiting]),
-            "expires_at": _time_column([s.expires for _, s in waiting]),
-        },
-        len(waiting),
-    )
     held = [(n, lease) for n in names for lease in states[n].leases]
-    leases = empty_rows(
-        {
-            "queue": [n for n, _ in held],
-            "seq": [m.seq for _, m in held],
-            "priority": [m.priority for _, m in held],
-            "size": [m.size for _, m in held],
-            "consumer": [m.consumer for _, m in held],
-            "lease_id": [m.lease_id for _, m in held],
-            "lease_until": _time_column([m.until for _, m in held]),
-            "delivery_count": [m.deliveries for _, m in held],
-            "cancel_count": [m.cancels for _, m in held],
-            "expires_at": _time_column([m.expires for _, m in held]),
-        },
-        len(held),
-    )
-    return scheduled, leases
+    return _index_table(waiting, SCHEDULED_FIELDS), _index_table(held, LEASE_FIELDS)
 
 
 @dataclass
