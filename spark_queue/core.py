@@ -94,6 +94,77 @@ class Lease:
     expires: int = NEVER
 
 
+LEASE_INTS = ("seq", "priority", "size", "lease_id", "until", "deliveries", "cancels", "expires")
+
+
+class Leases:
+    """A queue's leased messages, column by column: one numpy array per :class:`Lease` field
+    (``consumer`` an object array of names, the others int64). A lease batch costs a few
+    array operations whatever its size; nothing here changes an array in place, so states
+    may share them."""
+
+    __slots__ = ("consumer", *LEASE_INTS)
+
+    seq: np.ndarray
+    priority: np.ndarray
+    size: np.ndarray
+    consumer: np.ndarray
+    lease_id: np.ndarray
+    until: np.ndarray
+    deliveries: np.ndarray
+    cancels: np.ndarray
+    expires: np.ndarray
+
+    def __init__(self, consumer: np.ndarray | None = None, **columns: np.ndarray) -> None:
+        count = len(consumer) if consumer is not None else 0
+        self.consumer = consumer if consumer is not None else np.zeros(0, dtype=object)
+        for name in LEASE_INTS:
+            values = columns.get(name)
+            setattr(
+                self,
+                name,
+                np.zeros(count, np.int64) if values is None else np.asarray(values, np.int64),
+            )
+
+    @classmethod
+    def of(cls, leases: list[Lease]) -> Leases:
+        return cls(
+            np.array([lease.consumer for lease in leases], dtype=object),
+            **{n: np.array([getattr(lease, n) for lease in leases], np.int64) for n in LEASE_INTS},
+        )
+
+    @classmethod
+    def concat(cls, parts: list[Leases]) -> Leases:
+        parts = [part for part in parts if len(part)]
+        if len(parts) == 1:
+            return parts[0]
+        return cls(
+            np.concatenate([p.consumer for p in parts]) if parts else None,
+            **{n: np.concatenate([getattr(p, n) for p in parts]) for n in LEASE_INTS if parts},
+        )
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    def __iter__(self) -> Iterator[Lease]:
+        """One :class:`Lease` per message: for the rare paths (returns), not per batch."""
+        columns = {n: getattr(self, n).tolist() for n in LEASE_INTS}
+        for position, consumer in enumerate(self.consumer.tolist()):
+            yield Lease(consumer=consumer, **{n: values[position] for n, values in columns.items()})
+
+    def take(self, selection: np.ndarray) -> Leases:
+        """The leases at ``selection`` (a boolean mask or positions)."""
+        columns = {n: getattr(self, n)[selection] for n in LEASE_INTS}
+        return Leases(self.consumer[selection], **columns)
+
+    def held(self, seqs: np.ndarray | None = None, consumer: str | None = None) -> np.ndarray:
+        """A mask: leases of these ``seqs`` (all if None) held by ``consumer`` (any if None)."""
+        mask = np.ones(len(self), dtype=bool) if seqs is None else np.isin(self.seq, seqs)
+        if consumer is not None:
+            mask &= self.consumer == consumer
+        return mask
+
+
 @dataclass
 class QueueState:
     """Everything a commit needs to know about a queue without reading its messages."""
@@ -105,7 +176,7 @@ class QueueState:
     holes: set[int] = field(default_factory=set)
     extras: list[Scheduled] = field(default_factory=list)  # ready, below their level's head
     scheduled: list[Scheduled] = field(default_factory=list)
-    leases: list[Lease] = field(default_factory=list)
+    leases: Leases = field(default_factory=Leases)
     # Delivered before and back in the queue: seq -> [deliveries, cancels].
     redelivered: dict[int, list[int]] = field(default_factory=dict)
     # Per consumer: the last lease id, and the limits it leased with.
@@ -142,7 +213,7 @@ class QueueState:
 
     @classmethod
     def from_json(
-        cls, name: str, text: str, scheduled: list[Scheduled], leases: list[Lease] | None = None
+        cls, name: str, text: str, scheduled: list[Scheduled], leases: Leases | None = None
     ) -> QueueState:
         data = json.loads(text)
         counters = dict.fromkeys(COUNTERS, 0)
@@ -155,16 +226,14 @@ class QueueState:
             holes=set(data["holes"]),
             extras=[Scheduled(*values) for values in data.get("extras", [])],
             scheduled=sorted(scheduled, key=lambda s: s.seq),
-            leases=sorted(leases or [], key=lambda lease: lease.seq),
+            leases=leases if leases is not None else Leases(),
             redelivered={int(k): v for k, v in data.get("redelivered", {}).items()},
             consumers=data.get("consumers", {}),
             next_seq=data["next_seq"],
         )
 
     def copy(self) -> QueueState:
-        return QueueState.from_json(
-            self.name, self.to_json(), list(self.scheduled), list(self.leases)
-        )
+        return QueueState.from_json(self.name, self.to_json(), list(self.scheduled), self.leases)
 
     def expiry(self, enqueued_at: np.ndarray, expires_at: np.ndarray) -> np.ndarray:
         """When messages expire, by the queue's ``expiration`` and ``expiration_model``
@@ -214,7 +283,7 @@ class EnqueuePlan:
     accepted: np.ndarray  # bool per incoming message; False = rejected, not stored
     rejected_to_dlq: np.ndarray  # bool per incoming message: rejected and dead-lettered
     removals: list[Removal]  # stored or incoming messages this commit removes
-    leased: list[Lease] = field(default_factory=list)  # delivered by this commit
+    leased: Leases = field(default_factory=Leases)  # delivered by this commit
 
     def removed_seqs(self, outcome: str | None = None) -> np.ndarray:
         parts = [r.seqs for r in self.removals if outcome in (None, r.outcome)]
@@ -245,8 +314,8 @@ class _LevelCursor:
     def __init__(self, reader: HeadReader, state: QueueState, priority: int, now: int) -> None:
         self._batches = reader.read(state.name, priority, state.levels[priority].head)
         self._state = state
-        skip = state.holes | {lease.seq for lease in state.leases}
-        self._skip = np.fromiter(skip, dtype=np.int64, count=len(skip))
+        holes = np.fromiter(state.holes, dtype=np.int64, count=len(state.holes))
+        self._skip = np.union1d(holes, state.leases.seq)
         self._now = now
         self._stored: list[Chunk] = []
         extras = sorted((e for e in state.extras if e.priority == priority), key=lambda e: e.seq)
@@ -455,36 +524,34 @@ class _Queue:
         for level in state.levels.values():
             if level.ready == 0:
                 level.head = max(level.head, state.next_seq)
-        removed = set()
         for priority, seqs in self.evicted:
-            removed.update(seqs.tolist())
             state.holes.update(seqs[seqs >= state.levels[priority].head].tolist())
-        leased = {lease.seq for lease in state.leases}
-        state.extras = [
-            e
-            for e in state.extras
-            if e.seq not in removed
-            and e.seq not in leased
-            and e.seq < state.levels[e.priority].head
-        ]
-        for seq in removed:
-            state.redelivered.pop(seq, None)
+        removed = np.concatenate([seqs for _, seqs in self.evicted]) if self.evicted else _EMPTY
+        if state.extras:
+            extra_seqs = np.array([e.seq for e in state.extras], dtype=np.int64)
+            gone = np.isin(extra_seqs, removed) | np.isin(extra_seqs, state.leases.seq)
+            state.extras = [
+                e
+                for e, left in zip(state.extras, gone.tolist(), strict=True)
+                if not left and e.seq < state.levels[e.priority].head
+            ]
+        if state.redelivered and len(removed):
+            known = np.fromiter(state.redelivered, dtype=np.int64, count=len(state.redelivered))
+            for seq in known[np.isin(known, removed)].tolist():
+                del state.redelivered[seq]
         floor = min((lv.head for lv in state.levels.values()), default=state.next_seq)
         state.holes = {h for h in state.holes if h >= floor}
 
     def plan(
-        self, accepted: np.ndarray, rejected_to_dlq: np.ndarray, leased: list[Lease] | None = None
+        self, accepted: np.ndarray, rejected_to_dlq: np.ndarray, leased: Leases | None = None
     ) -> EnqueuePlan:
         self.settle()
-        return EnqueuePlan(self.state, accepted, rejected_to_dlq, self.removals, leased or [])
+        return EnqueuePlan(self.state, accepted, rejected_to_dlq, self.removals, leased or Leases())
 
-    def note_gone(self, messages: list[Lease]) -> None:
+    def note_gone(self, messages: Leases) -> None:
         """Messages that left their queue outside an eviction, grouped by priority."""
-        by_priority: dict[int, list[int]] = {}
-        for message in messages:
-            by_priority.setdefault(message.priority, []).append(message.seq)
-        for priority, seqs in by_priority.items():
-            self.evicted.append((priority, np.array(seqs, dtype=np.int64)))
+        for priority in np.unique(messages.priority).tolist():
+            self.evicted.append((priority, messages.seq[messages.priority == priority]))
 
     def kill(self, message: Scheduled | Lease, outcome: str, reason: str | None) -> None:
         """End a message that is not ready (leased, or taken off the head) with ``outcome``."""
@@ -497,7 +564,19 @@ class _Queue:
         self.evicted.append((message.priority, np.array([message.seq])))
         state.redelivered.pop(message.seq, None)
 
-    def give_back(self, leases: list[Lease], *, cancel: bool) -> None:
+    def kill_many(self, priority: int, seqs: np.ndarray, outcome: str, reason: str | None) -> None:
+        """:meth:`kill` for messages of one priority together."""
+        state = self.state
+        state.counters[outcome] += len(seqs)
+        dead = reason is not None and state.arguments.dead_letter_queue is not None
+        if dead:
+            state.counters["dead_lettered"] += len(seqs)
+        self.removals.append(Removal(seqs, outcome, reason if dead else None))
+        self.evicted.append((priority, seqs))
+        for seq in seqs.tolist():
+            state.redelivered.pop(seq, None)
+
+    def give_back(self, leases: Leases, *, cancel: bool) -> None:
         """Return leased messages to their position (SEMANTICS §2 "returned messages").
 
         A message at its delivery or cancel limit is killed instead (dead-lettered with
@@ -505,9 +584,8 @@ class _Queue:
         removed itself, newest returns first (Artemis); drop-head trims from the head after.
         """
         state, args = self.state, self.state.arguments
-        returning = {lease.seq for lease in leases}
-        state.leases = [lease for lease in state.leases if lease.seq not in returning]
-        for lease in sorted(leases, key=lambda lease: lease.seq, reverse=True):
+        state.leases = state.leases.take(~np.isin(state.leases.seq, leases.seq))
+        for lease in leases.take(np.argsort(leases.seq)[::-1]):
             cancels = lease.cancels + (1 if cancel else 0)
             limits = state.consumers.get(lease.consumer, {})
             if cancel and limits.get("max_cancels", 0) and cancels >= limits["max_cancels"]:
@@ -529,16 +607,16 @@ class _Queue:
                 )
             state.redelivered[lease.seq] = [lease.deliveries, cancels]
 
-    def catch_up(self, returning: list[Lease] | None = None, *, cancel: bool = False) -> None:
+    def catch_up(self, returning: Leases | None = None, *, cancel: bool = False) -> None:
         """What happened since the last commit, and ``returning`` leases: scheduled messages
         fell due, leases ran out (AMPS LeasePeriod) and return for any consumer. All join
         before any cursor reads, then drop-head trims once."""
         _promote_due(self)
-        if returning:
+        if returning is not None and len(returning):
             self.give_back(returning, cancel=cancel)
-        expired = [lease for lease in self.state.leases if lease.until <= self.now]
-        if expired:
-            self.give_back(expired, cancel=False)
+        ran_out = self.state.leases.until <= self.now
+        if ran_out.any():
+            self.give_back(self.state.leases.take(ran_out), cancel=False)
         args = self.state.arguments
         if args.overflow == "drop-head":
             self.trim("dropped", args.dead_letter_queue is not None)
@@ -759,7 +837,7 @@ def plan_lease(
     if max_backlog is not None:
         budget = min(budget, max(0, max_backlog - len(state.leases)))
     bytes_left = max_bytes if max_bytes is not None else NEVER
-    leased: list[Lease] = []
+    leased: list[Leases] = []
     for priority in sorted(state.levels, reverse=True):
         level = state.levels[priority]
         cursor = queue.cursor(priority) if level.ready else None
@@ -787,31 +865,24 @@ def plan_lease(
             seqs, sizes, expires = cursor.take_at(index, taken)
             level.ready -= len(taken)
             level.ready_bytes -= int(sizes.sum())
-            chosen = set(seqs[np.isin(taken, picks)].tolist())
-            for seq, size, expiry in zip(
-                seqs.tolist(), sizes.tolist(), expires.tolist(), strict=True
-            ):
-                if seq not in chosen:  # expired: never delivered
-                    queue.kill(
-                        Scheduled(seq, priority, size, NO_TIME, expiry), "expired", "expired"
-                    )
-                    continue
-                deliveries, cancels = state.redelivered.pop(seq, [0, 0])
+            chosen = np.isin(taken, picks)
+            if not chosen.all():  # expired: never delivered
+                queue.kill_many(priority, seqs[~chosen], "expired", "expired")
+            if chosen.any():
                 leased.append(
-                    Lease(
-                        seq,
+                    _new_leases(
+                        state,
+                        seqs[chosen],
+                        sizes[chosen],
+                        expires[chosen],
                         priority,
-                        size,
                         consumer,
                         lease_id,
                         until,
-                        deliveries + 1,
-                        cancels,
-                        expiry,
                     )
                 )
-                budget -= 1
-                bytes_left -= size
+                budget -= int(chosen.sum())
+                bytes_left -= int(sizes[chosen].sum())
             if full:
                 budget = 0
             elif len(taken) < window:
@@ -820,15 +891,49 @@ def plan_lease(
                 break  # reached what arrived after an AvailableNow query started
         if budget <= 0:
             break
+    delivered = Leases.concat(leased)
     if remove:
-        state.counters["acked"] += len(leased)
-        if leased:
-            removed = np.array([m.seq for m in leased])
-            queue.removals.append(Removal(removed, "acked", None))
-            queue.note_gone(leased)
+        state.counters["acked"] += len(delivered)
+        if len(delivered):
+            queue.removals.append(Removal(delivered.seq, "acked", None))
+            queue.note_gone(delivered)
     else:
-        state.leases.extend(leased)
-    return queue.plan(np.zeros(0, bool), np.zeros(0, bool), leased)
+        state.leases = Leases.concat([state.leases, delivered])
+    return queue.plan(np.zeros(0, bool), np.zeros(0, bool), delivered)
+
+
+def _new_leases(
+    state: QueueState,
+    seqs: np.ndarray,
+    sizes: np.ndarray,
+    expires: np.ndarray,
+    priority: int,
+    consumer: str,
+    lease_id: int,
+    until: int,
+) -> Leases:
+    """Leases of messages just taken from one level's head; a message delivered before
+    carries its delivery and cancel counts on (and leaves ``redelivered``)."""
+    count = len(seqs)
+    deliveries = np.ones(count, dtype=np.int64)
+    cancels = np.zeros(count, dtype=np.int64)
+    if state.redelivered:
+        known = np.fromiter(state.redelivered, dtype=np.int64, count=len(state.redelivered))
+        for position in np.flatnonzero(np.isin(seqs, known)).tolist():
+            before, cancelled = state.redelivered.pop(int(seqs[position]))
+            deliveries[position] += before
+            cancels[position] = cancelled
+    return Leases(
+        np.full(count, consumer, dtype=object),
+        seq=seqs,
+        priority=np.full(count, priority),
+        size=sizes,
+        lease_id=np.full(count, lease_id),
+        until=np.full(count, until),
+        deliveries=deliveries,
+        cancels=cancels,
+        expires=expires,
+    )
 
 
 def plan_ack(
@@ -838,29 +943,20 @@ def plan_ack(
     ack that arrives after the lease ran out and the message went elsewhere does nothing."""
     queue = _Queue(state.copy(), reader, now)
     queue.catch_up()
-    wanted = set(np.asarray(seqs).tolist())
     state = queue.state
-    acked = [
-        lease
-        for lease in state.leases
-        if lease.seq in wanted and consumer in (None, lease.consumer)
-    ]
-    if acked:
-        done = {lease.seq for lease in acked}
-        state.leases = [lease for lease in state.leases if lease.seq not in done]
+    done = state.leases.held(np.asarray(seqs, dtype=np.int64), consumer)
+    if done.any():
+        acked = state.leases.take(done)
+        state.leases = state.leases.take(~done)
         state.counters["acked"] += len(acked)
-        queue.removals.append(Removal(np.array(sorted(done)), "acked", None))
+        queue.removals.append(Removal(np.sort(acked.seq), "acked", None))
         queue.note_gone(acked)  # behind a head held back by a filter, an ack leaves a hole
     return queue.plan(np.zeros(0, bool), np.zeros(0, bool))
 
 
-def _leases_of(state: QueueState, seqs: np.ndarray | None, consumer: str | None) -> list[Lease]:
-    wanted = None if seqs is None else set(np.asarray(seqs).tolist())
-    return [
-        lease
-        for lease in state.leases
-        if (wanted is None or lease.seq in wanted) and consumer in (None, lease.consumer)
-    ]
+def _leases_of(state: QueueState, seqs: np.ndarray | None, consumer: str | None) -> Leases:
+    wanted = None if seqs is None else np.asarray(seqs, dtype=np.int64)
+    return state.leases.take(state.leases.held(wanted, consumer))
 
 
 def plan_return(
@@ -886,20 +982,18 @@ def plan_expire(
     queue = _Queue(state.copy(), reader, now)
     queue.catch_up()
     ending = _leases_of(queue.state, seqs, consumer)
-    done = {lease.seq for lease in ending}
-    queue.state.leases = [lease for lease in queue.state.leases if lease.seq not in done]
-    for lease in ending:
-        queue.kill(lease, "expired", "expired")
+    queue.state.leases = queue.state.leases.take(~np.isin(queue.state.leases.seq, ending.seq))
+    for priority in np.unique(ending.priority).tolist():
+        queue.kill_many(priority, ending.seq[ending.priority == priority], "expired", "expired")
     return queue.plan(np.zeros(0, bool), np.zeros(0, bool))
 
 
-def below_heads(state: QueueState, priority: int | None = None) -> list[int]:
+def below_heads(state: QueueState, priority: int | None = None) -> np.ndarray:
     """Live messages a head may have passed: extras, scheduled and leased (seq order)."""
-    return sorted(
-        m.seq
-        for m in (*state.extras, *state.scheduled, *state.leases)
-        if priority is None or m.priority == priority
-    )
+    indexed = [m.seq for m in (*state.extras, *state.scheduled) if priority in (None, m.priority)]
+    leases = state.leases
+    leased = leases.seq if priority is None else leases.seq[leases.priority == priority]
+    return np.sort(np.concatenate([np.array(indexed, dtype=np.int64), leased]))
 
 
 def gauges(state: QueueState) -> dict[str, int]:
@@ -913,10 +1007,10 @@ def gauges(state: QueueState) -> dict[str, int]:
 
 
 def leased_by_consumer(state: QueueState) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    for lease in state.leases:
-        counts[lease.consumer] = counts.get(lease.consumer, 0) + 1
-    return counts
+    if not len(state.leases):
+        return {}
+    names, counts = np.unique(state.leases.consumer.astype(str), return_counts=True)
+    return dict(zip(names.tolist(), counts.tolist(), strict=True))
 
 
 def identity_holds(stats: dict[str, int]) -> bool:

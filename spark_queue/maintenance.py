@@ -50,7 +50,7 @@ def _live_mask(rows: pa.Table, state: QueueState) -> pa.Array:
     if state.holes:
         live = pc.and_(live, pc.invert(pc.is_in(seqs, pa.array(sorted(state.holes), pa.int64()))))
     below = below_heads(state)
-    if below:
+    if len(below):
         live = pc.or_(live, pc.is_in(seqs, pa.array(below, pa.int64())))
     return live
 
@@ -81,8 +81,8 @@ def compact(store: QueueStore, snapshot: Snapshot) -> dict[str, int]:
         )
         low = min([lv.head for lv in state.levels.values()] or [state.next_seq])
         below = below_heads(state)
-        if below:
-            low = min(low, *below)
+        if len(below):
+            low = min(low, int(below[0]))
         dead = mine.filter(pc.less(mine["max_seq"], low))
         for path, size in zip(dead["path"].to_pylist(), dead["size"].to_pylist(), strict=True):
             removes.append((path, size, MESSAGE))

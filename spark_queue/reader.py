@@ -67,8 +67,9 @@ def plan_partitions(
         state = states[name]
         for priority in sorted(state.levels, reverse=True):
             level = state.levels[priority]
-            below = below_heads(state, priority)
-            leased = {m.seq: m.consumer for m in state.leases if m.priority == priority}
+            below = below_heads(state, priority).tolist()
+            mine = state.leases.take(state.leases.priority == priority)
+            leased = dict(zip(mine.seq.tolist(), mine.consumer.tolist(), strict=True))
             start = min([level.head, *below[:1]])
             files = snapshot.message_files(name, priority=priority, from_seq=start)
             partitions.extend(

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -32,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from spark_queue.core import Lease, plan_ack, plan_lease, plan_return
+from spark_queue.core import Leases, plan_ack, plan_lease, plan_return
 from spark_queue.errors import QueueError, QueueNotFoundError
 from spark_queue.options import SourceOptions
 from spark_queue.schema import BROWSE_COLUMNS, browse_arrow_schema
@@ -40,6 +41,8 @@ from spark_queue.store import QueueStore
 from spark_queue.transaction import QueueTransaction, run
 
 OFFSET_VERSION = 1
+TASK_BYTES = 32 * 1024 * 1024  # bodies per read task, about; a larger batch is split
+ARROW_BATCH_BYTES = 8 * 1024 * 1024  # per Arrow batch handed to the JVM, about
 try:  # admission control exists from Spark 4.2
     from pyspark.sql.streaming.datasource import (
         ReadAllAvailable,
@@ -51,15 +54,40 @@ except ImportError:  # pragma: no cover - older Spark
     SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
 
 
-def seq_ranges(seqs: list[int]) -> list[list[int]]:
-    """Sorted seqs as inclusive [first, last] runs of consecutive numbers."""
-    runs: list[list[int]] = []
-    for seq in sorted(seqs):
-        if runs and seq == runs[-1][1] + 1:
-            runs[-1][1] = seq
-        else:
-            runs.append([seq, seq])
-    return runs
+def seq_ranges(seqs: np.ndarray) -> list[list[int]]:
+    """Seqs (in any order) as sorted inclusive [first, last] runs of consecutive numbers."""
+    ordered = np.sort(np.asarray(seqs, dtype=np.int64))  # a lease holds each seq once
+    if not len(ordered):
+        return []
+    breaks = np.flatnonzero(np.diff(ordered) != 1)
+    firsts = ordered[np.concatenate([[0], breaks + 1])]
+    lasts = ordered[np.concatenate([breaks, [len(ordered) - 1]])]
+    return [[first, last] for first, last in zip(firsts.tolist(), lasts.tolist(), strict=True)]
+
+
+def split_seqs(leased: Leases) -> list[int]:
+    """Where a batch's reading splits into tasks: the first seq of every task after the
+    first, so that each task reads an equal share of about :data:`TASK_BYTES` of bodies
+    (Spark runs them in parallel, as it does a Delta batch's files)."""
+    order = np.argsort(leased.seq)
+    seqs, cumulative = leased.seq[order], np.cumsum(leased.size[order])
+    total = int(cumulative[-1]) if len(cumulative) else 0
+    tasks = -(-total // TASK_BYTES)
+    if tasks <= 1:
+        return []
+    cuts = np.searchsorted(cumulative, total * np.arange(1, tasks) / tasks, side="right")
+    return sorted(set(seqs[cuts[cuts < len(seqs)]].tolist()))
+
+
+def clip_ranges(ranges: list[list[int]], low: int | None, high: int | None) -> list[list[int]]:
+    """The parts of inclusive seq ranges within [low, high] (None: unbounded)."""
+    clipped = []
+    for first, last in ranges:
+        first = first if low is None else max(first, low)
+        last = last if high is None else min(last, high)
+        if first <= last:
+            clipped.append([first, last])
+    return clipped
 
 
 @dataclass
@@ -93,7 +121,14 @@ def read_leased(partition: LeasedRange) -> pa.Table:
     schema = browse_arrow_schema()
     if rows is None or rows.num_rows == 0:
         return schema.empty_table()
-    counts = [partition.redelivered.get(str(s), 1) for s in rows["seq"].to_pylist()]
+    counts = np.ones(rows.num_rows, dtype=np.int32)
+    if partition.redelivered:
+        again = np.array([int(s) for s in partition.redelivered], dtype=np.int64)
+        times = np.array(list(partition.redelivered.values()), dtype=np.int32)
+        seqs = rows["seq"].to_numpy()
+        known = np.isin(seqs, again)
+        order = np.argsort(again)
+        counts[known] = times[order[np.searchsorted(again, seqs[known], sorter=order)]]
     rows = rows.drop_columns(["delivery_count", "consumer"])
     rows = rows.append_column("delivery_count", pa.array(counts, pa.int32()))
     rows = rows.append_column("consumer", pa.array([partition.consumer] * rows.num_rows))
@@ -113,7 +148,7 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     # -- offsets -----------------------------------------------------------------------------
 
-    def _offset(self, lease: int, first: int, leased: list[Lease] | None = None) -> dict:
+    def _offset(self, lease: int, first: int, leased: Leases | None = None) -> dict:
         offset: dict[str, Any] = {
             "version": OFFSET_VERSION,
             "queue": self.options.queue,
@@ -121,9 +156,19 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             "session": first,  # lease ids above this belong to this query
             "lease": lease,
         }
-        if leased:
-            offset["ranges"] = seq_ranges([m.seq for m in leased])
-            offset["redelivered"] = {str(m.seq): m.deliveries for m in leased if m.deliveries > 1}
+        if leased is not None and len(leased):
+            again = leased.deliveries > 1
+            offset["ranges"] = seq_ranges(leased.seq)
+            splits = split_seqs(leased)
+            if splits:
+                offset["splits"] = splits
+            offset["redelivered"] = dict(
+                zip(
+                    map(str, leased.seq[again].tolist()),
+                    leased.deliveries[again].tolist(),
+                    strict=True,
+                )
+            )
         return offset
 
     def initialOffset(self) -> dict:
@@ -141,7 +186,7 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
         def work(transaction: QueueTransaction) -> int:
             state = self._require(transaction)
-            if any(lease.consumer == consumer for lease in state.leases):
+            if state.leases.held(consumer=consumer).any():
                 plan = plan_return(
                     state,
                     transaction.store.head_reader(transaction.snapshot),
@@ -189,15 +234,15 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             reader = transaction.store.head_reader(transaction.snapshot)
             changed = False
             if options.ack_mode == "commit":
-                done = [
-                    lease.seq
-                    for lease in state.leases
-                    if lease.consumer == options.consumer
-                    and start["session"] < lease.lease_id <= start["lease"]
-                ]
-                if done:
+                leases = state.leases
+                done = (
+                    leases.held(consumer=options.consumer)
+                    & (leases.lease_id > start["session"])
+                    & (leases.lease_id <= start["lease"])
+                )
+                if done.any():
                     plan = plan_ack(
-                        state, reader, transaction.now, np.array(done), options.consumer
+                        state, reader, transaction.now, leases.seq[done], options.consumer
                     )
                     transaction.apply_plan(options.queue, plan)
                     state, changed = transaction.states[options.queue], True
@@ -218,12 +263,12 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 if options.filter is None
                 else transaction.store.matcher(transaction.snapshot, options.queue, options.filter),
             )
-            if plan.leased or plan.removals:
+            if len(plan.leased) or plan.removals:
                 transaction.apply_plan(options.queue, plan)
                 changed = True
             if changed:
                 transaction.commit(operation=f"CONSUME {options.queue} {options.consumer}")
-            if not plan.leased:
+            if not len(plan.leased):
                 return start
             lease_id = plan.state.consumers[options.consumer]["last_lease"]
             return self._offset(lease_id, start["session"], plan.leased)
@@ -244,31 +289,38 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         ranges = end["ranges"]
         files = snapshot.message_files(self.options.queue, from_seq=ranges[0][0])
         files = files.filter(pc.fill_null(pc.less_equal(files["min_seq"], ranges[-1][1]), True))
+        listed = list(
+            zip(
+                files["path"].to_pylist(),
+                files["min_seq"].to_pylist(),
+                files["max_seq"].to_pylist(),
+                strict=True,
+            )
+        )
+        bounds = [None, *end.get("splits", []), None]
         partitions = []
-        for path, low, high in zip(
-            files["path"].to_pylist(),
-            files["min_seq"].to_pylist(),
-            files["max_seq"].to_pylist(),
-            strict=True,
-        ):
-            mine = [
-                r for r in ranges if (high is None or r[0] <= high) and (low is None or r[1] >= low)
-            ]
-            if mine:
-                partitions.append(
-                    LeasedRange(
-                        self.store.uri,
-                        self.options.queue,
-                        self.options.consumer,
-                        [path],
-                        mine,
-                        end.get("redelivered", {}),
+        for task_low, task_next in pairwise(bounds):
+            task = clip_ranges(ranges, task_low, None if task_next is None else task_next - 1)
+            for path, low, high in listed:
+                mine = clip_ranges(task, low, high)
+                if mine:
+                    partitions.append(
+                        LeasedRange(
+                            self.store.uri,
+                            self.options.queue,
+                            self.options.consumer,
+                            [path],
+                            mine,
+                            end.get("redelivered", {}),
+                        )
                     )
-                )
         return partitions
 
     def read(self, partition: LeasedRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        yield from read_leased(partition).to_batches()
+        rows = read_leased(partition)
+        # Bounded Arrow batches: the JVM holds each one off its heap while it converts it.
+        row_bytes = max(1, rows.nbytes // max(1, rows.num_rows))
+        yield from rows.to_batches(max_chunksize=max(1, ARROW_BATCH_BYTES // row_bytes))
 
     def commit(self, end: dict) -> None:
         """Not used: acknowledgement happens in the next ``latestOffset`` (module doc)."""

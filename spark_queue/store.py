@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from spark_queue.core import HEAD_SCHEMA, NEVER, NO_TIME, Lease, QueueState, Scheduled
+from spark_queue.core import HEAD_SCHEMA, NEVER, NO_TIME, Leases, QueueState, Scheduled
 from spark_queue.errors import InvalidOptionError, NotAQueueTableError
 from spark_queue.schema import (
     FILE_SCHEMA,
@@ -149,16 +149,16 @@ SCHEDULED_FIELDS = (
     ("deliver_at", NO_TIME),
     ("expires_at", NEVER),
 )
-LEASE_FIELDS = (
-    ("seq", 0),
-    ("priority", 0),
-    ("size", 0),
-    ("consumer", ""),
-    ("lease_id", 0),
-    ("lease_until", NEVER),
-    ("delivery_count", 0),
-    ("cancel_count", 0),
-    ("expires_at", NEVER),
+# Lease index columns <-> Leases arrays: (array, column, value when null).
+LEASE_COLUMNS = (
+    ("seq", "seq", 0),
+    ("priority", "priority", 0),
+    ("size", "size", 0),
+    ("lease_id", "lease_id", 0),
+    ("until", "lease_until", NEVER),
+    ("deliveries", "delivery_count", 0),
+    ("cancels", "cancel_count", 0),
+    ("expires", "expires_at", NEVER),
 )
 
 
@@ -175,15 +175,15 @@ def _index_entries(
     return zip(rows.column("queue").to_pylist(), zip(*columns, strict=True), strict=True)
 
 
-def _time_column(values: list[int]) -> pa.Array:
+def _time_column(values: list[int] | np.ndarray) -> pa.Array:
     """Microseconds (NEVER/NO_TIME meaning none) as a UTC timestamp column."""
-    array = np.array(values, dtype=np.int64)
+    array = np.asarray(values, dtype=np.int64)
     return pa.array(array, mask=(array == NEVER) | (array == NO_TIME)).cast(UTC_MICROS)
 
 
 def _index_table(entries: list[tuple[str, Any]], fields: tuple[tuple[str, Any], ...]) -> pa.Table:
-    """Index rows from (queue, Scheduled or Lease): the entries' fields, in order, are the
-    columns of ``fields`` (the inverse of :func:`_index_entries`)."""
+    """Index rows from (queue, Scheduled): the entries' fields, in order, are the columns
+    of ``fields`` (the inverse of :func:`_index_entries`)."""
     # vars() keeps field order; astuple would deep-copy every value on a hot path.
     values = list(zip(*(tuple(vars(entry).values()) for _, entry in entries), strict=True))
     values = values or [() for _ in fields]
@@ -194,12 +194,44 @@ def _index_table(entries: list[tuple[str, Any]], fields: tuple[tuple[str, Any], 
     return empty_rows(columns, len(entries))
 
 
+def _lease_table(states: dict[str, QueueState]) -> pa.Table:
+    """Every queue's leases as index rows, array by array (the inverse of
+    :func:`_read_leases`): a lease batch costs no Python work per message."""
+    held = [(name, states[name].leases) for name in sorted(states) if len(states[name].leases)]
+    leases = Leases.concat([part for _, part in held])
+    queues = [np.full(len(part), name, dtype=object) for name, part in held]
+    columns: dict[str, Any] = {
+        "queue": pa.array(np.concatenate(queues) if queues else [], pa.string()),
+        "consumer": pa.array(leases.consumer, pa.string()),
+    }
+    for array, column, _ in LEASE_COLUMNS:
+        values = getattr(leases, array)
+        is_time = pa.types.is_timestamp(FILE_SCHEMA.field(column).type)
+        columns[column] = _time_column(values) if is_time else pa.array(values)
+    return empty_rows(columns, len(leases))
+
+
+def _read_leases(rows: pa.Table) -> dict[str, Leases]:
+    """Each queue's :class:`Leases` from lease index rows."""
+    found: dict[str, Leases] = {}
+    queues = rows.column("queue")
+    for name in pc.unique(queues).to_pylist():
+        mine = rows.filter(pc.equal(queues, name))
+        arrays = {}
+        for array, column, null in LEASE_COLUMNS:
+            values = mine.column(column)
+            if pa.types.is_timestamp(values.type):
+                values = values.cast(pa.int64())
+            arrays[array] = values.fill_null(null).to_numpy().astype(np.int64)
+        consumers = mine.column("consumer").fill_null("").to_numpy(zero_copy_only=False)
+        found[name] = Leases(consumers.astype(object), **arrays)
+    return found
+
+
 def index_rows(states: dict[str, QueueState]) -> tuple[pa.Table, pa.Table]:
     """The scheduled and lease indexes of every queue, as rows."""
-    names = sorted(states)
-    waiting = [(n, s) for n in names for s in states[n].scheduled]
-    held = [(n, lease) for n in names for lease in states[n].leases]
-    return _index_table(waiting, SCHEDULED_FIELDS), _index_table(held, LEASE_FIELDS)
+    waiting = [(n, s) for n in sorted(states) for s in states[n].scheduled]
+    return _index_table(waiting, SCHEDULED_FIELDS), _lease_table(states)
 
 
 @dataclass
@@ -346,7 +378,7 @@ class QueueStore:
     def _read_states(self, state_files: list[tuple[str, int, str]]) -> dict[str, QueueState]:
         queue_rows: list[pa.Table] = []
         scheduled: dict[str, list[Scheduled]] = {}
-        leases: dict[str, list[Lease]] = {}
+        leases: dict[str, list[Leases]] = {}
         for path, _size, record in state_files:
             if record == QUEUE:
                 queue_rows.append(self.read_rows(path, ["queue", "queue_state"]))
@@ -355,8 +387,8 @@ class QueueStore:
                 for queue, entry in _index_entries(self.read_rows(path), SCHEDULED_FIELDS):
                     scheduled.setdefault(queue, []).append(Scheduled(*entry))
             else:
-                for queue, entry in _index_entries(self.read_rows(path), LEASE_FIELDS):
-                    leases.setdefault(queue, []).append(Lease(*entry))
+                for queue, held in _read_leases(self.read_rows(path)).items():
+                    leases.setdefault(queue, []).append(held)
         states: dict[str, QueueState] = {}
         for rows in queue_rows:
             for name, text in zip(
@@ -365,7 +397,7 @@ class QueueStore:
                 strict=True,
             ):
                 states[name] = QueueState.from_json(
-                    name, text, scheduled.get(name, []), leases.get(name, [])
+                    name, text, scheduled.get(name, []), Leases.concat(leases.get(name, []))
                 )
         return states
 

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 from spark_queue.core import (
     COUNTERS,
     EnqueuePlan,
-    Lease,
+    Leases,
     QueueState,
     gauges,
     identity_holds,
@@ -149,7 +149,7 @@ class QueueTable:
             if not isinstance(value, int) or value < 0:
                 raise InvalidOptionError(f"{name} must be a whole number >= 0, got {value!r}")
 
-        def work(transaction: QueueTransaction) -> list[Lease]:
+        def work(transaction: QueueTransaction) -> Leases:
             self._require(transaction.snapshot, queue)
             plan = plan_lease(
                 transaction.states[queue],
@@ -239,24 +239,22 @@ class QueueTable:
 
         return run(self.store, work, create=False)
 
-    def _delivered(self, queue: str, leased: list[Lease]) -> pa.Table:
+    def _delivered(self, queue: str, leased: Leases) -> pa.Table:
         """The leased messages' rows, in delivery order, with their delivery count."""
         from spark_queue.schema import browse_arrow_schema
 
         schema = browse_arrow_schema()
-        if not leased:
+        if not len(leased):
             return schema.empty_table()
         snapshot = self._snapshot()
-        seqs = np.array([m.seq for m in leased], dtype=np.int64)
+        seqs = leased.seq
         rows = self.store.read_messages(snapshot, queue, seqs)
         # Delivery order is the lease order: put the rows in it.
         rows = rows.take(pc.index_in(pa.array(seqs), rows["seq"]))
         count = rows.num_rows
         rows = rows.drop_columns(["delivery_count", "consumer"])
-        rows = rows.append_column(
-            "delivery_count", pa.array([m.deliveries for m in leased], pa.int32())
-        )
-        rows = rows.append_column("consumer", pa.array([m.consumer for m in leased], pa.string()))
+        rows = rows.append_column("delivery_count", pa.array(leased.deliveries).cast(pa.int32()))
+        rows = rows.append_column("consumer", pa.array(leased.consumer, pa.string()))
         rows = rows.append_column("state", pa.array(["leased"] * count, pa.string()))
         return rows.select(schema.names).cast(schema)
 
@@ -331,7 +329,7 @@ class QueueTable:
         """Seqs of the ready and scheduled messages of ``name`` (not leased), read a file
         at a time and only the ``seq`` column."""
         states = settled_states(self.store, snapshot, now, [name])
-        leased = np.array([m.seq for m in states[name].leases], dtype=np.int64)
+        leased = states[name].leases.seq
         parts = [
             live_rows(p, ["seq"])["seq"].to_numpy()
             for p in plan_partitions(self.store, snapshot, states, name, now)

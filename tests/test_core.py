@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
+from itertools import pairwise
 
 import numpy as np
 import pyarrow as pa
@@ -434,3 +435,25 @@ def test_consumers_match_reference_model(
         }
         stats = stats_of(state) | {"leased": len(state.leases)}
         assert identity_holds(stats)
+
+
+def test_leases_split_into_tasks_of_equal_bytes(monkeypatch):
+    """split_seqs cuts a batch into tasks of about TASK_BYTES; seq_ranges and clip_ranges
+    keep every seq in exactly one task."""
+    import spark_queue.source as source
+    from spark_queue.core import Leases
+
+    monkeypatch.setattr(source, "TASK_BYTES", 1000)
+    seqs = np.array([9, 3, 4, 5, 20, 21, 7], dtype=np.int64)  # in delivery order
+    leases = Leases(np.full(len(seqs), "c", dtype=object), seq=seqs, size=np.full(len(seqs), 500))
+    assert source.seq_ranges(leases.seq) == [[3, 5], [7, 7], [9, 9], [20, 21]]
+    splits = source.split_seqs(leases)  # 3500 bytes: 4 tasks of 875 bytes
+    assert len(splits) == 3 and splits == sorted(splits)
+    bounds = [None, *splits, None]
+    found = []
+    for low, following in pairwise(bounds):
+        high = None if following is None else following - 1
+        for first, last in source.clip_ranges(source.seq_ranges(leases.seq), low, high):
+            found.extend(range(first, last + 1))
+    assert sorted(found) == sorted(seqs.tolist())
+    assert source.split_seqs(leases.take(np.array([0]))) == []

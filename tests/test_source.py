@@ -227,3 +227,34 @@ def test_at_most_once_loses_a_failed_batch_once_its_files_are_gone(spark, queue_
     stats = table.stats("q")
     assert (stats["acked"], stats["ready"], stats["leased"]) == (6, 0, 0)
     assert_identity(queue_path)
+
+
+def test_a_large_batch_is_read_by_several_tasks_each_message_once(spark, queue_path):
+    """A batch of more than TASK_BYTES is split at the offset's ``splits``: every leased
+    message is read by exactly one task, with its delivery count."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from spark_queue.options import SourceOptions
+    from spark_queue.source import RingQueueStreamReader, read_leased
+
+    write_batch(messages(spark, [f"m{i}" for i in range(1000)]), queue_path, queue="q")
+    table = QueueTable(queue_path)
+    returned = table.lease("q", "other", max_messages=10)["seq"].to_pylist()
+    table.cancel("q", returned)  # delivered before: these come back with delivery_count 2
+    reader = RingQueueStreamReader(SourceOptions(path=queue_path, queue="q"))
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    assert "splits" not in end  # 1000 small bodies: one task
+    end["splits"] = [end["ranges"][0][0] + 300, end["ranges"][0][0] + 700]
+    tasks = reader.partitions(start, end)
+    assert len(tasks) >= 3
+    rows = [read_leased(task) for task in tasks]
+    seqs = [s for part in rows for s in part["seq"].to_pylist()]
+    assert len(seqs) == len(set(seqs)) == 1000
+    counts = {
+        s: c
+        for part in rows
+        for s, c in zip(part["seq"].to_pylist(), part["delivery_count"].to_pylist(), strict=True)
+    }
+    assert sorted(s for s, c in counts.items() if c == 2) == sorted(returned)
+    assert set(counts.values()) == {1, 2}
