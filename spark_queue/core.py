@@ -314,8 +314,12 @@ class _LevelCursor:
     def __init__(self, reader: HeadReader, state: QueueState, priority: int, now: int) -> None:
         self._batches = reader.read(state.name, priority, state.levels[priority].head)
         self._state = state
-        holes = np.fromiter(state.holes, dtype=np.int64, count=len(state.holes))
-        self._skip = np.union1d(holes, state.leases.seq)
+        # Only what lies at or past the head can be met: usually nothing at all.
+        head = state.levels[priority].head
+        holes = np.fromiter((h for h in state.holes if h >= head), dtype=np.int64)
+        leases = state.leases
+        held = leases.seq[(leases.seq >= head) & (leases.priority == priority)]
+        self._skip = np.concatenate([holes, held])
         self._now = now
         self._stored: list[Chunk] = []
         extras = sorted((e for e in state.extras if e.priority == priority), key=lambda e: e.seq)
@@ -861,11 +865,13 @@ def plan_lease(
                 fit = fit if (leased or fit) else 1  # at least one message per batch
                 full = fit < len(picks) or fit == 0
                 picks = picks[:fit]
-            taken = np.union1d(np.flatnonzero(expired), picks)
+            picked = np.zeros(window, dtype=bool)
+            picked[picks] = True
+            taken = np.flatnonzero(expired | picked)
             seqs, sizes, expires = cursor.take_at(index, taken)
             level.ready -= len(taken)
             level.ready_bytes -= int(sizes.sum())
-            chosen = np.isin(taken, picks)
+            chosen = picked[taken]
             if not chosen.all():  # expired: never delivered
                 queue.kill_many(priority, seqs[~chosen], "expired", "expired")
             if chosen.any():

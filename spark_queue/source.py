@@ -283,7 +283,7 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def partitions(self, start: dict, end: dict) -> list[LeasedRange]:
         if end.get("lease") == start.get("lease") or not end.get("ranges"):
             return []
-        snapshot = self.store.snapshot()
+        snapshot = self.store.snapshot(with_states=False)  # the files are all it needs
         if snapshot is None:
             raise QueueError(f"no queue table at {self.store.uri}")
         ranges = end["ranges"]

@@ -223,8 +223,10 @@ def _read_leases(rows: pa.Table) -> dict[str, Leases]:
             if pa.types.is_timestamp(values.type):
                 values = values.cast(pa.int64())
             arrays[array] = values.fill_null(null).to_numpy().astype(np.int64)
-        consumers = mine.column("consumer").fill_null("").to_numpy(zero_copy_only=False)
-        found[name] = Leases(consumers.astype(object), **arrays)
+        # A few consumer names for many rows: decode them once, then index.
+        consumers = pc.dictionary_encode(mine.column("consumer").fill_null("")).combine_chunks()
+        names = np.array(consumers.dictionary.to_pylist() or [""], dtype=object)
+        found[name] = Leases(names[consumers.indices.to_numpy(zero_copy_only=False)], **arrays)
     return found
 
 
@@ -344,8 +346,9 @@ class QueueStore:
             )
         return DeltaTable(self.uri)
 
-    def snapshot(self, table: Any | None = None) -> Snapshot | None:
-        """Read the table's files and queue states at its current version."""
+    def snapshot(self, table: Any | None = None, *, with_states: bool = True) -> Snapshot | None:
+        """Read the table's files and queue states at its current version (``with_states``
+        unset: the files only, and ``states`` is empty)."""
         table = table if table is not None else self.open()
         if table is None:
             return None
@@ -361,7 +364,7 @@ class QueueStore:
                 strict=True,
             )
         ]
-        states = self._read_states(listed)
+        states = self._read_states(listed) if with_states else {}
         return Snapshot(table, table.version(), files, states, listed)
 
     def read_rows(
