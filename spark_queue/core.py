@@ -334,6 +334,10 @@ class _LevelCursor:
         self._stored_done = False
         self._incoming: list[Chunk] = []
 
+    def skip(self, seqs: np.ndarray) -> None:
+        """Stored rows this cursor has not read yet that are gone: pass them over."""
+        self._skip = np.concatenate([self._skip, seqs])
+
     def append(self, seqs: np.ndarray, sizes: np.ndarray) -> None:
         self._incoming.append((seqs, sizes, np.full(len(seqs), NEVER, dtype=np.int64)))
 
@@ -559,14 +563,7 @@ class _Queue:
 
     def kill(self, message: Scheduled | Lease, outcome: str, reason: str | None) -> None:
         """End a message that is not ready (leased, or taken off the head) with ``outcome``."""
-        state = self.state
-        state.counters[outcome] += 1
-        dead = reason is not None and state.arguments.dead_letter_queue is not None
-        if dead:
-            state.counters["dead_lettered"] += 1
-        self.removals.append(Removal(np.array([message.seq]), outcome, reason if dead else None))
-        self.evicted.append((message.priority, np.array([message.seq])))
-        state.redelivered.pop(message.seq, None)
+        self.kill_many(message.priority, np.array([message.seq], dtype=np.int64), outcome, reason)
 
     def kill_many(self, priority: int, seqs: np.ndarray, outcome: str, reason: str | None) -> None:
         """:meth:`kill` for messages of one priority together."""
@@ -579,6 +576,14 @@ class _Queue:
         self.evicted.append((priority, seqs))
         for seq in seqs.tolist():
             state.redelivered.pop(seq, None)
+        # A killed lease at or past its level's head is a hole from now on: a cursor that
+        # reads past it in this same commit (a lease after a return) must not deliver it.
+        level = state.levels.get(priority)
+        behind = seqs[seqs >= level.head] if level is not None else _EMPTY
+        if len(behind):
+            state.holes.update(behind.tolist())
+            if priority in self.cursors:
+                self.cursors[priority].skip(behind)
 
     def give_back(self, leases: Leases, *, cancel: bool) -> None:
         """Return leased messages to their position (SEMANTICS §2 "returned messages").
