@@ -24,10 +24,11 @@ from spark_queue.options import (
     option_name,
     validate_arguments,
 )
-from spark_queue.policies import ENV_VAR, load_policies
+from spark_queue.policies import ENV_VAR, Policies, load_policies
 from spark_queue.table import QueueTable
 
 EXIT_REFUSED = 1
+DECLARING_COMMANDS = ("declare", "alter", "ack", "cancel", "release")
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -135,8 +136,11 @@ def _shown(argument: str, value: Any) -> str:
 def run_command(args: argparse.Namespace) -> str:
     if args.command == "policies":
         return _check_policies(args)
-    table = QueueTable(args.path, policies=args.policies)
     command = args.command
+    # Only commands that may declare a queue (a dead-letter queue too) read the policies file,
+    # so a broken $SPARK_QUEUE_POLICIES does not stop `stats` or `peek`.
+    policies = args.policies if command in DECLARING_COMMANDS else Policies([], "<unused>")
+    table = QueueTable(args.path, policies=policies)
     if command == "queues":
         return "\n".join(table.queues())
     if command in ("declare", "alter"):

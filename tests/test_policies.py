@@ -458,6 +458,10 @@ def test_cli_policies_errors_exit_non_zero_and_name_the_problem(tmp_path, queue_
     assert name.returncode == 1 and "queue must be a queue name" in name.stderr
     value = cli("--policies", good, "policies", "check", "q", "--max-length", "many")
     assert value.returncode == 1 and "max_length must be a whole number" in value.stderr
+    # Commands that never declare do not read the policies file.
+    QueueTable(queue_path).declare("orders")
+    stats = cli("--path", queue_path, "stats", "orders", "--json", env={ENV_VAR: bad})
+    assert stats.returncode == 0 and json.loads(stats.stdout)["ready"] == 0
     no_path = cli("stats")
     assert no_path.returncode == 2 and "--path is required by 'stats'" in no_path.stderr
 
