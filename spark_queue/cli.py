@@ -1,24 +1,34 @@
 """``spark-queue``: inspect and administer a queue table from a shell, without Spark.
 
 Exit codes a script can rely on: 0 done; 1 the queue table refused (unknown queue, argument
-mismatch, not a queue table, ...); 2 bad usage (argparse). Errors go to stderr as one line
-``spark-queue: <message>``.
+mismatch, not a queue table, an invalid policies file, ...); 2 bad usage (argparse). Errors go
+to stderr as one line ``spark-queue: <message>``.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
 from spark_queue.core import COUNTERS
 from spark_queue.errors import QueueError
-from spark_queue.options import ARGUMENT_OPTIONS
+from spark_queue.options import (
+    ARGUMENT_NAMES,
+    ARGUMENT_OPTIONS,
+    check_queue_name,
+    option_name,
+    validate_arguments,
+)
+from spark_queue.policies import ENV_VAR, Policies, load_policies
 from spark_queue.table import QueueTable
 
 EXIT_REFUSED = 1
+DECLARING_COMMANDS = ("declare", "alter", "ack", "cancel", "release")
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -43,7 +53,14 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="spark-queue", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--path", required=True, help="the queue table (local path or URI)")
+    parser.add_argument(
+        "--path", help="the queue table (local path or URI); required except by 'policies check'"
+    )
+    parser.add_argument(
+        "--policies",
+        metavar="FILE",
+        help=f"policies file applied by declare and alter (default: ${ENV_VAR})",
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("queues", help="list the queues")
     for name, text in (
@@ -73,12 +90,57 @@ def build_parser() -> argparse.ArgumentParser:
     release.add_argument("consumer")
     release.add_argument("--queue")
     commands.add_parser("compact", help="compact small files now")
+    policies = commands.add_parser("policies", help="queue policies (docs/POLICIES.md)")
+    policy_commands = policies.add_subparsers(dest="policies_command", required=True)
+    check = policy_commands.add_parser(
+        "check",
+        help="the effective arguments of a queue name and where each comes from",
+        description="Effective arguments of QUEUE under the policies: the queue's explicit "
+        "arguments (with --path, if it exists) and the flags given, then policy defaults and "
+        "caps. Writes nothing; the queue need not exist.",
+    )
+    check.add_argument("queue")
+    _arguments(check)
+    check.add_argument("--json", action="store_true", help="one JSON object")
     return parser
 
 
+def _check_policies(args: argparse.Namespace) -> str:
+    """``policies check``: resolve without writing; the table is read only if it exists."""
+    policies = load_policies(args.policies)
+    assert policies is not None, "main() checks that a policies file is given"
+    given = _given(args)
+    if args.path is not None:
+        resolution = QueueTable(args.path, policies=policies).resolve(args.queue, **given)
+    else:
+        check_queue_name("queue", args.queue)
+        resolution = policies.resolve(args.queue, validate_arguments(given))
+    if args.json:
+        return json.dumps(resolution.to_dict())
+    values = asdict(resolution.arguments)
+    rows = [
+        {"argument": option_name(n), "value": _shown(n, values[n]), "from": resolution.origins[n]}
+        for n in ARGUMENT_NAMES
+    ]
+    policy = "none" if resolution.policy is None else repr(resolution.policy)
+    head = f"queue {resolution.queue!r}: policy {policy} (from {policies.source})"
+    return head + "\n" + _table(rows, ["argument", "value", "from"])
+
+
+def _shown(argument: str, value: Any) -> str:
+    if value is not None:
+        return str(value)
+    return "unlimited" if argument in ("max_length", "max_length_bytes") else "none"
+
+
 def run_command(args: argparse.Namespace) -> str:
-    table = QueueTable(args.path)
+    if args.command == "policies":
+        return _check_policies(args)
     command = args.command
+    # Only commands that may declare a queue (a dead-letter queue too) read the policies file,
+    # so a broken $SPARK_QUEUE_POLICIES does not stop `stats` or `peek`.
+    policies = args.policies if command in DECLARING_COMMANDS else Policies([], "<unused>")
+    table = QueueTable(args.path, policies=policies)
     if command == "queues":
         return "\n".join(table.queues())
     if command in ("declare", "alter"):
@@ -107,7 +169,12 @@ def run_command(args: argparse.Namespace) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.path is None and args.command != "policies":
+        parser.error(f"--path is required by {args.command!r}")
+    if args.command == "policies" and not (args.policies or os.environ.get(ENV_VAR)):
+        parser.error(f"policies check needs a policies file: --policies FILE or ${ENV_VAR}")
     try:
         output = run_command(args)
     except QueueError as error:

@@ -170,7 +170,7 @@ class QueueState:
     """Everything a commit needs to know about a queue without reading its messages."""
 
     name: str
-    arguments: QueueArguments = field(default_factory=QueueArguments)
+    arguments: QueueArguments = field(default_factory=QueueArguments)  # effective
     counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
     levels: dict[int, Level] = field(default_factory=dict)
     holes: set[int] = field(default_factory=set)
@@ -182,6 +182,10 @@ class QueueState:
     # Per consumer: the last lease id, and the limits it leased with.
     consumers: dict[str, dict[str, int]] = field(default_factory=dict)
     next_seq: int = 0  # above every seq this queue has used
+    # The arguments given explicitly (snake_case -> value), which policy defaults never
+    # override; None for a state stored before policies: all its arguments count as given.
+    explicit: dict[str, object] | None = None
+    policy: str | None = None  # the policy that shaped ``arguments`` when last resolved
 
     @property
     def ready(self) -> int:
@@ -196,6 +200,8 @@ class QueueState:
         return json.dumps(
             {
                 "arguments": json.loads(self.arguments.to_json()),
+                "explicit": self.explicit,
+                "policy": self.policy,
                 "counters": self.counters,
                 "levels": {
                     str(p): [v.head, v.ready, v.ready_bytes] for p, v in self.levels.items()
@@ -221,6 +227,8 @@ class QueueState:
         return cls(
             name=name,
             arguments=QueueArguments(**data["arguments"]),
+            explicit=data.get("explicit"),
+            policy=data.get("policy"),
             counters=counters,
             levels={int(p): Level(*values) for p, values in data["levels"].items()},
             holes=set(data["holes"]),

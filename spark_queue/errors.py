@@ -43,3 +43,10 @@ class ConcurrentEnqueueError(QueueError):
     Sequence numbers are reserved when a batch is planned, so two producers on one queue
     would interleave them. The batch is not committed; a restarted query replays it.
     """
+
+
+class PolicyError(InvalidOptionError):
+    """A policies file is missing or invalid, or its policy makes a queue's arguments invalid.
+
+    The message names the file, the line and the key at fault (``file:line: key 'k': ...``).
+    """

@@ -33,7 +33,7 @@ ARGUMENT_OPTIONS = {
     "expiration": "expiration",
     "expirationModel": "expiration_model",
 }
-SINK_OPTIONS = ("path", "queue", "ringSize", "onReject", *ARGUMENT_OPTIONS)
+SINK_OPTIONS = ("path", "queue", "ringSize", "onReject", "policies", *ARGUMENT_OPTIONS)
 SOURCE_OPTIONS = (
     "path",
     "queue",
@@ -245,6 +245,7 @@ class SinkOptions:
     queue: str | None
     on_reject: str
     arguments: dict[str, Any]  # validated snake_case queue arguments that were given
+    policies: str | None = None  # a policies file (docs/POLICIES.md); None: $SPARK_QUEUE_POLICIES
 
 
 @dataclass(frozen=True)
@@ -305,6 +306,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         queue=queue,
         on_reject=parse_choice("onReject", found.get("onReject", "drop"), ON_REJECT_ACTIONS),
         arguments=validate_arguments(given, camel=True),
+        policies=found.get("policies") or None,
     )
 
 

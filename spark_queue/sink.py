@@ -39,6 +39,7 @@ from spark_queue.errors import (
 )
 from spark_queue.maintenance import compact_if_needed, needs_compaction
 from spark_queue.options import QUEUE_NAME, SinkOptions
+from spark_queue.policies import load_policies
 from spark_queue.schema import FILE_SCHEMA, HEADERS, UTC_MICROS
 from spark_queue.store import (
     MESSAGE,
@@ -74,6 +75,9 @@ class _QueueWriter:
         self.options = options
         self.columns = columns
         self._base: int | None = None
+        # Read on the driver side for every batch (the writer is made again for each), so a
+        # bad file fails the batch before any task runs and an edited file applies next batch.
+        self.policies = load_policies(options.policies)
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickling ships this writer to the tasks: reserve the batch's seqs first, once.
@@ -87,7 +91,9 @@ class _QueueWriter:
         snapshot = store.snapshot(store.create())
         assert snapshot is not None
         if self.options.queue is not None:
-            QueueTransaction(store, snapshot).declare(self.options.queue, self.options.arguments)
+            QueueTransaction(store, snapshot, policies=self.policies).declare(
+                self.options.queue, self.options.arguments
+            )
         return max((s.next_seq for s in snapshot.states.values()), default=0)
 
     # -- tasks ------------------------------------------------------------------------------
@@ -215,7 +221,7 @@ class _QueueWriter:
             )
 
         try:
-            run(store, work)
+            run(store, work, policies=self.policies)
         except BaseException:
             self._abort(messages)
             raise

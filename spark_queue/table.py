@@ -6,7 +6,9 @@ Do not call it in a process that later forks (delta-rs's runtime does not surviv
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from dataclasses import asdict
 from typing import Any
 
 import numpy as np
@@ -26,7 +28,7 @@ from spark_queue.core import (
     plan_lease,
     plan_return,
 )
-from spark_queue.errors import InvalidOptionError, QueueError, QueueNotFoundError
+from spark_queue.errors import InvalidOptionError, PolicyError, QueueError, QueueNotFoundError
 from spark_queue.maintenance import compact
 from spark_queue.options import (
     QueueArguments,
@@ -34,6 +36,7 @@ from spark_queue.options import (
     parse_duration_ms,
     validate_arguments,
 )
+from spark_queue.policies import ENV_VAR, Policies, Resolution, load_policies
 from spark_queue.reader import live_rows, plan_partitions, read_partition, settled_states
 from spark_queue.store import QueueStore, Snapshot, now_micros
 from spark_queue.transaction import QueueTransaction, run
@@ -42,11 +45,20 @@ COMPACT_ATTEMPTS = 10
 
 
 class QueueTable:
-    """The queues stored in one Delta table at ``path`` (a local path or a URI)."""
+    """The queues stored in one Delta table at ``path`` (a local path or a URI).
 
-    def __init__(self, path: str) -> None:
+    ``policies`` (a policies file, or loaded :class:`Policies`; docs/POLICIES.md) apply to
+    every queue this object declares or alters, and to dead-letter queues it creates; None
+    means the file named by ``$SPARK_QUEUE_POLICIES``, if set. The file is read once, here:
+    make a new ``QueueTable`` to pick up an edited file.
+    """
+
+    def __init__(
+        self, path: str, policies: str | os.PathLike[str] | Policies | None = None
+    ) -> None:
         self.store = QueueStore(path)
         self.path = self.store.uri
+        self.policies = load_policies(policies)
 
     # -- declaring and changing queues -----------------------------------------------------
 
@@ -56,26 +68,32 @@ class QueueTable:
         Arguments are the snake_case twins of the sink's options (``max_length``,
         ``max_length_bytes``, ``overflow``, ``ring_size``, ``dead_letter_queue``,
         ``reject_threshold``, ``expiration``). An argument given with another value than the
-        queue's raises :class:`ArgumentMismatchError`; nothing is written.
+        queue's explicit one raises :class:`ArgumentMismatchError`; nothing is written.
+        Returns the effective arguments: with policies, defaults fill what was not given and
+        caps lower limits (an existing queue is resolved again and committed if that changes
+        its arguments: drop-head trims at once, as after ``alter``).
         """
         check_queue_name("name", name)
         given = validate_arguments(arguments)
 
         def work(transaction: QueueTransaction) -> QueueArguments:
             existed = name in transaction.states
-            state = transaction.declare(name, given)
-            if not existed:
+            transaction.declare(name, given)
+            if name in transaction.touched:
+                if existed:
+                    transaction.settle(name)
                 transaction.commit(operation=f"DECLARE {name}")
-            return state.arguments
+            return transaction.states[name].arguments
 
-        return run(self.store, work)
+        return run(self.store, work, policies=self.policies)
 
     def alter(self, name: str, **arguments: Any) -> QueueArguments:
         """Change a queue's arguments (SEMANTICS §2 "changing limits").
 
         A lower limit under ``drop-head`` trims at once (dead-lettering if the queue has a
         dead-letter queue); under ``ring`` the queue shrinks only as messages leave; the
-        reject policies remove nothing and start rejecting.
+        reject policies remove nothing and start rejecting. The given arguments become the
+        queue's explicit ones; with policies, the effective arguments are resolved again.
         """
         given = validate_arguments(arguments)
 
@@ -86,7 +104,7 @@ class QueueTable:
             transaction.commit(operation=f"ALTER {name}")
             return transaction.states[name].arguments
 
-        return run(self.store, work, create=False)
+        return run(self.store, work, create=False, policies=self.policies)
 
     def purge(self, name: str) -> int:
         """Remove every ready and scheduled message of ``name``; returns how many. Leased
@@ -99,7 +117,7 @@ class QueueTable:
             transaction.commit(operation=f"PURGE {name}")
             return count
 
-        return run(self.store, work, create=False)
+        return run(self.store, work, create=False, policies=self.policies)
 
     def compact(self) -> dict[str, int]:
         """Compact small files now (see :mod:`spark_queue.maintenance`); returns file counts.
@@ -169,7 +187,7 @@ class QueueTable:
             transaction.commit(operation=f"LEASE {queue} {consumer}")
             return plan.leased
 
-        leased = run(self.store, work, create=False)
+        leased = run(self.store, work, create=False, policies=self.policies)
         return self._delivered(queue, leased)
 
     def ack(self, queue: str, seqs: list[int], consumer: str | None = None) -> int:
@@ -237,7 +255,7 @@ class QueueTable:
             transaction.commit(operation=f"{operation} {queue}")
             return before - len(plan.state.leases)
 
-        return run(self.store, work, create=False)
+        return run(self.store, work, create=False, policies=self.policies)
 
     def _delivered(self, queue: str, leased: Leases) -> pa.Table:
         """The leased messages' rows, in delivery order, with their delivery count."""
@@ -266,7 +284,30 @@ class QueueTable:
         return sorted(snapshot.states) if snapshot is not None else []
 
     def arguments(self, name: str) -> QueueArguments:
+        """The queue's effective arguments, as stored (see :meth:`resolve` for their origin)."""
         return self._require(self._snapshot(), name).arguments
+
+    def resolve(self, name: str, **arguments: Any) -> Resolution:
+        """The arguments ``name`` would have if declared now, with each one's origin.
+
+        Needs policies. For an existing queue its explicit arguments are used, with the
+        given ones merged in (as ``alter`` would); for a new queue, only the given ones. Reads
+        the table only if it exists; writes nothing.
+        """
+        check_queue_name("name", name)
+        given = validate_arguments(arguments)
+        if self.policies is None:
+            raise PolicyError(
+                f"no policies to resolve {name!r} with: pass policies= or set ${ENV_VAR}"
+            )
+        snapshot = self.store.snapshot()
+        state = snapshot.states.get(name) if snapshot is not None else None
+        explicit: dict[str, Any] = {}
+        if state is not None:
+            explicit = (
+                dict(state.explicit) if state.explicit is not None else asdict(state.arguments)
+            )
+        return self.policies.resolve(name, {**explicit, **given})
 
     def stats(self, name: str) -> dict[str, Any]:
         """Gauges and counters of SEMANTICS §4, as of now.

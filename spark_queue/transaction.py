@@ -10,7 +10,7 @@ the whole transaction is planned again from the new snapshot: see :func:`run`.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
@@ -27,6 +27,7 @@ from spark_queue.core import (
 )
 from spark_queue.errors import ArgumentMismatchError, QueueError
 from spark_queue.options import QueueArguments, option_name
+from spark_queue.policies import Policies, Resolution, resolve_without_policies
 from spark_queue.schema import UTC_MICROS
 from spark_queue.store import (
     LEASE,
@@ -69,6 +70,8 @@ class QueueTransaction:
     obsolete: list[str] = field(default_factory=list)  # staged files replaced by rewrites
     touched: set[str] = field(default_factory=set)
     summary: dict[str, dict[str, int]] = field(default_factory=dict)
+    # Policies this process applies when it declares (None: arguments stand as given/stored).
+    policies: Policies | None = None
 
     def __post_init__(self) -> None:
         self.states = {name: state.copy() for name, state in self.snapshot.states.items()}
@@ -79,32 +82,65 @@ class QueueTransaction:
     def declare(self, name: str, given: dict[str, Any], *, alter: bool = False) -> QueueState:
         """Declare ``name`` with the given arguments, or check them against the queue's.
 
-        Arguments not given leave an existing queue as it is; one given with another value
-        is an :class:`ArgumentMismatchError` unless ``alter`` is set.
+        ``given`` (validated, snake_case) are explicit arguments: a new queue remembers them,
+        and with :attr:`policies` set its effective arguments are resolved from them
+        (policy defaults where unset, caps as a minimum; docs/POLICIES.md). For an existing
+        queue, each given argument is compared with the queue's explicit value (the built-in
+        default where it has none), never with what a policy made of it: a differing one is
+        an :class:`ArgumentMismatchError` unless ``alter`` is set, which merges them into the
+        explicit ones. With :attr:`policies` set an existing queue is resolved again, so a
+        changed policy file takes effect (the queue is then marked touched); without, its
+        stored effective arguments stand (``alter`` changes only those given).
         """
         state = self.states.get(name)
         if state is None:
-            state = QueueState(name, QueueArguments().merged(given), next_seq=self.next_seq)
+            explicit = dict(given)
+            resolution = self._resolve(name, explicit)
+            state = QueueState(
+                name,
+                resolution.arguments,
+                next_seq=self.next_seq,
+                explicit=explicit,
+                policy=resolution.policy,
+            )
             self.states[name] = state
             self.touched.add(name)
             return state
+        # A state stored before policies existed: every stored argument counts as given.
+        explicit = dict(state.explicit) if state.explicit is not None else asdict(state.arguments)
         if not alter:
-            current = state.arguments
+            built_in = asdict(QueueArguments())
             differ = [
-                (k, getattr(current, k), v) for k, v in given.items() if getattr(current, k) != v
+                (k, explicit.get(k, built_in[k]), v)
+                for k, v in given.items()
+                if explicit.get(k, built_in[k]) != v
             ]
             if differ:
                 shown = "; ".join(
-                    f"{option_name(k)}: queue has {old!r}, given {new!r}" for k, old, new in differ
+                    f"{option_name(k)}: queue has {old!r}{_unset(k, explicit, state)}, "
+                    f"given {new!r}"
+                    for k, old, new in differ
                 )
                 raise ArgumentMismatchError(
                     f"queue {name!r} exists with other arguments ({shown}); "
                     "nothing was written. Use QueueTable.alter to change them"
                 )
-            return state
-        state.arguments = state.arguments.merged(given)
-        self.touched.add(name)
+        else:
+            explicit.update(given)
+        if self.policies is not None:
+            resolution = self.policies.resolve(name, explicit)
+            arguments, policy = resolution.arguments, resolution.policy
+        else:
+            arguments, policy = state.arguments.merged(given if alter else {}), state.policy
+        if alter or (arguments, policy) != (state.arguments, state.policy):
+            state.arguments, state.explicit, state.policy = arguments, explicit, policy
+            self.touched.add(name)
         return state
+
+    def _resolve(self, name: str, explicit: dict[str, Any]) -> Resolution:
+        if self.policies is None:
+            return resolve_without_policies(name, explicit)
+        return self.policies.resolve(name, explicit)
 
     # -- enqueueing ------------------------------------------------------------------------
 
@@ -348,6 +384,13 @@ class QueueTransaction:
         delete_files(self.store.uri, [f.path for f in self.written])
 
 
+def _unset(argument: str, explicit: dict[str, Any], state: QueueState) -> str:
+    """For a mismatch message: an argument the queue never set, and what it is in effect."""
+    if argument in explicit:
+        return ""
+    return f" (not set; in effect {getattr(state.arguments, argument)!r})"
+
+
 def _incoming_of(rows: pa.Table) -> pa.Table:
     """The columns :func:`plan_enqueue` reads, from message rows (times as microseconds)."""
     return pa.table(
@@ -368,12 +411,13 @@ def run(
     *,
     create: bool = True,
     attempts: int = COMMIT_ATTEMPTS,
+    policies: Policies | None = None,
 ) -> T:
     """Plan ``work`` on a fresh snapshot and commit; plan again if another writer won.
 
     ``work`` performs the operations and calls :meth:`QueueTransaction.commit`; what it
     returns is returned. Errors that are not commit conflicts propagate, with this
-    transaction's own files deleted.
+    transaction's own files deleted. ``policies`` are applied by every declare it makes.
     """
     from deltalake.exceptions import CommitFailedError
 
@@ -384,7 +428,7 @@ def run(
             raise QueueError(f"no queue table at {store.uri}")
         snapshot = store.snapshot(table)
         assert snapshot is not None
-        transaction = QueueTransaction(store, snapshot)
+        transaction = QueueTransaction(store, snapshot, policies=policies)
         try:
             return work(transaction)
         except CommitFailedError as error:
