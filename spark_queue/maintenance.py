@@ -343,21 +343,25 @@ def check_retention(retention_hours: Any, floor: float, force: bool) -> float:
     """
     if isinstance(retention_hours, bool) or not isinstance(retention_hours, int | float):
         raise InvalidOptionError(
-            f"retention_hours must be a number of hours, got {retention_hours!r}"
+            f"retention_hours (--retention-hours) must be a number of hours, "
+            f"got {retention_hours!r}"
         )
     hours = float(retention_hours)
     if not hours >= 0 or hours == float("inf"):
-        raise InvalidOptionError(f"retention_hours must be a number >= 0, got {retention_hours!r}")
+        raise InvalidOptionError(
+            f"retention_hours (--retention-hours) must be a number >= 0, got {retention_hours!r}"
+        )
     if hours < MIN_RETENTION_HOURS:
         raise InvalidOptionError(
-            f"retention_hours={retention_hours!r} is below {MIN_RETENTION_HOURS:g} hour, which "
-            "even force does not allow: running producers and consumers read files of the "
-            "version they planned on, and a compaction may have removed those from the "
-            "current version meanwhile"
+            f"retention_hours (--retention-hours) {hours:g} is below {MIN_RETENTION_HOURS:g} "
+            "hour, which even force does not allow: running producers and consumers read "
+            "files of the version they planned on, and a compaction may have removed those "
+            "from the current version meanwhile"
         )
     if hours < floor and not force:
         raise InvalidOptionError(
-            f"retention_hours={retention_hours!r} is below the safe floor of {floor:g} hours "
+            f"retention_hours (--retention-hours) {hours:g} is below the safe floor of "
+            f"{floor:g} hours "
             "(the table's delta.deletedFileRetentionDuration): readers of older versions (time "
             "travel, Spark reads in progress) could lose files they still read; pass force=True "
             "(--force) if none can be running"
@@ -390,7 +394,7 @@ def vacuum(
     hours = check_retention(retention_hours, floor, force)
     full = hours >= floor
     progress(
-        f"vacuum {uri}: listing files unreferenced for {hours:g} hours "
+        f"vacuum {uri}: listing files unreferenced for {hours:g} h "
         f"({'removed and never committed' if full else 'removed only'})"
     )
     # delta-rs takes whole hours; round up, never delete younger than asked.
