@@ -308,8 +308,9 @@ def cleanup_log(uri: str, retention_hours: float, now: float | None = None) -> l
     removed = []
     for version, path in sorted(entries):
         if version < keep_from:
-            fs.delete_file(path)
-            removed.append(path.rsplit("/", 1)[-1])
+            with contextlib.suppress(FileNotFoundError):  # another cleanup got there first
+                fs.delete_file(path)
+                removed.append(path.rsplit("/", 1)[-1])
     return removed
 
 
