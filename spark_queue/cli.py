@@ -1,8 +1,11 @@
 """``spark-queue``: inspect and administer a queue table from a shell, without Spark.
 
 Exit codes a script can rely on: 0 done; 1 the queue table refused (unknown queue, argument
-mismatch, not a queue table, an invalid policies file, ...); 2 bad usage (argparse). Errors go
-to stderr as one line ``spark-queue: <message>``.
+mismatch, not a queue table, an invalid policies file, vacuum below its floor, ...); 2 bad
+usage (argparse). Errors go to stderr as one line ``spark-queue: <message>``. Long operations
+(``compact``, ``vacuum``, ``purge``) report progress on stderr, one line per step, when stderr
+is a terminal or with ``--progress``; ``--quiet`` silences them. The reference is
+``docs/CLI.md``.
 """
 
 from __future__ import annotations
@@ -11,12 +14,13 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
 from spark_queue.core import COUNTERS
 from spark_queue.errors import QueueError
+from spark_queue.maintenance import DEFAULT_VACUUM_HOURS
 from spark_queue.options import (
     ARGUMENT_NAMES,
     ARGUMENT_OPTIONS,
@@ -29,6 +33,50 @@ from spark_queue.table import QueueTable
 
 EXIT_REFUSED = 1
 DECLARING_COMMANDS = ("declare", "alter", "ack", "cancel", "release")
+
+
+def _count(text: str) -> int:
+    """argparse type: a whole number >= 0 (else a usage error naming the value)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
+    return value
+
+
+def _hours(text: str) -> float:
+    """argparse type: a number of hours >= 0 (else a usage error naming the value)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of hours >= 0, got {text!r}")
+    return value
+
+
+def _long_running(parser: argparse.ArgumentParser) -> None:
+    """Flags of the commands that report progress and have a JSON result."""
+    parser.add_argument("--json", action="store_true", help="the result as one JSON object")
+    shown = parser.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--progress",
+        dest="progress",
+        action="store_true",
+        default=None,
+        help="progress lines on stderr even when it is not a terminal",
+    )
+    shown.add_argument("--quiet", dest="progress", action="store_false", help="no progress lines")
+
+
+def _progress(args: argparse.Namespace) -> Callable[[str], None]:
+    """Where progress lines go: stderr if asked, or by default if stderr is a terminal."""
+    shown = args.progress if args.progress is not None else sys.stderr.isatty()
+    if not shown:
+        return lambda _: None
+    return lambda line: print(f"spark-queue: {line}", file=sys.stderr, flush=True)
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,9 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
     stats.add_argument("--json", action="store_true", help="one JSON object per line")
     peek = commands.add_parser("peek", help="the next messages, without side effects")
     peek.add_argument("queue")
-    peek.add_argument("--limit", type=int, default=10)
+    peek.add_argument("--limit", type=_count, default=10, help="at most this many (10)")
     purge = commands.add_parser("purge", help="remove the ready and scheduled messages")
     purge.add_argument("queue")
+    _long_running(purge)
     for name, text in (
         ("ack", "acknowledge leased messages"),
         ("cancel", "return leased messages (counts toward maxCancels)"),
@@ -89,7 +138,24 @@ def build_parser() -> argparse.ArgumentParser:
     release = commands.add_parser("release", help="return everything a consumer holds")
     release.add_argument("consumer")
     release.add_argument("--queue")
-    commands.add_parser("compact", help="compact small files now")
+    _long_running(commands.add_parser("compact", help="compact small files now"))
+    vacuum = commands.add_parser(
+        "vacuum", help="delete files no current version references (after a retention)"
+    )
+    vacuum.add_argument(
+        "--retention-hours",
+        type=_hours,
+        default=DEFAULT_VACUUM_HOURS,
+        help=f"keep files unreferenced for less than this ({DEFAULT_VACUUM_HOURS:g})",
+    )
+    vacuum.add_argument("--dry-run", action="store_true", help="list the files, delete nothing")
+    vacuum.add_argument(
+        "--force",
+        action="store_true",
+        help="allow a retention below the table's delta.deletedFileRetentionDuration "
+        "(never below 1 hour)",
+    )
+    _long_running(vacuum)
     policies = commands.add_parser("policies", help="queue policies (docs/POLICIES.md)")
     policy_commands = policies.add_subparsers(dest="policies_command", required=True)
     check = policy_commands.add_parser(
@@ -159,13 +225,37 @@ def run_command(args: argparse.Namespace) -> str:
             row["body"] = bytes(row["body"]).decode("utf-8", errors="replace")
         return _table(rows, ["seq", "priority", "enqueued_at", "message_id", "body"])
     if command == "purge":
-        return f"purged {table.purge(args.queue)}"
+        purged = table.purge(args.queue, progress=_progress(args))
+        return (
+            json.dumps({"queue": args.queue, "purged": purged}) if args.json else f"purged {purged}"
+        )
     if command in ("ack", "cancel"):
         done = getattr(table, command)(args.queue, args.seqs, args.consumer)
         return f"{command}ed {done}" if command == "ack" else f"cancelled {done}"
     if command == "release":
         return f"released {table.release(args.consumer, args.queue)}"
-    return json.dumps(table.compact())
+    if command == "compact":
+        counts = table.compact(progress=_progress(args))
+        if args.json:
+            return json.dumps(counts)
+        return (
+            f"compacted: {counts['dropped']} files dropped, {counts['rewritten']} rewritten "
+            f"into {counts['written']}"
+        )
+    removed = table.vacuum(
+        args.retention_hours, args.dry_run, force=args.force, progress=_progress(args)
+    )
+    if args.json:
+        return json.dumps(
+            {
+                "retention_hours": args.retention_hours,
+                "dry_run": args.dry_run,
+                "count": len(removed),
+                "files": removed,
+            }
+        )
+    verb = "would remove" if args.dry_run else "removed"
+    return "\n".join([*removed, f"{verb} {len(removed)} files"])
 
 
 def main(argv: Sequence[str] | None = None) -> int:

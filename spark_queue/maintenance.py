@@ -1,4 +1,8 @@
-"""Compaction, run by spark-queue itself: never a Spark OPTIMIZE on a live queue table.
+"""Maintenance, run by spark-queue itself: never a Spark OPTIMIZE or VACUUM on a live queue table.
+
+See ``docs/MAINTENANCE.md`` for the operator's view.
+
+**Compaction.**
 
 Every micro-batch adds small files (messages per task and queue, removal rows, state). Left
 alone, every commit and every read would pay for all of them. Compaction, like Delta's
@@ -13,17 +17,33 @@ small files, and on demand (:meth:`spark_queue.QueueTable.compact`):
 It is a commit of its own with ``max_commit_retries=0``: if a producer commits first, the
 compaction is dropped and tried after a later commit, and a producer that loses to it plans
 its batch again. No row that is live, and no counter, changes.
+
+**Log checkpoints** (:func:`after_commit`): every connector commit whose version is a
+multiple of the table's ``delta.checkpointInterval`` (Delta's default of 100 where the table
+sets none) writes a Delta checkpoint with delta-rs, then deletes log files past
+``delta.logRetentionDuration`` that no retained version needs. Best effort: the commit has
+happened, so a failure is logged and the next interval tries again.
+
+**Vacuum** (:func:`vacuum`): deletes data files no current version references, after a
+retention period with a safe floor; see :func:`check_retention`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import re
+import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 
 from spark_queue.core import QueueState, below_heads
+from spark_queue.errors import InvalidOptionError
 from spark_queue.store import (
     MESSAGE,
     REMOVAL,
@@ -36,6 +56,28 @@ from spark_queue.store import (
 
 SMALL_FILE_BYTES = 32 * 1024 * 1024
 SMALL_FILE_LIMIT = 32  # small files of one queue (or removal files) that trigger compaction
+CHECKPOINT_INTERVAL = 100  # versions between checkpoints where delta.checkpointInterval is unset
+LOG_RETENTION_HOURS = 30 * 24.0  # Delta's delta.logRetentionDuration default
+DEFAULT_VACUUM_HOURS = 168.0  # Delta's default: a week of time travel
+FILE_RETENTION_HOURS = 168.0  # Delta's delta.deletedFileRetentionDuration default
+MIN_RETENTION_HOURS = 1.0  # the in-flight window of the connector's own reads; see check_retention
+
+Progress = Callable[[str], None]
+log = logging.getLogger("spark_queue")
+_UNITS = {
+    "microsecond": 1e-6 / 3600,
+    "millisecond": 1e-3 / 3600,
+    "second": 1 / 3600,
+    "minute": 1 / 60,
+    "hour": 1.0,
+    "day": 24.0,
+    "week": 168.0,
+}
+_INTERVAL = re.compile(r"^\s*(?:interval\s+)?(\d+(?:\.\d+)?)\s*([a-z]+?)s?\s*$", re.IGNORECASE)
+
+
+def no_progress(_: str) -> None:
+    """The default progress callback."""
 
 
 def _live_mask(rows: pa.Table, state: QueueState) -> pa.Array:
@@ -68,8 +110,13 @@ def needs_compaction(snapshot: Snapshot, limit: int = SMALL_FILE_LIMIT) -> bool:
     return any(c.as_py() >= limit for c in counts.field("counts"))
 
 
-def compact(store: QueueStore, snapshot: Snapshot) -> dict[str, int]:
-    """Compact the table at ``snapshot``; returns file counts. Raises on a lost race."""
+def compact(
+    store: QueueStore, snapshot: Snapshot, progress: Progress = no_progress
+) -> dict[str, int]:
+    """Compact the table at ``snapshot``; returns file counts. Raises on a lost race.
+
+    ``progress`` gets one line per file read (``compacting queue q: 12/40 files``).
+    """
     files = snapshot.files
     adds: list[StagedFile] = []
     removes: list[tuple[str, int, str]] = []
@@ -92,7 +139,11 @@ def compact(store: QueueStore, snapshot: Snapshot) -> dict[str, int]:
         ).sort_by("min_seq")
         if small.num_rows < 2:
             continue
-        parts = [store.read_file(p) for p in small["path"].to_pylist()]
+        paths = small["path"].to_pylist()
+        parts = []
+        for done, path in enumerate(paths, 1):
+            parts.append(store.read_file(path))
+            progress(f"compacting queue {name}: {done}/{len(paths)} files")
         rows = pa.concat_tables(parts)
         rows = rows.filter(_live_mask(rows, state)).sort_by("seq")
         if rows.num_rows:
@@ -104,6 +155,7 @@ def compact(store: QueueStore, snapshot: Snapshot) -> dict[str, int]:
         pc.and_(pc.equal(files["record"], REMOVAL), pc.less(files["size"], SMALL_FILE_BYTES))
     )
     if removal.num_rows >= 2:
+        progress(f"compacting removal records: {removal.num_rows} files")
         rows = pa.concat_tables([store.read_file(p) for p in removal["path"].to_pylist()])
         adds.append(
             write_file(
@@ -118,6 +170,7 @@ def compact(store: QueueStore, snapshot: Snapshot) -> dict[str, int]:
         ]
     if not removes:
         return {"dropped": 0, "rewritten": 0, "written": 0}
+    progress(f"committing: {len(removes)} files out, {len(adds)} in")
     try:
         store.commit(
             snapshot.table,
@@ -132,11 +185,235 @@ def compact(store: QueueStore, snapshot: Snapshot) -> dict[str, int]:
 
 
 def compact_if_needed(store: QueueStore) -> None:
-    """Auto-compaction after a connector commit; a lost race is left for a later commit."""
+    """Auto-compaction after a connector commit. The commit has happened, so nothing here
+    may fail it: a lost race is left for a later commit, any other error is logged."""
     from deltalake.exceptions import CommitFailedError
 
-    snapshot = store.snapshot()
-    if snapshot is None or not needs_compaction(snapshot):
-        return
-    with contextlib.suppress(CommitFailedError):
-        compact(store, snapshot)
+    try:
+        snapshot = store.snapshot()
+        if snapshot is None or not needs_compaction(snapshot):
+            return
+        with contextlib.suppress(CommitFailedError):
+            compact(store, snapshot)
+    except Exception as error:  # best effort: the batch is committed either way
+        log.warning("auto-compaction of %s failed, left for a later commit: %s", store.uri, error)
+
+
+# -- log checkpoints -------------------------------------------------------------------------
+
+
+def interval_hours(key: str, text: str | None, default: float) -> float:
+    """A Delta interval property (``interval 7 days``, ``24 hours``) in hours; ``default``
+    where unset. Raises :class:`InvalidOptionError` naming ``key`` if it does not parse."""
+    if text is None:
+        return default
+    match = _INTERVAL.match(text)
+    unit = match.group(2).lower() if match else ""
+    if not match or unit not in _UNITS:
+        raise InvalidOptionError(
+            f"table property {key}={text!r} is not an interval such as 'interval 7 days' "
+            f"(units: {', '.join(_UNITS)})"
+        )
+    return float(match.group(1)) * _UNITS[unit]
+
+
+def checkpoint_interval(configuration: dict[str, str]) -> int:
+    """``delta.checkpointInterval`` of the table, else :data:`CHECKPOINT_INTERVAL`."""
+    text = configuration.get("delta.checkpointInterval")
+    try:
+        value = int(text) if text is not None else CHECKPOINT_INTERVAL
+    except ValueError:
+        value = CHECKPOINT_INTERVAL
+    return value if value > 0 else CHECKPOINT_INTERVAL
+
+
+def after_commit(uri: str, table: Any) -> None:
+    """Run after every connector commit made from ``table`` (which delta-rs leaves at the
+    version before the commit): checkpoint when the new version is a multiple of the
+    checkpoint interval. Never raises: the commit has happened."""
+    try:
+        before = table.version()  # the new version is before + 1: connector commits never
+        # rebase onto a winner (max_commit_retries=0)
+        checkpoint_if_crossed(uri, before, before + 1, table.metadata().configuration)
+    except Exception as error:  # best effort, as Delta's own post-commit checkpoints
+        log.warning("checkpoint of %s failed, the next interval tries again: %s", uri, error)
+
+
+def checkpoint_if_crossed(
+    uri: str, before: int, after: int, configuration: dict[str, str]
+) -> int | None:
+    """Checkpoint ``after`` if versions ``before`` (exclusive) to ``after`` passed a
+    multiple of the checkpoint interval; returns the version checkpointed, if any."""
+    interval = checkpoint_interval(configuration)
+    if after // interval <= before // interval:
+        return None
+    return checkpoint(uri, after)
+
+
+def checkpoint(uri: str, version: int | None = None) -> int:
+    """Write a Delta checkpoint of ``version`` (else the latest) with delta-rs, then clean
+    up expired log files (:func:`cleanup_log`). Returns the version checkpointed."""
+    from deltalake import DeltaTable
+
+    table = DeltaTable(uri, version=version) if version is not None else DeltaTable(uri)
+    table.create_checkpoint()
+    configuration = table.metadata().configuration
+    if configuration.get("delta.enableExpiredLogCleanup", "true").lower() != "false":
+        cleanup_log(
+            uri,
+            interval_hours(
+                "delta.logRetentionDuration",
+                configuration.get("delta.logRetentionDuration"),
+                LOG_RETENTION_HOURS,
+            ),
+        )
+    return table.version()
+
+
+def cleanup_log(uri: str, retention_hours: float, now: float | None = None) -> list[str]:
+    """Delete log files that only versions older than the log retention need; returns them.
+
+    Delta's rule (delta PR #4146): the *cutoff commit* is the newest commit file older
+    than the retention; everything from the newest checkpoint at or before it is kept, so
+    every version inside the retention can still be read (time travel), and the newest
+    checkpoint always survives. delta-rs's ``cleanup_metadata`` is not used: it cuts at the
+    latest checkpoint by file age alone and can leave a version inside the retention
+    without the checkpoint it is built from (delta-rs #3692, delta #606).
+    """
+    from spark_queue.store import filesystem
+
+    fs, base = filesystem(uri)
+    log_dir = f"{base.rstrip('/')}/_delta_log"
+    cutoff = (time.time() if now is None else now) - retention_hours * 3600
+    commits: dict[int, float] = {}
+    checkpoints: set[int] = set()
+    entries: list[tuple[int, str]] = []
+    for info in fs.get_file_info(pafs.FileSelector(log_dir)):
+        name = info.base_name
+        head = name.split(".", 1)[0]
+        if not head.isdigit() or len(head) != 20:
+            continue  # _last_checkpoint, temporary files, other tools' files
+        version = int(head)
+        entries.append((version, info.path))
+        if name.endswith(".json") and name.count(".") == 1:
+            commits[version] = info.mtime.timestamp() if info.mtime else time.time()
+        elif ".checkpoint." in name and name.endswith(".parquet"):
+            checkpoints.add(version)
+    old = [v for v, mtime in commits.items() if mtime < cutoff]
+    if not old:
+        return []
+    keep_from = max((c for c in checkpoints if c <= max(old)), default=None)
+    if keep_from is None:
+        return []
+    removed = []
+    for version, path in sorted(entries):
+        if version < keep_from:
+            with contextlib.suppress(FileNotFoundError):  # another cleanup got there first
+                fs.delete_file(path)
+                removed.append(path.rsplit("/", 1)[-1])
+    return removed
+
+
+# -- vacuum ----------------------------------------------------------------------------------
+
+
+def retention_floor(configuration: dict[str, str]) -> float:
+    """Hours below which vacuum needs ``force``: the table's
+    ``delta.deletedFileRetentionDuration`` (Delta's default of 7 days where unset), but
+    never below :data:`MIN_RETENTION_HOURS`."""
+    hours = interval_hours(
+        "delta.deletedFileRetentionDuration",
+        configuration.get("delta.deletedFileRetentionDuration"),
+        FILE_RETENTION_HOURS,
+    )
+    return max(hours, MIN_RETENTION_HOURS)
+
+
+def check_retention(retention_hours: Any, floor: float, force: bool) -> float:
+    """The retention to vacuum with, or :class:`InvalidOptionError` naming the argument.
+
+    - Below ``floor`` (the table's ``delta.deletedFileRetentionDuration``) needs ``force``:
+      a reader of an older version (time travel, a Spark batch read of ``format("delta")``,
+      a browse read planned before a compaction) may still be reading those files, and
+      Delta's own VACUUM refuses the same.
+    - Below :data:`MIN_RETENTION_HOURS` is refused even with ``force``: the connector's own
+      producers and consumers read files of the version they planned on (a commit reads the
+      head rows it evicts, a consumer's tasks read the files its batch was planned on, a
+      compaction reads what it rewrites), and a compaction may remove those files from the
+      current version in the meantime. An hour bounds that window with a wide margin.
+    """
+    if isinstance(retention_hours, bool) or not isinstance(retention_hours, int | float):
+        raise InvalidOptionError(
+            f"retention_hours (--retention-hours) must be a number of hours, "
+            f"got {retention_hours!r}"
+        )
+    hours = float(retention_hours)
+    if not hours >= 0 or hours == float("inf"):
+        raise InvalidOptionError(
+            f"retention_hours (--retention-hours) must be a number >= 0, got {retention_hours!r}"
+        )
+    if hours < MIN_RETENTION_HOURS:
+        raise InvalidOptionError(
+            f"retention_hours (--retention-hours) {hours:g} is below {MIN_RETENTION_HOURS:g} "
+            "hour, which even force does not allow: running producers and consumers read "
+            "files of the version they planned on, and a compaction may have removed those "
+            "from the current version meanwhile"
+        )
+    if hours < floor and not force:
+        raise InvalidOptionError(
+            f"retention_hours (--retention-hours) {hours:g} is below the safe floor of "
+            f"{floor:g} hours "
+            "(the table's delta.deletedFileRetentionDuration): readers of older versions (time "
+            "travel, Spark reads in progress) could lose files they still read; pass force=True "
+            "(--force) if none can be running"
+        )
+    return hours
+
+
+def vacuum(
+    uri: str,
+    retention_hours: float,
+    dry_run: bool,
+    force: bool,
+    progress: Progress = no_progress,
+) -> list[str]:
+    """Delete data files no current version references, older than the retention (checked
+    by :func:`check_retention`); returns them (relative paths), sorted.
+
+    At or above the floor it is delta-rs's *full* vacuum: removed files whose removal is
+    older than the retention, and files the log never mentioned (what a killed producer
+    staged) older than the retention. Below the floor (forced) it is delta-rs's *lite*
+    vacuum, removed files only: a file no commit mentions may be a running producer's
+    staged file, and only the floor protects those.
+    """
+    from deltalake import DeltaTable, PostCommitHookProperties
+
+    progress(f"vacuum {uri}: reading the log")
+    table = DeltaTable(uri)
+    before = table.version()
+    floor = retention_floor(table.metadata().configuration)
+    hours = check_retention(retention_hours, floor, force)
+    full = hours >= floor
+    progress(
+        f"vacuum {uri}: listing files unreferenced for {hours:g} h "
+        f"({'removed and never committed' if full else 'removed only'})"
+    )
+    # delta-rs takes whole hours; round up, never delete younger than asked.
+    removed = table.vacuum(
+        retention_hours=int(-(-hours // 1)),
+        dry_run=dry_run,
+        enforce_retention_duration=False,
+        full=full,
+        post_commithook_properties=PostCommitHookProperties(
+            create_checkpoint=False, cleanup_expired_logs=False
+        ),
+    )
+    progress(f"vacuum {uri}: {len(removed)} files {'to remove' if dry_run else 'removed'}")
+    if not dry_run and removed:  # delta-rs logged VACUUM START and END: two versions
+        try:
+            checkpoint_if_crossed(
+                uri, before, DeltaTable(uri).version(), table.metadata().configuration
+            )
+        except Exception as error:  # the files are gone either way
+            log.warning("checkpoint of %s failed, the next interval tries again: %s", uri, error)
+    return sorted(removed)

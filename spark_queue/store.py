@@ -520,8 +520,12 @@ class QueueStore:
         delta-rs would rebase a conflicting commit onto the winner by itself; a queue commit
         was planned from the state it read, so it must be planned again instead
         (``max_commit_retries=0``).
+
+        delta-rs's own post-commit hooks are off: they raise *after* the commit is written,
+        which would make a committed batch look failed. Checkpoints and log cleanup run in
+        :func:`spark_queue.maintenance.after_commit` instead, which never raises.
         """
-        from deltalake import CommitProperties, Transaction
+        from deltalake import CommitProperties, PostCommitHookProperties, Transaction
         from deltalake.transaction import AddAction, RemoveAction
 
         stamp = int(time.time() * 1000)
@@ -547,7 +551,13 @@ class QueueStore:
                 max_commit_retries=0,
                 app_transactions=transactions,
             ),
+            post_commithook_properties=PostCommitHookProperties(
+                create_checkpoint=False, cleanup_expired_logs=False
+            ),
         )
+        from spark_queue.maintenance import after_commit  # maintenance imports this module
+
+        after_commit(self.uri, table)
 
 
 class FileHeadReader:

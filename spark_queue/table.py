@@ -29,7 +29,8 @@ from spark_queue.core import (
     plan_return,
 )
 from spark_queue.errors import InvalidOptionError, PolicyError, QueueError, QueueNotFoundError
-from spark_queue.maintenance import compact
+from spark_queue.maintenance import DEFAULT_VACUUM_HOURS, Progress, checkpoint, compact, no_progress
+from spark_queue.maintenance import vacuum as vacuum_files
 from spark_queue.options import (
     QueueArguments,
     check_queue_name,
@@ -106,33 +107,65 @@ class QueueTable:
 
         return run(self.store, work, create=False, policies=self.policies)
 
-    def purge(self, name: str) -> int:
+    def purge(self, name: str, progress: Progress = no_progress) -> int:
         """Remove every ready and scheduled message of ``name``; returns how many. Leased
-        messages stay with their consumers."""
+        messages stay with their consumers. ``progress`` gets a line per file read."""
 
         def work(transaction: QueueTransaction) -> int:
             snapshot = transaction.snapshot
             self._require(snapshot, name)
-            count = transaction.purge(name, self._purgeable(snapshot, name, transaction.now))
+            seqs = self._purgeable(snapshot, name, transaction.now, progress)
+            count = transaction.purge(name, seqs)
+            progress(f"purging queue {name}: committing {count} removals")
             transaction.commit(operation=f"PURGE {name}")
             return count
 
         return run(self.store, work, create=False, policies=self.policies)
 
-    def compact(self) -> dict[str, int]:
-        """Compact small files now (see :mod:`spark_queue.maintenance`); returns file counts.
+    def compact(self, progress: Progress = no_progress) -> dict[str, int]:
+        """Compact small files now (see :mod:`spark_queue.maintenance`); returns file counts
+        (``dropped``, ``rewritten``, ``written``). ``progress`` gets a line per file read.
 
-        Safe while producers run: a producer that commits first makes this try again.
+        Safe while producers and consumers run: one that commits first makes this try again.
         """
         from deltalake.exceptions import CommitFailedError
 
         for _ in range(COMPACT_ATTEMPTS):
             snapshot = self._snapshot()
             try:
-                return compact(self.store, snapshot)
+                return compact(self.store, snapshot, progress)
             except CommitFailedError:
+                progress("compaction lost a race with another commit; trying again")
                 continue
         raise QueueError(f"compaction of {self.path} lost {COMPACT_ATTEMPTS} races in a row")
+
+    def vacuum(
+        self,
+        retention_hours: float = DEFAULT_VACUUM_HOURS,
+        dry_run: bool = False,
+        *,
+        force: bool = False,
+        progress: Progress = no_progress,
+    ) -> list[str]:
+        """Delete files that no current version of the table references and that have been
+        unreferenced for ``retention_hours``; returns them (relative paths, sorted), or with
+        ``dry_run`` the files it would delete, deleting nothing.
+
+        Time travel to versions older than ``retention_hours`` stops working for the files
+        removed. Below the table's ``delta.deletedFileRetentionDuration`` (1 day on tables
+        spark-queue creates) it raises :class:`InvalidOptionError` unless ``force``; below one
+        hour always (running producers and consumers read files of the version they
+        planned on). Safe while producers and consumers run. See ``docs/MAINTENANCE.md``.
+        """
+        self._snapshot()  # a queue table, or QueueError/NotAQueueTableError
+        return vacuum_files(self.path, retention_hours, dry_run, force, progress)
+
+    def checkpoint(self) -> int:
+        """Write a Delta log checkpoint of the current version now and clean up log files
+        past ``delta.logRetentionDuration``; returns the version. Connector commits do this
+        by themselves every ``delta.checkpointInterval`` versions."""
+        self._snapshot()
+        return checkpoint(self.path)
 
     # -- consuming ---------------------------------------------------------------------------
 
@@ -366,14 +399,17 @@ class QueueTable:
             )
         return state
 
-    def _purgeable(self, snapshot: Snapshot, name: str, now: int) -> np.ndarray:
+    def _purgeable(
+        self, snapshot: Snapshot, name: str, now: int, progress: Progress = no_progress
+    ) -> np.ndarray:
         """Seqs of the ready and scheduled messages of ``name`` (not leased), read a file
         at a time and only the ``seq`` column."""
         states = settled_states(self.store, snapshot, now, [name])
         leased = states[name].leases.seq
-        parts = [
-            live_rows(p, ["seq"])["seq"].to_numpy()
-            for p in plan_partitions(self.store, snapshot, states, name, now)
-        ]
+        partitions = plan_partitions(self.store, snapshot, states, name, now)
+        parts = []
+        for done, partition in enumerate(partitions, 1):
+            parts.append(live_rows(partition, ["seq"])["seq"].to_numpy())
+            progress(f"purging queue {name}: {done}/{len(partitions)} file runs read")
         seqs = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
         return seqs[~np.isin(seqs, leased)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -21,6 +22,23 @@ def cli(path: str, *args: str) -> subprocess.CompletedProcess:
         text=True,
         timeout=120,
     )
+
+
+def refused(result: subprocess.CompletedProcess, text: str) -> bool:
+    """Exit 1, nothing on stdout, one ``spark-queue: ...`` line naming the problem."""
+    lines = result.stderr.strip().splitlines()
+    return (
+        result.returncode == 1
+        and result.stdout == ""
+        and len(lines) == 1
+        and lines[0].startswith("spark-queue: ")
+        and text in lines[0]
+    )
+
+
+def usage(result: subprocess.CompletedProcess, text: str) -> bool:
+    """Exit 2 (argparse), the usage and a message naming the problem on stderr."""
+    return result.returncode == 2 and result.stdout == "" and text in result.stderr
 
 
 def test_cli_commands_on_a_real_queue(spark, queue_path):
@@ -41,7 +59,40 @@ def test_cli_commands_on_a_real_queue(spark, queue_path):
     assert cli(queue_path, "release", "c").stdout.strip() == "released 0"
     assert cli(queue_path, "alter", "orders", "--max-length", "1").returncode == 0
     assert cli(queue_path, "purge", "orders").stdout.strip() == "purged 2"
-    assert json.loads(cli(queue_path, "compact").stdout)["written"] >= 0
+    compacted = json.loads(cli(queue_path, "compact", "--json").stdout)
+    assert set(compacted) == {"dropped", "rewritten", "written"}
+    assert cli(queue_path, "compact").stdout.startswith("compacted: ")
+    vacuumed = json.loads(cli(queue_path, "vacuum", "--json").stdout)
+    assert vacuumed == {"retention_hours": 168.0, "dry_run": False, "count": 0, "files": []}
+    assert cli(queue_path, "vacuum", "--dry-run").stdout.strip() == "would remove 0 files"
+
+
+def test_cli_long_operations_report_progress_on_stderr(spark, queue_path):
+    for i in range(3):  # three small message files
+        write_batch(messages(spark, [f"m{i}"]), queue_path, queue="jobs")
+    quiet = cli(queue_path, "compact", "--json")  # stderr is not a terminal: no progress
+    assert quiet.returncode == 0 and quiet.stderr == ""
+    assert json.loads(quiet.stdout) == {"dropped": 0, "rewritten": 3, "written": 1}
+    write_batch(messages(spark, ["m3", "m4"]), queue_path, queue="jobs")
+    write_batch(messages(spark, ["m5"]), queue_path, queue="jobs")
+    shown = cli(queue_path, "compact", "--progress")
+    assert shown.returncode == 0
+    steps = shown.stderr.splitlines()
+    assert steps[:3] == [
+        "spark-queue: compacting queue jobs: 1/3 files",
+        "spark-queue: compacting queue jobs: 2/3 files",
+        "spark-queue: compacting queue jobs: 3/3 files",
+    ]
+    assert steps[-1].startswith("spark-queue: committing: ")
+    assert shown.stdout.strip() == "compacted: 0 files dropped, 3 rewritten into 1"
+    vacuum = cli(queue_path, "vacuum", "--retention-hours", "1", "--force", "--progress")
+    assert vacuum.returncode == 0 and vacuum.stdout.strip() == "removed 0 files"
+    assert vacuum.stderr.splitlines()[-1].endswith(": 0 files removed")
+    purge = cli(queue_path, "purge", "jobs", "--progress", "--json")
+    assert json.loads(purge.stdout) == {"queue": "jobs", "purged": 6}
+    assert "spark-queue: purging queue jobs: 1/1 file runs read" in purge.stderr
+    assert cli(queue_path, "purge", "jobs", "--quiet").stderr == ""
+    assert QueueTable(queue_path).stats("jobs")["purged"] == 6
 
 
 def test_cli_errors_exit_non_zero_and_name_the_problem(queue_path):
@@ -52,5 +103,54 @@ def test_cli_errors_exit_non_zero_and_name_the_problem(queue_path):
     assert mismatch.returncode == 1 and "maxLength: queue has 5, given 6" in mismatch.stderr
     bad = cli(queue_path, "declare", "other", "--overflow", "sideways")
     assert bad.returncode == 1 and "overflow must be one of" in bad.stderr
-    usage = cli(queue_path, "frobnicate")
-    assert usage.returncode == 2 and "invalid choice" in usage.stderr
+    assert usage(cli(queue_path, "frobnicate"), "invalid choice: 'frobnicate'")
+
+
+def test_every_command_refuses_bad_arguments(queue_path, tmp_path):
+    table = QueueTable(queue_path)
+    table.declare("orders", max_length=5)
+    files = sorted(p.name for p in Path(queue_path).rglob("*") if p.is_file())
+    missing = "queue 'nope' does not exist"
+    # Refused by the queue table: exit 1, one line naming what is wrong.
+    for args, text in (
+        (("declare", "bad name!"), "bad name!"),
+        (("declare", "other", "--max-length", "-2"), "max_length must be a whole number >= 0"),
+        (("alter", "nope", "--max-length", "1"), missing),
+        (("alter", "orders", "--overflow", "sideways"), "overflow must be one of"),
+        (("stats", "nope", "--json"), missing),
+        (("peek", "nope"), missing),
+        (("purge", "nope"), missing),
+        (("ack", "nope", "1"), missing),
+        (("cancel", "nope", "1"), missing),
+        (("release", "c", "--queue", "nope"), missing),
+        (("vacuum", "--retention-hours", "0", "--force"), "below 1 hour"),
+        (("vacuum", "--retention-hours", "12"), "below the safe floor of 24 hours"),
+    ):
+        assert refused(cli(queue_path, *args), text), (args, cli(queue_path, *args).stderr)
+    nowhere = str(tmp_path / "nowhere")
+    for command in ("compact", "vacuum"):
+        assert refused(cli(nowhere, command), f"no queue table at {nowhere}")
+    # Bad usage: exit 2, argparse names the argument.
+    for args, text in (
+        (("peek", "orders", "--limit", "-1"), "argument --limit: must be a whole number >= 0"),
+        (("peek", "orders", "--limit", "ten"), "argument --limit"),
+        (("ack", "orders"), "the following arguments are required: seqs"),
+        (("ack", "orders", "first"), "argument seqs: invalid int value: 'first'"),
+        (("cancel", "orders", "1.5"), "invalid int value: '1.5'"),
+        (("release",), "the following arguments are required: consumer"),
+        (("declare",), "the following arguments are required: queue"),
+        (("stats", "orders", "--format", "csv"), "unrecognized arguments: --format csv"),
+        (("purge",), "required: queue"),
+        (("vacuum", "--retention-hours", "-1"), "argument --retention-hours: must be a number"),
+        (("vacuum", "--retention-hours", "a week"), "argument --retention-hours"),
+        (("compact", "--progress", "--quiet"), "not allowed with argument --progress"),
+        (("compact", "now"), "unrecognized arguments: now"),
+    ):
+        assert usage(cli(queue_path, *args), text), (args, cli(queue_path, *args).stderr)
+    missing_path = subprocess.run(
+        [sys.executable, "-m", "spark_queue.cli", "queues"], capture_output=True, text=True
+    )
+    assert usage(missing_path, "--path is required by 'queues'")
+    # Nothing was written by any of them.
+    assert sorted(p.name for p in Path(queue_path).rglob("*") if p.is_file()) == files
+    assert table.queues() == ["orders"]

@@ -1,0 +1,238 @@
+"""Maintenance on real queue tables: checkpoints, log cleanup, vacuum, and all of it running
+while a producer stream and a consumer stream run."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from deltalake import DeltaTable
+
+from spark_queue import InvalidOptionError, QueueTable
+from spark_queue.maintenance import MIN_RETENTION_HOURS, cleanup_log
+from tests.helpers import assert_identity, messages, write_batch
+
+DAY = 86400.0
+
+
+def log_files(path: str) -> list[str]:
+    return sorted(os.listdir(Path(path) / "_delta_log"))
+
+
+def checkpoints(path: str) -> list[int]:
+    return [int(n.split(".")[0]) for n in log_files(path) if ".checkpoint." in n]
+
+
+def commits(table: QueueTable, count: int) -> None:
+    """``count`` connector commits (alter rewrites the queue state every time)."""
+    for i in range(count):
+        table.alter("q", max_length=1000 + i)
+
+
+# -- checkpoints ------------------------------------------------------------------------------
+
+
+def test_connector_commits_checkpoint_at_the_tables_interval(queue_path):
+    table = QueueTable(queue_path)
+    table.declare("q")  # versions 0 (create) and 1
+    assert DeltaTable(queue_path).metadata().configuration["delta.checkpointInterval"] == "50"
+    commits(table, 48)
+    assert checkpoints(queue_path) == []  # version 49
+    commits(table, 1)
+    assert checkpoints(queue_path) == [50]
+    commits(table, 50)
+    assert checkpoints(queue_path) == [50, 100]
+    assert table.arguments("q").max_length == 1049  # the last of the 50
+
+
+def test_a_failed_checkpoint_never_fails_the_commit(queue_path, caplog):
+    table = QueueTable(queue_path)
+    table.declare("q")
+    commits(table, 47)  # version 48
+    # A directory where checkpoint 50 must go: delta-rs cannot write it, the commit is fine.
+    blocker = Path(queue_path) / "_delta_log" / f"{50:020d}.checkpoint.parquet"
+    blocker.mkdir()
+    with caplog.at_level(logging.WARNING, logger="spark_queue"):
+        commits(table, 2)  # versions 49 and 50
+    assert DeltaTable(queue_path).version() == 50
+    assert table.arguments("q").max_length == 1001  # the second of 2
+    assert "checkpoint of" in caplog.text and "the next interval tries again" in caplog.text
+    blocker.rmdir()
+    commits(table, 50)
+    assert checkpoints(queue_path) == [100]
+
+
+@pytest.mark.spark
+def test_delta_spark_reads_a_table_whose_log_starts_at_a_delta_rs_checkpoint(spark, queue_path):
+    write_batch(messages(spark, [f"m{i}" for i in range(5)]), queue_path, queue="q")
+    table = QueueTable(queue_path)
+    commits(table, 3)
+    version = table.checkpoint()
+    # Every commit before the checkpoint goes: readers must start from the checkpoint.
+    removed = cleanup_log(queue_path, retention_hours=0)
+    assert f"{0:020d}.json" in removed and f"{version:020d}.json" not in removed
+    assert log_files(queue_path)[0] == f"{version:020d}.checkpoint.parquet"
+    delta = spark.read.format("delta").load(queue_path)
+    assert delta.where("record = 'message'").count() == 5
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{queue_path}`").collect()
+    assert max(r.version for r in history) == version
+    browsed = spark.read.format("ringqueue").option("queue", "q").load(queue_path).collect()
+    assert [bytes(r.body).decode() for r in browsed] == [f"m{i}" for i in range(5)]
+    write_batch(messages(spark, ["after"]), queue_path, queue="q")
+    assert table.stats("q")["ready"] == 6
+
+
+def test_log_cleanup_keeps_every_version_inside_the_log_retention(queue_path):
+    table = QueueTable(queue_path)
+    table.declare("q")
+    commits(table, 118)  # versions up to 119, checkpoints 50 and 100
+    assert checkpoints(queue_path) == [50, 100]
+    old = time.time() - 10 * DAY
+    for name in log_files(queue_path):  # versions 0..60 written 10 days ago
+        if name[:20].isdigit() and int(name[:20]) <= 60:
+            os.utime(Path(queue_path) / "_delta_log" / name, (old, old))
+    removed = cleanup_log(queue_path, retention_hours=7 * 24)
+    # Version 60 is the newest commit past the retention: it needs checkpoint 50 and what
+    # follows it; delta-rs's cleanup_metadata would cut at checkpoint 100 instead.
+    assert removed == [f"{v:020d}.json" for v in range(50)]
+    assert DeltaTable(queue_path, version=60).version() == 60
+    assert DeltaTable(queue_path, version=99).version() == 99
+    assert cleanup_log(queue_path, retention_hours=7 * 24) == []
+
+
+# -- vacuum -----------------------------------------------------------------------------------
+
+
+def data_files(path: str) -> set[str]:
+    root = Path(path)
+    return {
+        str(p.relative_to(root)) for p in root.rglob("*.parquet") if "_delta_log" not in p.parts
+    }
+
+
+def test_vacuum_refuses_retentions_below_its_floors_and_deletes_nothing(queue_path):
+    table = QueueTable(queue_path)
+    table.declare("q")
+    commits(table, 3)
+    before = data_files(queue_path)
+    for hours, force, message in (
+        (0, False, "below 1 hour, which even force does not allow"),
+        (0.0, True, "below 1 hour, which even force does not allow"),
+        (MIN_RETENTION_HOURS / 2, True, "below 1 hour"),
+        (23.5, False, "below the safe floor of 24 hours"),
+        (-1, True, "must be a number >= 0, got -1"),
+        (float("nan"), True, "must be a number >= 0"),
+        ("168", False, "must be a number of hours, got '168'"),
+    ):
+        with pytest.raises(InvalidOptionError, match="retention_hours") as error:
+            table.vacuum(hours, force=force)
+        assert message in str(error.value)
+    assert data_files(queue_path) == before
+
+
+def test_vacuum_deletes_what_no_version_needs_after_the_retention(queue_path):
+    table = QueueTable(queue_path)
+    table.declare("q")
+    commits(table, 3)  # each commit removed the previous state file: tombstones of now
+    root = Path(queue_path)
+    assert len(data_files(queue_path)) > len(DeltaTable(queue_path).file_uris())
+    # What a producer killed between staging and committing leaves, long ago and just now.
+    (root / "record=message").mkdir()
+    orphan = root / "record=message" / "part-old.parquet"
+    orphan.write_bytes(b"never committed")
+    old = time.time() - 30 * DAY
+    os.utime(orphan, (old, old))
+    staged = root / "record=message" / "part-staged-now.parquet"
+    staged.write_bytes(b"a running producer's staged file")
+    assert table.vacuum(dry_run=True) == ["record=message/part-old.parquet"]
+    assert orphan.exists()
+    # Below the floor (forced) only removed files go: never what no commit mentions, which
+    # may be a running producer's staged file.
+    assert table.vacuum(1, force=True) == []  # the tombstones are younger than an hour
+    assert orphan.exists()
+    assert table.vacuum() == ["record=message/part-old.parquet"]
+    assert not orphan.exists() and staged.exists()
+    assert table.stats("q")["ready"] == 0
+
+
+# -- everything at once -----------------------------------------------------------------------
+
+
+def run_maintenance_under_load(
+    spark, queue_path: str, tmp_path: Path, vacuum: Callable[[QueueTable], object], rounds: int
+) -> tuple[list[str], set[str]]:
+    """A producer stream and a consumer stream (processing-time triggers) on one queue while
+    the test thread compacts, vacuums and checkpoints after every producer batch. Returns
+    what the consumer delivered and what was produced."""
+    table = QueueTable(queue_path)
+    table.declare("jobs")  # unbounded: every message must reach the consumer
+    source, out = tmp_path / "in", tmp_path / "out"
+    source.mkdir()
+    schema = "body string"
+    producer = (
+        spark.readStream.schema(schema)
+        .parquet(str(source))
+        .writeStream.format("ringqueue")
+        .option("queue", "jobs")
+        .option("checkpointLocation", str(tmp_path / "produce-checkpoint"))
+        .trigger(processingTime="200 milliseconds")
+        .start(queue_path)
+    )
+    consumer = (
+        spark.readStream.format("ringqueue")
+        .option("queue", "jobs")
+        .option("consumer", "worker")
+        .option("maxMessagesPerTrigger", 70)
+        .load(queue_path)
+        .select("seq", "body", "delivery_count")
+        .writeStream.format("delta")
+        .option("checkpointLocation", str(tmp_path / "consume-checkpoint"))
+        .trigger(processingTime="200 milliseconds")
+        .start(str(out))
+    )
+    produced: set[str] = set()
+    try:
+        for batch in range(rounds):
+            bodies = [f"b{batch}-m{i}" for i in range(40)]
+            spark.createDataFrame([(b,) for b in bodies], schema).coalesce(1).write.mode(
+                "append"
+            ).parquet(str(source))
+            producer.processAllAvailable()
+            produced.update(bodies)
+            table.compact()
+            vacuum(table)
+            table.checkpoint()
+            assert consumer.exception() is None and producer.exception() is None
+        producer.stop()
+        consumer.processAllAvailable()  # drains the queue: nothing new to lease
+        table.compact()
+        vacuum(table)
+        consumer.processAllAvailable()
+        assert consumer.exception() is None
+    finally:
+        producer.stop()
+        consumer.stop()
+    delivered = [r.body.decode() for r in spark.read.format("delta").load(str(out)).collect()]
+    return delivered, produced
+
+
+@pytest.mark.spark
+def test_maintenance_never_breaks_a_running_producer_or_consumer(spark, queue_path, tmp_path):
+    delivered, produced = run_maintenance_under_load(
+        spark,
+        queue_path,
+        tmp_path,
+        lambda table: table.vacuum(MIN_RETENTION_HOURS, force=True),  # the worst allowed
+        rounds=12,
+    )
+    assert len(delivered) == len(set(delivered))  # nothing twice
+    assert set(delivered) == produced  # nothing lost
+    stats = QueueTable(queue_path).stats("jobs")
+    assert stats["added"] == len(produced) == 480
+    assert stats["acked"] + stats["leased"] == len(produced) and stats["ready"] == 0
+    assert_identity(queue_path)
+    assert checkpoints(queue_path)  # explicit and automatic checkpoints ran
