@@ -131,8 +131,9 @@ def read_leased(partition: LeasedRange) -> pa.Table:
         counts[known] = times[order[np.searchsorted(again, seqs[known], sorter=order)]]
     rows = rows.drop_columns(["delivery_count", "consumer"])
     rows = rows.append_column("delivery_count", pa.array(counts, pa.int32()))
-    rows = rows.append_column("consumer", pa.array([partition.consumer] * rows.num_rows))
-    rows = rows.append_column("state", pa.array(["leased"] * rows.num_rows))
+    every_row = pa.array(np.zeros(rows.num_rows, dtype=np.int32))
+    rows = rows.append_column("consumer", pa.array([partition.consumer]).take(every_row))
+    rows = rows.append_column("state", pa.array(["leased"]).take(every_row))
     return rows.select(BROWSE_COLUMNS).cast(schema)
 
 

@@ -297,6 +297,17 @@ class QueueStore:
     def __init__(self, path: str) -> None:
         self.uri = table_uri(path)
         self.fs, self.base = filesystem(self.uri)
+        # The queue states of the state files this process last wrote or read. State files
+        # are new in every commit that changes a state, so the same paths mean the same
+        # states: a consumer whose last commit is still the newest reads none of them again.
+        self._known_states: tuple[frozenset[str], dict[str, QueueState]] | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "_known_states": None}  # tasks read files, never states
+
+    def remember_states(self, paths: list[str], states: dict[str, QueueState]) -> None:
+        """The states just committed in the state files at ``paths``."""
+        self._known_states = (frozenset(paths), {n: s.copy() for n, s in states.items()})
 
     # -- the Delta table -------------------------------------------------------------------
 
@@ -379,6 +390,14 @@ class QueueStore:
         )
 
     def _read_states(self, state_files: list[tuple[str, int, str]]) -> dict[str, QueueState]:
+        known = self._known_states
+        if known is not None and known[0] == frozenset(path for path, _, _ in state_files):
+            return {name: state.copy() for name, state in known[1].items()}
+        states = self._read_state_files(state_files)
+        self._known_states = (frozenset(path for path, _, _ in state_files), states)
+        return {name: state.copy() for name, state in states.items()}
+
+    def _read_state_files(self, state_files: list[tuple[str, int, str]]) -> dict[str, QueueState]:
         queue_rows: list[pa.Table] = []
         scheduled: dict[str, list[Scheduled]] = {}
         leases: dict[str, list[Leases]] = {}

@@ -35,6 +35,7 @@ from spark_queue.store import (
     QUEUE,
     REMOVAL,
     SCHEDULED,
+    STATE_RECORDS,
     QueueStore,
     Snapshot,
     StagedFile,
@@ -376,6 +377,9 @@ class QueueTransaction:
                 "queues": sorted(self.touched),
                 "removed": self.summary,
             },
+        )
+        self.store.remember_states(
+            [a.path for a in self.adds if a.record in STATE_RECORDS], self.states
         )
         delete_files(self.store.uri, self.obsolete)
 
