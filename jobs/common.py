@@ -1,0 +1,97 @@
+"""What the jobs share: finding the package, the SparkSession, triggers and duration flags.
+
+Each job runs both ways:
+
+- ``python jobs/<job>.py ...``: a local session (``spark_queue.local_session``: ``local[2]``,
+  Delta configured from ``jars/`` or ``SPARK_QUEUE_JARS``, ``ringqueue`` registered);
+- ``spark-submit [--master ...] jobs/<job>.py ...``: the session spark-submit configured (its
+  master, ``--jars``/``--packages``, ``--conf``, ``--properties-file``); the job only registers
+  ``ringqueue`` and, where the submitter set none, Delta's SQL extension and catalog.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def import_path() -> None:
+    """Make ``spark_queue`` importable from the checkout when it is not installed or shipped.
+
+    The package a user ships (``--py-files`` zip, an installed wheel) wins over the checkout,
+    so the driver runs the same code as the executors.
+    """
+    try:
+        import spark_queue  # noqa: F401
+    except ImportError:
+        sys.path.insert(0, str(ROOT))
+
+
+import_path()
+
+from pyspark import SparkConf  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
+
+from spark_queue import local_session, register  # noqa: E402
+
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+TRIGGERS = ("availableNow", "processingTime")
+
+
+def under_spark_submit() -> bool:
+    """True when spark-submit (or pyspark's launcher) started this Python driver: the JVM is
+    already running and told us its gateway port."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def job_session(app_name: str) -> SparkSession:
+    """The session a job runs in: spark-submit's (master and JARs left to it), else local."""
+    if not under_spark_submit():
+        return local_session(app_name=app_name)
+    submitted = SparkConf()  # spark-submit's --conf, --properties-file, --master ...
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in DELTA_CONF.items():
+        if not submitted.contains(key):
+            builder = builder.config(key, value)
+    return register(builder.getOrCreate())
+
+
+def add_trigger_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--trigger",
+        choices=TRIGGERS,
+        default="availableNow",
+        help="availableNow: process what is there at start, in bounded micro-batches, then "
+        "stop (a batch job; schedule it). processingTime: a long-running query, one "
+        "micro-batch every --interval, until the job is stopped (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--interval",
+        default="10 seconds",
+        help="micro-batch interval with --trigger processingTime (default: %(default)s)",
+    )
+
+
+def trigger_kwargs(args: argparse.Namespace) -> dict[str, object]:
+    """``DataStreamWriter.trigger`` arguments for ``--trigger``/``--interval``."""
+    if args.trigger == "availableNow":
+        return {"availableNow": True}
+    return {"processingTime": args.interval}
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number > 0 (the message names the value)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number > 0, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number > 0, got {text!r}")
+    return value
