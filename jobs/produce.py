@@ -45,6 +45,7 @@ from spark_queue.options import validate_arguments
 SOURCES = ("generate", "delta", "files")
 FORMATS = ("json", "parquet", "csv")
 DEMO_QUEUE, DEMO_RING_SIZE = "demo", 1000
+GENERATED = "body STRING, message_id STRING"  # what generate() writes
 # Flag -> sink column; each flag is a SQL expression defaulting to the same-named input column.
 MESSAGE_COLUMNS = {
     "body": "body",
@@ -208,7 +209,7 @@ def input_stream(spark: SparkSession, args: argparse.Namespace, scratch: str) ->
     if args.source == "generate":
         folder = f"{scratch}/input"
         generate(spark, folder, args.messages, args.batches)
-        return reader.option("maxFilesPerTrigger", 1).parquet(folder)
+        return reader.option("maxFilesPerTrigger", 1).schema(GENERATED).parquet(folder)
     if args.source == "delta":
         return reader.format("delta").load(args.input)
     reader = reader.format(args.format)
