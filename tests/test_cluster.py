@@ -52,6 +52,32 @@ def package_zip(folder: Path) -> Path:
     return target
 
 
+HIDE_INSTALLED = '''"""Test only: drop the editable install's import hook for spark_queue (it
+points at a checkout), so the driver and executors can import only the shipped copy."""
+import sys
+
+sys.meta_path[:] = [
+    f for f in sys.meta_path if not getattr(f, "__module__", "").startswith("__editable__")
+]
+'''
+
+
+def hide_installed(folder: Path) -> Path:
+    """A folder whose ``sitecustomize`` hides an installed spark_queue; put it on PYTHONPATH."""
+    target = folder / "hide-installed"
+    target.mkdir()
+    (target / "sitecustomize.py").write_text(HIDE_INSTALLED)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import spark_queue"],
+        env={**os.environ, "PYTHONPATH": str(target)},
+        cwd=folder,
+        capture_output=True,
+        text=True,
+    )
+    assert "No module named 'spark_queue'" in probe.stderr, "the installed copy is not hidden"
+    return target
+
+
 @dataclass
 class Cluster:
     master_url: str
@@ -161,8 +187,13 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
             stop(process)
 
 
-def submit(cluster: Cluster, py_files: Path, job: str, *args: object) -> dict:
-    """spark-submit ``jobs/<job>.py`` to the cluster; returns the job's last JSON line."""
+def submit(cluster: Cluster, py_files: Path, hidden: Path, job: str, *args: object) -> dict:
+    """spark-submit ``jobs/<job>.py`` to the cluster; returns the job's last JSON line.
+
+    ``hidden`` (see :func:`hide_installed`) goes on the driver's and executors' PYTHONPATH
+    and the working folder is not the checkout, so spark_queue can come only from
+    ``py_files``.
+    """
     command = [
         str(SPARK_BIN / "spark-submit"),
         "--master", cluster.master_url,
@@ -174,12 +205,14 @@ def submit(cluster: Cluster, py_files: Path, job: str, *args: object) -> dict:
         "--conf", "spark.cores.max=2",
         "--conf", "spark.sql.shuffle.partitions=2",
         "--conf", "spark.ui.enabled=false",
+        "--conf", f"spark.executorEnv.PYTHONPATH={hidden}",
         str(ROOT / "jobs" / f"{job}.py"),
         *map(str, args),
     ]  # fmt: skip
-    # PYTHONPATH is the user's, not the checkout: the package comes from --py-files.
-    env = {k: v for k, v in cluster.env.items() if k != "PYTHONPATH"}
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=240)
+    env = {**cluster.env, "PYTHONPATH": str(hidden)}
+    result = subprocess.run(
+        command, env=env, cwd=py_files.parent, capture_output=True, text=True, timeout=240
+    )
     (cluster.logs / f"submit-{job}.log").write_text(result.stdout + result.stderr)
     assert result.returncode == 0, f"{job} failed:\n{result.stderr[-6000:]}"
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -198,9 +231,10 @@ def test_produce_and_consume_on_a_standalone_cluster(cluster, tmp_path):
             lines.append(json.dumps({"id": i, "text": f"event {i}", "region": region}))
         (events / f"part-{f:03d}.json").write_text("\n".join(lines) + "\n")
     queues, py_files = tmp_path / "queues", package_zip(tmp_path)
+    hidden = hide_installed(tmp_path)
 
     produced = submit(
-        cluster, py_files, "produce",
+        cluster, py_files, hidden, "produce",
         "--path", queues, "--queue", "events", "--source", "files", "--input", events,
         "--format", "json", "--schema", "id BIGINT, text STRING, region STRING",
         "--body", "text", "--message-id", "concat('e-', id)", "--key", "region",
@@ -210,7 +244,7 @@ def test_produce_and_consume_on_a_standalone_cluster(cluster, tmp_path):
 
     output = tmp_path / "out"
     consumed = submit(
-        cluster, py_files, "consume",
+        cluster, py_files, hidden, "consume",
         "--path", queues, "--queue", "events", "--consumer", "loader",
         "--output", output, "--checkpoint", tmp_path / "consume-chk",
         "--max-messages-per-trigger", 150, "--body-type", "string",
@@ -227,4 +261,8 @@ def test_produce_and_consume_on_a_standalone_cluster(cluster, tmp_path):
     apps = cluster.state()["completedapps"]
     assert sorted(app["name"] for app in apps) == ["spark-queue-consume", "spark-queue-produce"]
     for n in range(WORKERS):
-        assert len(list((tmp_path / f"work{n}").glob("app-*/*/stderr"))) == 2
+        executors = list((tmp_path / f"work{n}").glob("app-*/*/"))
+        assert len(executors) == 2
+        for executor in executors:
+            assert (executor / "spark_queue.zip").exists()  # shipped with --py-files
+            assert "Finished task" in (executor / "stderr").read_text()

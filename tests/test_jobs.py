@@ -123,9 +123,11 @@ def test_produce_from_delta_then_consume_into_delta_exactly_once(spark, tmp_path
             "message_id", "key", "cast(body as string) AS body", "headers['region'] AS h",
             "priority",
         ),
-        source.selectExpr("concat('m-', id)", "region", "text", "region", "prio"),
+        source.selectExpr(
+            "concat('m-', id) AS message_id", "region AS key", "text AS body",
+            "region AS h", "prio AS priority",
+        ),
         ignore_row_order=True,
-        ignore_column_names=True,
         ignore_nullable=True,
     )  # fmt: skip
 
@@ -143,9 +145,14 @@ def test_produce_from_delta_then_consume_into_delta_exactly_once(spark, tmp_path
     # Each message once, delivered once, to this consumer.
     assert_df_equality(
         consumed.select("message_id", "body", "priority", "delivery_count", "consumer"),
-        source.selectExpr("concat('m-', id)", "text", "prio", "1", "'pipeline'"),
+        source.selectExpr(
+            "concat('m-', id) AS message_id",
+            "text AS body",
+            "prio AS priority",
+            "1 AS delivery_count",
+            "'pipeline' AS consumer",
+        ),
         ignore_row_order=True,
-        ignore_column_names=True,
         ignore_nullable=True,
     )
     again = last_json(run_job("consume", *args))  # same checkpoint: nothing new, nothing twice
@@ -202,8 +209,8 @@ def test_maintain_returns_expired_leases_compacts_and_prints_stats(spark, tmp_pa
     text = run_job("maintain", "--path", queues, "--queue", "jobs", "--steps", "expire,stats")
     lines = text.stdout.splitlines()
     assert "expire jobs: 0 leases returned, 0 scheduled messages due" in lines
-    header = next(line for line in lines if line.startswith("queue"))
-    assert header.split()[:5] == ["queue", "ready", "ready_bytes", "leased", "scheduled"]
+    assert lines[0] == f"queue table {QueueTable(queues).path}"
+    assert lines[2].split()[:5] == ["queue", "ready", "ready_bytes", "leased", "scheduled"]
     assert any(line.split()[:2] == ["jobs", "30"] for line in lines)
     assert not any(line.startswith("other") for line in lines)
 
