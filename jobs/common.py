@@ -13,8 +13,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,7 +37,9 @@ def import_path() -> None:
 import_path()
 
 from pyspark import SparkConf  # noqa: E402
+from pyspark.errors.exceptions.captured import CapturedException  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql.streaming import StreamingQuery  # noqa: E402
 
 from spark_queue import local_session, register  # noqa: E402
 
@@ -43,6 +48,8 @@ DELTA_CONF = {
     "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
 }
 TRIGGERS = ("availableNow", "processingTime")
+# A connector error as it reaches the driver: inside a Python traceback inside a JVM error.
+CONNECTOR_ERROR = re.compile(r"spark_queue\.errors\.(\w+): (.+)")
 
 
 def under_spark_submit() -> bool:
@@ -95,3 +102,31 @@ def positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be a whole number > 0, got {text!r}")
     return value
+
+
+def fail(prog: str, message: str, status: int = 1) -> NoReturn:
+    """Exit with ``status`` and one line naming the job and what went wrong."""
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    sys.exit(status)
+
+
+def explain(error: Exception) -> str:
+    """One line for a failed query: the connector's own error if it raised one (it names the
+    option or queue), else the first line of Spark's message."""
+    text = str(error)
+    found = CONNECTOR_ERROR.search(text)
+    if found:
+        return f"{found.group(1)}: {found.group(2).strip()}"
+    message = error.getMessage() if isinstance(error, CapturedException) else text
+    return next((line.strip() for line in message.splitlines() if line.strip()), text)
+
+
+def run_query(prog: str, start: Callable[[], StreamingQuery]) -> StreamingQuery:
+    """Start a streaming query and wait for it to end (availableNow) or fail; a failure exits
+    with status 1 and :func:`explain`'s line instead of a JVM stack trace."""
+    try:
+        query = start()
+        query.awaitTermination()
+    except CapturedException as error:
+        fail(prog, explain(error))
+    return query

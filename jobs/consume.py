@@ -32,8 +32,16 @@ from __future__ import annotations
 import argparse
 import json
 
-from common import add_trigger_options, job_session, positive_int, trigger_kwargs
-from pyspark.errors import AnalysisException
+from common import (
+    add_trigger_options,
+    explain,
+    fail,
+    job_session,
+    positive_int,
+    run_query,
+    trigger_kwargs,
+)
+from pyspark.errors.exceptions.captured import CapturedException
 
 from spark_queue import QueueTable
 from spark_queue.schema import BROWSE_SCHEMA
@@ -41,11 +49,12 @@ from spark_queue.schema import BROWSE_SCHEMA
 # What a consumer's rows carry; ``state`` is always 'leased' there, so it is not written.
 COLUMNS = [name for name in BROWSE_SCHEMA.fieldNames() if name != "state"]
 BODY_TYPES = ("binary", "string")
+PROG = "consume.py"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="consume.py",
+        prog=PROG,
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -128,18 +137,17 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
             reader = reader.option(option, value)
     try:
         messages = reader.load(args.path)
-    except AnalysisException as error:  # a bad option or queue, named by the connector
-        raise SystemExit(f"consume.py: error: {error.getMessage()}") from None
+    except CapturedException as error:  # a bad option or queue, named by the connector
+        fail(PROG, explain(error))
     if args.body_type == "string":
         messages = messages.withColumn("body", messages["body"].cast("string"))
-    query = (
+    writer = (
         messages.select(*args.columns)
         .writeStream.format("delta")
         .option("checkpointLocation", args.checkpoint)
         .trigger(**trigger_kwargs(args))
-        .start(args.output)
     )
-    query.awaitTermination()
+    query = run_query(PROG, lambda: writer.start(args.output))
     progress = query.recentProgress
     report: dict[str, object] = {
         "queue": args.queue,

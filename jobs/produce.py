@@ -34,7 +34,15 @@ import argparse
 import json
 import tempfile
 
-from common import add_trigger_options, job_session, positive_int, trigger_kwargs
+from common import (
+    add_trigger_options,
+    explain,
+    fail,
+    job_session,
+    positive_int,
+    run_query,
+    trigger_kwargs,
+)
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -45,6 +53,7 @@ from spark_queue.options import validate_arguments
 SOURCES = ("generate", "delta", "files")
 FORMATS = ("json", "parquet", "csv")
 DEMO_QUEUE, DEMO_RING_SIZE = "demo", 1000
+PROG = "produce.py"
 GENERATED = "body STRING, message_id STRING"  # what generate() writes
 # Flag -> sink column; each flag is a SQL expression defaulting to the same-named input column.
 MESSAGE_COLUMNS = {
@@ -73,7 +82,7 @@ QUEUE_OPTIONS = {
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="produce.py",
+        prog=PROG,
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -223,10 +232,10 @@ def input_stream(spark: SparkSession, args: argparse.Namespace, scratch: str) ->
     try:
         schema = batch.load(args.input).schema
     except AnalysisException as error:
-        raise SystemExit(
-            f"produce.py: error: cannot infer a schema from --input {args.input!r} "
-            f"({error.getMessage().splitlines()[0]}); give --schema"
-        ) from None
+        fail(
+            PROG,
+            f"cannot infer a schema from --input {args.input!r} ({explain(error)}); give --schema",
+        )
     return reader.schema(schema).load(args.input)
 
 
@@ -246,10 +255,11 @@ def message_columns(stream: DataFrame, args: argparse.Namespace) -> DataFrame:
             stream.selectExpr(f"{expression} AS `{column}`")
         except AnalysisException as error:
             option = "--" + flag.replace("_", "-")
-            raise SystemExit(
-                f"produce.py: error: {option} {expression!r} is not a valid expression over "
-                f"the input columns {sorted(present)}: {error.getMessage().splitlines()[0]}"
-            ) from None
+            fail(
+                PROG,
+                f"{option} {expression!r} is not a valid expression over the input columns "
+                f"{sorted(present)}: {explain(error)}",
+            )
         selected.append(f"{expression} AS `{column}`")
     return stream.selectExpr(*selected)
 
@@ -263,12 +273,10 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         for flag, (option, _) in QUEUE_OPTIONS.items():
             if getattr(args, flag) is not None:
                 writer = writer.option(option, getattr(args, flag))
-        query = (
-            writer.option("checkpointLocation", args.checkpoint or f"{scratch}/checkpoint")
-            .trigger(**trigger_kwargs(args))
-            .start(args.path)
-        )
-        query.awaitTermination()
+        writer = writer.option(
+            "checkpointLocation", args.checkpoint or f"{scratch}/checkpoint"
+        ).trigger(**trigger_kwargs(args))
+        query = run_query(PROG, lambda: writer.start(args.path))
         batches = len(query.recentProgress)
     table = QueueTable(args.path)
     stats = table.stats(args.queue)

@@ -242,3 +242,27 @@ def test_maintain_vacuum_deletes_unreferenced_files(spark, tmp_path):
     assert not any(on_disk(queues, f) for f in done["vacuum"]["files"])
     assert done["stats"]["jobs"]["purged"] == 15
     assert_identity(queues)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--queue", "orders", "--filter", "priority >>> 1"], "filter"),
+        (["--queue", "orders", "--lease-period", "soon"], "leasePeriod"),
+        (["--queue", "nope"], "nope"),
+    ],
+)
+def test_consume_bad_input_names_it_and_moves_nothing(spark, tmp_path, flags, named):
+    queues = str(tmp_path / "queues")
+    write_batch(messages(spark, ["a", "b"]), queues, queue="orders")
+    result = run_job(
+        "consume", "--path", queues, "--output", tmp_path / "out",
+        "--checkpoint", tmp_path / "chk", *flags, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("consume.py: error:") and named in error
+    assert not (tmp_path / "out" / "_delta_log").exists()
+    stats = QueueTable(queues).stats("orders")
+    assert (stats["ready"], stats["leased"], stats["acked"]) == (2, 0, 0)
