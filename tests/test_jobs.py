@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -90,6 +91,26 @@ def test_bad_flags_exit_2_naming_the_flag(tmp_path, job, args, named):
     assert result.returncode == 2
     assert named in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def job_module(job: str):
+    """Import ``jobs/<job>.py`` as a module (its folder on the path, as when it runs)."""
+    if str(JOBS) not in sys.path:
+        sys.path.insert(0, str(JOBS))
+    return importlib.import_module(job)
+
+
+@pytest.mark.parametrize(
+    ("argv", "ring_size"),
+    [
+        ([], "1000"),  # the demo queue is a ring of 1,000
+        (["--ring-size", "50"], "50"),
+        (["--max-length", "50"], None),  # other arguments: only those given
+        (["--queue", "orders"], None),  # other queues: only the arguments given
+    ],
+)
+def test_produce_queue_arguments_are_only_those_given_except_the_demo(argv, ring_size):
+    assert job_module("produce").parse_args(argv).ring_size == ring_size
 
 
 @pytest.mark.spark
@@ -216,31 +237,34 @@ def test_maintain_returns_expired_leases_compacts_and_prints_stats(spark, tmp_pa
 
 
 @pytest.mark.spark
-def test_maintain_vacuum_deletes_unreferenced_files(spark, tmp_path):
+def test_maintain_vacuum_keeps_what_the_retention_protects(spark, tmp_path):
     if not hasattr(QueueTable, "vacuum"):
         pytest.skip("QueueTable.vacuum is not on this branch yet (added by the maintenance work)")
     queues = str(tmp_path / "queues")
     for batch in range(3):
         write_batch(messages(spark, [f"b{batch}-{i}" for i in range(5)]), queues, queue="jobs")
-    QueueTable(queues).purge("jobs")  # files of the purged messages: unreferenced after compact
-    QueueTable(queues).compact()
+    table = QueueTable(queues)
+    table.purge("jobs")
+    table.compact()  # the purged messages' files: unreferenced now, but only just
+
+    def files() -> set[Path]:
+        return {p for p in (tmp_path / "queues").rglob("*.parquet")}
+
+    before = files()
     dry = last_json(
-        run_job(
-            "maintain", "--path", queues, "--steps", "vacuum", "--retention-hours", 0,
-            "--dry-run", "--json",
-        )
-    )  # fmt: skip
-    assert dry["vacuum"]["dry_run"] is True and dry["vacuum"]["files"]
-    assert all(on_disk(queues, f) for f in dry["vacuum"]["files"])  # listed, not deleted
-    done = last_json(
-        run_job(
-            "maintain", "--path", queues, "--steps", "vacuum,stats", "--retention-hours", 0,
-            "--json",
-        )
-    )  # fmt: skip
-    assert sorted(done["vacuum"]["files"]) == sorted(dry["vacuum"]["files"])
-    assert not any(on_disk(queues, f) for f in done["vacuum"]["files"])
+        run_job("maintain", "--path", queues, "--steps", "vacuum", "--dry-run", "--json")
+    )
+    assert dry["vacuum"] == {"dry_run": True, "files": []}  # nothing unreferenced for a week
+    done = last_json(run_job("maintain", "--path", queues, "--steps", "vacuum,stats", "--json"))
+    assert done["vacuum"] == {"dry_run": False, "files": []}
     assert done["stats"]["jobs"]["purged"] == 15
+    assert files() == before
+    short = run_job(
+        "maintain", "--path", queues, "--steps", "vacuum", "--retention-hours", 0.5, check=False
+    )
+    assert short.returncode == 1  # the table refuses a retention below its floor
+    assert short.stderr.startswith("maintain.py: ") and "--retention-hours" in short.stderr
+    assert files() == before
     assert_identity(queues)
 
 
@@ -266,3 +290,38 @@ def test_consume_bad_input_names_it_and_moves_nothing(spark, tmp_path, flags, na
     assert not (tmp_path / "out" / "_delta_log").exists()
     stats = QueueTable(queues).stats("orders")
     assert (stats["ready"], stats["leased"], stats["acked"]) == (2, 0, 0)
+
+
+@pytest.mark.spark
+def test_produce_csv_files_with_an_inferred_schema(tmp_path):
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    (landing / "a.csv").write_text("name,n\nann,1\nbob,2\n")
+    (landing / "b.csv").write_text("name,n\ncid,3\n")
+    queues = str(tmp_path / "queues")
+    result = run_job(
+        "produce", "--path", queues, "--queue", "people", "--max-length", 10,
+        "--source", "files", "--input", landing, "--format", "csv",
+        "--body", "concat(name, ':', n + 1)", "--priority", "n",
+        "--checkpoint", tmp_path / "chk",
+    )  # fmt: skip
+    assert last_json(result)["ready"] == 3
+    table = QueueTable(queues)
+    assert table.arguments("people").max_length == 10
+    peeked = table.peek("people", 10)  # head order: highest priority first
+    assert [bytes(b).decode() for b in peeked["body"].to_pylist()] == ["cid:4", "bob:3", "ann:2"]
+
+
+@pytest.mark.spark
+def test_produce_files_without_a_schema_or_files_asks_for_schema(tmp_path):
+    (tmp_path / "empty").mkdir()
+    result = run_job(
+        "produce", "--path", tmp_path / "queues", "--queue", "q", "--source", "files",
+        "--input", tmp_path / "empty", "--format", "json", "--checkpoint", tmp_path / "chk",
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 1
+    error = result.stderr.strip().splitlines()[-1]
+    assert error.startswith("produce.py: error: cannot infer a schema from --input")
+    assert error.endswith("give --schema")
+    assert not (tmp_path / "queues").exists()
