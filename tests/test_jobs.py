@@ -310,6 +310,16 @@ def test_produce_csv_files_with_an_inferred_schema(tmp_path):
     assert table.arguments("people").max_length == 10
     peeked = table.peek("people", 10)  # head order: highest priority first
     assert [bytes(b).decode() for b in peeked["body"].to_pylist()] == ["cid:4", "bob:3", "ann:2"]
+    version = table.store.open().version()
+    clash = run_job(
+        "produce", "--path", queues, "--queue", "people", "--max-length", 20,
+        "--source", "files", "--input", landing, "--format", "csv",
+        "--body", "name", "--checkpoint", tmp_path / "chk2", check=False,
+    )  # fmt: skip
+    assert clash.returncode == 1  # the queue exists with maxLength 10
+    error = clash.stderr.strip().splitlines()[-1]
+    assert error.startswith("produce.py: error: ArgumentMismatchError: queue 'people'")
+    assert table.store.open().version() == version  # nothing written
 
 
 @pytest.mark.spark
