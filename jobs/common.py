@@ -15,6 +15,7 @@ import argparse
 import os
 import re
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
@@ -39,7 +40,13 @@ import_path()
 from pyspark import SparkConf  # noqa: E402
 from pyspark.errors.exceptions.captured import CapturedException  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
-from pyspark.sql.streaming import StreamingQuery  # noqa: E402
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener  # noqa: E402
+from pyspark.sql.streaming.listener import (  # noqa: E402
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+)
 
 from spark_queue import local_session, register  # noqa: E402
 
@@ -121,12 +128,47 @@ def explain(error: Exception) -> str:
     return next((line.strip() for line in message.splitlines() if line.strip()), text)
 
 
-def run_query(prog: str, start: Callable[[], StreamingQuery]) -> StreamingQuery:
-    """Start a streaming query and wait for it to end (availableNow) or fail; a failure exits
-    with status 1 and :func:`explain`'s line instead of a JVM stack trace."""
+class Progress(StreamingQueryListener):
+    """Micro-batches that read rows, and the rows, of the one query a job runs.
+
+    ``StreamingQuery.recentProgress`` keeps only the last 100 batches, so a long run's totals
+    are counted here, from Spark's progress events.
+    """
+
+    def __init__(self) -> None:
+        self.batches = 0
+        self.rows = 0
+        self.terminated = threading.Event()
+
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:
+        pass
+
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:
+        rows = event.progress.numInputRows
+        if rows > 0:
+            self.batches += 1
+            self.rows += rows
+
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:
+        pass
+
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
+        self.terminated.set()
+
+
+def run_query(prog: str, start: Callable[[], StreamingQuery]) -> Progress:
+    """Start a streaming query, wait for it to end (availableNow) or fail, and return what it
+    did. A failure exits with status 1 and :func:`explain`'s line, not a JVM stack trace."""
+    spark = SparkSession.getActiveSession()
+    if spark is None:
+        raise RuntimeError("run_query needs the job's session to be active")
+    progress = Progress()
+    spark.streams.addListener(progress)
     try:
-        query = start()
-        query.awaitTermination()
+        start().awaitTermination()
     except CapturedException as error:
         fail(prog, explain(error))
-    return query
+    # Listener events arrive asynchronously: the last progress comes before the termination.
+    progress.terminated.wait(timeout=60)
+    spark.streams.removeListener(progress)
+    return progress

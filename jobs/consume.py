@@ -147,14 +147,13 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         .option("checkpointLocation", args.checkpoint)
         .trigger(**trigger_kwargs(args))
     )
-    query = run_query(PROG, lambda: writer.start(args.output))
-    progress = query.recentProgress
+    progress = run_query(PROG, lambda: writer.start(args.output))
     report: dict[str, object] = {
         "queue": args.queue,
         "consumer": args.consumer,
         "output": args.output,
-        "batches": sum(1 for p in progress if p["numInputRows"] > 0),
-        "messages": sum(p["numInputRows"] for p in progress),
+        "batches": progress.batches,
+        "messages": progress.rows,
         "stats": QueueTable(args.path).stats(args.queue),
     }
     print(

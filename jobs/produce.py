@@ -116,6 +116,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--messages", type=positive_int, default=5000, help="generated messages (default: 5000)"
     )
     source.add_argument(
+        "--staging",
+        help="folder for generated input (default: a local temporary folder, removed after; "
+        "on a cluster of several hosts give a path every executor and the driver share)",
+    )
+    source.add_argument(
         "--batches",
         "--files",
         dest="batches",
@@ -171,6 +176,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.source == "generate":
         if args.input or args.format:
             parser.error("--input and --format go with --source delta or files, not generate")
+    elif args.staging:
+        parser.error("--staging goes with --source generate")
     else:
         if not args.input:
             parser.error(f"--source {args.source} needs --input")
@@ -216,7 +223,7 @@ def input_stream(spark: SparkSession, args: argparse.Namespace, scratch: str) ->
     if args.max_files_per_trigger is not None:
         reader = reader.option("maxFilesPerTrigger", args.max_files_per_trigger)
     if args.source == "generate":
-        folder = f"{scratch}/input"
+        folder = args.staging or f"{scratch}/input"
         generate(spark, folder, args.messages, args.batches)
         return reader.option("maxFilesPerTrigger", 1).schema(GENERATED).parquet(folder)
     if args.source == "delta":
@@ -276,8 +283,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         writer = writer.option(
             "checkpointLocation", args.checkpoint or f"{scratch}/checkpoint"
         ).trigger(**trigger_kwargs(args))
-        query = run_query(PROG, lambda: writer.start(args.path))
-        batches = len(query.recentProgress)
+        batches = run_query(PROG, lambda: writer.start(args.path)).batches
     table = QueueTable(args.path)
     stats = table.stats(args.queue)
     print(f"queue {args.queue!r} in {table.path} after {batches} micro-batches:")
