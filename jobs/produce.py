@@ -7,9 +7,10 @@ Spark with Delta set up. Under ``spark-submit`` it runs on the submitted master.
 Sources (``--source``):
 
 - ``generate``: ``--messages`` rows (``body`` "message N", ``message_id`` "id-N") written as
-  ``--batches`` Parquet files in a scratch folder and streamed one file per micro-batch. Not
-  Spark's ``rate`` source: its rows per batch depend on the wall clock and an availableNow run
-  of it is one batch, so neither the count nor the batches could be asked for.
+  ``--batches`` Parquet files in ``--staging`` (default: a local temporary folder) and
+  streamed one file per micro-batch. Not Spark's ``rate`` source: its rows per batch depend
+  on the wall clock and an availableNow run of it is one batch, so neither the count nor the
+  batches could be asked for.
 - ``delta --input PATH``: a Delta table, streamed (new commits as they arrive).
 - ``files --input DIR --format json|parquet|csv``: a file stream. Parquet carries its schema;
   for json and csv give ``--schema`` (a DDL string) or the schema is inferred once, at start,
