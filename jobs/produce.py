@@ -1,68 +1,215 @@
-"""Produce messages into a ring queue with a streaming query, then print the queue's stats.
+"""Produce messages into a queue with a streaming query, then print the queue's stats.
 
-Runs as it is on a fresh machine (a local Spark, a local Delta path):
+With no arguments it is the demo (``make demo``): 5,000 generated messages in 5 micro-batches
+into the ring queue ``demo`` (ring size 1,000) at /tmp/spark-queue-demo/queues, on a local
+Spark with Delta set up. Under ``spark-submit`` it runs on the submitted master.
 
-    .venv/bin/python jobs/produce.py
+Sources (``--source``):
 
-or under spark-submit with ``--master``; see ``--help``. The input is generated (``--messages``
-rows split into ``--files`` Parquet files, one micro-batch each) or read from ``--input``
-(Parquet files or a Delta table with a ``body`` column and any other sink columns).
+- ``generate``: ``--messages`` rows (``body`` "message N", ``message_id`` "id-N") written as
+  ``--batches`` Parquet files in ``--staging`` (default: a local temporary folder) and
+  streamed one file per micro-batch. Not Spark's ``rate`` source: its rows per batch depend
+  on the wall clock and an availableNow run of it is one batch, so neither the count nor the
+  batches could be asked for.
+- ``delta --input PATH``: a Delta table, streamed (new commits as they arrive).
+- ``files --input DIR --format json|parquet|csv``: a file stream. Parquet carries its schema;
+  for json and csv give ``--schema`` (a DDL string) or the schema is inferred once, at start,
+  from the files already in DIR (fields that appear only in later files are then dropped:
+  give ``--schema`` in production).
+
+Message columns: ``--body``, ``--key``, ``--message-id``, ``--headers``, ``--priority``,
+``--deliver-at``, ``--expires-at`` and ``--queue-column`` are Spark SQL expressions over the
+input's columns. Each defaults to the input column of the sink's name (``body``, ``key``,
+``message_id``, ``headers``, ``priority``, ``deliver_at``, ``expires_at``, ``queue``) when the
+input has it; ``--body`` falls back to the whole row as JSON. Other input columns are not
+enqueued. Queue arguments (``--ring-size``, ``--max-length`` ...) are the sink's options
+(docs/OPTIONS.md); given ones must match an existing queue's.
+
+Exactly-once: each micro-batch is one Delta commit tagged with the query id and batch id, so
+a batch replayed after a crash (same ``--checkpoint``) enqueues nothing twice.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-if str(ROOT) not in sys.path:  # run from a checkout without installing the package
-    sys.path.insert(0, str(ROOT))
+from common import (
+    add_trigger_options,
+    explain,
+    fail,
+    job_session,
+    positive_int,
+    run_query,
+    trigger_kwargs,
+)
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
-from pyspark.sql import SparkSession  # noqa: E402
-from pyspark.sql import functions as F  # noqa: E402
+from spark_queue import InvalidOptionError, QueueTable
+from spark_queue.options import validate_arguments
 
-from spark_queue import QueueTable, local_session, register  # noqa: E402
+SOURCES = ("generate", "delta", "files")
+FORMATS = ("json", "parquet", "csv")
+DEMO_QUEUE, DEMO_RING_SIZE = "demo", 1000
+PROG = "produce.py"
+GENERATED = "body STRING, message_id STRING"  # what generate() writes
+# Flag -> sink column; each flag is a SQL expression defaulting to the same-named input column.
+MESSAGE_COLUMNS = {
+    "body": "body",
+    "key": "key",
+    "message_id": "message_id",
+    "headers": "headers",
+    "priority": "priority",
+    "deliver_at": "deliver_at",
+    "expires_at": "expires_at",
+    "queue_column": "queue",
+}
+# Flag -> (sink option, snake_case queue argument or None for a write option).
+QUEUE_OPTIONS = {
+    "ring_size": ("ringSize", "ring_size"),
+    "max_length": ("maxLength", "max_length"),
+    "max_length_bytes": ("maxLengthBytes", "max_length_bytes"),
+    "overflow": ("overflow", "overflow"),
+    "dead_letter_queue": ("deadLetterQueue", "dead_letter_queue"),
+    "reject_threshold": ("rejectThreshold", "reject_threshold"),
+    "expiration": ("expiration", "expiration"),
+    "expiration_model": ("expirationModel", "expiration_model"),
+    "on_reject": ("onReject", None),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    where = parser.add_argument_group("queue table")
+    where.add_argument(
+        "--path",
+        default="/tmp/spark-queue-demo/queues",
+        help="queue table location, a local path or URI (default: %(default)s)",
+    )
+    where.add_argument(
+        "--queue",
+        default=DEMO_QUEUE,
+        help="queue of rows without a queue column (default: %(default)s; the demo queue is "
+        f"a ring of {DEMO_RING_SIZE} unless queue arguments are given)",
+    )
+    source = parser.add_argument_group("input")
+    source.add_argument(
+        "--source", choices=SOURCES, default="generate", help="where messages come from"
+    )
+    source.add_argument("--input", help="Delta table path (delta) or folder (files)")
+    source.add_argument("--format", choices=FORMATS, help="file format with --source files")
+    source.add_argument(
+        "--schema", help="input schema as DDL, e.g. 'id BIGINT, text STRING' (json, csv)"
+    )
+    source.add_argument(
+        "--max-files-per-trigger",
+        type=positive_int,
+        help="input files (delta: data files) per micro-batch (default: all available)",
+    )
+    source.add_argument(
+        "--messages", type=positive_int, default=5000, help="generated messages (default: 5000)"
+    )
+    source.add_argument(
+        "--staging",
+        help="folder for generated input (default: a local temporary folder, removed after; "
+        "on a cluster of several hosts give a path every executor and the driver share)",
+    )
+    source.add_argument(
+        "--batches",
+        "--files",
+        dest="batches",
+        type=positive_int,
+        default=5,
+        help="micro-batches the generated messages arrive in (default: %(default)s)",
+    )
+    columns = parser.add_argument_group(
+        "message columns (Spark SQL expressions over the input's columns)"
+    )
+    columns.add_argument(
+        "--body", help="body, string or binary (default: column body, else to_json(struct(*)))"
+    )
+    columns.add_argument("--key", help="key, string (default: column key if present)")
+    columns.add_argument("--message-id", help="message_id, string (default: column message_id)")
+    columns.add_argument(
+        "--headers", help="headers, map<string,string>, e.g. \"map('region', region)\""
+    )
+    columns.add_argument("--priority", help="priority, an integer (default: column priority)")
+    columns.add_argument("--deliver-at", help="scheduled delivery, a timestamp")
+    columns.add_argument("--expires-at", help="expiry, a timestamp")
+    columns.add_argument(
+        "--queue-column", help="the queue of each row, a string; null rows go to --queue"
+    )
+    arguments = parser.add_argument_group("queue arguments (sink options, docs/OPTIONS.md)")
+    arguments.add_argument("--ring-size", help="maxLength=N with overflow=ring")
+    arguments.add_argument("--max-length", help="limit on ready messages (-1: unlimited)")
+    arguments.add_argument("--max-length-bytes", help="limit on ready body bytes (-1: unlimited)")
+    arguments.add_argument(
+        "--overflow", help="drop-head (default), ring, reject-publish, reject-publish-dlx"
+    )
+    arguments.add_argument("--dead-letter-queue", help="queue for dropped or rejected messages")
+    arguments.add_argument("--reject-threshold", help="fraction in (0, 1] of a limit")
+    arguments.add_argument("--expiration", help="default message time-to-live, e.g. '1h'")
+    arguments.add_argument("--expiration-model", help="default, queue, earliest, latest")
+    arguments.add_argument(
+        "--on-reject", help="drop (default) or fail: a batch with a rejected message fails"
+    )
+    run = parser.add_argument_group("query")
+    add_trigger_options(run)
+    run.add_argument(
+        "--checkpoint",
+        help="checkpoint location; required with --source delta or files (exactly-once "
+        "needs it to survive the job); default with generate: a scratch folder",
+    )
+    return parser
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--path",
-        default="/tmp/spark-queue-demo/queues",
-        help="queue table location (default: %(default)s)",
-    )
-    parser.add_argument("--queue", default="demo", help="queue name (default: %(default)s)")
-    parser.add_argument(
-        "--ring-size", type=int, default=1000, help="ring size of the queue (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--messages", type=int, default=5000, help="generated messages (default: %(default)s)"
-    )
-    parser.add_argument(
-        "--files",
-        type=int,
-        default=5,
-        help="generated input files = micro-batches (default: %(default)s)",
-    )
-    parser.add_argument("--input", help="read this Parquet folder (or delta:PATH) instead")
-    parser.add_argument("--checkpoint", help="checkpoint location (default: beside --path)")
-    parser.add_argument("--master", help="Spark master; default: local[2] with Delta set up")
-    return parser.parse_args(argv)
+    """Parse and check the flags; bad combinations exit with status 2 naming the flag."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.source == "generate":
+        if args.input or args.format:
+            parser.error("--input and --format go with --source delta or files, not generate")
+    elif args.staging:
+        parser.error("--staging goes with --source generate")
+    else:
+        if not args.input:
+            parser.error(f"--source {args.source} needs --input")
+        if not args.checkpoint:
+            parser.error(f"--source {args.source} needs --checkpoint (a lasting location)")
+    if args.source == "files" and not args.format:
+        parser.error(f"--source files needs --format, one of {', '.join(FORMATS)}")
+    if args.source != "files" and args.schema:
+        parser.error("--schema goes with --source files")
+    if args.source == "delta" and args.format:
+        parser.error("--format goes with --source files")
+    given = {
+        argument: getattr(args, flag)
+        for flag, (_, argument) in QUEUE_OPTIONS.items()
+        if argument and getattr(args, flag) is not None
+    }
+    try:
+        validate_arguments(given)
+    except InvalidOptionError as error:  # names the snake_case argument, the flag's twin
+        parser.error(f"queue arguments: {error}")
+    if args.on_reject is not None and args.on_reject.strip().lower() not in ("drop", "fail"):
+        parser.error(f"--on-reject must be drop or fail, got {args.on_reject!r}")
+    if args.queue == DEMO_QUEUE and not given:
+        args.ring_size = str(DEMO_RING_SIZE)
+    return args
 
 
-def session(master: str | None) -> SparkSession:
-    if master is None:
-        return local_session(app_name="spark-queue-produce")
-    spark = SparkSession.builder.appName("spark-queue-produce").master(master).getOrCreate()
-    return register(spark)
-
-
-def generate(spark: SparkSession, folder: str, messages: int, files: int) -> None:
+def generate(spark: SparkSession, folder: str, messages: int, batches: int) -> None:
+    """Write ``messages`` rows as ``batches`` Parquet files (one partition each)."""
     (
-        spark.range(messages, numPartitions=max(1, files))
+        spark.range(messages, numPartitions=min(batches, messages))
         .select(
             F.format_string("message %d", F.col("id")).alias("body"),
             F.concat(F.lit("id-"), F.col("id").cast("string")).alias("message_id"),
@@ -72,29 +219,72 @@ def generate(spark: SparkSession, folder: str, messages: int, files: int) -> Non
     )
 
 
+def input_stream(spark: SparkSession, args: argparse.Namespace, scratch: str) -> DataFrame:
+    reader = spark.readStream
+    if args.max_files_per_trigger is not None:
+        reader = reader.option("maxFilesPerTrigger", args.max_files_per_trigger)
+    if args.source == "generate":
+        folder = args.staging or f"{scratch}/input"
+        generate(spark, folder, args.messages, args.batches)
+        return reader.option("maxFilesPerTrigger", 1).schema(GENERATED).parquet(folder)
+    if args.source == "delta":
+        return reader.format("delta").load(args.input)
+    reader = reader.format(args.format)
+    if args.format == "csv":
+        reader = reader.option("header", "true")
+    if args.schema:
+        return reader.schema(args.schema).load(args.input)
+    batch = spark.read.format(args.format)
+    if args.format == "csv":
+        batch = batch.option("header", "true").option("inferSchema", "true")
+    try:
+        schema = batch.load(args.input).schema
+    except AnalysisException as error:
+        fail(
+            PROG,
+            f"cannot infer a schema from --input {args.input!r} ({explain(error)}); give --schema",
+        )
+    return reader.schema(schema).load(args.input)
+
+
+def message_columns(stream: DataFrame, args: argparse.Namespace) -> DataFrame:
+    """Select the sink's columns from the input, by the flags' expressions."""
+    present = set(stream.columns)
+    selected = []
+    for flag, column in MESSAGE_COLUMNS.items():
+        expression = getattr(args, flag)
+        if expression is None and column in present:
+            expression = f"`{column}`"
+        if expression is None and column == "body":
+            expression = "to_json(struct(*))"
+        if expression is None:
+            continue
+        try:
+            stream.selectExpr(f"{expression} AS `{column}`")
+        except AnalysisException as error:
+            option = "--" + flag.replace("_", "-")
+            fail(
+                PROG,
+                f"{option} {expression!r} is not a valid expression over the input columns "
+                f"{sorted(present)}: {explain(error)}",
+            )
+        selected.append(f"{expression} AS `{column}`")
+    return stream.selectExpr(*selected)
+
+
 def main(argv: list[str] | None = None) -> dict[str, object]:
     args = parse_args(argv)
-    spark = session(args.master)
+    spark = job_session("spark-queue-produce")
     with tempfile.TemporaryDirectory(prefix="spark-queue-produce-") as scratch:
-        if args.input and args.input.startswith("delta:"):
-            stream = spark.readStream.format("delta").load(args.input.removeprefix("delta:"))
-        else:
-            folder = args.input or f"{scratch}/input"
-            if not args.input:
-                generate(spark, folder, args.messages, args.files)
-            schema = spark.read.parquet(folder).schema
-            stream = spark.readStream.schema(schema).option("maxFilesPerTrigger", 1).parquet(folder)
-        checkpoint = args.checkpoint or f"{scratch}/checkpoint"
-        query = (
-            stream.writeStream.format("ringqueue")
-            .option("queue", args.queue)
-            .option("ringSize", args.ring_size)
-            .option("checkpointLocation", checkpoint)
-            .trigger(availableNow=True)
-            .start(args.path)
-        )
-        query.awaitTermination()
-        batches = len(query.recentProgress)
+        stream = message_columns(input_stream(spark, args, scratch), args)
+        writer = stream.writeStream.format("ringqueue").option("queue", args.queue)
+        for flag, (option, _) in QUEUE_OPTIONS.items():
+            if getattr(args, flag) is not None:
+                writer = writer.option(option, getattr(args, flag))
+        writer = writer.option(
+            "checkpointLocation", args.checkpoint or f"{scratch}/checkpoint"
+        ).trigger(**trigger_kwargs(args))
+        batches = run_query(PROG, lambda: writer.start(args.path)).batches
     table = QueueTable(args.path)
     stats = table.stats(args.queue)
     print(f"queue {args.queue!r} in {table.path} after {batches} micro-batches:")

@@ -37,8 +37,34 @@ def register(spark: SparkSession) -> SparkSession:
     """Register the ``ringqueue`` data source on an existing session and return the session."""
     from spark_queue.datasource import RingQueueDataSource
 
+    _py_files_for_driver_workers(spark)
     spark.dataSource.register(RingQueueDataSource)
     return spark
+
+
+def _py_files_for_driver_workers(spark: SparkSession) -> None:
+    """Put the driver's copies of ``--py-files`` on the PYTHONPATH of the Python workers the
+    context starts from now on (the data source registered next is one of their users).
+
+    Under spark-submit with the package shipped only by ``--py-files``, PySpark 4.2 gives those
+    files to executors' workers and to the driver's planning workers, but the Python process
+    that runs a streaming source's offsets on the driver (``python_streaming_source_runner``)
+    cannot import them, so a ``ringqueue`` readStream failed there with "No module named
+    'spark_queue'" (tests/test_cluster.py). Workers inherit ``SparkContext.environment``. On
+    executors the driver's paths do not exist and are skipped by Python's import system.
+    """
+    from pyspark import SparkFiles
+
+    context = spark.sparkContext
+    includes = list(getattr(context, "_python_includes", None) or [])
+    if not includes:
+        return
+    root = SparkFiles.getRootDirectory()
+    current = [p for p in context.environment.get("PYTHONPATH", "").split(os.pathsep) if p]
+    shipped = [os.path.join(root, name) for name in includes]
+    context.environment["PYTHONPATH"] = os.pathsep.join(
+        [*current, *(p for p in shipped if p not in current)]
+    )
 
 
 def local_session(

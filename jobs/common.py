@@ -1,0 +1,174 @@
+"""What the jobs share: finding the package, the SparkSession, triggers and duration flags.
+
+Each job runs both ways:
+
+- ``python jobs/<job>.py ...``: a local session (``spark_queue.local_session``: ``local[2]``,
+  Delta configured from ``jars/`` or ``SPARK_QUEUE_JARS``, ``ringqueue`` registered);
+- ``spark-submit [--master ...] jobs/<job>.py ...``: the session spark-submit configured (its
+  master, ``--jars``/``--packages``, ``--conf``, ``--properties-file``); the job only registers
+  ``ringqueue`` and, where the submitter set none, Delta's SQL extension and catalog.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import NoReturn
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def import_path() -> None:
+    """Make ``spark_queue`` importable from the checkout when it is not installed or shipped.
+
+    The package a user ships (``--py-files`` zip, an installed wheel) wins over the checkout,
+    so the driver runs the same code as the executors.
+    """
+    try:
+        import spark_queue  # noqa: F401
+    except ImportError:
+        sys.path.insert(0, str(ROOT))
+
+
+import_path()
+
+from pyspark import SparkConf  # noqa: E402
+from pyspark.errors.exceptions.captured import CapturedException  # noqa: E402
+from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener  # noqa: E402
+from pyspark.sql.streaming.listener import (  # noqa: E402
+    QueryIdleEvent,
+    QueryProgressEvent,
+    QueryStartedEvent,
+    QueryTerminatedEvent,
+)
+
+from spark_queue import local_session, register  # noqa: E402
+
+DELTA_CONF = {
+    "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+    "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+}
+TRIGGERS = ("availableNow", "processingTime")
+# A connector error as it reaches the driver: inside a Python traceback inside a JVM error.
+CONNECTOR_ERROR = re.compile(r"spark_queue\.errors\.(\w+): (.+)")
+
+
+def under_spark_submit() -> bool:
+    """True when spark-submit (or pyspark's launcher) started this Python driver: the JVM is
+    already running and told us its gateway port."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def job_session(app_name: str) -> SparkSession:
+    """The session a job runs in: spark-submit's (master and JARs left to it), else local."""
+    if not under_spark_submit():
+        return local_session(app_name=app_name)
+    submitted = SparkConf()  # spark-submit's --conf, --properties-file, --master ...
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in DELTA_CONF.items():
+        if not submitted.contains(key):
+            builder = builder.config(key, value)
+    return register(builder.getOrCreate())
+
+
+def add_trigger_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--trigger",
+        choices=TRIGGERS,
+        default="availableNow",
+        help="availableNow: process what is there at start, in bounded micro-batches, then "
+        "stop (a batch job; schedule it). processingTime: a long-running query, one "
+        "micro-batch every --interval, until the job is stopped (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--interval",
+        default="10 seconds",
+        help="micro-batch interval with --trigger processingTime (default: %(default)s)",
+    )
+
+
+def trigger_kwargs(args: argparse.Namespace) -> dict[str, object]:
+    """``DataStreamWriter.trigger`` arguments for ``--trigger``/``--interval``."""
+    if args.trigger == "availableNow":
+        return {"availableNow": True}
+    return {"processingTime": args.interval}
+
+
+def positive_int(text: str) -> int:
+    """argparse type: a whole number > 0 (the message names the value)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number > 0, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a whole number > 0, got {text!r}")
+    return value
+
+
+def fail(prog: str, message: str, status: int = 1) -> NoReturn:
+    """Exit with ``status`` and one line naming the job and what went wrong."""
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    sys.exit(status)
+
+
+def explain(error: Exception) -> str:
+    """One line for a failed query: the connector's own error if it raised one (it names the
+    option or queue), else the first line of Spark's message."""
+    text = str(error)
+    found = CONNECTOR_ERROR.search(text)
+    if found:
+        return f"{found.group(1)}: {found.group(2).strip()}"
+    message = error.getMessage() if isinstance(error, CapturedException) else text
+    return next((line.strip() for line in message.splitlines() if line.strip()), text)
+
+
+class Progress(StreamingQueryListener):
+    """Micro-batches that read rows, and the rows, of the one query a job runs.
+
+    ``StreamingQuery.recentProgress`` keeps only the last 100 batches, so a long run's totals
+    are counted here, from Spark's progress events.
+    """
+
+    def __init__(self) -> None:
+        self.batches = 0
+        self.rows = 0
+        self.terminated = threading.Event()
+
+    def onQueryStarted(self, event: QueryStartedEvent) -> None:
+        pass
+
+    def onQueryProgress(self, event: QueryProgressEvent) -> None:
+        rows = event.progress.numInputRows
+        if rows > 0:
+            self.batches += 1
+            self.rows += rows
+
+    def onQueryIdle(self, event: QueryIdleEvent) -> None:
+        pass
+
+    def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
+        self.terminated.set()
+
+
+def run_query(prog: str, start: Callable[[], StreamingQuery]) -> Progress:
+    """Start a streaming query, wait for it to end (availableNow) or fail, and return what it
+    did. A failure exits with status 1 and :func:`explain`'s line, not a JVM stack trace."""
+    spark = SparkSession.getActiveSession()
+    if spark is None:
+        raise RuntimeError("run_query needs the job's session to be active")
+    progress = Progress()
+    spark.streams.addListener(progress)
+    try:
+        start().awaitTermination()
+    except CapturedException as error:
+        fail(prog, explain(error))
+    # Listener events arrive asynchronously: the last progress comes before the termination.
+    progress.terminated.wait(timeout=60)
+    spark.streams.removeListener(progress)
+    return progress
