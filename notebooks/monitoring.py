@@ -88,9 +88,8 @@ if DEMO:
             F.concat(F.lit("event-"), F.col("id")).cast("string").alias("body"),
             F.when(F.col("id") % 10 == 0, F.lit(past)).alias("expires_at"),
         )
-        batch.coalesce(1).write.format("ringqueue").mode("append").option(
-            "queue", "events"
-        ).save(QUEUES)
+        writer = batch.coalesce(1).write.format("ringqueue").mode("append")
+        writer.option("queue", "events").save(QUEUES)  # one commit
         leased = table.lease("events", "worker", max_messages=8)
         table.ack("events", leased["seq"].to_pylist(), consumer="worker")
     print(f"wrote demo traffic: {table.stats('events')}")

@@ -114,16 +114,15 @@ print(table.arguments("orders"))
 # COMMAND ----------
 
 ORDERS = 150
+order = F.struct(F.col("id").alias("order_id"), (F.col("id") * 1.5).alias("amount"))
+region = F.when(F.col("id") % 2 == 0, "eu").otherwise("us")
 (
     spark.range(ORDERS)
     .select(
-        F.to_json(F.struct(F.col("id").alias("order_id"), (F.col("id") * 1.5).alias("amount")))
-        .alias("body"),
+        F.to_json(order).alias("body"),
         F.concat(F.lit("order-"), F.col("id")).alias("message_id"),
         F.concat(F.lit("customer-"), F.col("id") % 7).alias("key"),
-        F.create_map(
-            F.lit("region"), F.when(F.col("id") % 2 == 0, "eu").otherwise("us")
-        ).alias("headers"),
+        F.create_map(F.lit("region"), region).alias("headers"),
     )
     .coalesce(1)  # one file: arrival order is id order
     .write.mode("overwrite")
@@ -158,7 +157,8 @@ print(f"produced {ORDERS} orders in {len(producer.recentProgress)} micro-batch(e
 stats_after_produce = table.stats("orders")
 print(json.dumps(stats_after_produce, indent=1))
 
-show(table.peek("orders", 5).select(["seq", "message_id", "key", "body"]).to_pandas())
+peeked = table.peek("orders", 5).select(["seq", "message_id", "key", "body"]).to_pandas()
+show(peeked.assign(body=peeked["body"].map(bytes.decode)))
 
 browse = spark.read.format("ringqueue").option("queue", "orders").load(QUEUES)
 show(browse.groupBy("state").count())
