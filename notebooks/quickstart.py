@@ -49,6 +49,15 @@ from pyspark.sql import functions as F
 import spark_queue
 from spark_queue import QueueTable
 
+try:  # the Python data source API spark-queue is built on (Apache Spark 4.2)
+    from pyspark.sql.datasource import DataSourceStreamArrowWriter  # noqa: F401
+    from pyspark.sql.streaming.datasource import ReadMaxRows  # noqa: F401
+except ImportError as missing:
+    raise RuntimeError(
+        "this runtime's PySpark lacks the Python data source API spark-queue needs (streaming "
+        "admission control, Apache Spark 4.2); see docs/DATABRICKS.md, 'Requirements'"
+    ) from missing
+
 spark = globals().get("spark") or spark_queue.local_session("spark-queue-quickstart")
 spark_queue.register(spark)  # idempotent: a local session already has it
 dbutils = globals().get("dbutils")
