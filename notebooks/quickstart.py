@@ -46,10 +46,7 @@ from typing import Any
 
 from pyspark.sql import functions as F
 
-import spark_queue
-from spark_queue import QueueTable
-
-try:  # the Python data source API spark-queue is built on (Apache Spark 4.2)
+try:  # the Python data source API spark-queue is built on (Apache Spark 4.2), checked first
     from pyspark.sql.datasource import DataSourceStreamArrowWriter  # noqa: F401
     from pyspark.sql.streaming.datasource import ReadMaxRows  # noqa: F401
 except ImportError as missing:
@@ -57,6 +54,9 @@ except ImportError as missing:
         "this runtime's PySpark lacks the Python data source API spark-queue needs (streaming "
         "admission control, Apache Spark 4.2); see docs/DATABRICKS.md, 'Requirements'"
     ) from missing
+
+import spark_queue  # after the check: on older runtimes the import itself fails
+from spark_queue import QueueTable
 
 spark = globals().get("spark") or spark_queue.local_session("spark-queue-quickstart")
 spark_queue.register(spark)  # idempotent: a local session already has it
