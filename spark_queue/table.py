@@ -7,7 +7,7 @@ Do not call it in a process that later forks (delta-rs's runtime does not surviv
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from typing import Any
 
@@ -382,6 +382,14 @@ class QueueTable:
 
             return browse_arrow_schema().empty_table()
         return pa.concat_tables(found)
+
+    def history(self, queue: str | None = None, versions: Iterable[int] | None = None) -> pa.Table:
+        """Gauges and counters of ``queue`` (every queue if None) after each commit, one row
+        per queue and version, from the Delta log (``versions``: e.g. ``range(10, 20)``; None
+        = all it holds). Columns and their exact meaning: :mod:`spark_queue.history`."""
+        from spark_queue.history import queue_history
+
+        return queue_history(self.store, queue, versions)
 
     # -- helpers -----------------------------------------------------------------------------
 
