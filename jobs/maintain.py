@@ -96,7 +96,7 @@ def expire(table: QueueTable, name: str) -> dict[str, int]:
     if state is None:
         raise QueueError(f"queue {name!r} does not exist in {table.path}")
     now = now_micros()
-    leases = sum(1 for lease in state.leases if lease.until <= now)
+    leases = int((state.leases.until <= now).sum())
     scheduled = sum(1 for message in state.scheduled if message.deliver_at <= now)
     if leases or scheduled:
         table.alter(name)

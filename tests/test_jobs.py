@@ -220,7 +220,7 @@ def test_maintain_returns_expired_leases_compacts_and_prints_stats(spark, tmp_pa
     jobs = report["stats"]["jobs"]
     assert (jobs["ready"], jobs["leased"], jobs["added"]) == (30, 0, 30)
     assert report["stats"]["other"]["ready"] == 1
-    assert table.store.snapshot().states["jobs"].leases == []  # the return was committed
+    assert len(table.store.snapshot().states["jobs"].leases) == 0  # the return was committed
     assert sorted(bodies(spark, queues, "jobs")) == sorted(
         f"b{b}-{i}" for b in range(3) for i in range(10)
     )
