@@ -260,9 +260,14 @@ def test_produce_and_consume_on_a_standalone_cluster(cluster, tmp_path):
     # Both applications ran on the cluster, with an executor on each worker.
     apps = cluster.state()["completedapps"]
     assert sorted(app["name"] for app in apps) == ["spark-queue-consume", "spark-queue-produce"]
+    ran: dict[str, int] = {}
     for n in range(WORKERS):
         executors = list((tmp_path / f"work{n}").glob("app-*/*/"))
         assert len(executors) == 2
         for executor in executors:
             assert (executor / "spark_queue.zip").exists()  # shipped with --py-files
-            assert "Finished task" in (executor / "stderr").read_text()
+            if "Finished task" in (executor / "stderr").read_text():
+                ran[executor.parent.name] = ran.get(executor.parent.name, 0) + 1
+    # Which executor a task lands on is Spark's choice: each application ran tasks on the
+    # cluster's executors, not necessarily on both.
+    assert len(ran) == 2 and all(count >= 1 for count in ran.values())
