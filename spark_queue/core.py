@@ -127,13 +127,6 @@ class Leases:
             )
 
     @classmethod
-    def of(cls, leases: list[Lease]) -> Leases:
-        return cls(
-            np.array([lease.consumer for lease in leases], dtype=object),
-            **{n: np.array([getattr(lease, n) for lease in leases], np.int64) for n in LEASE_INTS},
-        )
-
-    @classmethod
     def concat(cls, parts: list[Leases]) -> Leases:
         parts = [part for part in parts if len(part)]
         if len(parts) == 1:
