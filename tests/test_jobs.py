@@ -238,8 +238,6 @@ def test_maintain_returns_expired_leases_compacts_and_prints_stats(spark, tmp_pa
 
 @pytest.mark.spark
 def test_maintain_vacuum_keeps_what_the_retention_protects(spark, tmp_path):
-    if not hasattr(QueueTable, "vacuum"):
-        pytest.skip("QueueTable.vacuum is not on this branch yet (added by the maintenance work)")
     queues = str(tmp_path / "queues")
     for batch in range(3):
         write_batch(messages(spark, [f"b{batch}-{i}" for i in range(5)]), queues, queue="jobs")
