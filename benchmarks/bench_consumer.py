@@ -36,6 +36,11 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
 from bench_sink import environment, median, progress, write_bodies  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql.datasource import (  # noqa: E402
+    DataSource,
+    DataSourceStreamReader,
+    InputPartition,
+)
 
 from spark_queue import QueueTable, local_session  # noqa: E402
 
@@ -69,6 +74,36 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         args.messages, args.depth_large, args.amplification_messages = 50_000, 200_000, 20_000
         args.memory_messages, args.repeats = 20_000, 1
     return args
+
+
+class EmptyStream(DataSource):
+    """A Python streaming source without data. Timing it from ``load`` to the end of an
+    availableNow query measures what starting any Python streaming source costs: PySpark
+    launches a Python process to run the reader, which imports PySpark first."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bench_empty_stream"
+
+    def schema(self) -> str:
+        return "value binary"
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return EmptyStreamReader()
+
+
+class EmptyStreamReader(DataSourceStreamReader):
+    def initialOffset(self) -> dict:
+        return {"position": 0}
+
+    def latestOffset(self) -> dict:
+        return {"position": 0}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        return []
+
+    def read(self, partition: InputPartition) -> Any:
+        return iter(())
 
 
 def tree_bytes(path: Path) -> int:
@@ -123,7 +158,8 @@ def bench_throughput(spark: SparkSession, args: argparse.Namespace, work: Path) 
         10
     ).write.format("delta").save(str(delta))
     shutil.rmtree(sample)
-    sources = ["ringqueue", "delta", "delta-bodies"]
+    spark.dataSource.register(EmptyStream)
+    sources = ["ringqueue", "delta", "delta-bodies", "python-floor"]
     runs: dict[str, list[float]] = {source: [] for source in sources}
     batches: dict[str, list[float]] = {source: [] for source in sources}
     checks = True
@@ -142,6 +178,8 @@ def bench_throughput(spark: SparkSession, args: argparse.Namespace, work: Path) 
                 )
                 checks &= drained(queue, args.messages)
                 shutil.rmtree(queue)
+            elif source == "python-floor":
+                seconds, in_batches = consume(spark, EmptyStream.name(), work, checkpoint, {})
             else:
                 table = delta if source == "delta" else delta_bodies
                 seconds, in_batches = consume(
@@ -164,6 +202,8 @@ def bench_throughput(spark: SparkSession, args: argparse.Namespace, work: Path) 
         "ratio": best["delta"] / best["ringqueue"],
         "ratio_in_batches": best_batches["delta"] / best_batches["ringqueue"],
         "ratio_bodies_only": best["delta-bodies"] / best["ringqueue"],
+        # Both sides without what starting a Python streaming source costs.
+        "ratio_beyond_floor": best["delta"] / (best["ringqueue"] - best["python-floor"]),
         "checks_ok": checks,
     }
 
@@ -354,7 +394,9 @@ def summary(results: dict[str, Any]) -> str:
             f"{best['delta']:.2f} s ({t['messages'] / best['delta']:,.0f} msg/s); ratio "
             f"{t['ratio']:.2f} (goal >= 0.8). Inside micro-batches: {inside['ringqueue']:.2f} s "
             f"vs {inside['delta']:.2f} s, ratio {t['ratio_in_batches']:.2f}. Against a Delta "
-            f"table of bodies only ({best['delta-bodies']:.2f} s): {t['ratio_bodies_only']:.2f}"
+            f"table of bodies only ({best['delta-bodies']:.2f} s): {t['ratio_bodies_only']:.2f}. "
+            f"An empty Python streaming source takes {best['python-floor']:.2f} s from load to "
+            f"end; beyond that the ratio is {t['ratio_beyond_floor']:.2f}"
         )
     if "ack_depth" in results:
         d = results["ack_depth"]

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -194,15 +195,24 @@ def _index_table(entries: list[tuple[str, Any]], fields: tuple[tuple[str, Any], 
     return empty_rows(columns, len(entries))
 
 
+def repeated(value: Any, count: int, kind: pa.DataType) -> pa.Array:
+    """``value`` ``count`` times: one Arrow fill, where a Python list costs a step per row."""
+    return pa.repeat(pa.scalar(value, kind), count)
+
+
 def _lease_table(states: dict[str, QueueState]) -> pa.Table:
     """Every queue's leases as index rows, array by array (the inverse of
     :func:`_read_leases`): a lease batch costs no Python work per message."""
     held = [(name, states[name].leases) for name in sorted(states) if len(states[name].leases)]
     leases = Leases.concat([part for _, part in held])
-    queues = [np.full(len(part), name, dtype=object) for name, part in held]
+    consumers = pa.DictionaryArray.from_arrays(
+        pa.array(leases.consumer_ids, pa.int32()), pa.array(leases.names, pa.string())
+    )
     columns: dict[str, Any] = {
-        "queue": pa.array(np.concatenate(queues) if queues else [], pa.string()),
-        "consumer": pa.array(leases.consumer, pa.string()),
+        "queue": pa.chunked_array(
+            [repeated(name, len(part), pa.string()) for name, part in held], pa.string()
+        ),
+        "consumer": consumers.cast(pa.string()),
     }
     for array, column, _ in LEASE_COLUMNS:
         values = getattr(leases, array)
@@ -223,10 +233,12 @@ def _read_leases(rows: pa.Table) -> dict[str, Leases]:
             if pa.types.is_timestamp(values.type):
                 values = values.cast(pa.int64())
             arrays[array] = values.fill_null(null).to_numpy().astype(np.int64)
-        # A few consumer names for many rows: decode them once, then index.
         consumers = pc.dictionary_encode(mine.column("consumer").fill_null("")).combine_chunks()
-        names = np.array(consumers.dictionary.to_pylist() or [""], dtype=object)
-        found[name] = Leases(names[consumers.indices.to_numpy(zero_copy_only=False)], **arrays)
+        found[name] = Leases(
+            tuple(consumers.dictionary.to_pylist()),
+            consumers.indices.to_numpy(zero_copy_only=False),
+            **arrays,
+        )
     return found
 
 
@@ -301,9 +313,18 @@ class QueueStore:
         # are new in every commit that changes a state, so the same paths mean the same
         # states: a consumer whose last commit is still the newest reads none of them again.
         self._known_states: tuple[frozenset[str], dict[str, QueueState]] | None = None
+        # The DeltaTable this thread last opened, brought up to date incrementally by the
+        # next open: replaying the whole log on every operation costs more than the operation
+        # (an ack at depth spent half its time there). Per thread, because a snapshot plans a
+        # commit from its table's version, which another thread's open would move.
+        self._opened = threading.local()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {**self.__dict__, "_known_states": None}  # tasks read files, never states
+        # Tasks read files, never states; DeltaTables and thread-locals do not pickle.
+        return {**self.__dict__, "_known_states": None, "_opened": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _opened=threading.local())
 
     def remember_states(self, paths: list[str], states: dict[str, QueueState]) -> None:
         """The states just committed in the state files at ``paths``."""
@@ -312,15 +333,27 @@ class QueueStore:
     # -- the Delta table -------------------------------------------------------------------
 
     def open(self) -> Any | None:
-        """The DeltaTable, or None where no table exists yet."""
-        from deltalake import DeltaTable
-        from deltalake.exceptions import TableNotFoundError
+        """The DeltaTable at its latest version, or None where no table exists yet.
 
+        The table this thread opened before is updated with the commits since (its own
+        included); it is opened afresh where that fails (say, its log was cleaned up).
+        """
+        from deltalake import DeltaTable
+        from deltalake.exceptions import DeltaError, TableNotFoundError
+
+        table = getattr(self._opened, "table", None)
+        if table is not None:
+            try:
+                table.update_incremental()
+                return table
+            except DeltaError:
+                self._opened.table = None
         try:
             table = DeltaTable(self.uri)
         except TableNotFoundError:
             return None
         self._check_format(table)
+        self._opened.table = table
         return table
 
     def _check_format(self, table: Any) -> None:
@@ -336,7 +369,7 @@ class QueueStore:
 
     def create(self) -> Any:
         """Open the table, creating an empty queue table first where there is none."""
-        from deltalake import DeltaTable, Schema
+        from deltalake import Schema
         from deltalake.exceptions import DeltaError
         from deltalake.transaction import create_table_with_add_actions
 
@@ -355,7 +388,9 @@ class QueueStore:
                 description=FORMAT_DESCRIPTION,
                 configuration=TABLE_CONFIGURATION,
             )
-        return DeltaTable(self.uri)
+        table = self.open()
+        assert table is not None
+        return table
 
     def snapshot(self, table: Any | None = None, *, with_states: bool = True) -> Snapshot | None:
         """Read the table's files and queue states at its current version (``with_states``

@@ -43,6 +43,7 @@ from spark_queue.store import (
     empty_rows,
     index_rows,
     now_micros,
+    repeated,
     write_file,
 )
 
@@ -328,10 +329,10 @@ class QueueTransaction:
             self.removal_rows.append(
                 empty_rows(
                     {
-                        "queue": [name] * count,
+                        "queue": repeated(name, count, pa.string()),
                         "seq": removal.seqs,
-                        "outcome": [removal.outcome] * count,
-                        "event_at": pa.array(np.full(count, self.now), pa.int64()).cast(UTC_MICROS),
+                        "outcome": repeated(removal.outcome, count, pa.string()),
+                        "event_at": repeated(self.now, count, pa.int64()).cast(UTC_MICROS),
                     },
                     count,
                 )

@@ -460,7 +460,7 @@ def test_leases_split_into_tasks_of_equal_bytes(monkeypatch):
 
     monkeypatch.setattr(source, "TASK_BYTES", 1000)
     seqs = np.array([9, 3, 4, 5, 20, 21, 7], dtype=np.int64)  # in delivery order
-    leases = Leases(np.full(len(seqs), "c", dtype=object), seq=seqs, size=np.full(len(seqs), 500))
+    leases = Leases.of_consumer("c", seq=seqs, size=np.full(len(seqs), 500))
     assert source.seq_ranges(leases.seq) == [[3, 5], [7, 7], [9, 9], [20, 21]]
     splits = source.split_seqs(leases)  # 3500 bytes: 4 tasks of 875 bytes
     assert len(splits) == 3 and splits == sorted(splits)
