@@ -50,7 +50,12 @@ GIB = 1024**3
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "consumer.json"))
-    parser.add_argument("--messages", type=int, default=1_000_000, help="throughput, 200 B")
+    parser.add_argument(
+        "--messages",
+        type=lambda text: [int(n) for n in text.split(",")],
+        default=[1_000_000, 5_000_000],
+        help="throughput, 200 B: comma-separated sizes, each drained in 5 micro-batches",
+    )
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--depth-small", type=int, default=10_000)
     parser.add_argument("--depth-large", type=int, default=10_000_000)
@@ -71,7 +76,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--drain", help=argparse.SUPPRESS)  # the memory section's consumer
     args = parser.parse_args(argv)
     if args.small:
-        args.messages, args.depth_large, args.amplification_messages = 50_000, 200_000, 20_000
+        args.messages, args.depth_large, args.amplification_messages = [50_000], 200_000, 20_000
         args.memory_messages, args.repeats = 20_000, 1
     return args
 
@@ -144,12 +149,25 @@ def drained(queue: Path, messages: int) -> bool:
 
 
 def bench_throughput(spark: SparkSession, args: argparse.Namespace, work: Path) -> dict:
-    """The same messages three ways, in turns: consumed from a queue; streamed from a Delta
-    table holding the queue's own message columns (the browse read of the filled queue: the
-    same rows and columns the consumer emits); and, for reference, from a Delta table of the
-    bodies alone."""
+    """Throughput at each size of ``--messages``: a short run, where starting the query
+    weighs, and a longer one, closer to a consumer that keeps running."""
+    spark.dataSource.register(EmptyStream)
+    sizes = {
+        str(messages): throughput_at(spark, args, work, messages) for messages in args.messages
+    }
+    return {"sizes": sizes, "checks_ok": all(s["checks_ok"] for s in sizes.values())}
+
+
+def throughput_at(
+    spark: SparkSession, args: argparse.Namespace, work: Path, messages: int
+) -> dict[str, Any]:
+    """The same ``messages`` four ways, in turns: consumed from a queue; streamed from a
+    Delta table holding the queue's own message columns (the browse read of the filled queue:
+    the same rows and columns the consumer emits); for reference, from a Delta table of the
+    bodies alone; and the empty Python streaming source (:class:`EmptyStream`)."""
+    work = work / f"throughput-{messages}"
     bodies = work / "bodies-200"
-    write_bodies(bodies, args.messages, 200, 10, seed=1)
+    write_bodies(bodies, messages, 200, 10, seed=1)
     delta, delta_bodies = work / "delta-200", work / "delta-bodies-200"
     spark.read.parquet(str(bodies)).repartition(10).write.format("delta").save(str(delta_bodies))
     sample = work / "queue-sample"
@@ -158,7 +176,6 @@ def bench_throughput(spark: SparkSession, args: argparse.Namespace, work: Path) 
         10
     ).write.format("delta").save(str(delta))
     shutil.rmtree(sample)
-    spark.dataSource.register(EmptyStream)
     sources = ["ringqueue", "delta", "delta-bodies", "python-floor"]
     runs: dict[str, list[float]] = {source: [] for source in sources}
     batches: dict[str, list[float]] = {source: [] for source in sources}
@@ -174,9 +191,9 @@ def bench_throughput(spark: SparkSession, args: argparse.Namespace, work: Path) 
                     "ringqueue",
                     queue,
                     checkpoint,
-                    {"queue": "bench", "maxMessagesPerTrigger": args.messages // 5},
+                    {"queue": "bench", "maxMessagesPerTrigger": messages // 5},
                 )
-                checks &= drained(queue, args.messages)
+                checks &= drained(queue, messages)
                 shutil.rmtree(queue)
             elif source == "python-floor":
                 seconds, in_batches = consume(spark, EmptyStream.name(), work, checkpoint, {})
@@ -189,12 +206,13 @@ def bench_throughput(spark: SparkSession, args: argparse.Namespace, work: Path) 
             batches[source].append(in_batches)
             progress(
                 f"throughput {source} run {repeat + 1}: {seconds:.2f}s "
-                f"({in_batches:.2f}s in batches), {args.messages / seconds:,.0f} msg/s"
+                f"({in_batches:.2f}s in batches), {messages / seconds:,.0f} msg/s"
             )
     best = {source: min(times) for source, times in runs.items()}
     best_batches = {source: min(times) for source, times in batches.items()}
+    shutil.rmtree(work)
     return {
-        "messages": args.messages,
+        "messages": messages,
         "runs": runs,
         "batch_seconds": batches,
         "best": best,
@@ -385,8 +403,7 @@ def bench_memory(spark: SparkSession, args: argparse.Namespace, work: Path) -> d
 
 def summary(results: dict[str, Any]) -> str:
     lines = ["ringqueue consumer benchmark"]
-    if "throughput" in results:
-        t = results["throughput"]
+    for t in results.get("throughput", {}).get("sizes", {}).values():
         best, inside = t["best"], t["best_batch_seconds"]
         lines.append(
             f"1. throughput, {t['messages']:,} x 200 B: ringqueue {best['ringqueue']:.2f} s "

@@ -94,6 +94,22 @@ class Lease:
     expires: int = NEVER
 
 
+def member(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """A mask over ``values``: which are in ``wanted`` (``np.isin`` by sorting).
+
+    Seqs span far more than their count (a task's rows start at ``partition * 2**32``), so
+    ``np.isin`` falls back to sorting both arrays through ``np.unique``: 0.8 s for a million
+    leases, where a sort of ``wanted`` and a binary search cost 40 ms.
+    """
+    values, wanted = np.asarray(values), np.asarray(wanted)
+    if not len(values) or not len(wanted):
+        return np.zeros(len(values), dtype=bool)
+    ordered = np.sort(wanted)
+    at = np.searchsorted(ordered, values)
+    at[at == len(ordered)] = 0
+    return ordered[at] == values
+
+
 LEASE_INTS = ("seq", "priority", "size", "lease_id", "until", "deliveries", "cancels", "expires")
 
 
@@ -191,7 +207,7 @@ class Leases:
         """A mask: leases of these ``seqs`` (all if None) held by ``consumer`` (any if None)."""
         if consumer is not None and consumer not in self.names:
             return np.zeros(len(self), dtype=bool)
-        mask = np.ones(len(self), dtype=bool) if seqs is None else np.isin(self.seq, seqs)
+        mask = np.ones(len(self), dtype=bool) if seqs is None else member(self.seq, seqs)
         if consumer is not None:
             mask &= self.consumer_ids == self.names.index(consumer)
         return mask
@@ -400,7 +416,7 @@ class _LevelCursor:
 
             seqs, sizes = column("seq", 0), column("size", 0)
             due = column("deliver_at", NO_TIME)
-            live = ~np.isin(seqs, self._skip) if len(self._skip) else np.ones(len(seqs), bool)
+            live = ~member(seqs, self._skip) if len(self._skip) else np.ones(len(seqs), bool)
             ready = live & (due <= self._now)  # later ones are scheduled: in the index
             if ready.any():
                 expires = self._state.expiry(
@@ -582,7 +598,7 @@ class _Queue:
         removed = np.concatenate([seqs for _, seqs in self.evicted]) if self.evicted else _EMPTY
         if state.extras:
             extra_seqs = np.array([e.seq for e in state.extras], dtype=np.int64)
-            gone = np.isin(extra_seqs, removed) | np.isin(extra_seqs, state.leases.seq)
+            gone = member(extra_seqs, removed) | member(extra_seqs, state.leases.seq)
             state.extras = [
                 e
                 for e, left in zip(state.extras, gone.tolist(), strict=True)
@@ -590,7 +606,7 @@ class _Queue:
             ]
         if state.redelivered and len(removed):
             known = np.fromiter(state.redelivered, dtype=np.int64, count=len(state.redelivered))
-            for seq in known[np.isin(known, removed)].tolist():
+            for seq in known[member(known, removed)].tolist():
                 del state.redelivered[seq]
         floor = min((lv.head for lv in state.levels.values()), default=state.next_seq)
         state.holes = {h for h in state.holes if h >= floor}
@@ -638,7 +654,7 @@ class _Queue:
         removed itself, newest returns first (Artemis); drop-head trims from the head after.
         """
         state, args = self.state, self.state.arguments
-        state.leases = state.leases.take(~np.isin(state.leases.seq, leases.seq))
+        state.leases = state.leases.take(~member(state.leases.seq, leases.seq))
         for lease in leases.take(np.argsort(leases.seq)[::-1]):
             cancels = lease.cancels + (1 if cancel else 0)
             limits = state.consumers.get(lease.consumer, {})
@@ -975,7 +991,7 @@ def _new_leases(
     cancels = np.zeros(count, dtype=np.int64)
     if state.redelivered:
         known = np.fromiter(state.redelivered, dtype=np.int64, count=len(state.redelivered))
-        for position in np.flatnonzero(np.isin(seqs, known)).tolist():
+        for position in np.flatnonzero(member(seqs, known)).tolist():
             before, cancelled = state.redelivered.pop(int(seqs[position]))
             deliveries[position] += before
             cancels[position] = cancelled
@@ -1038,7 +1054,7 @@ def plan_expire(
     queue = _Queue(state.copy(), reader, now)
     queue.catch_up()
     ending = _leases_of(queue.state, seqs, consumer)
-    queue.state.leases = queue.state.leases.take(~np.isin(queue.state.leases.seq, ending.seq))
+    queue.state.leases = queue.state.leases.take(~member(queue.state.leases.seq, ending.seq))
     for priority in np.unique(ending.priority).tolist():
         queue.kill_many(priority, ending.seq[ending.priority == priority], "expired", "expired")
     return queue.plan(np.zeros(0, bool), np.zeros(0, bool))

@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
-from spark_queue.core import Leases, plan_ack, plan_lease, plan_return
+from spark_queue.core import Leases, member, plan_ack, plan_lease, plan_return
 from spark_queue.errors import QueueError, QueueNotFoundError
 from spark_queue.options import SourceOptions
 from spark_queue.schema import BROWSE_COLUMNS, browse_arrow_schema
@@ -116,7 +116,8 @@ def read_leased(partition: LeasedRange) -> pa.Table:
         inside = np.zeros(len(seqs), dtype=bool)
         for first, last in partition.ranges:
             inside |= (seqs >= first) & (seqs <= last)
-        parts.append(rows.filter(pa.array(inside)))
+        # Usually one range covers the whole read: then the Parquet filter did all the work.
+        parts.append(rows if inside.all() else rows.filter(pa.array(inside)))
     rows = pa.concat_tables(parts) if parts else None
     schema = browse_arrow_schema()
     if rows is None or rows.num_rows == 0:
@@ -126,7 +127,7 @@ def read_leased(partition: LeasedRange) -> pa.Table:
         again = np.array([int(s) for s in partition.redelivered], dtype=np.int64)
         times = np.array(list(partition.redelivered.values()), dtype=np.int32)
         seqs = rows["seq"].to_numpy()
-        known = np.isin(seqs, again)
+        known = member(seqs, again)
         order = np.argsort(again)
         counts[known] = times[order[np.searchsorted(again, seqs[known], sorter=order)]]
     rows = rows.drop_columns(["delivery_count", "consumer"])

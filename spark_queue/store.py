@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from spark_queue.core import HEAD_SCHEMA, NEVER, NO_TIME, Leases, QueueState, Scheduled
+from spark_queue.core import HEAD_SCHEMA, NEVER, NO_TIME, Leases, QueueState, Scheduled, member
 from spark_queue.errors import InvalidOptionError, NotAQueueTableError
 from spark_queue.schema import (
     FILE_SCHEMA,
@@ -491,7 +491,7 @@ class QueueStore:
             if not len(seqs):
                 return np.zeros(0, dtype=bool)
             found = query(f"seq BETWEEN {int(seqs.min())} AND {int(seqs.max())}")["seq"]
-            return np.isin(seqs, found.to_numpy())
+            return member(seqs, found.to_numpy())
 
         return matches
 

@@ -23,6 +23,7 @@ from spark_queue.core import (
     gauges,
     identity_holds,
     leased_by_consumer,
+    member,
     plan_ack,
     plan_expire,
     plan_lease,
@@ -420,4 +421,4 @@ class QueueTable:
             parts.append(live_rows(partition, ["seq"])["seq"].to_numpy())
             progress(f"purging queue {name}: {done}/{len(partitions)} file runs read")
         seqs = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-        return seqs[~np.isin(seqs, leased)]
+        return seqs[~member(seqs, leased)]

@@ -10,6 +10,7 @@ the whole transaction is planned again from the new snapshot: see :func:`run`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
@@ -211,7 +212,7 @@ class QueueTransaction:
                 self.adds.extend(f for f in staged[name] if f.rows)
             if letters:
                 arrived = pa.concat_tables(letters)
-                self._add_rows(MESSAGE, arrived.filter(pa.array(plan.accepted[n_own:])))
+                self._add_rows((MESSAGE, arrived.filter(pa.array(plan.accepted[n_own:]))))
             if letters_out is not None:
                 target = state.arguments.dead_letter_queue
                 assert target is not None
@@ -340,11 +341,20 @@ class QueueTransaction:
             counts = self.summary.setdefault(name, {})
             counts[removal.outcome] = counts.get(removal.outcome, 0) + count
 
-    def _add_rows(self, record: str, rows: pa.Table) -> None:
-        if rows.num_rows:
-            staged = write_file(self.store.uri, record, rows)
-            self.written.append(staged)
-            self.adds.append(staged)
+    def _add_rows(self, *parts: tuple[str, pa.Table | None]) -> None:
+        """Write each non-empty (record, rows) part as a file of this commit. Several parts
+        are written at once: pyarrow releases the GIL while it encodes, and a large batch's
+        removal rows and lease index are a million rows each."""
+        writes = [(record, rows) for record, rows in parts if rows is not None and rows.num_rows]
+        with ThreadPoolExecutor(max_workers=max(1, len(writes))) as pool:
+            futures = [pool.submit(write_file, self.store.uri, *write) for write in writes]
+        staged = [future.result() for future in futures if future.exception() is None]
+        self.written.extend(staged)  # discarded on failure, whichever part failed
+        self.adds.extend(staged)
+        for future in futures:
+            error = future.exception()
+            if error is not None:
+                raise error
 
     def _queue_rows(self) -> pa.Table:
         names = sorted(self.states)
@@ -361,12 +371,13 @@ class QueueTransaction:
         self, *, app_id: str | None = None, app_version: int | None = None, operation: str
     ) -> None:
         """Write removals and states and publish everything in one Delta commit."""
-        if self.removal_rows:
-            self._add_rows(REMOVAL, pa.concat_tables(self.removal_rows))
         scheduled_rows, lease_rows = index_rows(self.states)
-        self._add_rows(QUEUE, self._queue_rows())
-        self._add_rows(SCHEDULED, scheduled_rows)
-        self._add_rows(LEASE, lease_rows)
+        self._add_rows(
+            (REMOVAL, pa.concat_tables(self.removal_rows) if self.removal_rows else None),
+            (QUEUE, self._queue_rows()),
+            (SCHEDULED, scheduled_rows),
+            (LEASE, lease_rows),
+        )
         self.store.commit(
             self.snapshot.table,
             self.adds,
