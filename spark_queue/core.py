@@ -110,6 +110,15 @@ def member(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     return ordered[at] == values
 
 
+def distinct(values: np.ndarray) -> list[int]:
+    """The distinct values, ascending: most batches hold one priority, found without the
+    hashing ``np.unique`` does (25 ms for a million)."""
+    if not len(values):
+        return []
+    low, high = int(values.min()), int(values.max())
+    return [low] if low == high else np.unique(values).tolist()
+
+
 LEASE_INTS = ("seq", "priority", "size", "lease_id", "until", "deliveries", "cancels", "expires")
 
 
@@ -619,7 +628,7 @@ class _Queue:
 
     def note_gone(self, messages: Leases) -> None:
         """Messages that left their queue outside an eviction, grouped by priority."""
-        for priority in np.unique(messages.priority).tolist():
+        for priority in distinct(messages.priority):
             self.evicted.append((priority, messages.seq[messages.priority == priority]))
 
     def kill(self, message: Scheduled | Lease, outcome: str, reason: str | None) -> None:
@@ -1055,7 +1064,7 @@ def plan_expire(
     queue.catch_up()
     ending = _leases_of(queue.state, seqs, consumer)
     queue.state.leases = queue.state.leases.take(~member(queue.state.leases.seq, ending.seq))
-    for priority in np.unique(ending.priority).tolist():
+    for priority in distinct(ending.priority):
         queue.kill_many(priority, ending.seq[ending.priority == priority], "expired", "expired")
     return queue.plan(np.zeros(0, bool), np.zeros(0, bool))
 

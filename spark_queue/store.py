@@ -532,7 +532,11 @@ class QueueStore:
         a row group at a time: row groups wholly below ``from_seq`` are skipped by their
         statistics and later ones are only read if the caller asks, so the cost follows
         the rows needed, not the file's size."""
-        source = pq.ParquetFile(f"{self.base.rstrip('/')}/{relative}", filesystem=self.fs)
+        source = pq.ParquetFile(
+            f"{self.base.rstrip('/')}/{relative}",
+            filesystem=self.fs,
+            read_dictionary=["queue"],  # compared, never needed as text
+        )
         metadata = source.metadata
         seq_column = metadata.schema.names.index("seq")
         for index in range(metadata.num_row_groups):
@@ -544,7 +548,13 @@ class QueueStore:
                 pc.and_(pc.equal(rows["queue"], queue), pc.equal(rows["priority"], priority)),
                 pc.greater_equal(rows["seq"], from_seq),
             )
-            rows = rows.filter(keep).sort_by("seq")
+            # Files are written in seq order with one queue and level each, as a rule: then
+            # neither the filter nor the sort has anything to do.
+            if not pc.all(keep).as_py():
+                rows = rows.filter(keep)
+            seqs = rows.column("seq").to_numpy()
+            if len(seqs) > 1 and bool((seqs[1:] < seqs[:-1]).any()):
+                rows = rows.sort_by("seq")
             if rows.num_rows:
                 yield pa.table(
                     {
