@@ -105,7 +105,10 @@ def live_rows(partition: BrowsePartition, columns: list[str] | None = None) -> p
             if columns is None
             else FILE_SCHEMA.empty_table().select(columns)
         )
-    rows = pa.concat_tables(parts).sort_by("seq")
+    rows = pa.concat_tables(parts)
+    seqs = rows.column("seq").to_numpy()
+    if len(seqs) > 1 and bool((seqs[1:] < seqs[:-1]).any()):  # one file: in order already
+        rows = rows.sort_by("seq")
     live = pc.greater_equal(rows["seq"], partition.head)
     if partition.holes:
         live = pc.and_(
@@ -113,7 +116,24 @@ def live_rows(partition: BrowsePartition, columns: list[str] | None = None) -> p
         )
     if partition.below:
         live = pc.or_(live, pc.is_in(rows["seq"], pa.array(partition.below, pa.int64())))
-    return rows.filter(live)
+    return rows if pc.all(live).as_py() else rows.filter(live)
+
+
+def leased_consumers(leased: dict[int, str], seqs: np.ndarray) -> pa.Array:
+    """Each seq's consumer where it is leased, else null: array by array, as a partition
+    can hold millions of rows."""
+    if not leased:
+        return pa.nulls(len(seqs), pa.string())
+    leased_seqs = np.fromiter(leased, dtype=np.int64, count=len(leased))
+    order = np.argsort(leased_seqs)
+    ordered = leased_seqs[order]
+    at = np.searchsorted(ordered, seqs)
+    at[at == len(ordered)] = 0
+    names = sorted(set(leased.values()))
+    code = {name: i for i, name in enumerate(names)}
+    codes = np.fromiter((code[n] for n in leased.values()), np.int32, len(leased))[order]
+    indices = pa.array(codes[at], pa.int32(), mask=ordered[at] != seqs)
+    return pa.DictionaryArray.from_arrays(indices, pa.array(names, pa.string())).cast(pa.string())
 
 
 def read_partition(partition: BrowsePartition) -> pa.Table:
@@ -123,7 +143,7 @@ def read_partition(partition: BrowsePartition) -> pa.Table:
         return browse_arrow_schema().empty_table()
     due = rows["deliver_at"].cast(pa.int64()).fill_null(np.iinfo(np.int64).min)
     state = pc.if_else(pc.greater(due, partition.now), "scheduled", "ready")
-    consumer = pa.array([partition.leased.get(s) for s in rows["seq"].to_pylist()], pa.string())
+    consumer = leased_consumers(partition.leased, rows.column("seq").to_numpy())
     state = pc.if_else(pc.is_valid(consumer), "leased", state)
     rows = rows.drop_columns(["consumer"]).append_column("consumer", consumer)
     rows = rows.append_column("state", state)
