@@ -28,6 +28,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -41,8 +42,14 @@ from pyspark.sql.datasource import (  # noqa: E402
     DataSourceStreamReader,
     InputPartition,
 )
+from pyspark.sql.streaming.datasource import (  # noqa: E402
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 
 from spark_queue import QueueTable, local_session  # noqa: E402
+from spark_queue.schema import BROWSE_COLUMNS, BROWSE_SCHEMA, browse_arrow_schema  # noqa: E402
+from spark_queue.source import ARROW_BATCH_BYTES  # noqa: E402
 
 GIB = 1024**3
 
@@ -111,6 +118,75 @@ class EmptyStreamReader(DataSourceStreamReader):
         return iter(())
 
 
+class ArrowRowsStream(DataSource):
+    """A Python streaming source that yields the consumer's rows from memory: ``batches``
+    micro-batches, each the rows of the Arrow IPC file ``rows`` (memory-mapped), read by two
+    tasks as the queue reads a large batch, in Arrow batches of the queue's size. It does no
+    queue work and reads no Parquet, so it is the fastest any Python streaming source can
+    deliver these rows through PySpark: ``delta`` over it is the best ratio reachable."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bench_arrow_rows"
+
+    def schema(self) -> Any:
+        return BROWSE_SCHEMA
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        return ArrowRowsReader(self.options["rows"], int(self.options["batches"]))
+
+
+@dataclass
+class RowsShare(InputPartition):
+    path: str
+    task: int
+    tasks: int
+
+
+class ArrowRowsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, path: str, batches: int) -> None:
+        self.path, self.batches = path, batches
+
+    def initialOffset(self) -> dict:
+        return {"batch": 0}
+
+    def getDefaultReadLimit(self) -> Any:
+        return ReadMaxRows(1)  # admission control: one batch per trigger
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        pass
+
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        assert start is not None
+        return {"batch": min(start["batch"] + 1, self.batches)}
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        count = end["batch"] - start["batch"]
+        return [RowsShare(self.path, task, 2) for _ in range(count) for task in range(2)]
+
+    def read(self, partition: InputPartition) -> Any:
+        import pyarrow as pa
+
+        assert isinstance(partition, RowsShare)
+        rows = pa.ipc.open_file(pa.memory_map(partition.path)).read_all()
+        share = -(-rows.num_rows // partition.tasks)
+        rows = rows.slice(partition.task * share, share)
+        row_bytes = max(1, rows.nbytes // max(1, rows.num_rows))
+        yield from rows.to_batches(max_chunksize=max(1, ARROW_BATCH_BYTES // row_bytes))
+
+
+def write_rows_sample(delta: Path, rows: int, target: Path) -> None:
+    """The first ``rows`` rows of the Delta table ``delta`` as an Arrow IPC file, in the
+    exact Arrow schema the consumer hands Spark."""
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+    sample = DeltaTable(str(delta)).to_pyarrow_dataset().head(rows)
+    sample = sample.select(BROWSE_COLUMNS).cast(browse_arrow_schema())
+    with pa.ipc.new_file(str(target), sample.schema) as writer:
+        writer.write_table(sample)
+
+
 def tree_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
@@ -152,6 +228,7 @@ def bench_throughput(spark: SparkSession, args: argparse.Namespace, work: Path) 
     """Throughput at each size of ``--messages``: a short run, where starting the query
     weighs, and a longer one, closer to a consumer that keeps running."""
     spark.dataSource.register(EmptyStream)
+    spark.dataSource.register(ArrowRowsStream)
     sizes = {
         str(messages): throughput_at(spark, args, work, messages) for messages in args.messages
     }
@@ -176,7 +253,9 @@ def throughput_at(
         10
     ).write.format("delta").save(str(delta))
     shutil.rmtree(sample)
-    sources = ["ringqueue", "delta", "delta-bodies", "python-floor"]
+    rows_sample = work / "rows.arrow"
+    write_rows_sample(delta, messages // 5, rows_sample)
+    sources = ["ringqueue", "delta", "delta-bodies", "python-floor", "arrow-rows"]
     runs: dict[str, list[float]] = {source: [] for source in sources}
     batches: dict[str, list[float]] = {source: [] for source in sources}
     checks = True
@@ -197,6 +276,14 @@ def throughput_at(
                 shutil.rmtree(queue)
             elif source == "python-floor":
                 seconds, in_batches = consume(spark, EmptyStream.name(), work, checkpoint, {})
+            elif source == "arrow-rows":
+                seconds, in_batches = consume(
+                    spark,
+                    ArrowRowsStream.name(),
+                    work,
+                    checkpoint,
+                    {"rows": rows_sample, "batches": 5},
+                )
             else:
                 table = delta if source == "delta" else delta_bodies
                 seconds, in_batches = consume(
@@ -222,6 +309,9 @@ def throughput_at(
         "ratio_bodies_only": best["delta-bodies"] / best["ringqueue"],
         # Both sides without what starting a Python streaming source costs.
         "ratio_beyond_floor": best["delta"] / (best["ringqueue"] - best["python-floor"]),
+        # The best ratio any Python streaming source reaches delivering these rows here.
+        "ratio_arrow_rows": best["delta"] / best["arrow-rows"],
+        "ratio_to_arrow_rows": best["arrow-rows"] / best["ringqueue"],
         "checks_ok": checks,
     }
 
@@ -413,7 +503,10 @@ def summary(results: dict[str, Any]) -> str:
             f"vs {inside['delta']:.2f} s, ratio {t['ratio_in_batches']:.2f}. Against a Delta "
             f"table of bodies only ({best['delta-bodies']:.2f} s): {t['ratio_bodies_only']:.2f}. "
             f"An empty Python streaming source takes {best['python-floor']:.2f} s from load to "
-            f"end; beyond that the ratio is {t['ratio_beyond_floor']:.2f}"
+            f"end; beyond that the ratio is {t['ratio_beyond_floor']:.2f}. A Python source "
+            f"yielding the same rows from memory: {best['arrow-rows']:.2f} s, ratio "
+            f"{t['ratio_arrow_rows']:.2f} to Delta (the best a Python source reaches here); "
+            f"ringqueue runs at {t['ratio_to_arrow_rows']:.2f} of its speed"
         )
     if "ack_depth" in results:
         d = results["ack_depth"]

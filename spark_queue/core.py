@@ -104,10 +104,21 @@ def member(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     values, wanted = np.asarray(values), np.asarray(wanted)
     if not len(values) or not len(wanted):
         return np.zeros(len(values), dtype=bool)
-    ordered = np.sort(wanted)
+    ordered = ascending(wanted)
     at = np.searchsorted(ordered, values)
     at[at == len(ordered)] = 0
     return ordered[at] == values
+
+
+def is_ascending(values: np.ndarray) -> bool:
+    return len(values) < 2 or bool((values[1:] >= values[:-1]).all())
+
+
+def ascending(values: np.ndarray) -> np.ndarray:
+    """``values`` sorted, without sorting when they already are: leases are taken from the
+    head in seq order, so most seq arrays here are, and one pass (2 ms for a million) is
+    cheaper than a sort of sorted input (50 ms)."""
+    return values if is_ascending(values) else np.sort(values)
 
 
 def distinct(values: np.ndarray) -> list[int]:
@@ -1030,7 +1041,7 @@ def plan_ack(
         acked = state.leases.take(done)
         state.leases = state.leases.take(~done)
         state.counters["acked"] += len(acked)
-        queue.removals.append(Removal(np.sort(acked.seq), "acked", None))
+        queue.removals.append(Removal(ascending(acked.seq), "acked", None))
         queue.note_gone(acked)  # behind a head held back by a filter, an ack leaves a hole
     return queue.plan(np.zeros(0, bool), np.zeros(0, bool))
 

@@ -472,3 +472,17 @@ def test_leases_split_into_tasks_of_equal_bytes(monkeypatch):
             found.extend(range(first, last + 1))
     assert sorted(found) == sorted(seqs.tolist())
     assert source.split_seqs(leases.take(np.array([0]))) == []
+
+
+def test_a_batch_large_enough_is_split_for_every_core(monkeypatch):
+    """Below TASK_BYTES a batch still gets MIN_TASKS tasks where each reads at least
+    MIN_TASK_BYTES, so a second core is not idle; a smaller batch stays one task."""
+    import spark_queue.source as source
+    from spark_queue.core import Leases
+
+    monkeypatch.setattr(source, "MIN_TASK_BYTES", 1000)
+    seqs = np.arange(100, 107, dtype=np.int64)
+    leases = Leases.of_consumer("c", seq=seqs, size=np.full(len(seqs), 500))
+    assert source.split_seqs(leases) == [103]  # 3500 bytes: 2 tasks, 1500 and 2000
+    assert source.split_seqs(leases, min_tasks=3) == [102, 104]
+    assert source.split_seqs(leases.take(np.arange(3))) == []  # 1500 bytes: one task
