@@ -10,6 +10,8 @@
 4. Memory: drain >= 2 GB of bodies with ``maxBytesPerTrigger=64m`` in a process (and JVM)
    of its own, so the fill is not counted; peak resident memory of every process (driver
    Python, driver JVM, Python workers). Goal: each <= 1.5 GB.
+5. Returns: release a batch of a million leases, then the next commit and the ack of the
+   same messages leased again (no goal: it must cost what an ack does, not more).
 
     .venv/bin/python benchmarks/bench_consumer.py            # full size
     .venv/bin/python benchmarks/bench_consumer.py --small    # a quick smoke run
@@ -68,11 +70,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--depth-large", type=int, default=10_000_000)
     parser.add_argument("--ack-batch", type=int, default=10_000)
     parser.add_argument("--amplification-messages", type=int, default=200_000)
+    parser.add_argument("--return-batch", type=int, default=1_000_000)
     parser.add_argument("--memory-messages", type=int, default=210_000, help="of 10 KB")
     parser.add_argument("--small", action="store_true", help="smoke sizes")
     parser.add_argument(
         "--sections",
-        default="throughput,ack_depth,amplification,memory",
+        default="throughput,ack_depth,amplification,memory,returns",
         help="a comma-separated subset to run",
     )
     parser.add_argument(
@@ -84,7 +87,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.small:
         args.messages, args.depth_large, args.amplification_messages = [50_000], 200_000, 20_000
-        args.memory_messages, args.repeats = 20_000, 1
+        args.memory_messages, args.repeats, args.return_batch = 20_000, 1, 20_000
     return args
 
 
@@ -358,6 +361,49 @@ def bench_ack_depth(spark: SparkSession, args: argparse.Namespace, work: Path) -
     return result
 
 
+def bench_returns(spark: SparkSession, args: argparse.Namespace, work: Path) -> dict:
+    """Return a whole batch of ``--return-batch`` leases (``release``, what a restarted
+    consumer or a lease period running out does), then time the queue's next commit (a small
+    lease) and the ack of the returned messages leased again, against the ack of the same
+    batch. Returns have no goal in the issue; they must not be a cliff."""
+    count = args.return_batch
+    bodies = work / "bodies-returns"
+    write_bodies(bodies, count, 200, 2, seed=5)
+    queue = work / "returns"
+    fill(spark, bodies, queue)
+    table = QueueTable(str(queue))
+
+    def timed(work: Any) -> tuple[float, Any]:
+        started = time.perf_counter()
+        result = work()
+        return time.perf_counter() - started, result
+
+    lease_s, first = timed(lambda: table.lease("bench", "a", max_messages=count))
+    release_s, released = timed(lambda: table.release("a", "bench"))
+    next_s, small = timed(lambda: table.lease("bench", "b", max_messages=100))
+    table.ack("bench", small["seq"].to_pylist(), "b")
+    again_s, again = timed(lambda: table.lease("bench", "c", max_messages=count))
+    ack_s, acked = timed(lambda: table.ack("bench", again["seq"].to_pylist(), "c"))
+    counts = set(again["delivery_count"].to_pylist())
+    checks = released == count and acked == count - 100 and counts == {2}
+    checks &= first.num_rows == count
+    progress(
+        f"returns of {count:,}: release {release_s:.2f} s, next commit {next_s:.2f} s, "
+        f"ack {ack_s:.2f} s"
+    )
+    shutil.rmtree(queue)
+    return {
+        "messages": count,
+        "lease_s": lease_s,
+        "release_s": release_s,
+        "next_commit_s": next_s,
+        "lease_again_s": again_s,
+        "ack_s": ack_s,
+        "release_over_ack": release_s / ack_s,
+        "checks_ok": checks,
+    }
+
+
 def bench_amplification(spark: SparkSession, args: argparse.Namespace, work: Path) -> dict:
     bodies = work / "bodies-1k"
     write_bodies(bodies, args.amplification_messages, 1024, 4, seed=4)
@@ -530,6 +576,13 @@ def summary(results: dict[str, Any]) -> str:
             + ", ".join(f"{k} {v / GIB:.2f} GiB" for k, v in sorted(m["peak_rss_by_kind"].items()))
             + " (goal: each <= 1.5 GiB)"
         )
+    if "returns" in results:
+        r = results["returns"]
+        lines.append(
+            f"5. returns of {r['messages']:,} leases: release {r['release_s']:.2f} s (the ack "
+            f"of as many leased again: {r['ack_s']:.2f} s), the next commit "
+            f"{r['next_commit_s']:.2f} s"
+        )
     return "\n".join(lines)
 
 
@@ -538,6 +591,7 @@ SECTIONS = {
     "ack_depth": bench_ack_depth,
     "amplification": bench_amplification,
     "memory": bench_memory,
+    "returns": bench_returns,
 }
 
 

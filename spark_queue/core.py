@@ -238,6 +238,113 @@ class Leases:
         return {name: int(n) for name, n in zip(self.names, counts.tolist(), strict=True) if n}
 
 
+EXTRA_INTS = ("seq", "priority", "size", "deliver_at", "expires")
+
+
+class Extras:
+    """Ready messages below their level's head (returned leases, scheduled messages that
+    fell due), column by column as :class:`Leases`: returning a batch of a million leases
+    costs array operations, not a Python object per message. Arrays are never changed in
+    place, so states share them."""
+
+    __slots__ = EXTRA_INTS
+
+    seq: np.ndarray
+    priority: np.ndarray
+    size: np.ndarray
+    deliver_at: np.ndarray
+    expires: np.ndarray
+
+    def __init__(self, **columns: np.ndarray) -> None:
+        count = len(columns.get("seq", _EMPTY))
+        for name in EXTRA_INTS:
+            values = columns.get(name)
+            setattr(
+                self,
+                name,
+                np.full(count, NEVER if name == "expires" else 0, np.int64)
+                if values is None
+                else np.asarray(values, np.int64),
+            )
+
+    @classmethod
+    def of(cls, messages: list[Scheduled]) -> Extras:
+        return cls(
+            **{
+                name: np.array([getattr(m, name) for m in messages], np.int64)
+                for name in EXTRA_INTS
+            }
+        )
+
+    @classmethod
+    def concat(cls, parts: list[Extras]) -> Extras:
+        parts = [part for part in parts if len(part)]
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            return cls()
+        return cls(**{n: np.concatenate([getattr(p, n) for p in parts]) for n in EXTRA_INTS})
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    def __iter__(self) -> Iterator[Scheduled]:
+        columns = [getattr(self, n).tolist() for n in EXTRA_INTS]
+        return (Scheduled(*values) for values in zip(*columns, strict=True))
+
+    def take(self, selection: np.ndarray) -> Extras:
+        return Extras(**{n: getattr(self, n)[selection] for n in EXTRA_INTS})
+
+
+class Redelivered:
+    """Messages delivered before and back in their queue, with the delivery and cancel
+    counts their next lease carries on; one entry per seq, column by column."""
+
+    __slots__ = ("cancels", "deliveries", "seq")
+
+    def __init__(
+        self,
+        seq: np.ndarray = _EMPTY,
+        deliveries: np.ndarray = _EMPTY,
+        cancels: np.ndarray = _EMPTY,
+    ) -> None:
+        self.seq = np.asarray(seq, np.int64)
+        self.deliveries = np.asarray(deliveries, np.int64)
+        self.cancels = np.asarray(cancels, np.int64)
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    def without(self, seqs: np.ndarray) -> Redelivered:
+        """These entries but those of ``seqs``."""
+        if not len(self) or not len(seqs):
+            return self
+        keep = ~member(self.seq, seqs)
+        if keep.all():
+            return self
+        return Redelivered(self.seq[keep], self.deliveries[keep], self.cancels[keep])
+
+    def plus(self, seqs: np.ndarray, deliveries: np.ndarray, cancels: np.ndarray) -> Redelivered:
+        """These entries, with ``seqs`` set to the given counts."""
+        if not len(seqs):
+            return self
+        rest = self.without(seqs)
+        return Redelivered(
+            np.concatenate([rest.seq, seqs]),
+            np.concatenate([rest.deliveries, deliveries]),
+            np.concatenate([rest.cancels, cancels]),
+        )
+
+    def find(self, seqs: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(a mask over ``seqs``: which have an entry, their deliveries, their cancels)."""
+        if not len(self) or not len(seqs):
+            return np.zeros(len(seqs), bool), _EMPTY, _EMPTY
+        known = member(seqs, self.seq)
+        order = np.argsort(self.seq)
+        at = order[np.searchsorted(self.seq, seqs[known], sorter=order)]
+        return known, self.deliveries[at], self.cancels[at]
+
+
 @dataclass
 class QueueState:
     """Everything a commit needs to know about a queue without reading its messages."""
@@ -247,11 +354,10 @@ class QueueState:
     counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
     levels: dict[int, Level] = field(default_factory=dict)
     holes: set[int] = field(default_factory=set)
-    extras: list[Scheduled] = field(default_factory=list)  # ready, below their level's head
+    extras: Extras = field(default_factory=Extras)  # ready, below their level's head
     scheduled: list[Scheduled] = field(default_factory=list)
     leases: Leases = field(default_factory=Leases)
-    # Delivered before and back in the queue: seq -> [deliveries, cancels].
-    redelivered: dict[int, list[int]] = field(default_factory=dict)
+    redelivered: Redelivered = field(default_factory=Redelivered)
     # Per consumer: the last lease id, and the limits it leased with.
     consumers: dict[str, dict[str, int]] = field(default_factory=dict)
     next_seq: int = 0  # above every seq this queue has used
@@ -269,7 +375,8 @@ class QueueState:
         return sum(level.ready_bytes for level in self.levels.values())
 
     def to_json(self) -> str:
-        """The state without the scheduled and lease indexes, stored as rows of their own."""
+        """The state without its indexes (scheduled, extras, redelivered, leases), which are
+        stored as rows of their own."""
         return json.dumps(
             {
                 "arguments": json.loads(self.arguments.to_json()),
@@ -280,10 +387,6 @@ class QueueState:
                     str(p): [v.head, v.ready, v.ready_bytes] for p, v in self.levels.items()
                 },
                 "holes": sorted(self.holes),
-                "extras": [
-                    [e.seq, e.priority, e.size, e.deliver_at, e.expires] for e in self.extras
-                ],
-                "redelivered": {str(k): v for k, v in self.redelivered.items()},
                 "consumers": self.consumers,
                 "next_seq": self.next_seq,
             },
@@ -292,9 +395,25 @@ class QueueState:
 
     @classmethod
     def from_json(
-        cls, name: str, text: str, scheduled: list[Scheduled], leases: Leases | None = None
+        cls,
+        name: str,
+        text: str,
+        scheduled: list[Scheduled],
+        leases: Leases | None = None,
+        extras: Extras | None = None,
+        redelivered: Redelivered | None = None,
     ) -> QueueState:
+        """The state from :meth:`to_json` and its indexes. Tables written before extras and
+        redelivered counts had index rows of their own hold them in the JSON."""
         data = json.loads(text)
+        if extras is None:
+            extras = Extras.of([Scheduled(*values) for values in data.get("extras", [])])
+        if redelivered is None:
+            known = data.get("redelivered", {})
+            counts = np.array(list(known.values()), np.int64).reshape(-1, 2)
+            redelivered = Redelivered(
+                np.array([int(k) for k in known], np.int64), counts[:, 0], counts[:, 1]
+            )
         counters = dict.fromkeys(COUNTERS, 0)
         counters.update(data["counters"])
         return cls(
@@ -305,16 +424,23 @@ class QueueState:
             counters=counters,
             levels={int(p): Level(*values) for p, values in data["levels"].items()},
             holes=set(data["holes"]),
-            extras=[Scheduled(*values) for values in data.get("extras", [])],
+            extras=extras,
             scheduled=sorted(scheduled, key=lambda s: s.seq),
             leases=leases if leases is not None else Leases(),
-            redelivered={int(k): v for k, v in data.get("redelivered", {}).items()},
+            redelivered=redelivered,
             consumers=data.get("consumers", {}),
             next_seq=data["next_seq"],
         )
 
     def copy(self) -> QueueState:
-        return QueueState.from_json(self.name, self.to_json(), list(self.scheduled), self.leases)
+        return QueueState.from_json(
+            self.name,
+            self.to_json(),
+            list(self.scheduled),
+            self.leases,
+            self.extras,
+            self.redelivered,
+        )
 
     def expiry(self, enqueued_at: np.ndarray, expires_at: np.ndarray) -> np.ndarray:
         """When messages expire, by the queue's ``expiration`` and ``expiration_model``
@@ -403,15 +529,10 @@ class _LevelCursor:
         self._skip = np.concatenate([holes, held])
         self._now = now
         self._stored: list[Chunk] = []
-        extras = sorted((e for e in state.extras if e.priority == priority), key=lambda e: e.seq)
-        if extras:  # below the head, so ahead of every stored row
-            self._stored.append(
-                (
-                    np.array([e.seq for e in extras], dtype=np.int64),
-                    np.array([e.size for e in extras], dtype=np.int64),
-                    np.array([e.expires for e in extras], dtype=np.int64),
-                )
-            )
+        extras = state.extras.take(state.extras.priority == priority)
+        if len(extras):  # below the head, so ahead of every stored row
+            extras = extras.take(np.argsort(extras.seq, kind="stable"))
+            self._stored.append((extras.seq, extras.size, extras.expires))
         self._stored_done = False
         self._incoming: list[Chunk] = []
 
@@ -616,18 +737,15 @@ class _Queue:
         for priority, seqs in self.evicted:
             state.holes.update(seqs[seqs >= state.levels[priority].head].tolist())
         removed = np.concatenate([seqs for _, seqs in self.evicted]) if self.evicted else _EMPTY
-        if state.extras:
-            extra_seqs = np.array([e.seq for e in state.extras], dtype=np.int64)
-            gone = member(extra_seqs, removed) | member(extra_seqs, state.leases.seq)
-            state.extras = [
-                e
-                for e, left in zip(state.extras, gone.tolist(), strict=True)
-                if not left and e.seq < state.levels[e.priority].head
-            ]
-        if state.redelivered and len(removed):
-            known = np.fromiter(state.redelivered, dtype=np.int64, count=len(state.redelivered))
-            for seq in known[member(known, removed)].tolist():
-                del state.redelivered[seq]
+        extras = state.extras
+        if len(extras):
+            keep = ~(member(extras.seq, removed) | member(extras.seq, state.leases.seq))
+            for priority in distinct(extras.priority):
+                at = extras.priority == priority
+                keep[at] &= extras.seq[at] < state.levels[priority].head
+            if not keep.all():
+                state.extras = extras.take(keep)
+        state.redelivered = state.redelivered.without(removed)
         floor = min((lv.head for lv in state.levels.values()), default=state.next_seq)
         state.holes = {h for h in state.holes if h >= floor}
 
@@ -655,8 +773,7 @@ class _Queue:
             state.counters["dead_lettered"] += len(seqs)
         self.removals.append(Removal(seqs, outcome, reason if dead else None))
         self.evicted.append((priority, seqs))
-        for seq in seqs.tolist():
-            state.redelivered.pop(seq, None)
+        state.redelivered = state.redelivered.without(seqs)
         # A killed lease at or past its level's head is a hole from now on: a cursor that
         # reads past it in this same commit (a lease after a return) must not deliver it.
         level = state.levels.get(priority)
@@ -675,27 +792,51 @@ class _Queue:
         """
         state, args = self.state, self.state.arguments
         state.leases = state.leases.take(~member(state.leases.seq, leases.seq))
-        for lease in leases.take(np.argsort(leases.seq)[::-1]):
-            cancels = lease.cancels + (1 if cancel else 0)
-            limits = state.consumers.get(lease.consumer, {})
-            if cancel and limits.get("max_cancels", 0) and cancels >= limits["max_cancels"]:
-                self.kill(lease, "killed", "cancel_limit")
-                continue
-            if limits.get("max_deliveries", 0) and lease.deliveries >= limits["max_deliveries"]:
-                self.kill(lease, "killed", "delivery_limit")
-                continue
-            ring = args.overflow == "ring" and args.max_length is not None
-            if ring and state.ready + 1 > args.max_length:
-                self.kill(lease, "replaced", None)
-                continue
-            level = state.levels.setdefault(lease.priority, Level(head=state.next_seq))
-            level.ready += 1
-            level.ready_bytes += lease.size
-            if lease.seq < level.head:  # at or after the head it is found among the rows
-                state.extras.append(
-                    Scheduled(lease.seq, lease.priority, lease.size, NO_TIME, lease.expires)
+        leases = leases.take(np.argsort(leases.seq)[::-1])  # newest first
+        cancels = leases.cancels + (1 if cancel else 0)
+
+        def limit(name: str) -> np.ndarray:
+            per_consumer = [state.consumers.get(c, {}).get(name, 0) for c in leases.names]
+            return np.array(per_consumer or [0], np.int64)[leases.consumer_ids]
+
+        max_cancels, max_deliveries = limit("max_cancels"), limit("max_deliveries")
+        cancel_limit = (max_cancels > 0) & (cancels >= max_cancels) & cancel
+        delivery_limit = (
+            ~cancel_limit & (max_deliveries > 0) & (leases.deliveries >= max_deliveries)
+        )
+        back = ~(cancel_limit | delivery_limit)
+        replaced = np.zeros(len(leases), dtype=bool)
+        if args.overflow == "ring" and args.max_length is not None:
+            room = max(0, args.max_length - state.ready)
+            replaced[np.flatnonzero(back)[room:]] = True
+            back &= ~replaced
+        for dead, outcome, reason in (
+            (cancel_limit, "killed", "cancel_limit"),
+            (delivery_limit, "killed", "delivery_limit"),
+            (replaced, "replaced", None),
+        ):
+            if dead.any():
+                for priority in distinct(leases.priority[dead]):
+                    at = dead & (leases.priority == priority)
+                    self.kill_many(priority, leases.seq[at], outcome, reason)
+        returned, extras = leases.take(back), [state.extras]
+        for priority in distinct(returned.priority):
+            at = returned.priority == priority
+            level = state.levels.setdefault(priority, Level(head=state.next_seq))
+            level.ready += int(at.sum())
+            level.ready_bytes += int(returned.size[at].sum())
+            below = at & (returned.seq < level.head)  # at or after the head: among the rows
+            extras.append(
+                Extras(
+                    seq=returned.seq[below],
+                    priority=returned.priority[below],
+                    size=returned.size[below],
+                    deliver_at=np.full(int(below.sum()), NO_TIME, np.int64),
+                    expires=returned.expires[below],
                 )
-            state.redelivered[lease.seq] = [lease.deliveries, cancels]
+            )
+        state.extras = Extras.concat(extras)
+        state.redelivered = state.redelivered.plus(returned.seq, returned.deliveries, cancels[back])
 
     def catch_up(self, returning: Leases | None = None, *, cancel: bool = False) -> None:
         """What happened since the last commit, and ``returning`` leases: scheduled messages
@@ -723,6 +864,7 @@ def _promote_due(queue: _Queue) -> None:
     if not due:
         return
     state.scheduled = [s for s in state.scheduled if s.deliver_at > queue.now]
+    joined: list[Scheduled] = []
     for message in due:
         level = state.levels.setdefault(message.priority, Level(head=message.seq))
         ring = args.overflow == "ring" and args.max_length is not None
@@ -737,7 +879,8 @@ def _promote_due(queue: _Queue) -> None:
         level.ready += 1
         level.ready_bytes += message.size
         if message.seq < level.head:
-            state.extras.append(message)
+            joined.append(message)
+    state.extras = Extras.concat([state.extras, Extras.of(joined)])
 
 
 def plan_enqueue(
@@ -1009,12 +1152,11 @@ def _new_leases(
     count = len(seqs)
     deliveries = np.ones(count, dtype=np.int64)
     cancels = np.zeros(count, dtype=np.int64)
-    if state.redelivered:
-        known = np.fromiter(state.redelivered, dtype=np.int64, count=len(state.redelivered))
-        for position in np.flatnonzero(member(seqs, known)).tolist():
-            before, cancelled = state.redelivered.pop(int(seqs[position]))
-            deliveries[position] += before
-            cancels[position] = cancelled
+    known, before, cancelled = state.redelivered.find(seqs)
+    if known.any():
+        deliveries[known] += before
+        cancels[known] = cancelled
+        state.redelivered = state.redelivered.without(seqs[known])
     return Leases.of_consumer(
         consumer,
         seq=seqs,
@@ -1082,10 +1224,12 @@ def plan_expire(
 
 def below_heads(state: QueueState, priority: int | None = None) -> np.ndarray:
     """Live messages a head may have passed: extras, scheduled and leased (seq order)."""
-    indexed = [m.seq for m in (*state.extras, *state.scheduled) if priority in (None, m.priority)]
-    leases = state.leases
-    leased = leases.seq if priority is None else leases.seq[leases.priority == priority]
-    return np.sort(np.concatenate([np.array(indexed, dtype=np.int64), leased]))
+    extras, leases = state.extras, state.leases
+    if priority is not None:
+        extras = extras.take(extras.priority == priority)
+        leases = leases.take(leases.priority == priority)
+    scheduled = [m.seq for m in state.scheduled if priority in (None, m.priority)]
+    return np.sort(np.concatenate([extras.seq, np.array(scheduled, dtype=np.int64), leases.seq]))
 
 
 def gauges(state: QueueState) -> dict[str, int]:

@@ -7,10 +7,13 @@ a row is:
 - ``removal``: the end of a message's life in its queue (``outcome``: replaced, dropped, ...);
 - ``queue``: one row per queue: arguments, counters, head positions (``queue_state``, JSON);
 - ``scheduled``: the index of messages not yet due;
-- ``lease``: the index of messages delivered to a consumer and not yet acknowledged.
+- ``lease``: the index of messages delivered to a consumer and not yet acknowledged;
+- ``extra``: the index of ready messages below their level's head (returned, or fell due);
+- ``redelivered``: delivery and cancel counts of returned messages, for their next lease.
 
-``queue``, ``scheduled`` and ``lease`` rows are rewritten by every commit (the previous files
-are removed in the same commit), so they always describe the table version they belong to.
+``queue``, ``scheduled``, ``lease``, ``extra`` and ``redelivered`` rows are rewritten by every
+commit (the previous files are removed in the same commit), so they always describe the table
+version they belong to.
 """
 
 from __future__ import annotations

@@ -28,7 +28,18 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from spark_queue.core import HEAD_SCHEMA, NEVER, NO_TIME, Leases, QueueState, Scheduled, member
+from spark_queue.core import (
+    EXTRA_INTS,
+    HEAD_SCHEMA,
+    NEVER,
+    NO_TIME,
+    Extras,
+    Leases,
+    QueueState,
+    Redelivered,
+    Scheduled,
+    member,
+)
 from spark_queue.errors import InvalidOptionError, NotAQueueTableError
 from spark_queue.schema import (
     FILE_SCHEMA,
@@ -40,11 +51,12 @@ from spark_queue.schema import (
     UTC_MICROS,
 )
 
-MESSAGE, REMOVAL, QUEUE, SCHEDULED, LEASE = "message", "removal", "queue", "scheduled", "lease"
+MESSAGE, REMOVAL, QUEUE = "message", "removal", "queue"
+SCHEDULED, LEASE, EXTRA, REDELIVERED = "scheduled", "lease", "extra", "redelivered"
 ROW_GROUP_ROWS = 64 * 1024  # small enough that a head read skips most of a large file
 ROW_GROUP_BYTES = 32 * 1024 * 1024  # of bodies: a reader holds one row group at a time
 _HEAD_READ = ("queue", "seq", "size", "priority", "deliver_at", "enqueued_at", "expires_at")
-STATE_RECORDS = (QUEUE, SCHEDULED, LEASE)
+STATE_RECORDS = (QUEUE, SCHEDULED, LEASE, EXTRA, REDELIVERED)
 
 
 def table_uri(path: str) -> str:
@@ -150,6 +162,17 @@ SCHEDULED_FIELDS = (
     ("deliver_at", NO_TIME),
     ("expires_at", NEVER),
 )
+# Extras index columns <-> Extras arrays, in EXTRA_INTS order: (array, column, value when null).
+EXTRA_COLUMNS = tuple(
+    (array, column, null)
+    for array, (column, null) in zip(EXTRA_INTS, SCHEDULED_FIELDS, strict=True)
+)
+# Redelivered index columns <-> Redelivered arrays.
+REDELIVERED_COLUMNS = (
+    ("seq", "seq", 0),
+    ("deliveries", "delivery_count", 0),
+    ("cancels", "cancel_count", 0),
+)
 # Lease index columns <-> Leases arrays: (array, column, value when null).
 LEASE_COLUMNS = (
     ("seq", "seq", 0),
@@ -200,39 +223,69 @@ def repeated(value: Any, count: int, kind: pa.DataType) -> pa.Array:
     return pa.repeat(pa.scalar(value, kind), count)
 
 
+def _columnar_table(
+    held: list[tuple[str, Any]],
+    columns: tuple[tuple[str, str, int], ...],
+    extra: dict[str, Any] | None = None,
+) -> pa.Table:
+    """Index rows from each queue's columnar index (:class:`Leases`, :class:`Extras`,
+    :class:`Redelivered`), array by array: no Python work per message."""
+    count = sum(len(index) for _, index in held)
+    found: dict[str, Any] = {
+        "queue": pa.chunked_array(
+            [repeated(name, len(index), pa.string()) for name, index in held], pa.string()
+        ),
+        **(extra or {}),
+    }
+    for array, column, _ in columns:
+        values = (
+            np.concatenate([getattr(index, array) for _, index in held])
+            if held
+            else np.zeros(0, np.int64)
+        )
+        is_time = pa.types.is_timestamp(FILE_SCHEMA.field(column).type)
+        found[column] = _time_column(values) if is_time else pa.array(values)
+    return empty_rows(found, count)
+
+
+def _read_columnar(
+    rows: pa.Table, columns: tuple[tuple[str, str, int], ...]
+) -> dict[str, tuple[pa.Table, dict[str, np.ndarray]]]:
+    """Per queue: its index rows and their arrays (the inverse of :func:`_columnar_table`)."""
+    found = {}
+    queues = rows.column("queue")
+    for name in pc.unique(queues).to_pylist():
+        mine = rows.filter(pc.equal(queues, name))
+        arrays = {}
+        for array, column, null in columns:
+            values = mine.column(column)
+            if pa.types.is_timestamp(values.type):
+                values = values.cast(pa.int64())
+            arrays[array] = values.fill_null(null).to_numpy().astype(np.int64)
+        found[name] = (mine, arrays)
+    return found
+
+
+def _redelivered(parts: list[dict[str, np.ndarray]]) -> Redelivered:
+    return Redelivered(
+        *(np.concatenate([part[k] for part in parts]) for k in ("seq", "deliveries", "cancels"))
+    )
+
+
 def _lease_table(states: dict[str, QueueState]) -> pa.Table:
-    """Every queue's leases as index rows, array by array (the inverse of
-    :func:`_read_leases`): a lease batch costs no Python work per message."""
+    """Every queue's leases as index rows (the inverse of :func:`_read_leases`)."""
     held = [(name, states[name].leases) for name in sorted(states) if len(states[name].leases)]
     leases = Leases.concat([part for _, part in held])
     consumers = pa.DictionaryArray.from_arrays(
         pa.array(leases.consumer_ids, pa.int32()), pa.array(leases.names, pa.string())
     )
-    columns: dict[str, Any] = {
-        "queue": pa.chunked_array(
-            [repeated(name, len(part), pa.string()) for name, part in held], pa.string()
-        ),
-        "consumer": consumers.cast(pa.string()),
-    }
-    for array, column, _ in LEASE_COLUMNS:
-        values = getattr(leases, array)
-        is_time = pa.types.is_timestamp(FILE_SCHEMA.field(column).type)
-        columns[column] = _time_column(values) if is_time else pa.array(values)
-    return empty_rows(columns, len(leases))
+    return _columnar_table(held, LEASE_COLUMNS, {"consumer": consumers.cast(pa.string())})
 
 
 def _read_leases(rows: pa.Table) -> dict[str, Leases]:
     """Each queue's :class:`Leases` from lease index rows."""
     found: dict[str, Leases] = {}
-    queues = rows.column("queue")
-    for name in pc.unique(queues).to_pylist():
-        mine = rows.filter(pc.equal(queues, name))
-        arrays = {}
-        for array, column, null in LEASE_COLUMNS:
-            values = mine.column(column)
-            if pa.types.is_timestamp(values.type):
-                values = values.cast(pa.int64())
-            arrays[array] = values.fill_null(null).to_numpy().astype(np.int64)
+    for name, (mine, arrays) in _read_columnar(rows, LEASE_COLUMNS).items():
         consumers = pc.dictionary_encode(mine.column("consumer").fill_null("")).combine_chunks()
         found[name] = Leases(
             tuple(consumers.dictionary.to_pylist()),
@@ -242,10 +295,18 @@ def _read_leases(rows: pa.Table) -> dict[str, Leases]:
     return found
 
 
-def index_rows(states: dict[str, QueueState]) -> tuple[pa.Table, pa.Table]:
-    """The scheduled and lease indexes of every queue, as rows."""
+def index_rows(states: dict[str, QueueState]) -> dict[str, pa.Table]:
+    """Every queue's indexes as rows, by record: scheduled messages, extras, redelivered
+    counts and leases."""
     waiting = [(n, s) for n in sorted(states) for s in states[n].scheduled]
-    return _index_table(waiting, SCHEDULED_FIELDS), _lease_table(states)
+    extras = [(n, states[n].extras) for n in sorted(states) if len(states[n].extras)]
+    again = [(n, states[n].redelivered) for n in sorted(states) if len(states[n].redelivered)]
+    return {
+        SCHEDULED: _index_table(waiting, SCHEDULED_FIELDS),
+        EXTRA: _columnar_table(extras, EXTRA_COLUMNS),
+        REDELIVERED: _columnar_table(again, REDELIVERED_COLUMNS),
+        LEASE: _lease_table(states),
+    }
 
 
 @dataclass
@@ -436,13 +497,24 @@ class QueueStore:
         queue_rows: list[pa.Table] = []
         scheduled: dict[str, list[Scheduled]] = {}
         leases: dict[str, list[Leases]] = {}
+        extras: dict[str, list[Extras]] = {}
+        redelivered: dict[str, list[dict[str, np.ndarray]]] = {}
         for path, _size, record in state_files:
             if record == QUEUE:
                 queue_rows.append(self.read_rows(path, ["queue", "queue_state"]))
-                continue
-            if record == SCHEDULED:
+            elif record == SCHEDULED:
                 for queue, entry in _index_entries(self.read_rows(path), SCHEDULED_FIELDS):
                     scheduled.setdefault(queue, []).append(Scheduled(*entry))
+            elif record == EXTRA:
+                for queue, (_, arrays) in _read_columnar(
+                    self.read_rows(path), EXTRA_COLUMNS
+                ).items():
+                    extras.setdefault(queue, []).append(Extras(**arrays))
+            elif record == REDELIVERED:
+                for queue, (_, arrays) in _read_columnar(
+                    self.read_rows(path), REDELIVERED_COLUMNS
+                ).items():
+                    redelivered.setdefault(queue, []).append(arrays)
             else:
                 for queue, held in _read_leases(self.read_rows(path)).items():
                     leases.setdefault(queue, []).append(held)
@@ -453,8 +525,15 @@ class QueueStore:
                 rows.column("queue_state").to_pylist(),
                 strict=True,
             ):
+                # No rows of its own: none, or a state written before they had rows (in
+                # its JSON, which from_json reads then).
                 states[name] = QueueState.from_json(
-                    name, text, scheduled.get(name, []), Leases.concat(leases.get(name, []))
+                    name,
+                    text,
+                    scheduled.get(name, []),
+                    Leases.concat(leases.get(name, [])),
+                    Extras.concat(extras[name]) if name in extras else None,
+                    _redelivered(redelivered[name]) if name in redelivered else None,
                 )
         return states
 

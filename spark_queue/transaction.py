@@ -20,8 +20,10 @@ import pyarrow.compute as pc
 
 from spark_queue.core import (
     EnqueuePlan,
+    Extras,
     Level,
     QueueState,
+    Redelivered,
     Removal,
     plan_enqueue,
     plan_settle,
@@ -31,11 +33,9 @@ from spark_queue.options import QueueArguments, option_name
 from spark_queue.policies import Policies, Resolution, resolve_without_policies
 from spark_queue.schema import UTC_MICROS
 from spark_queue.store import (
-    LEASE,
     MESSAGE,
     QUEUE,
     REMOVAL,
-    SCHEDULED,
     STATE_RECORDS,
     QueueStore,
     Snapshot,
@@ -311,7 +311,8 @@ class QueueTransaction:
         count = len(live_seqs)
         state.counters["purged"] += count
         state.levels = {p: Level(head=state.next_seq) for p in state.levels}
-        state.scheduled, state.extras, state.holes, state.redelivered = [], [], set(), {}
+        state.scheduled, state.extras, state.holes = [], Extras(), set()
+        state.redelivered = Redelivered()
         self._record_removals(
             name,
             EnqueuePlan(
@@ -371,12 +372,10 @@ class QueueTransaction:
         self, *, app_id: str | None = None, app_version: int | None = None, operation: str
     ) -> None:
         """Write removals and states and publish everything in one Delta commit."""
-        scheduled_rows, lease_rows = index_rows(self.states)
         self._add_rows(
             (REMOVAL, pa.concat_tables(self.removal_rows) if self.removal_rows else None),
             (QUEUE, self._queue_rows()),
-            (SCHEDULED, scheduled_rows),
-            (LEASE, lease_rows),
+            *index_rows(self.states).items(),
         )
         self.store.commit(
             self.snapshot.table,

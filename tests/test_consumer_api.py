@@ -185,3 +185,28 @@ def test_purge_leaves_leased_messages_with_their_consumer(spark, queue_path):
     assert (stats["purged"], stats["leased"], stats["ready"]) == (3, 1, 0)
     assert table.ack("q", held["seq"].to_pylist()) == 1
     assert_identity(queue_path)
+
+
+def test_returned_messages_are_index_rows_not_state_json(spark, queue_path):
+    """A returned batch is stored column by column (records ``extra`` and ``redelivered``),
+    not in the queue state's JSON, and a process that reads it back delivers it again with
+    the counts it had."""
+    import json
+
+    write_batch(messages(spark, [f"m{i}" for i in range(60)]), queue_path, queue="q")
+    table = QueueTable(queue_path)
+    leased = table.lease("q", "c", max_messages=50)
+    assert table.cancel("q", leased["seq"].to_pylist()[:30]) == 30
+    assert table.release("c") == 20
+    delta = spark.read.format("delta").load(queue_path)
+    per_record = {r["record"]: r["count"] for r in delta.groupBy("record").count().collect()}
+    assert (per_record["extra"], per_record["redelivered"]) == (50, 50)
+    cancelled = delta.where("record = 'redelivered' and cancel_count = 1").count()
+    assert cancelled == 30
+    state = json.loads(delta.where("record = 'queue'").first()["queue_state"])
+    assert "extras" not in state and "redelivered" not in state
+    again = QueueTable(queue_path).lease("q", "d", max_messages=60)
+    assert texts(again) == [f"m{i}" for i in range(60)]
+    assert again["delivery_count"].to_pylist() == [2] * 50 + [1] * 10
+    assert table.stats("q")["leased_by_consumer"] == {"d": 60}
+    assert_identity(queue_path)

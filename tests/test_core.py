@@ -486,3 +486,31 @@ def test_a_batch_large_enough_is_split_for_every_core(monkeypatch):
     assert source.split_seqs(leases) == [103]  # 3500 bytes: 2 tasks, 1500 and 2000
     assert source.split_seqs(leases, min_tasks=3) == [102, 104]
     assert source.split_seqs(leases.take(np.arange(3))) == []  # 1500 bytes: one task
+
+
+def test_a_state_from_before_index_rows_reads_its_extras_and_counts_from_json():
+    """Tables written before extras and redelivered counts had rows of their own keep them
+    in the state JSON: they load into the columnar indexes, and are written as rows after."""
+    import json
+
+    from spark_queue.core import QueueState
+
+    text = json.dumps(
+        {
+            "arguments": {},
+            "counters": {"added": 3},
+            "levels": {"0": [10, 3, 30]},
+            "holes": [],
+            "extras": [[4, 0, 10, -1, 99], [7, 0, 10, -1, 99]],
+            "redelivered": {"4": [2, 1], "7": [1, 0], "12": [3, 0]},
+            "consumers": {},
+            "next_seq": 13,
+        }
+    )
+    state = QueueState.from_json("q", text, [])
+    assert state.extras.seq.tolist() == [4, 7] and state.extras.expires.tolist() == [99, 99]
+    known, deliveries, cancels = state.redelivered.find(np.array([12, 5, 4]))
+    assert known.tolist() == [True, False, True]
+    assert (deliveries.tolist(), cancels.tolist()) == ([3, 2], [0, 1])
+    stored = json.loads(state.to_json())
+    assert "extras" not in stored and "redelivered" not in stored
