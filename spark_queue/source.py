@@ -37,7 +37,6 @@ from spark_queue.core import (
     Leases,
     ascending,
     is_ascending,
-    member,
     plan_ack,
     plan_lease,
     plan_return,
@@ -48,7 +47,7 @@ from spark_queue.schema import BROWSE_COLUMNS, browse_arrow_schema
 from spark_queue.store import QueueStore
 from spark_queue.transaction import QueueTransaction, run
 
-OFFSET_VERSION = 1
+OFFSET_VERSION = 2  # 2: ``redelivered`` as runs; 1 (a dict per seq) is still read
 TASK_BYTES = 128 * 1024 * 1024  # bodies per read task at most, about
 MIN_TASK_BYTES = 8 * 1024 * 1024  # below this a batch is not split for parallelism
 MIN_TASKS = 2
@@ -62,6 +61,40 @@ try:  # admission control exists from Spark 4.2
     )
 except ImportError:  # pragma: no cover - older Spark
     SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
+
+
+def delivery_runs(leased: Leases) -> list[list[int]]:
+    """Delivery counts above 1 as ``[first, last, count]`` runs over the leased seqs in
+    order: every leased seq from ``first`` to ``last`` was delivered ``count`` times. A
+    returned batch leased again is a run or a few, where one entry per message made a
+    million-message offset 20 MB of JSON, parsed again by every task."""
+    if not len(leased) or not (leased.deliveries > 1).any():
+        return []
+    if is_ascending(leased.seq):
+        seqs, counts = leased.seq, leased.deliveries
+    else:
+        order = np.argsort(leased.seq)
+        seqs, counts = leased.seq[order], leased.deliveries[order]
+    changes = np.flatnonzero(np.diff(counts) != 0) + 1
+    firsts = np.concatenate([[0], changes])
+    lasts = np.concatenate([changes - 1, [len(seqs) - 1]])
+    again = counts[firsts] > 1
+    return [
+        [first, last, count]
+        for first, last, count in zip(
+            seqs[firsts[again]].tolist(),
+            seqs[lasts[again]].tolist(),
+            counts[firsts[again]].tolist(),
+            strict=True,
+        )
+    ]
+
+
+def runs_of(redelivered: list[list[int]] | dict[str, int]) -> list[list[int]]:
+    """An offset's ``redelivered``: runs, or (offset version 1) a count per seq."""
+    if isinstance(redelivered, dict):
+        return sorted([int(seq), int(seq), count] for seq, count in redelivered.items())
+    return redelivered
 
 
 def seq_ranges(seqs: np.ndarray) -> list[list[int]]:
@@ -116,7 +149,7 @@ class LeasedRange(InputPartition):
     consumer: str
     paths: list[str]
     ranges: list[list[int]]
-    redelivered: dict[str, int]  # seq (as text) -> delivery count, where it is not 1
+    redelivered: list[list[int]]  # [first, last, count] where the count is not 1
 
 
 def read_leased(partition: LeasedRange) -> Iterator[pa.Table]:
@@ -125,12 +158,7 @@ def read_leased(partition: LeasedRange) -> Iterator[pa.Table]:
     store = QueueStore(partition.uri)
     low, high = partition.ranges[0][0], partition.ranges[-1][1]
     schema = browse_arrow_schema()
-    redelivered = None
-    if partition.redelivered:
-        again = np.array([int(s) for s in partition.redelivered], dtype=np.int64)
-        times = np.array(list(partition.redelivered.values()), dtype=np.int32)
-        order = np.argsort(again)
-        redelivered = again[order], times[order]
+    runs = np.array(partition.redelivered, dtype=np.int64).reshape(-1, 3)
     for path in partition.paths:
         rows = store.read_rows(
             path,
@@ -144,21 +172,23 @@ def read_leased(partition: LeasedRange) -> Iterator[pa.Table]:
         if not inside.all():  # usually one range covers the read: the Parquet filter did it
             rows, seqs = rows.filter(pa.array(inside)), seqs[inside]
         if rows.num_rows:
-            yield _as_delivered(rows, seqs, partition.consumer, redelivered).cast(schema)
+            yield _as_delivered(rows, seqs, partition.consumer, runs).cast(schema)
 
 
-def _as_delivered(
-    rows: pa.Table,
-    seqs: np.ndarray,
-    consumer: str,
-    redelivered: tuple[np.ndarray, np.ndarray] | None,
-) -> pa.Table:
+def delivery_counts(seqs: np.ndarray, runs: np.ndarray) -> np.ndarray:
+    """The delivery count of each leased seq: its run's (``runs``: first, last, count rows,
+    in order), else 1."""
+    counts = np.ones(len(seqs), dtype=np.int32)
+    if len(runs):
+        at = np.searchsorted(runs[:, 0], seqs, side="right") - 1
+        within = (at >= 0) & (seqs <= runs[np.maximum(at, 0), 1])
+        counts[within] = runs[at[within], 2]
+    return counts
+
+
+def _as_delivered(rows: pa.Table, seqs: np.ndarray, consumer: str, runs: np.ndarray) -> pa.Table:
     """Stored message rows with their delivery count, consumer and state ``leased``."""
-    counts = np.ones(rows.num_rows, dtype=np.int32)
-    if redelivered is not None:
-        again, times = redelivered  # sorted by seq
-        known = member(seqs, again)
-        counts[known] = times[np.searchsorted(again, seqs[known])]
+    counts = delivery_counts(seqs, runs)
     rows = rows.drop_columns(["delivery_count", "consumer"])
     rows = rows.append_column("delivery_count", pa.array(counts, pa.int32()))
     every_row = pa.array(np.zeros(rows.num_rows, dtype=np.int32))
@@ -188,18 +218,11 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             "lease": lease,
         }
         if leased is not None and len(leased):
-            again = leased.deliveries > 1
             offset["ranges"] = seq_ranges(leased.seq)
             splits = split_seqs(leased)
             if splits:
                 offset["splits"] = splits
-            offset["redelivered"] = dict(
-                zip(
-                    map(str, leased.seq[again].tolist()),
-                    leased.deliveries[again].tolist(),
-                    strict=True,
-                )
-            )
+            offset["redelivered"] = delivery_runs(leased)
         return offset
 
     def initialOffset(self) -> dict:
@@ -329,11 +352,13 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             )
         )
         bounds = [None, *end.get("splits", []), None]
+        runs = runs_of(end.get("redelivered", []))
         partitions = []
         for task_low, task_next in pairwise(bounds):
             task = clip_ranges(ranges, task_low, None if task_next is None else task_next - 1)
             paths = [path for path, low, high in listed if clip_ranges(task, low, high)]
             if task and paths:
+                low, high = task[0][0], task[-1][1]
                 partitions.append(
                     LeasedRange(
                         self.store.uri,
@@ -341,7 +366,7 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                         self.options.consumer,
                         paths,
                         task,
-                        end.get("redelivered", {}),
+                        [run for run in runs if run[1] >= low and run[0] <= high],
                     )
                 )
         return partitions

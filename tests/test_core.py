@@ -514,3 +514,24 @@ def test_a_state_from_before_index_rows_reads_its_extras_and_counts_from_json():
     assert (deliveries.tolist(), cancels.tolist()) == ([3, 2], [0, 1])
     stored = json.loads(state.to_json())
     assert "extras" not in stored and "redelivered" not in stored
+
+
+def test_delivery_counts_travel_as_runs_and_old_offsets_still_read():
+    """An offset names redelivered messages as [first, last, count] runs over the leased
+    seqs; a task maps them back to counts; a version 1 offset's count per seq reads as
+    one-seq runs."""
+    import spark_queue.source as source
+    from spark_queue.core import Leases
+
+    seqs = np.array([10, 11, 12, 14, 15, 20, 21, 22], dtype=np.int64)
+    deliveries = np.array([2, 2, 2, 2, 3, 1, 1, 2], dtype=np.int64)
+    leases = Leases.of_consumer("c", seq=seqs, deliveries=deliveries)
+    runs = source.delivery_runs(leases)
+    assert runs == [[10, 14, 2], [15, 15, 3], [22, 22, 2]]
+    shuffled = leases.take(np.array([7, 0, 3, 1, 2, 4, 5, 6]))
+    assert source.delivery_runs(shuffled) == runs
+    assert source.delivery_runs(leases.take(deliveries == 1)) == []
+    counts = source.delivery_counts(seqs, np.array(runs, dtype=np.int64).reshape(-1, 3))
+    assert counts.tolist() == deliveries.tolist()
+    assert source.delivery_counts(seqs, np.zeros((0, 3), np.int64)).tolist() == [1] * 8
+    assert source.runs_of({"22": 2, "10": 2}) == [[10, 10, 2], [22, 22, 2]]
