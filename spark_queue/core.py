@@ -213,7 +213,7 @@ class Leases:
         )
 
     def __iter__(self) -> Iterator[Lease]:
-        """One :class:`Lease` per message: for the rare paths (returns), not per batch."""
+        """One :class:`Lease` per message: for display and tests, never per batch."""
         columns = {n: getattr(self, n).tolist() for n in LEASE_INTS}
         for position, consumer in enumerate(self.consumer.tolist()):
             yield Lease(consumer=consumer, **{n: values[position] for n, values in columns.items()})
@@ -238,16 +238,17 @@ class Leases:
         return {name: int(n) for name, n in zip(self.names, counts.tolist(), strict=True) if n}
 
 
-EXTRA_INTS = ("seq", "priority", "size", "deliver_at", "expires")
+INDEX_INTS = ("seq", "priority", "size", "deliver_at", "expires")
 
 
-class Extras:
-    """Ready messages below their level's head (returned leases, scheduled messages that
-    fell due), column by column as :class:`Leases`: returning a batch of a million leases
-    costs array operations, not a Python object per message. Arrays are never changed in
-    place, so states share them."""
+class MessageIndex:
+    """Messages a queue state indexes, column by column as :class:`Leases`: the scheduled
+    ones (not due yet), and the extras (ready below their level's head: returned leases,
+    scheduled messages that fell due). Returning a million leases, or scheduling a million
+    messages, costs array operations, not a Python object per message. Arrays are never
+    changed in place, so states share them."""
 
-    __slots__ = EXTRA_INTS
+    __slots__ = INDEX_INTS
 
     seq: np.ndarray
     priority: np.ndarray
@@ -257,7 +258,7 @@ class Extras:
 
     def __init__(self, **columns: np.ndarray) -> None:
         count = len(columns.get("seq", _EMPTY))
-        for name in EXTRA_INTS:
+        for name in INDEX_INTS:
             values = columns.get(name)
             setattr(
                 self,
@@ -268,32 +269,32 @@ class Extras:
             )
 
     @classmethod
-    def of(cls, messages: list[Scheduled]) -> Extras:
+    def of(cls, messages: list[Scheduled]) -> MessageIndex:
         return cls(
             **{
                 name: np.array([getattr(m, name) for m in messages], np.int64)
-                for name in EXTRA_INTS
+                for name in INDEX_INTS
             }
         )
 
     @classmethod
-    def concat(cls, parts: list[Extras]) -> Extras:
+    def concat(cls, parts: list[MessageIndex]) -> MessageIndex:
         parts = [part for part in parts if len(part)]
         if len(parts) == 1:
             return parts[0]
         if not parts:
             return cls()
-        return cls(**{n: np.concatenate([getattr(p, n) for p in parts]) for n in EXTRA_INTS})
+        return cls(**{n: np.concatenate([getattr(p, n) for p in parts]) for n in INDEX_INTS})
 
     def __len__(self) -> int:
         return len(self.seq)
 
     def __iter__(self) -> Iterator[Scheduled]:
-        columns = [getattr(self, n).tolist() for n in EXTRA_INTS]
+        columns = [getattr(self, n).tolist() for n in INDEX_INTS]
         return (Scheduled(*values) for values in zip(*columns, strict=True))
 
-    def take(self, selection: np.ndarray) -> Extras:
-        return Extras(**{n: getattr(self, n)[selection] for n in EXTRA_INTS})
+    def take(self, selection: np.ndarray) -> MessageIndex:
+        return MessageIndex(**{n: getattr(self, n)[selection] for n in INDEX_INTS})
 
 
 class Redelivered:
@@ -354,8 +355,8 @@ class QueueState:
     counters: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
     levels: dict[int, Level] = field(default_factory=dict)
     holes: set[int] = field(default_factory=set)
-    extras: Extras = field(default_factory=Extras)  # ready, below their level's head
-    scheduled: list[Scheduled] = field(default_factory=list)
+    extras: MessageIndex = field(default_factory=MessageIndex)  # ready, below their head
+    scheduled: MessageIndex = field(default_factory=MessageIndex)  # not due yet
     leases: Leases = field(default_factory=Leases)
     redelivered: Redelivered = field(default_factory=Redelivered)
     # Per consumer: the last lease id, and the limits it leased with.
@@ -398,16 +399,16 @@ class QueueState:
         cls,
         name: str,
         text: str,
-        scheduled: list[Scheduled],
+        scheduled: MessageIndex | list[Scheduled],
         leases: Leases | None = None,
-        extras: Extras | None = None,
+        extras: MessageIndex | None = None,
         redelivered: Redelivered | None = None,
     ) -> QueueState:
         """The state from :meth:`to_json` and its indexes. Tables written before extras and
         redelivered counts had index rows of their own hold them in the JSON."""
         data = json.loads(text)
         if extras is None:
-            extras = Extras.of([Scheduled(*values) for values in data.get("extras", [])])
+            extras = MessageIndex.of([Scheduled(*values) for values in data.get("extras", [])])
         if redelivered is None:
             known = data.get("redelivered", {})
             counts = np.array(list(known.values()), np.int64).reshape(-1, 2)
@@ -425,7 +426,9 @@ class QueueState:
             levels={int(p): Level(*values) for p, values in data["levels"].items()},
             holes=set(data["holes"]),
             extras=extras,
-            scheduled=sorted(scheduled, key=lambda s: s.seq),
+            scheduled=scheduled
+            if isinstance(scheduled, MessageIndex)
+            else MessageIndex.of(sorted(scheduled, key=lambda s: s.seq)),
             leases=leases if leases is not None else Leases(),
             redelivered=redelivered,
             consumers=data.get("consumers", {}),
@@ -436,7 +439,7 @@ class QueueState:
         return QueueState.from_json(
             self.name,
             self.to_json(),
-            list(self.scheduled),
+            self.scheduled,
             self.leases,
             self.extras,
             self.redelivered,
@@ -760,12 +763,9 @@ class _Queue:
         for priority in distinct(messages.priority):
             self.evicted.append((priority, messages.seq[messages.priority == priority]))
 
-    def kill(self, message: Scheduled | Lease, outcome: str, reason: str | None) -> None:
-        """End a message that is not ready (leased, or taken off the head) with ``outcome``."""
-        self.kill_many(message.priority, np.array([message.seq], dtype=np.int64), outcome, reason)
-
     def kill_many(self, priority: int, seqs: np.ndarray, outcome: str, reason: str | None) -> None:
-        """:meth:`kill` for messages of one priority together."""
+        """End messages of one priority that are not ready (leased, or taken off the head)
+        with ``outcome``."""
         state = self.state
         state.counters[outcome] += len(seqs)
         dead = reason is not None and state.arguments.dead_letter_queue is not None
@@ -827,7 +827,7 @@ class _Queue:
             level.ready_bytes += int(returned.size[at].sum())
             below = at & (returned.seq < level.head)  # at or after the head: among the rows
             extras.append(
-                Extras(
+                MessageIndex(
                     seq=returned.seq[below],
                     priority=returned.priority[below],
                     size=returned.size[below],
@@ -835,7 +835,7 @@ class _Queue:
                     expires=returned.expires[below],
                 )
             )
-        state.extras = Extras.concat(extras)
+        state.extras = MessageIndex.concat(extras)
         state.redelivered = state.redelivered.plus(returned.seq, returned.deliveries, cancels[back])
 
     def catch_up(self, returning: Leases | None = None, *, cancel: bool = False) -> None:
@@ -855,32 +855,40 @@ class _Queue:
 
 def _promote_due(queue: _Queue) -> None:
     """Scheduled messages that are due join at their seq position (§2), in due order; under
-    ring one that does not fit is removed itself. The caller trims (drop-head) after."""
+    ring those that do not fit are removed themselves. The caller trims (drop-head) after."""
     state, args = queue.state, queue.state.arguments
-    due = sorted(
-        (s for s in state.scheduled if s.deliver_at <= queue.now),
-        key=lambda s: (s.deliver_at, s.seq),
-    )
-    if not due:
+    waiting = state.scheduled
+    now_due = waiting.deliver_at <= queue.now
+    if not now_due.any():
         return
-    state.scheduled = [s for s in state.scheduled if s.deliver_at > queue.now]
-    joined: list[Scheduled] = []
-    for message in due:
-        level = state.levels.setdefault(message.priority, Level(head=message.seq))
-        ring = args.overflow == "ring" and args.max_length is not None
-        if ring and state.ready + 1 > args.max_length:
-            # Artemis: a due message that does not fit the ring is removed itself.
-            state.counters["replaced"] += 1
-            queue.removals.append(Removal(np.array([message.seq]), "replaced", None))
-            queue.evicted.append((message.priority, np.array([message.seq])))
-            if message.seq >= level.head:
-                state.holes.add(message.seq)  # before any cursor reads past it
-            continue
-        level.ready += 1
-        level.ready_bytes += message.size
-        if message.seq < level.head:
-            joined.append(message)
-    state.extras = Extras.concat([state.extras, Extras.of(joined)])
+    state.scheduled = waiting.take(~now_due)
+    due = waiting.take(now_due)
+    due = due.take(np.lexsort((due.seq, due.deliver_at)))  # due order
+    for priority in distinct(due.priority):  # a new level starts at its first due message
+        if priority not in state.levels:
+            first = due.seq[np.flatnonzero(due.priority == priority)[0]]
+            state.levels[priority] = Level(head=int(first))
+    fits = np.ones(len(due), dtype=bool)
+    if args.overflow == "ring" and args.max_length is not None:
+        # Artemis: a due message that does not fit the ring is removed itself.
+        fits[max(0, args.max_length - state.ready) :] = False
+    replaced = due.take(~fits)
+    if len(replaced):
+        state.counters["replaced"] += len(replaced)
+        queue.removals.append(Removal(replaced.seq, "replaced", None))
+        for priority in distinct(replaced.priority):
+            seqs = replaced.seq[replaced.priority == priority]
+            queue.evicted.append((priority, seqs))
+            # At or after the head: a hole before any cursor reads past it.
+            state.holes.update(seqs[seqs >= state.levels[priority].head].tolist())
+    joined, extras = due.take(fits), [state.extras]
+    for priority in distinct(joined.priority):
+        at = joined.priority == priority
+        level = state.levels[priority]
+        level.ready += int(at.sum())
+        level.ready_bytes += int(joined.size[at].sum())
+        extras.append(joined.take(at & (joined.seq < level.head)))
+    state.extras = MessageIndex.concat(extras)
 
 
 def plan_enqueue(
@@ -915,12 +923,19 @@ def plan_enqueue(
         )
     else:
         expiry = np.full(n, NEVER, dtype=np.int64)
-    for i in np.flatnonzero(waiting).tolist():
-        message = Scheduled(
-            int(seqs[i]), int(priorities[i]), int(sizes[i]), int(deliver[i]), int(expiry[i])
+    if waiting.any():
+        arriving = MessageIndex(
+            seq=seqs[waiting],
+            priority=priorities[waiting],
+            size=sizes[waiting],
+            deliver_at=deliver[waiting],
+            expires=expiry[waiting],
         )
-        state.scheduled.append(message)
-        state.levels.setdefault(message.priority, Level(head=message.seq))
+        state.scheduled = MessageIndex.concat([state.scheduled, arriving])
+        for priority in distinct(arriving.priority):
+            if priority not in state.levels:  # a new level starts at its first message
+                first = arriving.seq[np.flatnonzero(arriving.priority == priority)[0]]
+                state.levels[priority] = Level(head=int(first))
     state.counters["added"] += int(waiting.sum())
 
     ready = np.flatnonzero(~waiting)
@@ -1224,12 +1239,12 @@ def plan_expire(
 
 def below_heads(state: QueueState, priority: int | None = None) -> np.ndarray:
     """Live messages a head may have passed: extras, scheduled and leased (seq order)."""
-    extras, leases = state.extras, state.leases
+    extras, scheduled, leases = state.extras, state.scheduled, state.leases
     if priority is not None:
         extras = extras.take(extras.priority == priority)
+        scheduled = scheduled.take(scheduled.priority == priority)
         leases = leases.take(leases.priority == priority)
-    scheduled = [m.seq for m in state.scheduled if priority in (None, m.priority)]
-    return np.sort(np.concatenate([extras.seq, np.array(scheduled, dtype=np.int64), leases.seq]))
+    return np.sort(np.concatenate([extras.seq, scheduled.seq, leases.seq]))
 
 
 def gauges(state: QueueState) -> dict[str, int]:

@@ -29,15 +29,14 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from spark_queue.core import (
-    EXTRA_INTS,
     HEAD_SCHEMA,
+    INDEX_INTS,
     NEVER,
     NO_TIME,
-    Extras,
     Leases,
+    MessageIndex,
     QueueState,
     Redelivered,
-    Scheduled,
     member,
 )
 from spark_queue.errors import InvalidOptionError, NotAQueueTableError
@@ -154,18 +153,15 @@ def now_micros() -> int:
     return time.time_ns() // 1000
 
 
-# Index columns <-> Scheduled / Lease fields, in their order: (column, value when null).
-SCHEDULED_FIELDS = (
-    ("seq", 0),
-    ("priority", 0),
-    ("size", 0),
-    ("deliver_at", NO_TIME),
-    ("expires_at", NEVER),
-)
-# Extras index columns <-> Extras arrays, in EXTRA_INTS order: (array, column, value when null).
-EXTRA_COLUMNS = tuple(
-    (array, column, null)
-    for array, (column, null) in zip(EXTRA_INTS, SCHEDULED_FIELDS, strict=True)
+# Index columns <-> columnar index arrays: (array, column, value when null).
+# The scheduled and extras indexes (MessageIndex):
+MESSAGE_INDEX_COLUMNS = tuple(
+    zip(
+        INDEX_INTS,
+        ("seq", "priority", "size", "deliver_at", "expires_at"),
+        (0, 0, 0, NO_TIME, NEVER),
+        strict=True,
+    )
 )
 # Redelivered index columns <-> Redelivered arrays.
 REDELIVERED_COLUMNS = (
@@ -173,7 +169,7 @@ REDELIVERED_COLUMNS = (
     ("deliveries", "delivery_count", 0),
     ("cancels", "cancel_count", 0),
 )
-# Lease index columns <-> Leases arrays: (array, column, value when null).
+# The lease index (Leases):
 LEASE_COLUMNS = (
     ("seq", "seq", 0),
     ("priority", "priority", 0),
@@ -186,36 +182,10 @@ LEASE_COLUMNS = (
 )
 
 
-def _index_entries(
-    rows: pa.Table, fields: tuple[tuple[str, Any], ...]
-) -> Iterator[tuple[str, tuple[Any, ...]]]:
-    """(queue, field values) per index row, column by column (timestamps as microseconds)."""
-    columns = []
-    for name, null in fields:
-        column = rows.column(name)
-        if pa.types.is_timestamp(column.type):
-            column = column.cast(pa.int64())
-        columns.append(column.fill_null(null).to_pylist())
-    return zip(rows.column("queue").to_pylist(), zip(*columns, strict=True), strict=True)
-
-
 def _time_column(values: list[int] | np.ndarray) -> pa.Array:
     """Microseconds (NEVER/NO_TIME meaning none) as a UTC timestamp column."""
     array = np.asarray(values, dtype=np.int64)
     return pa.array(array, mask=(array == NEVER) | (array == NO_TIME)).cast(UTC_MICROS)
-
-
-def _index_table(entries: list[tuple[str, Any]], fields: tuple[tuple[str, Any], ...]) -> pa.Table:
-    """Index rows from (queue, Scheduled): the entries' fields, in order, are the columns
-    of ``fields`` (the inverse of :func:`_index_entries`)."""
-    # vars() keeps field order; astuple would deep-copy every value on a hot path.
-    values = list(zip(*(tuple(vars(entry).values()) for _, entry in entries), strict=True))
-    values = values or [() for _ in fields]
-    columns: dict[str, Any] = {"queue": [queue for queue, _ in entries]}
-    for (name, _), column in zip(fields, values, strict=True):
-        is_time = pa.types.is_timestamp(FILE_SCHEMA.field(name).type)
-        columns[name] = _time_column(list(column)) if is_time else list(column)
-    return empty_rows(columns, len(entries))
 
 
 def repeated(value: Any, count: int, kind: pa.DataType) -> pa.Array:
@@ -228,7 +198,7 @@ def _columnar_table(
     columns: tuple[tuple[str, str, int], ...],
     extra: dict[str, Any] | None = None,
 ) -> pa.Table:
-    """Index rows from each queue's columnar index (:class:`Leases`, :class:`Extras`,
+    """Index rows from each queue's columnar index (:class:`Leases`, :class:`MessageIndex`,
     :class:`Redelivered`), array by array: no Python work per message."""
     count = sum(len(index) for _, index in held)
     found: dict[str, Any] = {
@@ -298,12 +268,12 @@ def _read_leases(rows: pa.Table) -> dict[str, Leases]:
 def index_rows(states: dict[str, QueueState]) -> dict[str, pa.Table]:
     """Every queue's indexes as rows, by record: scheduled messages, extras, redelivered
     counts and leases."""
-    waiting = [(n, s) for n in sorted(states) for s in states[n].scheduled]
+    waiting = [(n, states[n].scheduled) for n in sorted(states) if len(states[n].scheduled)]
     extras = [(n, states[n].extras) for n in sorted(states) if len(states[n].extras)]
     again = [(n, states[n].redelivered) for n in sorted(states) if len(states[n].redelivered)]
     return {
-        SCHEDULED: _index_table(waiting, SCHEDULED_FIELDS),
-        EXTRA: _columnar_table(extras, EXTRA_COLUMNS),
+        SCHEDULED: _columnar_table(waiting, MESSAGE_INDEX_COLUMNS),
+        EXTRA: _columnar_table(extras, MESSAGE_INDEX_COLUMNS),
         REDELIVERED: _columnar_table(again, REDELIVERED_COLUMNS),
         LEASE: _lease_table(states),
     }
@@ -495,21 +465,19 @@ class QueueStore:
 
     def _read_state_files(self, state_files: list[tuple[str, int, str]]) -> dict[str, QueueState]:
         queue_rows: list[pa.Table] = []
-        scheduled: dict[str, list[Scheduled]] = {}
+        scheduled: dict[str, list[MessageIndex]] = {}
         leases: dict[str, list[Leases]] = {}
-        extras: dict[str, list[Extras]] = {}
+        extras: dict[str, list[MessageIndex]] = {}
         redelivered: dict[str, list[dict[str, np.ndarray]]] = {}
         for path, _size, record in state_files:
             if record == QUEUE:
                 queue_rows.append(self.read_rows(path, ["queue", "queue_state"]))
-            elif record == SCHEDULED:
-                for queue, entry in _index_entries(self.read_rows(path), SCHEDULED_FIELDS):
-                    scheduled.setdefault(queue, []).append(Scheduled(*entry))
-            elif record == EXTRA:
+            elif record in (SCHEDULED, EXTRA):
+                found = scheduled if record == SCHEDULED else extras
                 for queue, (_, arrays) in _read_columnar(
-                    self.read_rows(path), EXTRA_COLUMNS
+                    self.read_rows(path), MESSAGE_INDEX_COLUMNS
                 ).items():
-                    extras.setdefault(queue, []).append(Extras(**arrays))
+                    found.setdefault(queue, []).append(MessageIndex(**arrays))
             elif record == REDELIVERED:
                 for queue, (_, arrays) in _read_columnar(
                     self.read_rows(path), REDELIVERED_COLUMNS
@@ -530,9 +498,9 @@ class QueueStore:
                 states[name] = QueueState.from_json(
                     name,
                     text,
-                    scheduled.get(name, []),
+                    MessageIndex.concat(scheduled.get(name, [])),
                     Leases.concat(leases.get(name, [])),
-                    Extras.concat(extras[name]) if name in extras else None,
+                    MessageIndex.concat(extras[name]) if name in extras else None,
                     _redelivered(redelivered[name]) if name in redelivered else None,
                 )
         return states

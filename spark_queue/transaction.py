@@ -20,8 +20,8 @@ import pyarrow.compute as pc
 
 from spark_queue.core import (
     EnqueuePlan,
-    Extras,
     Level,
+    MessageIndex,
     QueueState,
     Redelivered,
     Removal,
@@ -311,7 +311,7 @@ class QueueTransaction:
         count = len(live_seqs)
         state.counters["purged"] += count
         state.levels = {p: Level(head=state.next_seq) for p in state.levels}
-        state.scheduled, state.extras, state.holes = [], Extras(), set()
+        state.scheduled, state.extras, state.holes = MessageIndex(), MessageIndex(), set()
         state.redelivered = Redelivered()
         self._record_removals(
             name,
