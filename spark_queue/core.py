@@ -260,13 +260,10 @@ class MessageIndex:
         count = len(columns.get("seq", _EMPTY))
         for name in INDEX_INTS:
             values = columns.get(name)
-            setattr(
-                self,
-                name,
-                np.full(count, NEVER if name == "expires" else 0, np.int64)
-                if values is None
-                else np.asarray(values, np.int64),
-            )
+            if values is None:  # no time: never expires, no delivery time
+                unset = {"expires": NEVER, "deliver_at": NO_TIME}.get(name, 0)
+                values = np.full(count, unset, np.int64)
+            setattr(self, name, np.asarray(values, np.int64))
 
     @classmethod
     def of(cls, messages: list[Scheduled]) -> MessageIndex:
@@ -399,7 +396,7 @@ class QueueState:
         cls,
         name: str,
         text: str,
-        scheduled: MessageIndex | list[Scheduled],
+        scheduled: MessageIndex | None = None,
         leases: Leases | None = None,
         extras: MessageIndex | None = None,
         redelivered: Redelivered | None = None,
@@ -426,9 +423,7 @@ class QueueState:
             levels={int(p): Level(*values) for p, values in data["levels"].items()},
             holes=set(data["holes"]),
             extras=extras,
-            scheduled=scheduled
-            if isinstance(scheduled, MessageIndex)
-            else MessageIndex.of(sorted(scheduled, key=lambda s: s.seq)),
+            scheduled=scheduled if scheduled is not None else MessageIndex(),
             leases=leases if leases is not None else Leases(),
             redelivered=redelivered,
             consumers=data.get("consumers", {}),

@@ -187,7 +187,7 @@ def _rows_of(store: QueueStore, commit: _Commit, queue: str | None) -> list[dict
         ):
             if queue is not None and name != queue:
                 continue
-            state = QueueState.from_json(name, text, [])
+            state = QueueState.from_json(name, text)
             row: dict[str, Any] = {
                 "version": commit.version,
                 "timestamp": timestamp,

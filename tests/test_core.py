@@ -507,7 +507,7 @@ def test_a_state_from_before_index_rows_reads_its_extras_and_counts_from_json():
             "next_seq": 13,
         }
     )
-    state = QueueState.from_json("q", text, [])
+    state = QueueState.from_json("q", text)
     assert state.extras.seq.tolist() == [4, 7] and state.extras.expires.tolist() == [99, 99]
     known, deliveries, cancels = state.redelivered.find(np.array([12, 5, 4]))
     assert known.tolist() == [True, False, True]

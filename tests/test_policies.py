@@ -341,7 +341,7 @@ def test_states_stored_before_policies_count_every_argument_as_explicit():
     legacy = QueueState("q", QueueArguments(max_length=1000)).to_json()
     data = json.loads(legacy)
     del data["explicit"], data["policy"]
-    state = QueueState.from_json("q", json.dumps(data), [])
+    state = QueueState.from_json("q", json.dumps(data))
     assert (state.explicit, state.policy) == (None, None)
     snapshot = Snapshot(None, 0, pa.table({}), {"q": state})
     transaction = QueueTransaction(None, snapshot, policies=policies(CAPPED))  # type: ignore[arg-type]
@@ -351,7 +351,7 @@ def test_states_stored_before_policies_count_every_argument_as_explicit():
     assert declared.arguments.dead_letter_queue is None
     assert declared.explicit == {**QueueArguments(max_length=1000).__dict__}
     assert declared.policy == "capped"
-    round_trip = QueueState.from_json("q", declared.to_json(), [])
+    round_trip = QueueState.from_json("q", declared.to_json())
     assert (round_trip.explicit, round_trip.policy) == (declared.explicit, "capped")
 
 
