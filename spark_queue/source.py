@@ -11,6 +11,9 @@ How leases and acknowledgements map onto Spark's micro-batch protocol (SEMANTICS
 - ``commit(end)`` is not used: it lags one batch and is not called for the last batch of an
   AvailableNow run. The window that remains: a committed batch stays leased until the next
   trigger or the next run of the query (or until its ``leasePeriod`` returns it).
+- Leases this consumer holds beyond ``start`` were committed to the table by a
+  ``latestOffset`` whose offset Spark never logged (the query died in between): they are the
+  next batch, so they are neither stuck nor acknowledged unread by a later batch's ack.
 - ``semantics=at-most-once`` removes messages when leasing them (counted ``acked``);
   ``ackMode=manual`` leaves acknowledgement to ``QueueTable.ack`` (e.g. in ``foreachBatch``).
 - A fresh checkpoint starts a new consumer session: what the consumer name still held is
@@ -270,9 +273,8 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         state = snapshot.states.get(self.options.queue) if snapshot else None
         self._stop_below = state.next_seq if state is not None else 0
 
-    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
-        """Acknowledge what Spark committed (up to ``start``) and lease the next batch."""
-        assert start is not None, "Spark 4.2 passes the start offset"
+    def _bounds(self, limit: Any) -> tuple[int | None, int | None]:
+        """Messages and bytes a batch may take under Spark's ``limit``."""
         options = self.options
         unbounded = isinstance(limit, ReadAllAvailable) and not isinstance(
             self._default_limit, ReadAllAvailable
@@ -283,8 +285,26 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             max_messages = limit.max_rows
         elif isinstance(limit, ReadMaxBytes):
             max_bytes = limit.max_bytes
+        return max_messages, max_bytes
 
-        def work(transaction: QueueTransaction) -> dict:
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        """Acknowledge what Spark committed (up to ``start``) and lease the next batch."""
+        assert start is not None, "Spark 4.2 passes the start offset"
+        lease_id, leased = self._advance(start["session"], start["lease"], *self._bounds(limit))
+        if not len(leased):
+            return start
+        return self._offset(lease_id, start["session"], leased)
+
+    def _advance(
+        self, session: int, through: int, max_messages: int | None, max_bytes: int | None
+    ) -> tuple[int, Leases]:
+        """One commit: acknowledge this session's leases up to lease id ``through`` (what
+        Spark committed), then find the next batch: leases held beyond ``through`` (leased
+        for an offset Spark never logged), else new leases from the head. Returns the
+        batch's last lease id and its leases (none: nothing to deliver)."""
+        options = self.options
+
+        def work(transaction: QueueTransaction) -> tuple[int, Leases]:
             state = self._require(transaction)
             reader = transaction.store.head_reader(transaction.snapshot)
             changed = False
@@ -292,8 +312,8 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 leases = state.leases
                 done = (
                     leases.held(consumer=options.consumer)
-                    & (leases.lease_id > start["session"])
-                    & (leases.lease_id <= start["lease"])
+                    & (leases.lease_id > session)
+                    & (leases.lease_id <= through)
                 )
                 if done.any():
                     plan = plan_ack(
@@ -301,32 +321,41 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                     )
                     transaction.apply_plan(options.queue, plan)
                     state, changed = transaction.states[options.queue], True
-            plan = plan_lease(
-                state,
-                reader,
-                transaction.now,
-                options.consumer,
-                max_messages=max_messages,
-                max_bytes=max_bytes,
-                lease_period=options.lease_period,
-                max_deliveries=options.max_deliveries,
-                max_cancels=options.max_cancels,
-                max_backlog=options.max_backlog,
-                below_seq=self._stop_below,
-                remove=options.semantics == "at-most-once",
-                matches=None
-                if options.filter is None
-                else transaction.store.matcher(transaction.snapshot, options.queue, options.filter),
+            leases = state.leases
+            unlogged = leases.take(
+                leases.held(consumer=options.consumer)
+                & (leases.lease_id > through)
+                & (leases.until > transaction.now)
             )
-            if len(plan.leased) or plan.removals:
-                transaction.apply_plan(options.queue, plan)
-                changed = True
+            if len(unlogged) and (max_messages is not None or max_bytes is not None):
+                leased = unlogged  # one batch, whatever bounds it was leased under
+            else:
+                plan = plan_lease(
+                    state,
+                    reader,
+                    transaction.now,
+                    options.consumer,
+                    max_messages=max_messages,
+                    max_bytes=max_bytes,
+                    lease_period=options.lease_period,
+                    max_deliveries=options.max_deliveries,
+                    max_cancels=options.max_cancels,
+                    max_backlog=options.max_backlog,
+                    below_seq=self._stop_below,
+                    remove=options.semantics == "at-most-once",
+                    matches=None
+                    if options.filter is None
+                    else transaction.store.matcher(
+                        transaction.snapshot, options.queue, options.filter
+                    ),
+                )
+                if len(plan.leased) or plan.removals:
+                    transaction.apply_plan(options.queue, plan)
+                    changed = True
+                leased = Leases.concat([unlogged, plan.leased])
             if changed:
                 transaction.commit(operation=f"CONSUME {options.queue} {options.consumer}")
-            if not len(plan.leased):
-                return start
-            lease_id = plan.state.consumers[options.consumer]["last_lease"]
-            return self._offset(lease_id, start["session"], plan.leased)
+            return (int(leased.lease_id.max()) if len(leased) else through), leased
 
         return run(self.store, work, create=False)
 

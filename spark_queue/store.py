@@ -54,6 +54,7 @@ MESSAGE, REMOVAL, QUEUE = "message", "removal", "queue"
 SCHEDULED, LEASE, EXTRA, REDELIVERED = "scheduled", "lease", "extra", "redelivered"
 ROW_GROUP_ROWS = 64 * 1024  # small enough that a head read skips most of a large file
 ROW_GROUP_BYTES = 32 * 1024 * 1024  # of bodies: a reader holds one row group at a time
+DICTIONARY_COLUMNS = ("queue", "outcome", "death_reason", "original_queue")
 _HEAD_READ = ("queue", "seq", "size", "priority", "deliver_at", "enqueued_at", "expires_at")
 STATE_RECORDS = (QUEUE, SCHEDULED, LEASE, EXTRA, REDELIVERED)
 
@@ -98,7 +99,7 @@ def file_stats(table: pa.Table) -> str:
 
 def row_group_rows(rows: pa.Table) -> int:
     """Rows per row group: ``ROW_GROUP_ROWS``, fewer where bodies are large."""
-    if not rows.num_rows:
+    if not rows.num_rows or "body" not in rows.column_names:
         return ROW_GROUP_ROWS
     per_row = max(1, rows.column("body").nbytes // rows.num_rows)
     return max(1, min(ROW_GROUP_ROWS, ROW_GROUP_BYTES // per_row))
@@ -108,6 +109,14 @@ def write_file(root: str, record: str, rows: pa.Table, tag: str = "") -> StagedF
     """Write ``rows`` (:data:`FILE_SCHEMA`) as one Parquet file of partition ``record``."""
     fs, base = filesystem(root)
     rows = rows.select(FILE_SCHEMA.names).cast(FILE_SCHEMA)
+    stats = file_stats(rows)
+    if record != MESSAGE:
+        # Index and removal rows fill a few of the columns: the others are left out of the
+        # file, which Delta readers (delta-spark, delta-rs, ``read_rows``) read as nulls.
+        # A million removal rows then take 0.04 s to write, not 0.1 s.
+        rows = rows.select(
+            [name for name in rows.column_names if rows.column(name).null_count < rows.num_rows]
+        )
     relative = f"{PARTITION}={record}/part-{tag}{uuid.uuid4().hex}.parquet"
     target = f"{base.rstrip('/')}/{relative}"
     fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
@@ -117,12 +126,12 @@ def write_file(root: str, record: str, rows: pa.Table, tag: str = "") -> StagedF
         target,
         filesystem=fs,
         compression="snappy",
-        use_dictionary=["queue", "outcome", "death_reason", "original_queue"],
-        write_statistics=list(STATS_COLUMNS),
+        use_dictionary=[name for name in DICTIONARY_COLUMNS if name in rows.column_names],
+        write_statistics=[name for name in STATS_COLUMNS if name in rows.column_names],
         row_group_size=row_group_rows(rows),
     )
     size = fs.get_file_info(target).size
-    return StagedFile(relative, size, record, file_stats(rows), rows.num_rows)
+    return StagedFile(relative, size, record, stats, rows.num_rows)
 
 
 def delete_files(root: str, relatives: list[str]) -> None:

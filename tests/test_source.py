@@ -258,3 +258,40 @@ def test_a_large_batch_is_read_by_several_tasks_each_message_once(spark, queue_p
     }
     assert sorted(s for s, c in counts.items() if c == 2) == sorted(returned)
     assert set(counts.values()) == {1, 2}
+
+
+def test_a_lease_spark_never_logged_is_the_next_batch_not_lost(spark, queue_path):
+    """The query dies after ``latestOffset`` leased a batch and before Spark logged its
+    offset: the next run delivers that batch first, and no later ack takes it unread."""
+    from pyspark.sql.streaming.datasource import ReadMaxRows
+
+    from spark_queue.options import SourceOptions
+    from spark_queue.source import RingQueueStreamReader
+
+    write_batch(messages(spark, [f"m{i}" for i in range(10)]), queue_path, queue="q")
+    options = SourceOptions(path=queue_path, queue="q", max_messages=4)
+
+    def seqs(offset: dict) -> list[int]:
+        return [s for first, last in offset["ranges"] for s in range(first, last + 1)]
+
+    first_run = RingQueueStreamReader(options)
+    first_run.getDefaultReadLimit()
+    start = first_run.initialOffset()
+    logged = first_run.latestOffset(start, ReadMaxRows(4))  # batch 0: Spark logs and runs it
+    lost = first_run.latestOffset(logged, ReadMaxRows(4))  # leased; the query dies here
+    table = QueueTable(queue_path)
+    assert table.stats("q")["leased"] == 4  # batch 0 is acked: Spark committed it
+
+    next_run = RingQueueStreamReader(options)  # restarted from the checkpoint: at ``logged``
+    next_run.getDefaultReadLimit()
+    delivered = [seqs(logged)]
+    offset = logged
+    while (following := next_run.latestOffset(offset, ReadMaxRows(4))) != offset:
+        delivered.append(seqs(following))
+        offset = following
+    assert delivered[1] == seqs(lost)  # the unlogged lease comes first, whole
+    everything = [s for batch in delivered for s in batch]
+    assert len(everything) == len(set(everything)) == 10
+    stats = table.stats("q")
+    assert (stats["acked"], stats["leased"], stats["ready"]) == (10, 0, 0)
+    assert_identity(queue_path)
