@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -232,14 +233,25 @@ def bench_throughput(spark: SparkSession, args: argparse.Namespace, work: Path) 
     weighs, and a longer one, closer to a consumer that keeps running."""
     spark.dataSource.register(EmptyStream)
     spark.dataSource.register(ArrowRowsStream)
-    sizes = {
-        str(messages): throughput_at(spark, args, work, messages) for messages in args.messages
-    }
+    sampler = ProcessSampler(os.getpid(), period=0.1)
+    sampler.start()
+    try:
+        sizes = {
+            str(messages): throughput_at(spark, args, work, messages, sampler)
+            for messages in args.messages
+        }
+    finally:
+        sampler.running = False
+        sampler.join()
     return {"sizes": sizes, "checks_ok": all(s["checks_ok"] for s in sizes.values())}
 
 
 def throughput_at(
-    spark: SparkSession, args: argparse.Namespace, work: Path, messages: int
+    spark: SparkSession,
+    args: argparse.Namespace,
+    work: Path,
+    messages: int,
+    sampler: ProcessSampler,
 ) -> dict[str, Any]:
     """The same ``messages`` four ways, in turns: consumed from a queue; streamed from a
     Delta table holding the queue's own message columns (the browse read of the filled queue:
@@ -261,13 +273,16 @@ def throughput_at(
     sources = ["ringqueue", "delta", "delta-bodies", "python-floor", "arrow-rows"]
     runs: dict[str, list[float]] = {source: [] for source in sources}
     batches: dict[str, list[float]] = {source: [] for source in sources}
+    cpu: dict[str, list[dict[str, float]]] = {source: [] for source in sources}
     checks = True
     for repeat in range(args.repeats):
         for source in sources if repeat % 2 == 0 else sources[::-1]:
             checkpoint = work / f"chk-{source}-{repeat}"
+            queue = work / f"queue-{repeat}"
             if source == "ringqueue":
-                queue = work / f"queue-{repeat}"
                 fill(spark, bodies, queue)
+            before = sampler.cpu_seconds()
+            if source == "ringqueue":
                 seconds, in_batches = consume(
                     spark,
                     "ringqueue",
@@ -275,8 +290,6 @@ def throughput_at(
                     checkpoint,
                     {"queue": "bench", "maxMessagesPerTrigger": messages // 5},
                 )
-                checks &= drained(queue, messages)
-                shutil.rmtree(queue)
             elif source == "python-floor":
                 seconds, in_batches = consume(spark, EmptyStream.name(), work, checkpoint, {})
             elif source == "arrow-rows":
@@ -292,6 +305,10 @@ def throughput_at(
                 seconds, in_batches = consume(
                     spark, "delta", table, checkpoint, {"maxFilesPerTrigger": 2}
                 )
+            cpu[source].append(cpu_by_kind(before, sampler.cpu_seconds()))
+            if source == "ringqueue":
+                checks &= drained(queue, messages)
+                shutil.rmtree(queue)
             runs[source].append(seconds)
             batches[source].append(in_batches)
             progress(
@@ -315,6 +332,10 @@ def throughput_at(
         # The best ratio any Python streaming source reaches delivering these rows here.
         "ratio_arrow_rows": best["delta"] / best["arrow-rows"],
         "ratio_to_arrow_rows": best["arrow-rows"] / best["ringqueue"],
+        # CPU seconds by process kind, of each source's fastest run: on two cores the
+        # queue's total is what bounds it.
+        "cpu_of_best": {s: cpu[s][runs[s].index(best[s])] for s in sources},
+        "cpu": cpu,
         "checks_ok": checks,
     }
 
@@ -426,34 +447,49 @@ def bench_amplification(spark: SparkSession, args: argparse.Namespace, work: Pat
     }
 
 
-class PeakMemory(threading.Thread):
-    """Samples the resident memory of process ``root`` and all its descendants via /proc."""
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
-    def __init__(self, root: int) -> None:
+
+class ProcessSampler(threading.Thread):
+    """Samples process ``root`` and all its descendants via /proc: the peak resident memory
+    and the CPU seconds (user + system) each has used. A process that exits between two
+    samples loses at most one ``period`` of CPU time from the count."""
+
+    def __init__(self, root: int, period: float = 0.2) -> None:
         super().__init__(daemon=True)
-        self.root = root
+        self.root, self.period = root, period
         self.peaks: dict[int, tuple[str, int]] = {}
+        self.cpu: dict[int, tuple[str, float]] = {}
         self.running = True
+        self.lock = threading.Lock()
 
     @staticmethod
-    def children() -> dict[int, int]:
-        parents = {}
+    def stats() -> dict[int, list[str]]:
+        found = {}
         for entry in Path("/proc").iterdir():
             if entry.name.isdigit():
                 try:
-                    fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-                    parents[int(entry.name)] = int(fields[1])
+                    found[int(entry.name)] = (entry / "stat").read_text().rsplit(")", 1)[1].split()
                 except (OSError, IndexError):
                     continue
-        return parents
+        return found
+
+    def kind(self, pid: int, command: bytes) -> str:
+        if pid == self.root:
+            return "driver python"
+        if b"java" in command.split(b" ")[0]:
+            return "jvm"
+        if b"python_streaming_source_runner" in command:
+            return "source process"  # the driver-side worker running a Python source
+        return "python worker"
 
     def sample(self) -> None:
-        parents = self.children()
+        stats = self.stats()
         family, frontier = {self.root}, [self.root]
         while frontier:
             pid = frontier.pop()
-            for child, parent in parents.items():
-                if parent == pid and child not in family:
+            for child, fields in stats.items():
+                if int(fields[1]) == pid and child not in family:
                     family.add(child)
                     frontier.append(child)
         for pid in family:
@@ -470,20 +506,32 @@ class PeakMemory(threading.Thread):
                 ),
                 0,
             )
-            kind = (
-                "driver python"
-                if pid == self.root
-                else "jvm"
-                if b"java" in command.split(b" ")[0]
-                else "python worker"
-            )
-            if rss > self.peaks.get(pid, ("", 0))[1]:
-                self.peaks[pid] = (kind, rss)
+            kind = self.kind(pid, command)
+            seconds = (int(stats[pid][11]) + int(stats[pid][12])) / CLOCK_TICKS
+            with self.lock:
+                self.cpu[pid] = (kind, seconds)
+                if rss > self.peaks.get(pid, ("", 0))[1]:
+                    self.peaks[pid] = (kind, rss)
+
+    def cpu_seconds(self) -> dict[int, tuple[str, float]]:
+        self.sample()
+        with self.lock:
+            return dict(self.cpu)
 
     def run(self) -> None:
         while self.running:
             self.sample()
-            time.sleep(0.2)
+            time.sleep(self.period)
+
+
+def cpu_by_kind(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]]) -> dict:
+    """CPU seconds used between two :meth:`ProcessSampler.cpu_seconds`, by process kind."""
+    used: dict[str, float] = {}
+    for pid, (kind, seconds) in after.items():
+        spent = seconds - before.get(pid, (kind, 0.0))[1]
+        if spent > 0:
+            used[kind] = round(used.get(kind, 0.0) + spent, 2)
+    return used
 
 
 def drain(args: argparse.Namespace) -> int:
@@ -516,7 +564,7 @@ def bench_memory(spark: SparkSession, args: argparse.Namespace, work: Path) -> d
     if args.driver_memory:
         command += ["--driver-memory", args.driver_memory]
     child = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
-    monitor = PeakMemory(child.pid)
+    monitor = ProcessSampler(child.pid)
     monitor.start()
     output, _ = child.communicate()
     monitor.running = False
@@ -552,7 +600,14 @@ def summary(results: dict[str, Any]) -> str:
             f"end; beyond that the ratio is {t['ratio_beyond_floor']:.2f}. A Python source "
             f"yielding the same rows from memory: {best['arrow-rows']:.2f} s, ratio "
             f"{t['ratio_arrow_rows']:.2f} to Delta (the best a Python source reaches here); "
-            f"ringqueue runs at {t['ratio_to_arrow_rows']:.2f} of its speed"
+            f"ringqueue runs at {t['ratio_to_arrow_rows']:.2f} of its speed. CPU seconds of "
+            "the fastest runs: "
+            + "; ".join(
+                f"{source} "
+                + ", ".join(f"{kind} {sec:.2f}" for kind, sec in sorted(used.items()))
+                + f" (all {sum(used.values()):.2f})"
+                for source, used in t["cpu_of_best"].items()
+            )
         )
     if "ack_depth" in results:
         d = results["ack_depth"]

@@ -154,6 +154,7 @@ class LeasedRange(InputPartition):
     paths: list[str]
     ranges: list[list[int]]
     redelivered: list[list[int]]  # [first, last, count] where the count is not 1
+    whole: list[bool]  # per path: every row is this queue's and leased here (no filter)
 
 
 def read_leased(partition: LeasedRange) -> Iterator[pa.Table]:
@@ -163,18 +164,22 @@ def read_leased(partition: LeasedRange) -> Iterator[pa.Table]:
     low, high = partition.ranges[0][0], partition.ranges[-1][1]
     schema = browse_arrow_schema()
     runs = np.array(partition.redelivered, dtype=np.int64).reshape(-1, 3)
-    for path in partition.paths:
-        rows = store.read_rows(
-            path,
-            None,
-            filters=[("queue", "=", partition.queue), ("seq", ">=", low), ("seq", "<=", high)],
-        )
-        seqs = rows["seq"].to_numpy()
-        inside = np.zeros(len(seqs), dtype=bool)
-        for first, last in partition.ranges:
-            inside |= (seqs >= first) & (seqs <= last)
-        if not inside.all():  # usually one range covers the read: the Parquet filter did it
-            rows, seqs = rows.filter(pa.array(inside)), seqs[inside]
+    for path, whole in zip(partition.paths, partition.whole, strict=True):
+        if whole:  # a quarter less work than a filter that keeps every row
+            rows = store.read_rows(path)
+            seqs = rows["seq"].to_numpy()
+        else:
+            rows = store.read_rows(
+                path,
+                None,
+                filters=[("queue", "=", partition.queue), ("seq", ">=", low), ("seq", "<=", high)],
+            )
+            seqs = rows["seq"].to_numpy()
+            inside = np.zeros(len(seqs), dtype=bool)
+            for first, last in partition.ranges:
+                inside |= (seqs >= first) & (seqs <= last)
+            if not inside.all():  # usually one range covers the read: the filter did it
+                rows, seqs = rows.filter(pa.array(inside)), seqs[inside]
         if rows.num_rows:
             yield _as_delivered(rows, seqs, partition.consumer, runs).cast(schema)
 
@@ -373,30 +378,39 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         ranges = end["ranges"]
         files = snapshot.message_files(self.options.queue, from_seq=ranges[0][0])
         files = files.filter(pc.fill_null(pc.less_equal(files["min_seq"], ranges[-1][1]), True))
-        listed = list(
-            zip(
+        queue = self.options.queue
+        listed = [
+            (path, low, high, low is not None and high is not None and first == last == queue)
+            for path, low, high, first, last in zip(
                 files["path"].to_pylist(),
                 files["min_seq"].to_pylist(),
                 files["max_seq"].to_pylist(),
+                files["min_queue"].to_pylist(),
+                files["max_queue"].to_pylist(),
                 strict=True,
             )
-        )
+        ]
         bounds = [None, *end.get("splits", []), None]
         runs = runs_of(end.get("redelivered", []))
         partitions = []
         for task_low, task_next in pairwise(bounds):
             task = clip_ranges(ranges, task_low, None if task_next is None else task_next - 1)
-            paths = [path for path, low, high in listed if clip_ranges(task, low, high)]
-            if task and paths:
+            reads = [
+                (path, one_queue and any(a <= low and high <= b for a, b in task))
+                for path, low, high, one_queue in listed
+                if clip_ranges(task, low, high)
+            ]
+            if task and reads:
                 low, high = task[0][0], task[-1][1]
                 partitions.append(
                     LeasedRange(
                         self.store.uri,
                         self.options.queue,
                         self.options.consumer,
-                        paths,
+                        [path for path, _ in reads],
                         task,
                         [run for run in runs if run[1] >= low and run[0] <= high],
+                        [whole for _, whole in reads],
                     )
                 )
         return partitions

@@ -594,20 +594,30 @@ class QueueStore:
             read_dictionary=["queue"],  # compared, never needed as text
         )
         metadata = source.metadata
-        seq_column = metadata.schema.names.index("seq")
+        names = metadata.schema.names
+        seq_column = names.index("seq")
         for index in range(metadata.num_row_groups):
-            stats = metadata.row_group(index).column(seq_column).statistics
+            group = metadata.row_group(index)
+            stats = group.column(seq_column).statistics
             if stats is not None and stats.has_min_max and stats.max < from_seq:
                 continue
             rows = source.read_row_group(index, columns=list(_HEAD_READ))
-            keep = pc.and_(
-                pc.and_(pc.equal(rows["queue"], queue), pc.equal(rows["priority"], priority)),
-                pc.greater_equal(rows["seq"], from_seq),
-            )
             # Files are written in seq order with one queue and level each, as a rule: then
-            # neither the filter nor the sort has anything to do.
-            if not pc.all(keep).as_py():
-                rows = rows.filter(keep)
+            # the statistics say every row is wanted, and neither a filter nor a sort runs.
+            wanted = (
+                _only(group.column(names.index("queue")).statistics, queue)
+                and _only(group.column(names.index("priority")).statistics, priority)
+                and stats is not None
+                and stats.has_min_max
+                and stats.min >= from_seq
+            )
+            if not wanted:
+                keep = pc.and_(
+                    pc.and_(pc.equal(rows["queue"], queue), pc.equal(rows["priority"], priority)),
+                    pc.greater_equal(rows["seq"], from_seq),
+                )
+                if not pc.all(keep).as_py():
+                    rows = rows.filter(keep)
             seqs = rows.column("seq").to_numpy()
             if len(seqs) > 1 and bool((seqs[1:] < seqs[:-1]).any()):
                 rows = rows.sort_by("seq")
@@ -678,6 +688,18 @@ class QueueStore:
         from spark_queue.maintenance import after_commit  # maintenance imports this module
 
         after_commit(self.uri, table)
+
+
+def _only(stats: Any, value: Any) -> bool:
+    """Whether row group ``stats`` say every value of the column is ``value``."""
+    return (
+        stats is not None
+        and stats.has_min_max
+        and stats.has_null_count
+        and stats.null_count == 0
+        and stats.min == value
+        and stats.max == value
+    )
 
 
 class FileHeadReader:

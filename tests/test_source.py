@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from spark_queue import QueueTable
@@ -245,10 +246,15 @@ def test_a_large_batch_is_read_by_several_tasks_each_message_once(spark, queue_p
     start = reader.initialOffset()
     end = reader.latestOffset(start, ReadAllAvailable())
     assert "splits" not in end  # 1000 small bodies: one task
+    (task,) = reader.partitions(start, end)
+    assert all(task.whole)  # every file is wholly leased: read without a filter
+    whole = pa.concat_tables(read_leased(task))
     end["splits"] = [end["ranges"][0][0] + 300, end["ranges"][0][0] + 700]
     tasks = reader.partitions(start, end)
     assert len(tasks) == 3
+    assert not all(w for task in tasks for w in task.whole)  # cut files are filtered
     rows = [part for task in tasks for part in read_leased(task)]
+    assert pa.concat_tables(rows).sort_by("seq").equals(whole.sort_by("seq"))
     seqs = [s for part in rows for s in part["seq"].to_pylist()]
     assert len(seqs) == len(set(seqs)) == 1000
     counts = {
