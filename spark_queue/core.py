@@ -1085,6 +1085,7 @@ def plan_lease(
         level = state.levels[priority]
         cursor = queue.cursor(priority) if level.ready else None
         index = 0  # chunks before it hold only messages this consumer's filter refused
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # seqs, sizes, expiries
         while cursor is not None and budget > 0 and level.ready > 0:
             chunk = cursor.chunk_at(index)
             if chunk is None:
@@ -1101,7 +1102,7 @@ def plan_lease(
             full = False
             if max_bytes is not None and len(picks):
                 fit = int(np.searchsorted(np.cumsum(sizes[picks]), bytes_left, side="right"))
-                fit = fit if (leased or fit) else 1  # at least one message per batch
+                fit = fit if (leased or parts or fit) else 1  # at least one message per batch
                 full = fit < len(picks) or fit == 0
                 picks = picks[:fit]
             picked = np.zeros(window, dtype=bool)
@@ -1113,27 +1114,29 @@ def plan_lease(
             chosen = picked[taken]
             if not chosen.all():  # expired: never delivered
                 queue.kill_many(priority, seqs[~chosen], "expired", "expired")
-            if chosen.any():
-                leased.append(
-                    _new_leases(
-                        state,
-                        seqs[chosen],
-                        sizes[chosen],
-                        expires[chosen],
-                        priority,
-                        consumer,
-                        lease_id,
-                        until,
-                    )
-                )
-                budget -= int(chosen.sum())
-                bytes_left -= int(sizes[chosen].sum())
+            if not chosen.all():
+                seqs, sizes, expires = seqs[chosen], sizes[chosen], expires[chosen]
+            if len(seqs):
+                parts.append((seqs, sizes, expires))
+                budget -= len(seqs)
+                bytes_left -= int(sizes.sum())
             if full:
                 budget = 0
             elif len(taken) < window:
                 index += 1  # what is left of this chunk is not for this consumer
             if window < len(chunk[0]):
                 break  # reached what arrived after an AvailableNow query started
+        if parts:  # one lease array per level: joining chunk by chunk cost 0.05 s a million
+            leased.append(
+                _new_leases(
+                    state,
+                    *(np.concatenate(column) for column in zip(*parts, strict=True)),
+                    priority,
+                    consumer,
+                    lease_id,
+                    until,
+                )
+            )
         if budget <= 0:
             break
     delivered = Leases.concat(leased)

@@ -86,6 +86,9 @@ def file_stats(table: pa.Table) -> str:
     maxs: dict[str, Any] = {}
     nulls: dict[str, int] = {}
     for name in STATS_COLUMNS:
+        if name not in table.column_names:  # left out of the file: null in every row
+            nulls[name] = table.num_rows
+            continue
         column = table.column(name)
         nulls[name] = column.null_count
         if column.null_count < len(column):
@@ -108,15 +111,20 @@ def row_group_rows(rows: pa.Table) -> int:
 def write_file(root: str, record: str, rows: pa.Table, tag: str = "") -> StagedFile:
     """Write ``rows`` (:data:`FILE_SCHEMA`) as one Parquet file of partition ``record``."""
     fs, base = filesystem(root)
-    rows = rows.select(FILE_SCHEMA.names).cast(FILE_SCHEMA)
-    stats = file_stats(rows)
-    if record != MESSAGE:
+    if record == MESSAGE:
+        rows = rows.select(FILE_SCHEMA.names).cast(FILE_SCHEMA)
+    else:
         # Index and removal rows fill a few of the columns: the others are left out of the
         # file, which Delta readers (delta-spark, delta-rs, ``read_rows``) read as nulls.
         # A million removal rows then take 0.04 s to write, not 0.1 s.
-        rows = rows.select(
-            [name for name in rows.column_names if rows.column(name).null_count < rows.num_rows]
-        )
+        fields = [
+            field_
+            for field_ in FILE_SCHEMA
+            if field_.name in rows.column_names
+            and rows.column(field_.name).null_count < rows.num_rows
+        ]
+        rows = rows.select([field_.name for field_ in fields]).cast(pa.schema(fields))
+    stats = file_stats(rows)
     relative = f"{PARTITION}={record}/part-{tag}{uuid.uuid4().hex}.parquet"
     target = f"{base.rstrip('/')}/{relative}"
     fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
@@ -156,6 +164,18 @@ def empty_rows(columns: dict[str, Any], count: int) -> pa.Table:
         else:
             arrays.append(pa.nulls(count, type=field_.type))
     return pa.Table.from_arrays(arrays, schema=FILE_SCHEMA)
+
+
+def record_rows(columns: dict[str, Any]) -> pa.Table:
+    """Rows of a record other than ``message``: only ``columns`` (all of one length), typed
+    as in :data:`FILE_SCHEMA`; :func:`write_file` leaves the other columns out."""
+    arrays = {}
+    for name, value in columns.items():
+        kind = FILE_SCHEMA.field(name).type
+        if isinstance(value, pa.ChunkedArray):
+            value = value.combine_chunks()
+        arrays[name] = value.cast(kind) if isinstance(value, pa.Array) else pa.array(value, kind)
+    return pa.table(arrays)
 
 
 def now_micros() -> int:
@@ -209,7 +229,6 @@ def _columnar_table(
 ) -> pa.Table:
     """Index rows from each queue's columnar index (:class:`Leases`, :class:`MessageIndex`,
     :class:`Redelivered`), array by array: no Python work per message."""
-    count = sum(len(index) for _, index in held)
     found: dict[str, Any] = {
         "queue": pa.chunked_array(
             [repeated(name, len(index), pa.string()) for name, index in held], pa.string()
@@ -224,7 +243,7 @@ def _columnar_table(
         )
         is_time = pa.types.is_timestamp(FILE_SCHEMA.field(column).type)
         found[column] = _time_column(values) if is_time else pa.array(values)
-    return empty_rows(found, count)
+    return record_rows(found)
 
 
 def _read_columnar(

@@ -44,6 +44,7 @@ from spark_queue.store import (
     empty_rows,
     index_rows,
     now_micros,
+    record_rows,
     repeated,
     write_file,
 )
@@ -329,14 +330,13 @@ class QueueTransaction:
             if not count:
                 continue
             self.removal_rows.append(
-                empty_rows(
+                record_rows(
                     {
                         "queue": repeated(name, count, pa.string()),
                         "seq": removal.seqs,
                         "outcome": repeated(removal.outcome, count, pa.string()),
                         "event_at": repeated(self.now, count, pa.int64()).cast(UTC_MICROS),
-                    },
-                    count,
+                    }
                 )
             )
             counts = self.summary.setdefault(name, {})
@@ -359,13 +359,12 @@ class QueueTransaction:
 
     def _queue_rows(self) -> pa.Table:
         names = sorted(self.states)
-        return empty_rows(
+        return record_rows(
             {
                 "queue": names,
                 "queue_state": [self.states[n].to_json() for n in names],
                 "event_at": pa.array(np.full(len(names), self.now), pa.int64()).cast(UTC_MICROS),
-            },
-            len(names),
+            }
         )
 
     def commit(
