@@ -479,8 +479,8 @@ class ProcessSampler(threading.Thread):
             return "driver python"
         if b"java" in command.split(b" ")[0]:
             return "jvm"
-        if b"python_streaming_source_runner" in command:
-            return "source process"  # the driver-side worker running a Python source
+        # Read tasks' workers and a Python source's driver-side process alike: PySpark may
+        # fork either from its daemon, so the command line cannot tell them apart.
         return "python worker"
 
     def sample(self) -> None:
