@@ -165,16 +165,16 @@ def read_leased(partition: LeasedRange) -> Iterator[pa.Table]:
     schema = browse_arrow_schema()
     runs = np.array(partition.redelivered, dtype=np.int64).reshape(-1, 3)
     for path, whole in zip(partition.paths, partition.whole, strict=True):
-        if whole:  # a quarter less work than a filter that keeps every row
-            rows = store.read_rows(path)
-            seqs = rows["seq"].to_numpy()
-        else:
-            rows = store.read_rows(
-                path,
-                None,
-                filters=[("queue", "=", partition.queue), ("seq", ">=", low), ("seq", "<=", high)],
-            )
-            seqs = rows["seq"].to_numpy()
+        # A file leased whole needs no filter: it cost a quarter of the read.
+        rows = store.read_rows(
+            path,
+            None,
+            filters=None
+            if whole
+            else [("queue", "=", partition.queue), ("seq", ">=", low), ("seq", "<=", high)],
+        )
+        seqs = rows["seq"].to_numpy()
+        if not whole:
             inside = np.zeros(len(seqs), dtype=bool)
             for first, last in partition.ranges:
                 inside |= (seqs >= first) & (seqs <= last)

@@ -149,23 +149,6 @@ def delete_files(root: str, relatives: list[str]) -> None:
             fs.delete_file(f"{base.rstrip('/')}/{relative}")
 
 
-def empty_rows(columns: dict[str, Any], count: int) -> pa.Table:
-    """A :data:`FILE_SCHEMA` table of ``count`` rows, nulls except ``columns``."""
-    arrays = []
-    for field_ in FILE_SCHEMA:
-        if field_.name in columns:
-            value = columns[field_.name]
-            if isinstance(value, pa.ChunkedArray):
-                value = value.combine_chunks()
-            if isinstance(value, pa.Array):
-                arrays.append(value.cast(field_.type))
-            else:
-                arrays.append(pa.array(value, type=field_.type))
-        else:
-            arrays.append(pa.nulls(count, type=field_.type))
-    return pa.Table.from_arrays(arrays, schema=FILE_SCHEMA)
-
-
 def record_rows(columns: dict[str, Any]) -> pa.Table:
     """Rows of a record other than ``message``: only ``columns`` (all of one length), typed
     as in :data:`FILE_SCHEMA`; :func:`write_file` leaves the other columns out."""
@@ -176,6 +159,18 @@ def record_rows(columns: dict[str, Any]) -> pa.Table:
             value = value.combine_chunks()
         arrays[name] = value.cast(kind) if isinstance(value, pa.Array) else pa.array(value, kind)
     return pa.table(arrays)
+
+
+def empty_rows(columns: dict[str, Any], count: int) -> pa.Table:
+    """A :data:`FILE_SCHEMA` table of ``count`` rows, nulls except ``columns``."""
+    given = record_rows(columns)
+    return pa.Table.from_arrays(
+        [
+            given.column(field_.name) if field_.name in columns else pa.nulls(count, field_.type)
+            for field_ in FILE_SCHEMA
+        ],
+        schema=FILE_SCHEMA,
+    )
 
 
 def now_micros() -> int:
@@ -615,6 +610,7 @@ class QueueStore:
         metadata = source.metadata
         names = metadata.schema.names
         seq_column = names.index("seq")
+        queue_column, priority_column = names.index("queue"), names.index("priority")
         for index in range(metadata.num_row_groups):
             group = metadata.row_group(index)
             stats = group.column(seq_column).statistics
@@ -624,8 +620,8 @@ class QueueStore:
             # Files are written in seq order with one queue and level each, as a rule: then
             # the statistics say every row is wanted, and neither a filter nor a sort runs.
             wanted = (
-                _only(group.column(names.index("queue")).statistics, queue)
-                and _only(group.column(names.index("priority")).statistics, priority)
+                _only(group.column(queue_column).statistics, queue)
+                and _only(group.column(priority_column).statistics, priority)
                 and stats is not None
                 and stats.has_min_max
                 and stats.min >= from_seq
