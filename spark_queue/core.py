@@ -104,6 +104,8 @@ def member(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     values, wanted = np.asarray(values), np.asarray(wanted)
     if not len(values) or not len(wanted):
         return np.zeros(len(values), dtype=bool)
+    if np.array_equal(values, wanted):  # an ack of every lease held: 1 ms, not 25
+        return np.ones(len(values), dtype=bool)
     ordered = ascending(wanted)
     at = np.searchsorted(ordered, values)
     at[at == len(ordered)] = 0
@@ -219,7 +221,14 @@ class Leases:
             yield Lease(consumer=consumer, **{n: values[position] for n, values in columns.items()})
 
     def take(self, selection: np.ndarray) -> Leases:
-        """The leases at ``selection`` (a boolean mask or positions)."""
+        """The leases at ``selection`` (a boolean mask or positions). A mask of all or none
+        copies nothing: a batch's ack takes every lease the state holds (a million leases'
+        nine arrays cost 20 ms to copy)."""
+        if selection.dtype == bool and len(selection) == len(self):
+            if selection.all():
+                return self
+            if not selection.any():
+                return Leases(self.names)
         columns = {n: getattr(self, n)[selection] for n in LEASE_INTS}
         return Leases(self.names, self.consumer_ids[selection], **columns)
 

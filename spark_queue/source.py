@@ -55,6 +55,9 @@ TASK_BYTES = 128 * 1024 * 1024  # bodies per read task at most, about
 MIN_TASK_BYTES = 8 * 1024 * 1024  # below this a batch is not split for parallelism
 MIN_TASKS = 2
 ARROW_BATCH_BYTES = 8 * 1024 * 1024  # per Arrow batch handed to the JVM, about
+# What a read takes from the message files; delivery counts, consumer and state are the
+# lease's, not the stored ones.
+STORED_COLUMNS = [c for c in BROWSE_COLUMNS if c not in ("delivery_count", "consumer", "state")]
 try:  # admission control exists from Spark 4.2
     from pyspark.sql.streaming.datasource import (
         ReadAllAvailable,
@@ -158,28 +161,30 @@ class LeasedRange(InputPartition):
 
 
 def read_leased(partition: LeasedRange) -> Iterator[pa.Table]:
-    """The partition's messages as delivered, one table per file (a task holds one file's
-    share in memory at a time)."""
+    """The partition's messages as delivered, in tables of about :data:`ARROW_BATCH_BYTES`
+    where a file is leased whole, else one table per file (a task holds one of them in
+    memory at a time)."""
     store = QueueStore(partition.uri)
     low, high = partition.ranges[0][0], partition.ranges[-1][1]
     schema = browse_arrow_schema()
     runs = np.array(partition.redelivered, dtype=np.int64).reshape(-1, 3)
     for path, whole in zip(partition.paths, partition.whole, strict=True):
-        # A file leased whole needs no filter: it cost a quarter of the read.
+        if whole:  # every row is wanted: no filter (a quarter of the read), streamed
+            for rows in store.stream_rows(path, STORED_COLUMNS, ARROW_BATCH_BYTES):
+                seqs = rows["seq"].to_numpy()
+                yield _as_delivered(rows, seqs, partition.consumer, runs).cast(schema)
+            continue
         rows = store.read_rows(
             path,
-            None,
-            filters=None
-            if whole
-            else [("queue", "=", partition.queue), ("seq", ">=", low), ("seq", "<=", high)],
+            STORED_COLUMNS,
+            filters=[("queue", "=", partition.queue), ("seq", ">=", low), ("seq", "<=", high)],
         )
         seqs = rows["seq"].to_numpy()
-        if not whole:
-            inside = np.zeros(len(seqs), dtype=bool)
-            for first, last in partition.ranges:
-                inside |= (seqs >= first) & (seqs <= last)
-            if not inside.all():  # usually one range covers the read: the filter did it
-                rows, seqs = rows.filter(pa.array(inside)), seqs[inside]
+        inside = np.zeros(len(seqs), dtype=bool)
+        for first, last in partition.ranges:
+            inside |= (seqs >= first) & (seqs <= last)
+        if not inside.all():  # usually one range covers the read: the filter did it
+            rows, seqs = rows.filter(pa.array(inside)), seqs[inside]
         if rows.num_rows:
             yield _as_delivered(rows, seqs, partition.consumer, runs).cast(schema)
 
@@ -198,7 +203,6 @@ def delivery_counts(seqs: np.ndarray, runs: np.ndarray) -> np.ndarray:
 def _as_delivered(rows: pa.Table, seqs: np.ndarray, consumer: str, runs: np.ndarray) -> pa.Table:
     """Stored message rows with their delivery count, consumer and state ``leased``."""
     counts = delivery_counts(seqs, runs)
-    rows = rows.drop_columns(["delivery_count", "consumer"])
     rows = rows.append_column("delivery_count", pa.array(counts, pa.int32()))
     every_row = pa.array(np.zeros(rows.num_rows, dtype=np.int32))
     rows = rows.append_column("consumer", pa.array([consumer]).take(every_row))

