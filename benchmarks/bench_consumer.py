@@ -2,7 +2,10 @@
 
 1. Throughput: ``readStream.format("ringqueue")`` (a consumer, at-least-once, availableNow,
    ~5 micro-batches) against ``readStream.format("delta")`` over the same bodies, both into
-   the ``noop`` sink. Goal: ratio >= 0.8.
+   the ``noop`` sink. Goal: ratio >= 0.8. In the same turns, for reference: a Delta table of
+   the bodies alone, an empty Python source (what starting one costs), and two Python sources
+   that do no queue work, handing the same rows over from memory and reading them from
+   Parquet (the best a Python source reaches here, and the best one reading Parquet does).
 2. Ack cost against depth: ``QueueTable.ack`` of 10,000 leased messages at depth 10 thousand
    and 10 million. Goal: within 1.2x.
 3. Write amplification: bytes written to the table directory over a message's life (enqueue,
@@ -179,6 +182,67 @@ class ArrowRowsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         yield from rows.to_batches(max_chunksize=max(1, ARROW_BATCH_BYTES // row_bytes))
 
 
+class ParquetRowsStream(DataSource):
+    """A Python streaming source that reads the consumer's rows from Parquet files as the
+    queue's read tasks do (two tasks, each streaming a file of half a batch 8 MiB at a
+    time) and does no queue work: no lease, no ack, no commit. ``delta`` over it is the best
+    ratio any Python source whose messages are in Parquet reaches here: what decoding in a
+    Python worker adds to :class:`ArrowRowsStream`."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "bench_parquet_rows"
+
+    def schema(self) -> Any:
+        return BROWSE_SCHEMA
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        files = self.options["files"].split(",")
+        return ParquetRowsReader(files, int(self.options["batches"]))
+
+
+class ParquetRowsReader(ArrowRowsReader):
+    def __init__(self, files: list[str], batches: int) -> None:
+        super().__init__(files[0], batches)
+        self.files = files
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        count = end["batch"] - start["batch"]
+        tasks = len(self.files)
+        return [
+            RowsShare(path, task, tasks)
+            for _ in range(count)
+            for task, path in enumerate(self.files)
+        ]
+
+    def read(self, partition: InputPartition) -> Any:
+        import pyarrow.parquet as pq
+
+        assert isinstance(partition, RowsShare)
+        file = pq.ParquetFile(partition.path, pre_buffer=True)
+        first = file.metadata.row_group(0)
+        row_bytes = max(1, first.total_byte_size // max(1, first.num_rows))
+        yield from file.iter_batches(batch_size=max(1, ARROW_BATCH_BYTES // row_bytes))
+
+
+def write_rows_parquet(rows: Path, targets: list[Path]) -> None:
+    """The rows of the Arrow IPC file ``rows`` as Parquet files of equal shares, written as
+    the queue writes its message files (snappy, row groups of 64 Ki rows)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.ipc.open_file(pa.memory_map(str(rows))).read_all()
+    share = -(-table.num_rows // len(targets))
+    for index, target in enumerate(targets):
+        pq.write_table(
+            table.slice(index * share, share),
+            str(target),
+            compression="snappy",
+            use_dictionary=["queue"],
+            row_group_size=64 * 1024,
+        )
+
+
 def write_rows_sample(delta: Path, rows: int, target: Path) -> None:
     """The first ``rows`` rows of the Delta table ``delta`` as an Arrow IPC file, in the
     exact Arrow schema the consumer hands Spark."""
@@ -233,6 +297,7 @@ def bench_throughput(spark: SparkSession, args: argparse.Namespace, work: Path) 
     weighs, and a longer one, closer to a consumer that keeps running."""
     spark.dataSource.register(EmptyStream)
     spark.dataSource.register(ArrowRowsStream)
+    spark.dataSource.register(ParquetRowsStream)
     sampler = ProcessSampler(os.getpid(), period=0.1)
     sampler.start()
     try:
@@ -270,7 +335,9 @@ def throughput_at(
     shutil.rmtree(sample)
     rows_sample = work / "rows.arrow"
     write_rows_sample(delta, messages // 5, rows_sample)
-    sources = ["ringqueue", "delta", "delta-bodies", "python-floor", "arrow-rows"]
+    rows_files = [work / f"rows-{task}.parquet" for task in range(2)]
+    write_rows_parquet(rows_sample, rows_files)
+    sources = ["ringqueue", "delta", "delta-bodies", "python-floor", "arrow-rows", "parquet-rows"]
     runs: dict[str, list[float]] = {source: [] for source in sources}
     batches: dict[str, list[float]] = {source: [] for source in sources}
     cpu: dict[str, list[dict[str, float]]] = {source: [] for source in sources}
@@ -292,6 +359,14 @@ def throughput_at(
                 )
             elif source == "python-floor":
                 seconds, in_batches = consume(spark, EmptyStream.name(), work, checkpoint, {})
+            elif source == "parquet-rows":
+                seconds, in_batches = consume(
+                    spark,
+                    ParquetRowsStream.name(),
+                    work,
+                    checkpoint,
+                    {"files": ",".join(map(str, rows_files)), "batches": 5},
+                )
             elif source == "arrow-rows":
                 seconds, in_batches = consume(
                     spark,
@@ -332,6 +407,8 @@ def throughput_at(
         # The best ratio any Python streaming source reaches delivering these rows here.
         "ratio_arrow_rows": best["delta"] / best["arrow-rows"],
         "ratio_to_arrow_rows": best["arrow-rows"] / best["ringqueue"],
+        # The best ratio a Python source reading these rows from Parquet reaches here.
+        "ratio_parquet_rows": best["delta"] / best["parquet-rows"],
         # CPU seconds by process kind, of each source's fastest run: on two cores the
         # queue's total is what bounds it.
         "cpu_of_best": {s: cpu[s][runs[s].index(best[s])] for s in sources},
@@ -600,7 +677,9 @@ def summary(results: dict[str, Any]) -> str:
             f"end; beyond that the ratio is {t['ratio_beyond_floor']:.2f}. A Python source "
             f"yielding the same rows from memory: {best['arrow-rows']:.2f} s, ratio "
             f"{t['ratio_arrow_rows']:.2f} to Delta (the best a Python source reaches here); "
-            f"ringqueue runs at {t['ratio_to_arrow_rows']:.2f} of its speed. CPU seconds of "
+            f"ringqueue runs at {t['ratio_to_arrow_rows']:.2f} of its speed. The same rows "
+            f"read from Parquet by a Python source doing no queue work: "
+            f"{best['parquet-rows']:.2f} s, ratio {t['ratio_parquet_rows']:.2f}. CPU seconds of "
             "the fastest runs: "
             + "; ".join(
                 f"{source} "
