@@ -182,7 +182,7 @@ class ArrowRowsReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         yield from rows.to_batches(max_chunksize=max(1, ARROW_BATCH_BYTES // row_bytes))
 
 
-class ParquetRowsStream(DataSource):
+class ParquetRowsStream(ArrowRowsStream):
     """A Python streaming source that reads the consumer's rows from Parquet files as the
     queue's read tasks do (two tasks, each streaming a file of half a batch 8 MiB at a
     time) and does no queue work: no lease, no ack, no commit. ``delta`` over it is the best
@@ -192,9 +192,6 @@ class ParquetRowsStream(DataSource):
     @classmethod
     def name(cls) -> str:
         return "bench_parquet_rows"
-
-    def schema(self) -> Any:
-        return BROWSE_SCHEMA
 
     def streamReader(self, schema: Any) -> DataSourceStreamReader:
         files = self.options["files"].split(",")
@@ -337,7 +334,15 @@ def throughput_at(
     write_rows_sample(delta, messages // 5, rows_sample)
     rows_files = [work / f"rows-{task}.parquet" for task in range(2)]
     write_rows_parquet(rows_sample, rows_files)
-    sources = ["ringqueue", "delta", "delta-bodies", "python-floor", "arrow-rows", "parquet-rows"]
+    references: dict[str, tuple[str, dict[str, Any]]] = {  # Python sources doing no queue work
+        "python-floor": (EmptyStream.name(), {}),
+        "arrow-rows": (ArrowRowsStream.name(), {"rows": rows_sample, "batches": 5}),
+        "parquet-rows": (
+            ParquetRowsStream.name(),
+            {"files": ",".join(map(str, rows_files)), "batches": 5},
+        ),
+    }
+    sources = ["ringqueue", "delta", "delta-bodies", *references]
     runs: dict[str, list[float]] = {source: [] for source in sources}
     batches: dict[str, list[float]] = {source: [] for source in sources}
     cpu: dict[str, list[dict[str, float]]] = {source: [] for source in sources}
@@ -357,24 +362,9 @@ def throughput_at(
                     checkpoint,
                     {"queue": "bench", "maxMessagesPerTrigger": messages // 5},
                 )
-            elif source == "python-floor":
-                seconds, in_batches = consume(spark, EmptyStream.name(), work, checkpoint, {})
-            elif source == "parquet-rows":
-                seconds, in_batches = consume(
-                    spark,
-                    ParquetRowsStream.name(),
-                    work,
-                    checkpoint,
-                    {"files": ",".join(map(str, rows_files)), "batches": 5},
-                )
-            elif source == "arrow-rows":
-                seconds, in_batches = consume(
-                    spark,
-                    ArrowRowsStream.name(),
-                    work,
-                    checkpoint,
-                    {"rows": rows_sample, "batches": 5},
-                )
+            elif source in references:
+                name, options = references[source]
+                seconds, in_batches = consume(spark, name, work, checkpoint, options)
             else:
                 table = delta if source == "delta" else delta_bodies
                 seconds, in_batches = consume(

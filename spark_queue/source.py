@@ -222,7 +222,9 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     # -- offsets -----------------------------------------------------------------------------
 
-    def _offset(self, lease: int, first: int, leased: Leases | None = None) -> dict:
+    def _offset(
+        self, lease: int, first: int, leased: Leases | None = None, version: int | None = None
+    ) -> dict:
         offset: dict[str, Any] = {
             "version": OFFSET_VERSION,
             "queue": self.options.queue,
@@ -236,6 +238,11 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
             if splits:
                 offset["splits"] = splits
             offset["redelivered"] = delivery_runs(leased)
+            if self.options.semantics == "at-most-once" and version is not None:
+                # The batch's rows were removed when leased, so a later compaction may drop
+                # them from the files: the batch reads the files of the version it was
+                # leased at.
+                offset["table_version"] = version
         return offset
 
     def initialOffset(self) -> dict:
@@ -299,21 +306,24 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
         """Acknowledge what Spark committed (up to ``start``) and lease the next batch."""
         assert start is not None, "Spark 4.2 passes the start offset"
-        lease_id, leased = self._advance(start["session"], start["lease"], *self._bounds(limit))
+        lease_id, leased, version = self._advance(
+            start["session"], start["lease"], *self._bounds(limit)
+        )
         if not len(leased):
             return start
-        return self._offset(lease_id, start["session"], leased)
+        return self._offset(lease_id, start["session"], leased, version)
 
     def _advance(
         self, session: int, through: int, max_messages: int | None, max_bytes: int | None
-    ) -> tuple[int, Leases]:
+    ) -> tuple[int, Leases, int]:
         """One commit: acknowledge this session's leases up to lease id ``through`` (what
         Spark committed), then find the next batch: leases held beyond ``through`` (leased
         for an offset Spark never logged), else new leases from the head. Returns the
-        batch's last lease id and its leases (none: nothing to deliver)."""
+        batch's last lease id, its leases (none: nothing to deliver) and the table version
+        that holds them."""
         options = self.options
 
-        def work(transaction: QueueTransaction) -> tuple[int, Leases]:
+        def work(transaction: QueueTransaction) -> tuple[int, Leases, int]:
             state = self._require(transaction)
             reader = transaction.store.head_reader(transaction.snapshot)
             changed = False
@@ -362,9 +372,11 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                     transaction.apply_plan(options.queue, plan)
                     changed = True
                 leased = Leases.concat([unlogged, plan.leased])
+            version = transaction.snapshot.version
             if changed:
                 transaction.commit(operation=f"CONSUME {options.queue} {options.consumer}")
-            return (int(leased.lease_id.max()) if len(leased) else through), leased
+                version += 1  # a commit without retries lands on the next version or fails
+            return (int(leased.lease_id.max()) if len(leased) else through), leased, version
 
         return run(self.store, work, create=False)
 
@@ -376,12 +388,8 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     def partitions(self, start: dict, end: dict) -> list[LeasedRange]:
         if end.get("lease") == start.get("lease") or not end.get("ranges"):
             return []
-        snapshot = self.store.snapshot(with_states=False)  # the files are all it needs
-        if snapshot is None:
-            raise QueueError(f"no queue table at {self.store.uri}")
         ranges = end["ranges"]
-        files = snapshot.message_files(self.options.queue, from_seq=ranges[0][0])
-        files = files.filter(pc.fill_null(pc.less_equal(files["min_seq"], ranges[-1][1]), True))
+        files = self._files_of(ranges, end.get("table_version"))
         queue = self.options.queue
         listed = [
             (path, low, high, low is not None and high is not None and first == last == queue)
@@ -418,6 +426,27 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                     )
                 )
         return partitions
+
+    def _files_of(self, ranges: list[list[int]], version: int | None) -> pa.Table:
+        """The message files that may hold the seqs of ``ranges``: those of ``version`` where
+        the offset names one and its files are all still there (a replay after a vacuum
+        reads the latest, as it does without a version), else the latest version's."""
+        queue, low, high = self.options.queue, ranges[0][0], ranges[-1][1]
+
+        def covering(snapshot: Any) -> pa.Table:
+            files = snapshot.message_files(queue, from_seq=low)
+            return files.filter(pc.fill_null(pc.less_equal(files["min_seq"], high), True))
+
+        latest = self.store.snapshot(with_states=False)  # the files are all it needs
+        if latest is None:
+            raise QueueError(f"no queue table at {self.store.uri}")
+        if version is not None and version != latest.version:  # committed to since
+            then = self.store.files_at(version)
+            if then is not None:
+                files = covering(then)
+                if self.store.all_exist(files["path"].to_pylist()):
+                    return files
+        return covering(latest)
 
     def read(self, partition: LeasedRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         for rows in read_leased(partition):

@@ -469,6 +469,22 @@ class QueueStore:
         states = self._read_states(listed) if with_states else {}
         return Snapshot(table, table.version(), files, states, listed)
 
+    def files_at(self, version: int) -> Snapshot | None:
+        """The files (no states) of an earlier ``version``, or None where its log is gone."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import DeltaError
+
+        try:  # a table of its own: this thread's open table stays at the latest version
+            table = DeltaTable(self.uri, version=version)
+        except (DeltaError, OSError):
+            return None
+        return Snapshot(table, version, _flatten_files(table), {})
+
+    def all_exist(self, relatives: list[str]) -> bool:
+        """Whether every one of these data files is still on storage (not vacuumed)."""
+        infos = self.fs.get_file_info([f"{self.base.rstrip('/')}/{r}" for r in relatives])
+        return all(info.type != pafs.FileType.NotFound for info in infos)
+
     def read_rows(
         self, relative: str, columns: list[str] | None = None, filters: Any = None
     ) -> pa.Table:

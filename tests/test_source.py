@@ -210,16 +210,27 @@ def test_manual_ack_mode_leaves_leases_to_the_api(spark, queue_path, tmp_path):
 
 
 def test_at_most_once_loses_a_failed_batch_once_its_files_are_gone(spark, queue_path, tmp_path):
+    import os
+
+    from spark_queue.store import QueueStore
+
     for pair in (["a", "b"], ["c", "d"], ["e", "f"]):  # one file each
         write_batch(messages(spark, pair), queue_path, queue="q")
     batches: list[list[str]] = []
     table = QueueTable(queue_path)
 
+    def files() -> set[str]:
+        snapshot = QueueStore(queue_path).snapshot(with_states=False)
+        return set(snapshot.message_files("q")["path"].to_pylist())
+
     def record(batch):
         batches.append([bytes(r.body).decode() for r in batch.collect()])
         if len(batches) == 2:  # batch 1 is about to fail: by now it was removed at lease,
             assert table.stats("q")["acked"] == 4
-            assert table.compact()["dropped"] == 2  # and compaction drops its files
+            before = files()
+            assert table.compact()["dropped"] == 2  # compaction drops its files,
+            for path in before - files():  # and a vacuum deletes them
+                os.remove(os.path.join(queue_path, path))
 
     fail_once_then_rerun(spark, queue_path, tmp_path / "chk", record, semantics="at-most-once")
     delivered_once = batches[0] + batches[2] + batches[3]  # batch 1 failed, then replayed
@@ -290,6 +301,39 @@ def test_a_file_leased_whole_is_streamed_in_bounded_tables(spark, queue_path):
     filtered = pa.concat_tables(read_leased(replace(task, whole=[False])))
     assert pa.concat_tables(streamed).equals(filtered)
     assert filtered["body"].to_pylist() == [b.encode() for b in bodies]
+
+
+def test_an_at_most_once_batch_reads_the_files_it_was_leased_from(spark, queue_path):
+    """At-most-once removes messages when it leases them, so a compaction (a producer's)
+    committed before Spark plans the batch's reads drops their rows from the files: the batch
+    reads the files of the version it was leased at. Once those are vacuumed, a replay reads
+    the latest version and finds nothing, as an at-most-once replay may."""
+    import os
+
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from spark_queue.maintenance import compact
+    from spark_queue.options import SourceOptions
+    from spark_queue.source import RingQueueStreamReader, read_leased
+    from spark_queue.store import QueueStore
+
+    for part in range(3):
+        write_batch(messages(spark, [f"m{part}-{i}" for i in range(5)]), queue_path, queue="q")
+    options = SourceOptions(path=queue_path, queue="q", semantics="at-most-once")
+    reader = RingQueueStreamReader(options)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, ReadAllAvailable())
+    store = QueueStore(queue_path)
+    leased_at = store.snapshot()
+    assert end["table_version"] == leased_at.version
+    assert compact(store, leased_at)["dropped"] == 3  # every message file's rows are removed
+    rows = [part for task in reader.partitions(start, end) for part in read_leased(task)]
+    bodies = sorted(b.decode() for part in rows for b in part["body"].to_pylist())
+    assert bodies == sorted(f"m{p}-{i}" for p in range(3) for i in range(5))
+    for path in leased_at.message_files("q")["path"].to_pylist():  # as a vacuum would
+        os.remove(os.path.join(queue_path, path))
+    assert RingQueueStreamReader(options).partitions(start, end) == []
+    assert_identity(queue_path)
 
 
 def test_a_lease_spark_never_logged_is_the_next_batch_not_lost(spark, queue_path):
