@@ -56,6 +56,7 @@ from pyspark.sql.streaming.datasource import (  # noqa: E402
 from spark_queue import QueueTable, local_session  # noqa: E402
 from spark_queue.schema import BROWSE_COLUMNS, BROWSE_SCHEMA, browse_arrow_schema  # noqa: E402
 from spark_queue.source import ARROW_BATCH_BYTES  # noqa: E402
+from spark_queue.store import QueueStore  # noqa: E402
 
 GIB = 1024**3
 
@@ -213,13 +214,12 @@ class ParquetRowsReader(ArrowRowsReader):
         ]
 
     def read(self, partition: InputPartition) -> Any:
-        import pyarrow.parquet as pq
-
         assert isinstance(partition, RowsShare)
-        file = pq.ParquetFile(partition.path, pre_buffer=True)
-        first = file.metadata.row_group(0)
-        row_bytes = max(1, first.total_byte_size // max(1, first.num_rows))
-        yield from file.iter_batches(batch_size=max(1, ARROW_BATCH_BYTES // row_bytes))
+        path = Path(partition.path)  # the queue's own streamed read of a file
+        for rows in QueueStore(str(path.parent)).stream_rows(
+            path.name, BROWSE_COLUMNS, ARROW_BATCH_BYTES
+        ):
+            yield from rows.to_batches()
 
 
 def write_rows_parquet(rows: Path, targets: list[Path]) -> None:
