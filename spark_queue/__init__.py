@@ -5,12 +5,14 @@ it with :func:`register` on a session, or build a local one with :func:`local_se
 :class:`QueueTable` is the Python API of a queue table.
 """
 
+from spark_queue.enqueue import PublishResult
 from spark_queue.errors import (
     ArgumentMismatchError,
-    ConcurrentEnqueueError,
+    CommitConflictError,
     InvalidInputError,
     InvalidOptionError,
     NotAQueueTableError,
+    PolicyError,
     QueueError,
     QueueNotFoundError,
     RejectedMessagesError,
@@ -21,10 +23,12 @@ from spark_queue.table import QueueTable
 
 __all__ = [
     "ArgumentMismatchError",
-    "ConcurrentEnqueueError",
+    "CommitConflictError",
     "InvalidInputError",
     "InvalidOptionError",
     "NotAQueueTableError",
+    "PolicyError",
+    "PublishResult",
     "QueueArguments",
     "QueueError",
     "QueueNotFoundError",

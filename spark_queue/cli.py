@@ -16,10 +16,11 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
+from datetime import datetime, timezone
 from typing import Any
 
 from spark_queue.core import COUNTERS
-from spark_queue.errors import QueueError
+from spark_queue.errors import InvalidInputError, QueueError
 from spark_queue.maintenance import DEFAULT_VACUUM_HOURS
 from spark_queue.options import (
     ARGUMENT_NAMES,
@@ -32,7 +33,7 @@ from spark_queue.policies import ENV_VAR, Policies, load_policies
 from spark_queue.table import QueueTable
 
 EXIT_REFUSED = 1
-DECLARING_COMMANDS = ("declare", "alter", "ack", "cancel", "release")
+DECLARING_COMMANDS = ("declare", "alter", "publish", "ack", "cancel", "release")
 
 
 def _count(text: str) -> int:
@@ -118,6 +119,20 @@ def build_parser() -> argparse.ArgumentParser:
         command = commands.add_parser(name, help=text)
         command.add_argument("queue")
         _arguments(command)
+    publish = commands.add_parser(
+        "publish",
+        help="enqueue messages given as JSON lines (stdin, or --file)",
+        description="Enqueue one message per input line, a JSON object: body (a string, "
+        "required), message_id, key, headers (an object of strings), priority (an integer), "
+        "deliver_at, expires_at (ISO 8601 times; without a zone, UTC). One commit for all.",
+    )
+    publish.add_argument("queue")
+    publish.add_argument("--file", help="read the JSON lines from this file, not stdin")
+    publish.add_argument("--producer", help="with --sequence: an idempotent publish")
+    publish.add_argument("--sequence", type=_count, help="grows with every publish of --producer")
+    publish.add_argument("--on-reject", choices=["drop", "fail"], default="drop")
+    publish.add_argument("--json", action="store_true", help="the result as one JSON object")
+    _arguments(publish)
     stats = commands.add_parser("stats", help="gauges and counters of a queue (all if none)")
     stats.add_argument("queue", nargs="?")
     stats.add_argument("--json", action="store_true", help="one JSON object per line")
@@ -193,6 +208,36 @@ def _check_policies(args: argparse.Namespace) -> str:
     return head + "\n" + _table(rows, ["argument", "value", "from"])
 
 
+def _json_lines(path: str | None) -> list[dict[str, Any]]:
+    """Messages as JSON objects, one per line (blank lines skipped); times parsed."""
+    source = open(path, encoding="utf-8") if path else sys.stdin  # noqa: SIM115
+    rows = []
+    with source:
+        for number, line in enumerate(source, start=1):
+            if not line.strip():
+                continue
+            where = f"{path or 'stdin'} line {number}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise InvalidInputError(f"{where} is not JSON: {error}") from None
+            if not isinstance(row, dict):
+                raise InvalidInputError(f"{where} is not a JSON object")
+            for name in ("deliver_at", "expires_at"):
+                if isinstance(row.get(name), str):
+                    row[name] = _utc_time(row[name], f"{where}: {name}")
+            rows.append(row)
+    return rows
+
+
+def _utc_time(text: str, what: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise InvalidInputError(f"{what} is {text!r}, not an ISO 8601 time") from None
+    return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
+
+
 def _shown(argument: str, value: Any) -> str:
     if value is not None:
         return str(value)
@@ -212,6 +257,24 @@ def run_command(args: argparse.Namespace) -> str:
     if command in ("declare", "alter"):
         arguments = getattr(table, command)(args.queue, **_given(args))
         return json.dumps({"queue": args.queue, **arguments.__dict__})
+    if command == "publish":
+        result = table.publish(
+            args.queue,
+            _json_lines(args.file),
+            producer=args.producer,
+            sequence=args.sequence,
+            on_reject=args.on_reject,
+            **_given(args),
+        )
+        if args.json:
+            return json.dumps(asdict(result))
+        if result.duplicate:
+            return f"duplicate: {args.producer!r} committed sequence {args.sequence} before"
+        first, last = (result.seqs[0], result.seqs[-1]) if result.seqs else ("-", "-")
+        return (
+            f"published {len(result.seqs)} (seqs {first}..{last}), rejected {result.rejected}, "
+            f"evicted {result.evicted}, dead-lettered {result.dead_lettered}"
+        )
     if command == "stats":
         names = [args.queue] if args.queue else table.queues()
         rows = [{"queue": n, **table.stats(n)} for n in names]

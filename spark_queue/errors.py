@@ -37,11 +37,12 @@ class RejectedMessagesError(QueueError):
     """``onReject=fail``: a reject policy refused messages, so the batch was not committed."""
 
 
-class ConcurrentEnqueueError(QueueError):
-    """Another writer committed messages to the same queue while this batch was in flight.
+class CommitConflictError(QueueError):
+    """Every attempt to commit lost the race to another writer of the queue table.
 
-    Sequence numbers are reserved when a batch is planned, so two producers on one queue
-    would interleave them. The batch is not committed; a restarted query replays it.
+    Writers commit optimistically: on a conflict the work is planned again on the new
+    version, after a jittered backoff, up to a bound; only when the bound is spent does the
+    operation fail, with nothing written.
     """
 
 

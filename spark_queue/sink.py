@@ -1,6 +1,6 @@
 """The sink: ``df.writeStream.format("ringqueue")`` and ``df.write.format("ringqueue")``.
 
-What runs where (see ``../shared/notes/pyspark-python-datasource.md`` §1.2):
+What runs where (the "Processes" table of ``docs/DESIGN.md``):
 
 - The writer is created on the driver side for every micro-batch and **pickled** into the
   tasks. Pickling reserves the batch's sequence numbers (:meth:`_QueueWriter.__getstate__`):
@@ -11,7 +11,9 @@ What runs where (see ``../shared/notes/pyspark-python-datasource.md`` §1.2):
   leaves only unreferenced files.
 - ``commit()`` runs on the driver, in a fresh writer instance, and publishes every staged
   file, the evictions, the dead letters and the new queue states in **one** Delta commit
-  carrying ``Transaction(app_id, batchId)``, so a replayed batch commits nothing twice.
+  carrying ``Transaction(app_id, batchId)``, so a replayed batch commits nothing twice
+  (:func:`spark_queue.enqueue.commit_enqueue`; a batch another producer of its queue
+  overtook is renumbered there).
 """
 
 from __future__ import annotations
@@ -22,7 +24,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -32,15 +33,14 @@ from pyspark.sql.datasource import (
     WriterCommitMessage,
 )
 
-from spark_queue.errors import (
-    ConcurrentEnqueueError,
-    InvalidInputError,
-    RejectedMessagesError,
-)
+from spark_queue import failpoints
+from spark_queue.enqueue import Reservation, commit_enqueue
+from spark_queue.errors import InvalidInputError
 from spark_queue.maintenance import compact_if_needed, needs_compaction
-from spark_queue.options import QUEUE_NAME, SinkOptions
+from spark_queue.messages import normalise
+from spark_queue.options import SinkOptions
 from spark_queue.policies import load_policies
-from spark_queue.schema import FILE_SCHEMA, HEADERS, UTC_MICROS
+from spark_queue.schema import FILE_SCHEMA
 from spark_queue.store import (
     MESSAGE,
     ROW_GROUP_BYTES,
@@ -52,7 +52,7 @@ from spark_queue.store import (
     filesystem,
     now_micros,
 )
-from spark_queue.transaction import QueueTransaction, StagedQueueFile, run
+from spark_queue.transaction import QueueTransaction, StagedQueueFile
 
 SEQ_STRIDE = 1 << 32  # seqs reserved per task partition in one batch
 log = logging.getLogger("spark_queue")
@@ -116,68 +116,15 @@ class _QueueWriter:
                     raise InvalidInputError(
                         f"a task received more than {SEQ_STRIDE} rows in one batch"
                     )
-                rows = self._normalise(batch, next_seq, enqueued_at)
+                rows = normalise(batch, next_seq, enqueued_at, self.options.queue)
                 next_seq += batch.num_rows
                 staging.add(rows)
             files = staging.close()
+            failpoints.reached("sink.staged")
         except BaseException:
             staging.discard()
             raise
         return StagedPartition(partition, self._base, query_id, files)
-
-    def _normalise(self, batch: pa.RecordBatch, first_seq: int, enqueued_at: int) -> pa.Table:
-        n = batch.num_rows
-        body = batch.column("body")
-        if body.null_count:
-            raise InvalidInputError(
-                "column 'body' is null in a row; every message needs a body (binary or string)"
-            )
-        if pa.types.is_string(body.type) or pa.types.is_large_string(body.type):
-            body = body.cast(pa.binary())
-        queue = batch.column("queue") if "queue" in self.columns else None
-        if queue is None or queue.null_count:
-            if self.options.queue is None:
-                raise InvalidInputError(
-                    "a row has no queue: give the DataFrame a non-null 'queue' column or set "
-                    "the option 'queue'"
-                )
-            default = pa.array([self.options.queue] * n, pa.string())
-            queue = default if queue is None else pc.coalesce(queue, default)
-        for name in pc.unique(queue).to_pylist():
-            if not QUEUE_NAME.match(name):
-                raise InvalidInputError(
-                    f"column 'queue' holds {name!r}, not a queue name (1 to 255 characters "
-                    "from A-Z a-z 0-9 _ . -)"
-                )
-        columns: dict[str, Any] = {
-            "queue": queue,
-            "seq": pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64)),
-            "body": body,
-            "size": pc.binary_length(body).cast(pa.int64()),
-            "enqueued_at": pa.array(np.full(n, enqueued_at, dtype=np.int64)).cast(UTC_MICROS),
-            "delivery_count": pa.array(np.zeros(n, dtype=np.int32)),
-        }
-        for name in ("message_id", "key"):
-            if name in self.columns:
-                columns[name] = batch.column(name)
-        if "headers" in self.columns:
-            columns["headers"] = batch.column("headers").cast(HEADERS)
-        priority = pa.array(np.zeros(n, dtype=np.int32))
-        if "priority" in self.columns:
-            try:
-                given = batch.column("priority").cast(pa.int32())
-            except pa.ArrowInvalid as error:
-                raise InvalidInputError(f"column 'priority' does not fit an int: {error}") from None
-            priority = pc.coalesce(given, priority)  # no priority means 0 (SEMANTICS §1)
-        columns["priority"] = priority
-        for name in ("deliver_at", "expires_at"):
-            if name in self.columns:
-                columns[name] = batch.column(name).cast(UTC_MICROS)
-        arrays = [
-            columns[f.name].cast(f.type) if f.name in columns else pa.nulls(n, f.type)
-            for f in FILE_SCHEMA
-        ]
-        return pa.Table.from_arrays(arrays, schema=FILE_SCHEMA)
 
     # -- the driver ---------------------------------------------------------------------------
 
@@ -188,51 +135,33 @@ class _QueueWriter:
             return
         query_id = next((m.query_id for m in staged if m.query_id), None)
         app_id = f"spark-queue-{query_id}" if (query_id and batch_id is not None) else None
-        base = staged[0].base
         store = QueueStore(self.options.path)
-        outcome: dict[str, Any] = {}
-
-        def work(transaction: QueueTransaction) -> None:
-            outcome["snapshot"] = transaction.snapshot
-            table = transaction.snapshot.table
-            committed = table.transaction_version(app_id) if app_id is not None else None
-            if committed is not None and batch_id is not None and committed >= batch_id:
-                outcome["replayed"] = True
-                return
-            for name in {f.queue for f in files}:
-                state = transaction.states.get(name)
-                if state is not None and state.next_seq > base:
-                    raise ConcurrentEnqueueError(
-                        f"queue {name!r} received messages from another writer while this "
-                        "batch was in flight; run one producing query per queue"
-                    )
-            rejected = transaction.enqueue(files, self.options.arguments)
-            outcome["rejected"] = rejected
-            if rejected and self.options.on_reject == "fail":
-                raise RejectedMessagesError(
-                    "onReject=fail: the queue's reject policy refused "
-                    + ", ".join(f"{n} message(s) of queue {q!r}" for q, n in rejected.items())
-                    + "; nothing of this batch was committed"
-                )
-            transaction.commit(
+        batch = Reservation(staged[0].base, files)
+        try:
+            outcome = commit_enqueue(
+                store,
+                batch,
+                arguments=self.options.arguments,
+                policies=self.policies,
+                on_reject=self.options.on_reject,
+                operation="ENQUEUE" if batch_id is None else f"ENQUEUE batch {batch_id}",
                 app_id=app_id,
                 app_version=batch_id,
-                operation="ENQUEUE" if batch_id is None else f"ENQUEUE batch {batch_id}",
             )
-
-        try:
-            run(store, work, policies=self.policies)
         except BaseException:
             self._abort(messages)
+            batch.discard(store)
             raise
-        if outcome.get("replayed"):
+        if outcome.replayed:
             # Already committed before a restart: this replay's files are not needed.
             self._abort(messages)
+            batch.discard(store)
             log.info("batch %s was already committed to %s; replay skipped", batch_id, store.uri)
             return
-        if outcome.get("rejected"):
-            log.warning("batch %s: rejected %s", batch_id, outcome["rejected"])
-        if needs_compaction(outcome["snapshot"]):
+        failpoints.reached("sink.committed")
+        if outcome.rejected:
+            log.warning("batch %s: rejected %s", batch_id, outcome.rejected)
+        if needs_compaction(outcome.snapshot):
             compact_if_needed(store)
 
     def _abort(self, messages: list[StagedPartition | None]) -> None:

@@ -16,8 +16,11 @@ How leases and acknowledgements map onto Spark's micro-batch protocol (SEMANTICS
   next batch, so they are neither stuck nor acknowledged unread by a later batch's ack.
 - ``semantics=at-most-once`` removes messages when leasing them (counted ``acked``);
   ``ackMode=manual`` leaves acknowledgement to ``QueueTable.ack`` (e.g. in ``foreachBatch``).
-- A fresh checkpoint starts a new consumer session: what the consumer name still held is
-  returned to the queue first, as when an Artemis consumer closes.
+- A new query (a fresh checkpoint, or one whose offset log is empty) starts a new consumer
+  session: its first ``latestOffset`` returns what the consumer name still held, as when an
+  Artemis consumer closes, in the commit that leases its first batch. ``initialOffset``
+  commits nothing, because Spark also calls it to replay batch 0 from its offset log, and
+  that batch's leases must stay where they are.
 
 What runs where: every method but ``read`` runs in the driver-side source worker, which keeps
 this instance for the whole query run; ``read`` runs in executor tasks from a pickled copy
@@ -36,6 +39,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 
+from spark_queue import failpoints
 from spark_queue.core import (
     Leases,
     ascending,
@@ -147,6 +151,12 @@ def clip_ranges(ranges: list[list[int]], low: int | None, high: int | None) -> l
     return clipped
 
 
+def is_initial(offset: dict) -> bool:
+    """Whether ``offset`` is an ``initialOffset``: Spark starts a new query from it, and
+    never logs it (an offset Spark logs names the seqs of a batch)."""
+    return "ranges" not in offset
+
+
 @dataclass
 class LeasedRange(InputPartition):
     """The messages of one lease that one task reads: files, seq ranges, delivery counts."""
@@ -246,34 +256,23 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return offset
 
     def initialOffset(self) -> dict:
-        """A new consumer session: return what this consumer name still holds.
+        """Where a new query starts: a session above every lease id this consumer name has
+        taken. It commits nothing: Spark also calls it when it replays batch 0 from its
+        offset log, and that replay must read the batch it logged, with nothing returned
+        to the queue meanwhile. The first ``latestOffset`` of a new query, which starts from
+        this offset, returns what the name still held (:func:`is_initial`).
 
-        Spark calls this more than once at the start of a fresh checkpoint, after the first
-        batch was planned too, so the answer is worked out once and kept.
+        Spark calls it more than once at the start of a fresh checkpoint, so the answer is
+        worked out once and kept.
         """
         if self._initial is None:
-            self._initial = self._start_session()
+            snapshot = self.store.snapshot()
+            if snapshot is None:
+                raise QueueError(f"no queue table at {self.store.uri}")
+            state = self._require(snapshot.states)
+            first = state.consumers.get(self.options.consumer, {}).get("last_lease", 0)
+            self._initial = self._offset(first, first)
         return self._initial
-
-    def _start_session(self) -> dict:
-        consumer, queue = self.options.consumer, self.options.queue
-
-        def work(transaction: QueueTransaction) -> int:
-            state = self._require(transaction)
-            if state.leases.held(consumer=consumer).any():
-                plan = plan_return(
-                    state,
-                    transaction.store.head_reader(transaction.snapshot),
-                    transaction.now,
-                    consumer=consumer,
-                )
-                transaction.apply_plan(queue, plan)
-                transaction.commit(operation=f"RELEASE {queue} {consumer}")
-                state = plan.state
-            return state.consumers.get(consumer, {}).get("last_lease", 0)
-
-        first = run(self.store, work, create=False)
-        return self._offset(first, first)
 
     def getDefaultReadLimit(self) -> Any:
         if self.options.max_messages is not None:
@@ -304,29 +303,52 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         return max_messages, max_bytes
 
     def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
-        """Acknowledge what Spark committed (up to ``start``) and lease the next batch."""
+        """Acknowledge what Spark committed (up to ``start``) and lease the next batch; the
+        first call of a new query returns what the consumer name held first."""
         assert start is not None, "Spark 4.2 passes the start offset"
+        failpoints.reached("source.latest-offset")
         lease_id, leased, version = self._advance(
-            start["session"], start["lease"], *self._bounds(limit)
+            start["session"], start["lease"], is_initial(start), *self._bounds(limit)
         )
         if not len(leased):
             return start
-        return self._offset(lease_id, start["session"], leased, version)
+        offset = self._offset(lease_id, start["session"], leased, version)
+        failpoints.reached("source.lease-committed")
+        return offset
 
     def _advance(
-        self, session: int, through: int, max_messages: int | None, max_bytes: int | None
+        self,
+        session: int,
+        through: int,
+        new_query: bool,
+        max_messages: int | None,
+        max_bytes: int | None,
     ) -> tuple[int, Leases, int]:
-        """One commit: acknowledge this session's leases up to lease id ``through`` (what
-        Spark committed), then find the next batch: leases held beyond ``through`` (leased
-        for an offset Spark never logged), else new leases from the head. Returns the
-        batch's last lease id, its leases (none: nothing to deliver) and the table version
-        that holds them."""
+        """One commit: return what this consumer name held before the session (a new
+        query's first call only), acknowledge this session's leases up to lease id
+        ``through`` (what Spark committed), then find the next batch: leases held beyond
+        ``through`` (leased for an offset Spark never logged), else new leases from the
+        head. Returns the batch's last lease id, its leases (none: nothing to deliver) and
+        the table version that holds them."""
         options = self.options
 
         def work(transaction: QueueTransaction) -> tuple[int, Leases, int]:
-            state = self._require(transaction)
+            state = self._require(transaction.states)
             reader = transaction.store.head_reader(transaction.snapshot)
             changed = False
+            if new_query:
+                leases = state.leases
+                before = leases.held(consumer=options.consumer) & (leases.lease_id <= session)
+                if before.any():
+                    plan = plan_return(
+                        state,
+                        reader,
+                        transaction.now,
+                        seqs=leases.seq[before],
+                        consumer=options.consumer,
+                    )
+                    transaction.apply_plan(options.queue, plan)
+                    state, changed = transaction.states[options.queue], True
             if options.ack_mode == "commit":
                 leases = state.leases
                 done = (
@@ -374,6 +396,7 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 leased = Leases.concat([unlogged, plan.leased])
             version = transaction.snapshot.version
             if changed:
+                failpoints.reached("source.lease-planned")
                 transaction.commit(operation=f"CONSUME {options.queue} {options.consumer}")
                 version += 1  # a commit without retries lands on the next version or fails
             return (int(leased.lease_id.max()) if len(leased) else through), leased, version
@@ -386,8 +409,11 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     # -- reading a batch -----------------------------------------------------------------------
 
     def partitions(self, start: dict, end: dict) -> list[LeasedRange]:
-        if end.get("lease") == start.get("lease") or not end.get("ranges"):
+        # ``end`` alone says what the batch is: on a replay of batch 0, ``start`` is a new
+        # ``initialOffset``, which may already count the batch's own lease.
+        if end == start or not end.get("ranges"):
             return []
+        failpoints.reached("source.partitions")
         ranges = end["ranges"]
         files = self._files_of(ranges, end.get("table_version"))
         queue = self.options.queue
@@ -459,11 +485,11 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     # -- helpers -------------------------------------------------------------------------------
 
-    def _require(self, transaction: QueueTransaction) -> Any:
-        state = transaction.states.get(self.options.queue)
+    def _require(self, states: dict[str, Any]) -> Any:
+        state = states.get(self.options.queue)
         if state is None:
             raise QueueNotFoundError(
                 f"queue {self.options.queue!r} does not exist in {self.store.uri}; queues: "
-                f"{sorted(transaction.states)}"
+                f"{sorted(states)}"
             )
         return state

@@ -29,10 +29,27 @@ from spark_queue.core import (
     plan_lease,
     plan_return,
 )
-from spark_queue.errors import InvalidOptionError, PolicyError, QueueError, QueueNotFoundError
-from spark_queue.maintenance import DEFAULT_VACUUM_HOURS, Progress, checkpoint, compact, no_progress
+from spark_queue.enqueue import PRODUCER_APP_PREFIX, PendingBatch, PublishResult, commit_enqueue
+from spark_queue.errors import (
+    InvalidInputError,
+    InvalidOptionError,
+    PolicyError,
+    QueueError,
+    QueueNotFoundError,
+)
+from spark_queue.maintenance import (
+    DEFAULT_VACUUM_HOURS,
+    Progress,
+    checkpoint,
+    compact,
+    compact_if_needed,
+    needs_compaction,
+    no_progress,
+)
 from spark_queue.maintenance import vacuum as vacuum_files
+from spark_queue.messages import as_input_table, normalise
 from spark_queue.options import (
+    ON_REJECT_ACTIONS,
     QueueArguments,
     check_queue_name,
     parse_duration_ms,
@@ -61,6 +78,115 @@ class QueueTable:
         self.store = QueueStore(path)
         self.path = self.store.uri
         self.policies = load_policies(policies)
+
+    # -- producing -----------------------------------------------------------------------------
+
+    def publish(
+        self,
+        queue: str,
+        rows: Any,
+        *,
+        producer: str | None = None,
+        sequence: int | None = None,
+        on_reject: str = "drop",
+        **arguments: Any,
+    ) -> PublishResult:
+        """Enqueue ``rows`` to ``queue`` in one Delta commit, without Spark.
+
+        Messages are stored and limited exactly as the sink stores them; concurrent
+        producers (this one's other threads, other processes, Spark queries) are fine: a
+        publish that loses a commit race is planned again and, if another producer of the
+        queue committed first, renumbered after it.
+
+        Args:
+            queue: the queue; declared on first use with ``arguments``.
+            rows: a pyarrow Table or RecordBatch, a pandas DataFrame, or a list of dicts
+                (one per message), of ``bytes`` or of ``str`` (bodies). Columns: ``body``
+                (binary or string, required), ``message_id``, ``key``, ``headers``
+                (map of strings), ``priority`` (int), ``deliver_at``, ``expires_at``
+                (timestamps; naive ones are UTC).
+            producer: with ``sequence``, an idempotent publish: the pair is recorded with
+                the commit (a Delta application transaction ``spark-queue-producer-<id>``),
+                so a publish retried after a timeout or crash enqueues nothing twice.
+            sequence: a whole number that grows with every publish of ``producer``: the
+                last committed one again is a duplicate (nothing enqueued), a lower one an
+                error.
+            on_reject: ``drop`` counts messages a reject policy refuses; ``fail`` raises
+                and commits nothing.
+            **arguments: queue arguments, as for :meth:`declare`; checked against an
+                existing queue's.
+
+        Returns:
+            A :class:`PublishResult`: the seqs stored, and what the commit rejected,
+            evicted and dead-lettered.
+
+        Raises:
+            InvalidInputError: ``rows`` of another kind, without ``body``, with an unknown
+                column or one of the wrong type, or a ``sequence`` below the last committed.
+            InvalidOptionError: an invalid queue name, argument, ``producer``,
+                ``sequence`` or ``on_reject``.
+            ArgumentMismatchError: ``arguments`` differ from the existing queue's.
+            RejectedMessagesError: ``on_reject='fail'`` and a reject policy refused messages.
+            CommitConflictError: every commit attempt lost to another writer.
+        """
+        check_queue_name("queue", queue)
+        if (producer is None) != (sequence is None):
+            raise InvalidOptionError("producer and sequence go together: give both or neither")
+        if producer is not None and (not isinstance(producer, str) or not producer):
+            raise InvalidOptionError(f"producer must be a non-empty string; got {producer!r}")
+        if sequence is not None and (
+            isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < 0
+        ):
+            raise InvalidOptionError(f"sequence must be a whole number >= 0; got {sequence!r}")
+        if on_reject not in ON_REJECT_ACTIONS:
+            raise InvalidOptionError(
+                f"on_reject must be one of {', '.join(ON_REJECT_ACTIONS)}; got {on_reject!r}"
+            )
+        given = validate_arguments(arguments)
+        table = as_input_table(rows)
+        if not table.num_rows:
+            return PublishResult(queue, [], 0, 0, 0, duplicate=False, version=None, attempts=0)
+        store = self.store
+        batch = PendingBatch(queue, normalise(table, 0, now_micros(), queue))
+        try:
+            outcome = commit_enqueue(
+                store,
+                batch,
+                arguments=given,
+                policies=self.policies,
+                on_reject=on_reject,
+                operation=f"PUBLISH {queue}",
+                app_id=None if producer is None else f"{PRODUCER_APP_PREFIX}{producer}",
+                app_version=sequence,
+            )
+        except BaseException:
+            batch.discard(store)
+            raise
+        if outcome.replayed:
+            batch.discard(store)
+            assert sequence is not None and outcome.committed is not None
+            if sequence < outcome.committed:
+                raise InvalidInputError(
+                    f"sequence {sequence} is lower than {outcome.committed}, the last one "
+                    f"committed by producer {producer!r}; nothing was committed"
+                )
+            return PublishResult(
+                queue, [], 0, 0, 0, duplicate=True, version=None, attempts=outcome.attempt
+            )
+        if needs_compaction(outcome.snapshot):
+            compact_if_needed(store)
+        changes = outcome.changes.get(queue, {})
+        accepted = outcome.accepted.get(queue)
+        return PublishResult(
+            queue,
+            [] if accepted is None else accepted.to_pylist(),
+            outcome.rejected.get(queue, 0),
+            changes.get("replaced", 0) + changes.get("dropped", 0),
+            changes.get("dead_lettered", 0),
+            duplicate=False,
+            version=outcome.snapshot.version + 1,
+            attempts=outcome.attempt,
+        )
 
     # -- declaring and changing queues -----------------------------------------------------
 

@@ -9,6 +9,8 @@ the whole transaction is planned again from the new snapshot: see :func:`run`.
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -28,7 +30,7 @@ from spark_queue.core import (
     plan_enqueue,
     plan_settle,
 )
-from spark_queue.errors import ArgumentMismatchError, QueueError
+from spark_queue.errors import ArgumentMismatchError, CommitConflictError, QueueError
 from spark_queue.options import QueueArguments, option_name
 from spark_queue.policies import Policies, Resolution, resolve_without_policies
 from spark_queue.schema import UTC_MICROS
@@ -50,6 +52,8 @@ from spark_queue.store import (
 )
 
 COMMIT_ATTEMPTS = 20
+BACKOFF_BASE = 0.02  # seconds before the second attempt, at most
+BACKOFF_CAP = 1.0  # seconds between two attempts, at most
 INCOMING_COLUMNS = ["seq", "size", "priority", "deliver_at", "enqueued_at", "expires_at"]
 T = TypeVar("T")
 
@@ -74,8 +78,10 @@ class QueueTransaction:
     obsolete: list[str] = field(default_factory=list)  # staged files replaced by rewrites
     touched: set[str] = field(default_factory=set)
     summary: dict[str, dict[str, int]] = field(default_factory=dict)
+    accepted: dict[str, pa.ChunkedArray] = field(default_factory=dict)  # arrivals' seqs stored
     # Policies this process applies when it declares (None: arguments stand as given/stored).
     policies: Policies | None = None
+    attempt: int = 1  # of :func:`run`: above 1, another writer won the earlier ones
 
     def __post_init__(self) -> None:
         self.states = {name: state.copy() for name, state in self.snapshot.states.items()}
@@ -206,6 +212,7 @@ class QueueTransaction:
             letters_out = self._dead_letters(name, plan, own, staged.get(name, []))
             n_own = own.num_rows if own is not None else 0
             if own is not None:
+                self.accepted[name] = own["seq"].filter(pa.array(plan.accepted[:n_own]))
                 rejected = own.filter(pa.array(~plan.accepted[:n_own]))
                 if rejected.num_rows:
                     rejected_counts[name] = rejected.num_rows
@@ -384,6 +391,7 @@ class QueueTransaction:
             app_version=app_version,
             operation={
                 "operation": operation,
+                "attempt": self.attempt,
                 "queues": sorted(self.touched),
                 "removed": self.summary,
             },
@@ -426,29 +434,40 @@ def run(
     create: bool = True,
     attempts: int = COMMIT_ATTEMPTS,
     policies: Policies | None = None,
+    what: str = "the queue table",
 ) -> T:
     """Plan ``work`` on a fresh snapshot and commit; plan again if another writer won.
 
     ``work`` performs the operations and calls :meth:`QueueTransaction.commit`; what it
     returns is returned. Errors that are not commit conflicts propagate, with this
     transaction's own files deleted. ``policies`` are applied by every declare it makes.
+
+    Between attempts it waits a random time below an exponentially growing bound ("full
+    jitter"), so writers that collided do not collide again in lockstep.
+
+    Raises:
+        CommitConflictError: every one of ``attempts`` commits lost to another writer
+            (the message names ``what``, e.g. the queue, and the number of attempts).
     """
     from deltalake.exceptions import CommitFailedError
 
-    last: Exception | None = None
-    for _ in range(attempts):
+    for attempt in range(attempts):
+        if attempt:
+            time.sleep(random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (attempt - 1))))
         table = store.create() if create else store.open()
         if table is None:
             raise QueueError(f"no queue table at {store.uri}")
         snapshot = store.snapshot(table)
         assert snapshot is not None
-        transaction = QueueTransaction(store, snapshot, policies=policies)
+        transaction = QueueTransaction(store, snapshot, policies=policies, attempt=attempt + 1)
         try:
             return work(transaction)
-        except CommitFailedError as error:
+        except CommitFailedError:
             transaction.discard()
-            last = error
         except BaseException:
             transaction.discard()
             raise
-    raise QueueError(f"could not commit to {store.uri} after {attempts} attempts: {last}")
+    raise CommitConflictError(
+        f"could not commit to {what} in {store.uri}: another writer committed first in each "
+        f"of {attempts} attempts"
+    )

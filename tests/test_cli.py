@@ -154,3 +154,40 @@ def test_every_command_refuses_bad_arguments(queue_path, tmp_path):
     # Nothing was written by any of them.
     assert sorted(p.name for p in Path(queue_path).rglob("*") if p.is_file()) == files
     assert table.queues() == ["orders"]
+
+
+def test_publish_from_json_lines_idempotently(tmp_path):
+    path = str(tmp_path / "queues")
+    lines = tmp_path / "messages.jsonl"
+    lines.write_text(
+        '{"body": "a", "priority": 2, "headers": {"h": "v"}}\n'
+        "\n"
+        '{"body": "b", "deliver_at": "2020-01-01T00:00:00Z", "message_id": "m2"}\n'
+    )
+    flags = ["publish", "orders", "--file", str(lines), "--producer", "svc", "--sequence", "1"]
+    first = cli(path, *flags, "--ring-size", "10")
+    assert first.returncode == 0, first.stderr
+    assert first.stdout.strip() == (
+        "published 2 (seqs 0..1), rejected 0, evicted 0, dead-lettered 0"
+    )
+    again = cli(path, *flags, "--json")
+    assert json.loads(again.stdout)["duplicate"] is True
+    table = QueueTable(path)
+    assert table.stats("orders")["added"] == 2
+    assert table.arguments("orders").max_length == 10
+    piped = subprocess.run(
+        [sys.executable, "-m", "spark_queue.cli", "--path", path, "publish", "orders"],
+        input='{"body": "c"}\n',
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert piped.returncode == 0 and "published 1 (seqs 2..2)" in piped.stdout
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"body": "x"}\nnot json\n')
+    assert refused(cli(path, "publish", "orders", "--file", str(bad)), "line 2 is not JSON")
+    bad.write_text('{"body": "x", "deliver_at": "soon"}\n')
+    assert refused(cli(path, "publish", "orders", "--file", str(bad)), "deliver_at")
+    bad.write_text('{"text": "x"}\n')
+    assert refused(cli(path, "publish", "orders", "--file", str(bad)), "'text'")
+    assert table.stats("orders")["added"] == 3  # nothing of the refused ones

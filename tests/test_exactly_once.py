@@ -1,175 +1,150 @@
-"""Exactly-once enqueue: a replayed micro-batch commits nothing twice."""
+"""Exactly once across a crash, window by window, batch 0 included.
+
+Each case runs a real driver process (Spark, Delta, the connector) that SIGKILLs itself at a
+named failpoint (``spark_queue.failpoints``): deterministic, not a timer racing the query.
+The checkpoint is checked to be in the window the case names, then the query is restarted
+from it and must end with every message exactly once. The window "after the sink commit,
+before Spark's commit log" has no failpoint of ours inside it (Spark writes the commit log
+right after the sink returns): the driver dies at the start of the next batch and the
+batch's commit log entry is removed, which leaves the checkpoint as that crash does.
+"""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from spark_queue import QueueTable
-from tests.helpers import assert_identity, bodies
+from tests.crash import (
+    CONSUMER,
+    PRODUCER,
+    crashed,
+    forget_commit,
+    logged,
+    make_input,
+    staged_only,
+    start,
+)
+from tests.helpers import assert_identity, bodies, messages, write_batch
 
 pytestmark = pytest.mark.spark
-ROOT = Path(__file__).resolve().parent.parent
-DRIVER = ROOT / "tests" / "drivers" / "produce_stream.py"
-FILES, PER_FILE = 6, 50
+FILES, PER_FILE = 4, 50  # producer: one file a batch
+MESSAGES, PER_BATCH = 60, 20  # consumer
 
 
-def make_input(spark, folder: Path) -> list[str]:
-    everything = []
-    for f in range(FILES):
-        rows = [f"file{f}-msg{i}" for i in range(PER_FILE)]
-        everything += rows
-        spark.createDataFrame([(r,) for r in rows], "body string").coalesce(1).write.parquet(
-            str(folder / f"part{f}")
-        )
-    # One flat folder of files, in name order, for the file source.
-    flat = folder / "flat"
-    flat.mkdir()
-    for f in range(FILES):
-        (produced,) = list((folder / f"part{f}").glob("*.parquet"))
-        produced.rename(flat / f"{f:03d}.parquet")
-    return everything
+# -- the producer: file source -> ringqueue ---------------------------------------------------
+
+# (failpoint, (offset log, commit log) after the crash, messages committed after the crash)
+PRODUCER_WINDOWS = {
+    "batch0-files-staged": ("sink.staged:1", (0, None), 0),
+    "batch0-committed-no-commit-log": ("sink.committed:1", (0, None), PER_FILE),
+    "batch1-files-staged": ("sink.staged:2", (1, 0), PER_FILE),
+    "batch1-committed-no-commit-log": ("sink.committed:2", (1, 0), 2 * PER_FILE),
+}
 
 
-def committed_paths(queue_path: Path) -> set[str]:
-    found = set()
-    for log in (queue_path / "_delta_log").glob("*.json"):
+@pytest.mark.parametrize("window", PRODUCER_WINDOWS)
+def test_a_producer_killed_in_each_window_enqueues_each_message_once(spark, tmp_path, window):
+    failpoint, in_logs, committed = PRODUCER_WINDOWS[window]
+    expected = make_input(spark, tmp_path, FILES, PER_FILE)
+    queue_path, checkpoint = tmp_path / "queues", tmp_path / "checkpoint"
+    args = (queue_path, tmp_path / "flat", checkpoint)
+    assert crashed(start(PRODUCER, *args, crash_at=failpoint))
+    assert logged(checkpoint) == in_logs
+    table = QueueTable(str(queue_path))
+    exists = table.store.open() is not None and "orders" in table.queues()
+    assert (table.stats("orders")["added"] if exists else 0) == committed
+
+    assert start(PRODUCER, *args).wait(timeout=300) == 0
+    after = bodies(spark, str(queue_path), "orders")
+    assert sorted(after) == sorted(expected)  # each message exactly once
+    assert after == expected  # in arrival order
+    assert table.stats("orders")["added"] == len(expected)
+    assert_identity(str(queue_path))
+    assert enqueue_commits(queue_path) == [f"ENQUEUE batch {b}" for b in range(FILES)]
+    if window.endswith("no-commit-log"):
+        assert staged_only(queue_path) == set()  # the replay removed its own files
+
+
+def enqueue_commits(queue_path: Path) -> list[str]:
+    """The enqueue operations in the queue table's log, in commit order."""
+    found = []
+    for log in sorted((queue_path / "_delta_log").glob("*.json")):
         for line in log.read_text().splitlines():
-            action = json.loads(line)
-            if "add" in action:
-                found.add(action["add"]["path"])
+            info = json.loads(line).get("commitInfo", {})
+            operation = json.loads(info.get("spark_queue", "{}")).get("operation", "")
+            if operation.startswith("ENQUEUE"):
+                found.append(operation)
     return found
 
 
-def staged_only(queue_path: Path) -> set[str]:
-    """Message files on disk that no commit references yet."""
-    on_disk = {
-        f"record=message/{p.name}" for p in (queue_path / "record=message").glob("*.parquet")
-    }
-    return on_disk - committed_paths(queue_path)
+# -- the consumer: ringqueue -> Delta ----------------------------------------------------------
+
+# (failpoint, batch whose commit log entry to remove, (offset log, commit log) after it all,
+# messages leased after the crash)
+CONSUMER_WINDOWS = {
+    "batch0-lease-planned": ("source.lease-planned:1", None, (None, None), 0),
+    "batch0-leased-offset-not-logged": ("source.lease-committed:1", None, (None, None), 20),
+    "batch0-offset-logged-not-written": ("source.partitions:1", None, (0, None), 20),
+    "batch0-written-no-commit-log": ("source.latest-offset:2", 0, (0, None), 20),
+    "batch0-commit-logged-not-acked": ("source.latest-offset:2", None, (0, 0), 20),
+    "batch1-leased-offset-not-logged": ("source.lease-committed:2", None, (0, 0), 20),
+    "batch1-offset-logged-not-written": ("source.partitions:2", None, (1, 0), 20),
+    "batch1-written-no-commit-log": ("source.latest-offset:3", 1, (1, 0), 20),
+}
 
 
-def start(script: Path, *args: Path) -> subprocess.Popen:
-    """Run a driver script as its own process group (so a SIGKILL takes the JVM and workers
-    with it), logging beside its first argument."""
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT)}
-    log = open(args[0].parent / f"{script.stem}-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
-    return subprocess.Popen(
-        [sys.executable, str(script), *map(str, args)],
-        env=env,
-        start_new_session=True,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
+def fill_queue(spark, queue_path: Path) -> list[str]:
+    expected = [f"msg-{i:03d}" for i in range(MESSAGES)]
+    write_batch(messages(spark, expected), str(queue_path), queue="orders")
+    return expected
 
 
-def run_driver(queue_path: Path, source: Path, checkpoint: Path) -> subprocess.Popen:
-    return start(DRIVER, queue_path, source, checkpoint)
+def output_of(spark, output: Path) -> list[str]:
+    return [bytes(r.body).decode() for r in spark.read.format("delta").load(str(output)).collect()]
 
 
-def kill_between_write_and_commit(queue_path: Path, driver: subprocess.Popen) -> bool:
-    """SIGKILL the driver once a batch's files are staged but not committed."""
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and driver.poll() is None:
-        log = queue_path / "_delta_log"
-        if (
-            log.exists()
-            and len(list(log.glob("*.json"))) >= 3
-            and (queue_path / "record=message").exists()
-            and staged_only(queue_path)
-        ):
-            os.killpg(driver.pid, signal.SIGKILL)
-            driver.wait()
-            return True
-        time.sleep(0.005)
-    driver.wait()
-    return False
+@pytest.mark.parametrize("window", CONSUMER_WINDOWS)
+def test_a_consumer_killed_in_each_window_delivers_each_message_once(spark, tmp_path, window):
+    failpoint, forget, in_logs, leased = CONSUMER_WINDOWS[window]
+    queue_path, output, checkpoint = tmp_path / "queues", tmp_path / "out", tmp_path / "chk"
+    expected = fill_queue(spark, queue_path)
+    args = (queue_path, output, checkpoint, PER_BATCH)
+    assert crashed(start(CONSUMER, *args, crash_at=failpoint))
+    if forget is not None:
+        forget_commit(checkpoint, forget)
+    assert logged(checkpoint) == in_logs
+    table = QueueTable(str(queue_path))
+    assert table.stats("orders")["leased"] == leased
 
-
-def test_sigkill_between_data_write_and_commit_then_restart(spark, tmp_path):
-    for attempt in range(3):
-        base = tmp_path / f"attempt{attempt}"
-        base.mkdir()
-        expected = make_input(spark, base)
-        queue_path, checkpoint = base / "queues", base / "checkpoint"
-        driver = run_driver(queue_path, base / "flat", checkpoint)
-        killed = kill_between_write_and_commit(queue_path, driver)
-        # The kill landed in the window if staged files were left behind uncommitted.
-        if killed and staged_only(queue_path):
-            break
-    else:
-        pytest.fail("could not kill the driver between a data write and its commit")
-    before = sorted(bodies(spark, str(queue_path), "orders"))
-    assert len(before) < len(expected)  # the run was cut short
-    restarted = run_driver(queue_path, base / "flat", checkpoint)
-    assert restarted.wait(timeout=300) == 0
-    after = bodies(spark, str(queue_path), "orders")
-    assert sorted(after) == sorted(expected)  # each message exactly once
-    assert QueueTable(str(queue_path)).stats("orders")["added"] == len(expected)
+    assert start(CONSUMER, *args).wait(timeout=300) == 0
+    delivered = Counter(output_of(spark, output))
+    assert [body for body, count in delivered.items() if count > 1] == []  # no duplicates
+    assert sorted(delivered) == expected  # nothing lost
+    stats = table.stats("orders")
+    assert (stats["acked"], stats["leased"], stats["ready"]) == (MESSAGES, 0, 0)
     assert_identity(str(queue_path))
 
 
-def test_replayed_batch_after_its_commit_is_a_no_op(spark, tmp_path):
-    expected = make_input(spark, tmp_path)
-    queue_path, checkpoint = tmp_path / "queues", tmp_path / "checkpoint"
-    driver = run_driver(queue_path, tmp_path / "flat", checkpoint)
-    assert driver.wait(timeout=300) == 0
-    table = QueueTable(str(queue_path))
-    version = table.store.open().version()
-    # As if the driver died after the Delta commit but before Spark's commit log entry.
-    last = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
-    (checkpoint / "commits" / str(last)).unlink()
-    (checkpoint / "commits" / f".{last}.crc").unlink(missing_ok=True)  # Hadoop's checksum
-    replay = run_driver(queue_path, tmp_path / "flat", checkpoint)
-    assert replay.wait(timeout=300) == 0
-    assert (checkpoint / "commits" / str(last)).exists()  # Spark did replay the batch
-    assert table.store.open().version() == version  # and the replay committed nothing
-    assert sorted(bodies(spark, str(queue_path), "orders")) == sorted(expected)
-    assert staged_only(queue_path) == set()  # the replay's own files were removed
+def test_a_fresh_checkpoint_returns_what_the_consumer_name_held(spark, tmp_path):
+    """A new query under a known consumer name (its checkpoint lost) gets back the batch the
+    old query held and never wrote: delivered once more, with its delivery count raised."""
+    queue_path, out = tmp_path / "queues", tmp_path / "out"
+    expected = fill_queue(spark, queue_path)
+    first = (queue_path, out, tmp_path / "chk", PER_BATCH)
+    assert crashed(start(CONSUMER, *first, crash_at="source.partitions:2"))  # batch 1
+    held = QueueTable(str(queue_path)).stats("orders")
+    assert (held["leased"], held["acked"]) == (PER_BATCH, PER_BATCH)
 
-
-CONSUMER = ROOT / "tests" / "drivers" / "consume_stream.py"
-
-
-def run_consumer(queue_path: Path, output: Path, checkpoint: Path) -> subprocess.Popen:
-    return start(CONSUMER, queue_path, output, checkpoint)
-
-
-def test_consumer_killed_mid_stream_then_restarted_delivers_each_once(spark, tmp_path):
-    expected = [f"msg-{i}" for i in range(200)]
-    queue_path, output, checkpoint = tmp_path / "queues", tmp_path / "out", tmp_path / "chk"
-    spark.createDataFrame([(b,) for b in expected], "body string").coalesce(1).write.format(
-        "ringqueue"
-    ).option("queue", "orders").mode("append").save(str(queue_path))
-    table = QueueTable(str(queue_path))
-    consumer = run_consumer(queue_path, output, checkpoint)
-    deadline = time.monotonic() + 240
-    while time.monotonic() < deadline and consumer.poll() is None:
-        # Mid-stream: some batches are in the output, and a batch is leased, not committed.
-        if (
-            (output / "_delta_log").exists()
-            and len(list((output / "_delta_log").glob("*.json"))) >= 3
-            and table.stats("orders")["leased"] > 0
-        ):
-            os.killpg(consumer.pid, signal.SIGKILL)
-            break
-        time.sleep(0.05)
-    consumer.wait()
-    assert consumer.returncode == -signal.SIGKILL, "the consumer finished before the kill"
-    partial = spark.read.format("delta").load(str(output)).count()
-    assert 0 < partial < len(expected)
-    assert table.stats("orders")["leased"] > 0  # the killed batch is still leased
-    restarted = run_consumer(queue_path, output, checkpoint)
-    assert restarted.wait(timeout=300) == 0
-    rows = spark.read.format("delta").load(str(output)).collect()
-    assert sorted(bytes(r.body).decode() for r in rows) == sorted(expected)  # each once
-    stats = table.stats("orders")
-    assert (stats["acked"], stats["leased"], stats["ready"]) == (len(expected), 0, 0)
+    again = (queue_path, out, tmp_path / "chk-new", PER_BATCH)
+    assert start(CONSUMER, *again).wait(timeout=300) == 0
+    rows = spark.read.format("delta").load(str(out)).collect()
+    assert sorted(bytes(r.body).decode() for r in rows) == expected
+    counts = sorted(r.delivery_count for r in rows)
+    assert counts == [1] * (MESSAGES - PER_BATCH) + [2] * PER_BATCH
+    stats = QueueTable(str(queue_path)).stats("orders")
+    assert (stats["acked"], stats["leased"], stats["ready"]) == (MESSAGES, 0, 0)
     assert_identity(str(queue_path))

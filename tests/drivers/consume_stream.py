@@ -1,7 +1,7 @@
-"""A consumer driver for the kill test: queue -> Delta table, a few messages per batch.
+"""A consumer driver for the crash tests: queue -> Delta table, availableNow.
 
-Run as its own process (the test SIGKILLs its process group):
-    python tests/drivers/consume_stream.py QUEUE_PATH OUTPUT_PATH CHECKPOINT_DIR
+Run as its own process (the tests SIGKILL its session):
+    python tests/drivers/consume_stream.py QUEUE_PATH OUTPUT_PATH CHECKPOINT_DIR [PER_BATCH]
 """
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import sys
 from spark_queue import local_session
 
 
-def main(queue_path: str, output: str, checkpoint: str) -> None:
+def main(queue_path: str, output: str, checkpoint: str, per_batch: str = "20") -> None:
     spark = local_session(app_name="consume-stream-driver")
     query = (
         spark.readStream.format("ringqueue")
         .option("queue", "orders")
         .option("consumer", "pipeline")
-        .option("maxMessagesPerTrigger", 20)
+        .option("maxMessagesPerTrigger", per_batch)
         .load(queue_path)
         .select("seq", "body", "delivery_count")
         .writeStream.format("delta")
@@ -30,4 +30,4 @@ def main(queue_path: str, output: str, checkpoint: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])

@@ -1,0 +1,194 @@
+"""Messages as producers hand them in: checked, numbered and shaped as they are stored.
+
+The sink's tasks (Arrow batches of a DataFrame whose schema the data source checked) and
+:meth:`QueueTable.publish` (a pyarrow table, a pandas DataFrame or Python values, checked
+by :func:`as_input_table`) both end in :func:`normalise`, so a message is stored the same
+way whoever sent it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_queue.errors import InvalidInputError
+from spark_queue.options import QUEUE_NAME
+from spark_queue.schema import FILE_SCHEMA, HEADERS, INPUT_TYPES, UTC_MICROS, check_input_schema
+
+# What a publish may carry: the sink's input columns except ``queue`` (publish names one).
+PUBLISH_COLUMNS = [name for name in INPUT_TYPES if name != "queue"]
+
+
+def normalise(
+    batch: pa.RecordBatch | pa.Table,
+    first_seq: int,
+    enqueued_at: int,
+    default_queue: str | None,
+) -> pa.Table:
+    """``batch`` as stored message rows (:data:`FILE_SCHEMA`), numbered from ``first_seq``
+    in row order; rows without a ``queue`` go to ``default_queue``.
+
+    Raises:
+        InvalidInputError: a null body, a row with no queue, an invalid queue name, or a
+            priority that does not fit an int.
+    """
+    n = batch.num_rows
+    columns_in = batch.schema.names
+    body = batch.column("body")
+    if body.null_count:
+        raise InvalidInputError(
+            "column 'body' is null in a row; every message needs a body (binary or string)"
+        )
+    if pa.types.is_string(body.type) or pa.types.is_large_string(body.type):
+        body = body.cast(pa.binary())
+    queue = batch.column("queue") if "queue" in columns_in else None
+    if queue is None or queue.null_count:
+        if default_queue is None:
+            raise InvalidInputError(
+                "a row has no queue: give the DataFrame a non-null 'queue' column or set "
+                "the option 'queue'"
+            )
+        default = pa.array([default_queue] * n, pa.string())
+        queue = default if queue is None else pc.coalesce(queue, default)
+    for name in pc.unique(queue).to_pylist():
+        if not QUEUE_NAME.match(name):
+            raise InvalidInputError(
+                f"column 'queue' holds {name!r}, not a queue name (1 to 255 characters "
+                "from A-Z a-z 0-9 _ . -)"
+            )
+    columns: dict[str, Any] = {
+        "queue": queue,
+        "seq": pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64)),
+        "body": body,
+        "size": pc.binary_length(body).cast(pa.int64()),
+        "enqueued_at": pa.array(np.full(n, enqueued_at, dtype=np.int64)).cast(UTC_MICROS),
+        "delivery_count": pa.array(np.zeros(n, dtype=np.int32)),
+    }
+    for name in ("message_id", "key"):
+        if name in columns_in:
+            columns[name] = batch.column(name)
+    if "headers" in columns_in:
+        columns["headers"] = batch.column("headers").cast(HEADERS)
+    priority = pa.array(np.zeros(n, dtype=np.int32))
+    if "priority" in columns_in:
+        try:
+            given = batch.column("priority").cast(pa.int32())
+        except pa.ArrowInvalid as error:
+            raise InvalidInputError(f"column 'priority' does not fit an int: {error}") from None
+        priority = pc.coalesce(given, priority)  # no priority means 0 (SEMANTICS §1)
+    columns["priority"] = priority
+    for name in ("deliver_at", "expires_at"):
+        if name in columns_in:
+            columns[name] = batch.column(name).cast(UTC_MICROS)
+    arrays = [
+        columns[f.name].cast(f.type) if f.name in columns else pa.nulls(n, f.type)
+        for f in FILE_SCHEMA
+    ]
+    return pa.Table.from_arrays(arrays, schema=FILE_SCHEMA)
+
+
+def as_input_table(rows: Any) -> pa.Table:
+    """What :meth:`QueueTable.publish` was given, as an Arrow table of input columns.
+
+    ``rows``: a pyarrow Table or RecordBatch, a pandas DataFrame, or a list of dicts (one per
+    message, keys among :data:`PUBLISH_COLUMNS`), of ``bytes`` or of ``str`` (bodies).
+
+    Raises:
+        InvalidInputError: another kind of ``rows``, no ``body`` column, an unknown column,
+            or a column of a type the sink does not take (named, with what it accepts).
+    """
+    if isinstance(rows, pa.RecordBatch):
+        table = pa.Table.from_batches([rows])
+    elif isinstance(rows, pa.Table):
+        table = rows
+    elif _is_pandas(rows):
+        table = pa.Table.from_pandas(rows, preserve_index=False)
+    elif isinstance(rows, list | tuple):
+        table = _from_values(list(rows))
+    else:
+        raise InvalidInputError(
+            f"rows is a {type(rows).__name__}; publish takes a pyarrow Table or RecordBatch, "
+            "a pandas DataFrame, or a list of dicts, bytes or str"
+        )
+    _check_columns(table.schema)
+    return table
+
+
+def _is_pandas(rows: Any) -> bool:
+    module = type(rows).__module__
+    return module.startswith("pandas") and type(rows).__name__ == "DataFrame"
+
+
+# The Arrow type each input column takes from Python values (body: from its values).
+_PYTHON_TYPES: dict[str, pa.DataType] = {
+    "message_id": pa.string(),
+    "key": pa.string(),
+    "headers": HEADERS,
+    "priority": pa.int32(),
+    "deliver_at": UTC_MICROS,
+    "expires_at": UTC_MICROS,
+}
+
+
+def _from_values(values: list[Any]) -> pa.Table:
+    if all(isinstance(v, bytes | bytearray) for v in values):
+        return pa.table({"body": pa.array(values, pa.binary())})
+    if all(isinstance(v, str) for v in values):
+        return pa.table({"body": pa.array(values, pa.string())})
+    if not all(isinstance(v, dict) for v in values):
+        kinds = sorted({type(v).__name__ for v in values})
+        raise InvalidInputError(
+            f"rows holds {', '.join(kinds)}; a list of rows must be all dicts (one per "
+            "message), all bytes or all str (bodies)"
+        )
+    names: list[str] = []
+    for value in values:
+        names += [name for name in value if name not in names]
+    columns = {}
+    for name in names:
+        if name not in PUBLISH_COLUMNS:
+            raise InvalidInputError(
+                f"unknown column {name!r}; publish accepts {', '.join(PUBLISH_COLUMNS)}"
+            )
+        column = [value.get(name) for value in values]
+        try:
+            columns[name] = pa.array(column, _PYTHON_TYPES.get(name))
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as error:
+            raise InvalidInputError(
+                f"column {name!r} has a value of the wrong type: {error}"
+            ) from None
+    return pa.table(columns)
+
+
+def _check_columns(schema: pa.Schema) -> None:
+    """The sink's rules (:func:`check_input_schema`) on an Arrow schema, and no ``queue``."""
+    from pyspark.sql.pandas.types import from_arrow_type
+    from pyspark.sql.types import StructField, StructType
+
+    if "body" not in schema.names:
+        raise InvalidInputError(
+            "rows have no 'body' column; publish needs body (binary or string) and accepts "
+            + ", ".join(PUBLISH_COLUMNS)
+        )
+    fields = []
+    for field in schema:
+        if field.name not in PUBLISH_COLUMNS:
+            raise InvalidInputError(
+                f"unknown column {field.name!r}; publish accepts {', '.join(PUBLISH_COLUMNS)}"
+            )
+        kind = field.type
+        if pa.types.is_large_binary(kind) or pa.types.is_large_string(kind):
+            kind = pa.binary() if pa.types.is_large_binary(kind) else pa.string()
+        if pa.types.is_timestamp(kind):
+            kind = UTC_MICROS  # any unit and zone: stored as UTC microseconds
+        try:
+            spark_type = from_arrow_type(kind)
+        except (TypeError, ValueError, NotImplementedError):
+            raise InvalidInputError(
+                f"column {field.name!r} has type {field.type}, which the queue cannot store"
+            ) from None
+        fields.append(StructField(field.name, spark_type))
+    check_input_schema(StructType(fields))

@@ -1,0 +1,104 @@
+"""Chaos: a streaming consumer SIGKILLed again and again while a producer writes.
+
+The consumer is a real driver process (``ringqueue`` -> ``format("delta")``, availableNow,
+one checkpoint throughout); each run is killed either at a failpoint drawn at random (a
+window of the protocol, ``spark_queue.failpoints``) or at a random moment. Meanwhile the
+test's own session enqueues batches. At the end one clean run drains the queue, and the
+Delta output must hold every produced message exactly once.
+
+CI runs a short version. A long one, by hand::
+
+    SPARK_QUEUE_CHAOS_KILLS=40 .venv/bin/python -m pytest -s tests/test_consumer_chaos.py
+
+(``SPARK_QUEUE_CHAOS_SEED`` repeats a run.) It prints one summary line.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from spark_queue import QueueTable
+from spark_queue.core import identity_holds
+from tests.crash import CONSUMER, crashed, kill, start
+from tests.helpers import assert_identity, messages, write_batch
+
+pytestmark = pytest.mark.spark
+KILLS = int(os.environ.get("SPARK_QUEUE_CHAOS_KILLS", "4"))
+SEED = int(os.environ.get("SPARK_QUEUE_CHAOS_SEED", str(time.time_ns() % 1_000_000)))
+PER_PRODUCED_BATCH, PER_CONSUMED_BATCH = 50, 200
+WINDOWS = [
+    "source.latest-offset",
+    "source.lease-planned",
+    "source.lease-committed",
+    "source.partitions",
+]
+
+
+def test_a_consumer_killed_at_random_and_in_windows_loses_and_repeats_nothing(spark, tmp_path):
+    rng = random.Random(SEED)
+    queue_path, output, checkpoint = tmp_path / "queues", tmp_path / "out", tmp_path / "chk"
+    produced: list[str] = []
+    done = threading.Event()
+    failures: list[BaseException] = []
+
+    def produce() -> None:
+        batch = 0
+        try:
+            while batch < 2 or not done.is_set():
+                rows = [f"b{batch:04d}-m{i:03d}" for i in range(PER_PRODUCED_BATCH)]
+                write_batch(messages(spark, rows), str(queue_path), queue="orders")
+                produced.extend(rows)
+                batch += 1
+                time.sleep(rng.uniform(0.2, 1.5))
+        except BaseException as error:  # reported by the test thread
+            failures.append(error)
+
+    write_batch(messages(spark, ["first"]), str(queue_path), queue="orders")
+    produced.append("first")
+    producer = threading.Thread(target=produce)
+    producer.start()
+    args = (queue_path, output, checkpoint, PER_CONSUMED_BATCH)
+    kills: Counter[str] = Counter()
+    try:
+        while sum(kills.values()) < KILLS:
+            if rng.random() < 0.6:
+                window = rng.choice(WINDOWS)
+                driver = start(CONSUMER, *args, crash_at=f"{window}:{rng.randint(1, 5)}")
+                if crashed(driver):
+                    kills[window] += 1
+                else:
+                    assert driver.returncode == 0, "a consumer run failed"
+            else:
+                driver = start(CONSUMER, *args)
+                time.sleep(rng.uniform(4, 14))
+                if driver.poll() is None:
+                    kill(driver)
+                    kills["random moment"] += 1
+                else:
+                    assert driver.returncode == 0, "a consumer run failed"
+    finally:
+        done.set()
+        producer.join()
+    assert not failures, failures
+    assert start(CONSUMER, *args).wait(timeout=600) == 0  # drains what was produced
+
+    rows = spark.read.format("delta").load(str(output)).collect()
+    delivered = Counter(bytes(r.body).decode() for r in rows)
+    lost = len(set(produced) - set(delivered))
+    duplicates = sum(count - 1 for count in delivered.values())
+    stats = QueueTable(str(queue_path)).stats("orders")
+    print(
+        f"\nchaos: seed {SEED}, produced {len(produced)}, delivered {sum(delivered.values())}, "
+        f"lost {lost}, duplicates {duplicates}, kills {sum(kills.values())} ({dict(kills)}), "
+        f"acked {stats['acked']}, identity {'holds' if identity_holds(stats) else 'broken'}"
+    )
+    assert (lost, duplicates) == (0, 0), f"seed {SEED}"
+    assert set(delivered) == set(produced)
+    assert (stats["acked"], stats["leased"], stats["ready"]) == (len(produced), 0, 0)
+    assert_identity(str(queue_path))
