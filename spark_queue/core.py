@@ -1254,6 +1254,21 @@ def below_heads(state: QueueState, priority: int | None = None) -> np.ndarray:
     return np.sort(np.concatenate([extras.seq, scheduled.seq, leases.seq]))
 
 
+def settles(before: QueueState, after: QueueState) -> bool:
+    """Whether catching up with the clock changed the queue from ``before`` to ``after`` (a
+    plan's state): a lease ran out and returned, a scheduled message fell due, a message
+    expired or was trimmed. A lease that leased nothing and changed none of these has
+    nothing to commit."""
+    return (
+        before.counters != after.counters
+        or len(before.leases) != len(after.leases)
+        or len(before.extras) != len(after.extras)
+        or len(before.scheduled) != len(after.scheduled)
+        or {p: level.head for p, level in before.levels.items()}
+        != {p: level.head for p, level in after.levels.items()}
+    )
+
+
 def gauges(state: QueueState) -> dict[str, int]:
     """A queue's gauges."""
     return {

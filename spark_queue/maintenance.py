@@ -6,8 +6,9 @@ See ``docs/MAINTENANCE.md`` for the operator's view.
 
 Every micro-batch adds small files (messages per task and queue, removal rows, state). Left
 alone, every commit and every read would pay for all of them. Compaction, like Delta's
-auto-compaction, runs right after a connector commit once a queue has ``SMALL_FILE_LIMIT``
-small files, and on demand (:meth:`spark_queue.QueueTable.compact`):
+auto-compaction, runs right after any connector commit (a producer's, a consumer's, an
+operator's: :func:`after_commit`) once a queue has ``SMALL_FILE_LIMIT`` small files, and on
+demand (:meth:`spark_queue.QueueTable.compact`):
 
 - a message file whose rows have all left the queue is removed without being read;
 - the other small message files of the queue are rewritten as one file in ``seq`` order,
@@ -18,7 +19,7 @@ It is a commit of its own with ``max_commit_retries=0``: if a producer commits f
 compaction is dropped and tried after a later commit, and a producer that loses to it plans
 its batch again. No row that is live, and no counter, changes.
 
-**Log checkpoints** (:func:`after_commit`): every connector commit whose version is a
+**Log checkpoints** (:func:`checkpoint_after`): every connector commit whose version is a
 multiple of the table's ``delta.checkpointInterval`` (Delta's default of 100 where the table
 sets none) writes a Delta checkpoint with delta-rs, then deletes log files past
 ``delta.logRetentionDuration`` that no retained version needs. Best effort: the commit has
@@ -181,6 +182,7 @@ def compact(
     except BaseException:
         delete_files(store.uri, [f.path for f in adds])
         raise
+    checkpoint_after(store.uri, snapshot.table)
     return {"dropped": dropped, "rewritten": rewritten, "written": len(adds)}
 
 
@@ -227,10 +229,19 @@ def checkpoint_interval(configuration: dict[str, str]) -> int:
     return value if value > 0 else CHECKPOINT_INTERVAL
 
 
-def after_commit(uri: str, table: Any) -> None:
-    """Run after every connector commit made from ``table`` (which delta-rs leaves at the
-    version before the commit): checkpoint when the new version is a multiple of the
-    checkpoint interval. Never raises: the commit has happened."""
+def after_commit(store: QueueStore, planned_on: Snapshot) -> None:
+    """The work after a connector commit planned on ``planned_on`` (the commit is its next
+    version): a log checkpoint at the interval, then compaction if the table needs it.
+    Never raises: the commit has happened."""
+    checkpoint_after(store.uri, planned_on.table)
+    if needs_compaction(planned_on):
+        compact_if_needed(store)
+
+
+def checkpoint_after(uri: str, table: Any) -> None:
+    """After a commit made from ``table`` (which delta-rs leaves at the version before the
+    commit): checkpoint when the new version is a multiple of the checkpoint interval.
+    Never raises: the commit has happened."""
     try:
         before = table.version()  # the new version is before + 1: connector commits never
         # rebase onto a winner (max_commit_retries=0)

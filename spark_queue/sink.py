@@ -36,7 +36,6 @@ from pyspark.sql.datasource import (
 from spark_queue import failpoints
 from spark_queue.enqueue import Reservation, commit_enqueue
 from spark_queue.errors import InvalidInputError
-from spark_queue.maintenance import compact_if_needed, needs_compaction
 from spark_queue.messages import normalise
 from spark_queue.options import SinkOptions
 from spark_queue.policies import load_policies
@@ -161,8 +160,6 @@ class _QueueWriter:
         failpoints.reached("sink.committed")
         if outcome.rejected:
             log.warning("batch %s: rejected %s", batch_id, outcome.rejected)
-        if needs_compaction(outcome.snapshot):
-            compact_if_needed(store)
 
     def _abort(self, messages: list[StagedPartition | None]) -> None:
         paths = [f.file.path for m in messages if m is not None for f in m.files]

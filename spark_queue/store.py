@@ -709,8 +709,9 @@ class QueueStore:
         (``max_commit_retries=0``).
 
         delta-rs's own post-commit hooks are off: they raise *after* the commit is written,
-        which would make a committed batch look failed. Checkpoints and log cleanup run in
-        :func:`spark_queue.maintenance.after_commit` instead, which never raises.
+        which would make a committed batch look failed. Checkpoints, log cleanup and
+        compaction run in :func:`spark_queue.maintenance.after_commit` instead (called by
+        :func:`spark_queue.transaction.run` and by compaction), which never raises.
         """
         from deltalake import CommitProperties, PostCommitHookProperties, Transaction
         from deltalake.transaction import AddAction, RemoveAction
@@ -742,9 +743,6 @@ class QueueStore:
                 create_checkpoint=False, cleanup_expired_logs=False
             ),
         )
-        from spark_queue.maintenance import after_commit  # maintenance imports this module
-
-        after_commit(self.uri, table)
 
 
 def _only(stats: Any, value: Any) -> bool:

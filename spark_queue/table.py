@@ -28,6 +28,7 @@ from spark_queue.core import (
     plan_expire,
     plan_lease,
     plan_return,
+    settles,
 )
 from spark_queue.enqueue import PRODUCER_APP_PREFIX, PendingBatch, PublishResult, commit_enqueue
 from spark_queue.errors import (
@@ -42,8 +43,6 @@ from spark_queue.maintenance import (
     Progress,
     checkpoint,
     compact,
-    compact_if_needed,
-    needs_compaction,
     no_progress,
 )
 from spark_queue.maintenance import vacuum as vacuum_files
@@ -173,8 +172,6 @@ class QueueTable:
             return PublishResult(
                 queue, [], 0, 0, 0, duplicate=True, version=None, attempts=outcome.attempt
             )
-        if needs_compaction(outcome.snapshot):
-            compact_if_needed(store)
         changes = outcome.changes.get(queue, {})
         accepted = outcome.accepted.get(queue)
         return PublishResult(
@@ -343,6 +340,8 @@ class QueueTable:
                 if filter is None
                 else transaction.store.matcher(transaction.snapshot, queue, filter),
             )
+            if not len(plan.leased) and not settles(transaction.states[queue], plan.state):
+                return plan.leased  # nothing to commit: an idle poll leaves no version
             transaction.apply_plan(queue, plan)
             transaction.commit(operation=f"LEASE {queue} {consumer}")
             return plan.leased
@@ -352,17 +351,21 @@ class QueueTable:
 
     def ack(self, queue: str, seqs: list[int], consumer: str | None = None) -> int:
         """Acknowledge leased messages (of ``consumer`` if given): they leave the queue.
-        Returns how many were acknowledged; seqs not leased (any more) are ignored."""
+        Returns how many this call acknowledged; seqs not leased (any more, or whose lease
+        ran out) are ignored."""
+        wanted = np.asarray(seqs, np.int64)
         return self._change(
             queue,
             "ACK",
-            lambda t, s: plan_ack(
-                s, t.store.head_reader(t.snapshot), t.now, np.asarray(seqs, np.int64), consumer
-            ),
+            lambda t, s: plan_ack(s, t.store.head_reader(t.snapshot), t.now, wanted, consumer),
+            wanted,
+            consumer,
         )
 
     def cancel(self, queue: str, seqs: list[int], consumer: str | None = None) -> int:
-        """Return leased messages now; each cancel counts toward ``max_cancels``."""
+        """Return leased messages now; each cancel counts toward ``max_cancels``. Returns
+        how many leases this call ended."""
+        wanted = np.asarray(seqs, np.int64)
         return self._change(
             queue,
             "CANCEL",
@@ -370,20 +373,24 @@ class QueueTable:
                 s,
                 t.store.head_reader(t.snapshot),
                 t.now,
-                seqs=np.asarray(seqs, np.int64),
+                seqs=wanted,
                 consumer=consumer,
                 cancel=True,
             ),
+            wanted,
+            consumer,
         )
 
     def expire(self, queue: str, seqs: list[int], consumer: str | None = None) -> int:
-        """Remove leased messages now as ``expired`` (dead-lettered if the queue has a DLQ)."""
+        """Remove leased messages now as ``expired`` (dead-lettered if the queue has a DLQ).
+        Returns how many leases this call ended."""
+        wanted = np.asarray(seqs, np.int64)
         return self._change(
             queue,
             "EXPIRE",
-            lambda t, s: plan_expire(
-                s, t.store.head_reader(t.snapshot), t.now, np.asarray(seqs, np.int64), consumer
-            ),
+            lambda t, s: plan_expire(s, t.store.head_reader(t.snapshot), t.now, wanted, consumer),
+            wanted,
+            consumer,
         )
 
     def release(self, consumer: str, queue: str | None = None) -> int:
@@ -397,6 +404,8 @@ class QueueTable:
                 lambda t, s: plan_return(
                     s, t.store.head_reader(t.snapshot), t.now, consumer=consumer
                 ),
+                None,
+                consumer,
             )
             for name in names
         )
@@ -406,14 +415,21 @@ class QueueTable:
         queue: str,
         operation: str,
         planner: Callable[[QueueTransaction, QueueState], EnqueuePlan],
+        seqs: np.ndarray | None,
+        consumer: str | None,
     ) -> int:
+        """Commit ``planner``'s plan; returns how many of the leases it targets (``seqs``
+        of ``consumer``, any if None) it ended. Leases whose period ran out are returned by
+        the same commit but not counted: their period ended them, not this call."""
+
         def work(transaction: QueueTransaction) -> int:
             self._require(transaction.snapshot, queue)
-            before = len(transaction.states[queue].leases)
+            leases = transaction.states[queue].leases
+            targeted = int((leases.held(seqs, consumer) & (leases.until > transaction.now)).sum())
             plan = planner(transaction, transaction.states[queue])
             transaction.apply_plan(queue, plan)
             transaction.commit(operation=f"{operation} {queue}")
-            return before - len(plan.state.leases)
+            return targeted - int(plan.state.leases.held(seqs, consumer).sum())
 
         return run(self.store, work, create=False, policies=self.policies)
 

@@ -31,6 +31,7 @@ from spark_queue.core import (
     plan_settle,
 )
 from spark_queue.errors import ArgumentMismatchError, CommitConflictError, QueueError
+from spark_queue.maintenance import after_commit
 from spark_queue.options import QueueArguments, option_name
 from spark_queue.policies import Policies, Resolution, resolve_without_policies
 from spark_queue.schema import UTC_MICROS
@@ -82,6 +83,7 @@ class QueueTransaction:
     # Policies this process applies when it declares (None: arguments stand as given/stored).
     policies: Policies | None = None
     attempt: int = 1  # of :func:`run`: above 1, another writer won the earlier ones
+    committed: bool = False
 
     def __post_init__(self) -> None:
         self.states = {name: state.copy() for name, state in self.snapshot.states.items()}
@@ -396,6 +398,7 @@ class QueueTransaction:
                 "removed": self.summary,
             },
         )
+        self.committed = True
         self.store.remember_states(
             [a.path for a in self.adds if a.record in STATE_RECORDS], self.states
         )
@@ -441,6 +444,8 @@ def run(
     ``work`` performs the operations and calls :meth:`QueueTransaction.commit`; what it
     returns is returned. Errors that are not commit conflicts propagate, with this
     transaction's own files deleted. ``policies`` are applied by every declare it makes.
+    After a commit it runs the post-commit work (:func:`maintenance.after_commit`: a log
+    checkpoint at the interval, compaction when small files piled up), whoever committed.
 
     Between attempts it waits a random time below an exponentially growing bound ("full
     jitter"), so writers that collided do not collide again in lockstep.
@@ -461,12 +466,16 @@ def run(
         assert snapshot is not None
         transaction = QueueTransaction(store, snapshot, policies=policies, attempt=attempt + 1)
         try:
-            return work(transaction)
+            result = work(transaction)
         except CommitFailedError:
             transaction.discard()
+            continue
         except BaseException:
             transaction.discard()
             raise
+        if transaction.committed:
+            after_commit(store, snapshot)
+        return result
     raise CommitConflictError(
         f"could not commit to {what} in {store.uri}: another writer committed first in each "
         f"of {attempts} attempts"

@@ -85,13 +85,12 @@ def test_threads_of_one_application_keep_each_producers_order(spark, queue_path)
     assert_identity(queue_path)
 
 
-@pytest.mark.parametrize("ring", [None, RING], ids=["unbounded", "ring"])
-def test_separate_processes_write_one_queue(spark, tmp_path, ring):
+def test_separate_processes_write_one_queue(spark, tmp_path):
+    """Three producer processes write each batch to an unbounded queue and to a ring."""
     queue_path, go = tmp_path / "queues", tmp_path / "go"
     names = ["p0", "p1", "p2"]
-    extra = [] if ring is None else [ring]
     drivers = [
-        start(DRIVERS / "produce_batches.py", queue_path, name, BATCHES, PER_BATCH, go, *extra)
+        start(DRIVERS / "produce_batches.py", queue_path, name, BATCHES, PER_BATCH, go, RING)
         for name in names
     ]
     deadline = time.monotonic() + 300
@@ -100,16 +99,15 @@ def test_separate_processes_write_one_queue(spark, tmp_path, ring):
         time.sleep(0.05)
     go.touch()  # all three write at once
     assert [d.wait(timeout=300) for d in drivers] == [0, 0, 0]
-    stats = QueueTable(str(queue_path)).stats("orders")
-    assert stats["added"] == len(names) * BATCHES * PER_BATCH
-    if ring is None:
-        found = by_producer(spark, str(queue_path))
-        assert sorted(found) == names
-        for name, kept in found.items():
-            assert len(kept) == BATCHES * PER_BATCH
-            assert in_write_order(name, kept)
-    else:
-        assert stats["ready"] == RING
+    table = QueueTable(str(queue_path))
+    found = by_producer(spark, str(queue_path))
+    assert sorted(found) == names
+    for name, kept in found.items():
+        assert len(kept) == BATCHES * PER_BATCH
+        assert in_write_order(name, kept)
+    ring = table.stats("ring")
+    assert (ring["ready"], ring["added"]) == (RING, len(names) * BATCHES * PER_BATCH)
+    assert table.stats("orders")["added"] == len(names) * BATCHES * PER_BATCH
     assert_identity(str(queue_path))
 
 

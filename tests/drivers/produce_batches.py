@@ -1,11 +1,12 @@
 """A batch producer for the concurrent-producer tests: several ``df.write`` batches.
 
 Run as its own process:
-    python tests/drivers/produce_batches.py QUEUE_PATH NAME BATCHES PER_BATCH GO_FILE [RING]
+    python tests/drivers/produce_batches.py QUEUE_PATH NAME BATCHES PER_BATCH GO_FILE RING
 
 It starts Spark, touches ``GO_FILE.NAME`` to say it is ready, waits for ``GO_FILE`` (so that
 every producer writes at the same time), then writes ``BATCHES`` batches of ``PER_BATCH``
-messages ``NAME-b<batch>-m<message>`` to queue ``orders`` (a ring of ``RING`` if given).
+messages ``NAME-b<batch>-m<message>``, each batch to queue ``orders`` (unbounded) and to
+queue ``ring`` (a ring of ``RING``).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 from spark_queue import local_session
 
 
-def main(queue_path: str, name: str, batches: str, per_batch: str, go: str, *ring: str) -> None:
+def main(queue_path: str, name: str, batches: str, per_batch: str, go: str, ring: str) -> None:
     spark = local_session(app_name=f"produce-batches-{name}")
     Path(f"{go}.{name}").touch()
     deadline = time.monotonic() + 300
@@ -25,16 +26,10 @@ def main(queue_path: str, name: str, batches: str, per_batch: str, go: str, *rin
         time.sleep(0.01)
     for batch in range(int(batches)):
         rows = [(f"{name}-b{batch}-m{i}",) for i in range(int(per_batch))]
-        writer = (
-            spark.createDataFrame(rows, "body string")
-            .coalesce(1)
-            .write.format("ringqueue")
-            .mode("append")
-            .option("queue", "orders")
-        )
-        if ring:
-            writer = writer.option("ringSize", ring[0])
-        writer.save(queue_path)
+        df = spark.createDataFrame(rows, "body string").coalesce(1)
+        df.write.format("ringqueue").mode("append").option("queue", "orders").save(queue_path)
+        writer = df.write.format("ringqueue").mode("append").option("queue", "ring")
+        writer.option("ringSize", ring).save(queue_path)
     spark.stop()
 
 
