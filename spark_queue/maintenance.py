@@ -57,6 +57,7 @@ from spark_queue.store import (
 
 SMALL_FILE_BYTES = 32 * 1024 * 1024
 SMALL_FILE_LIMIT = 32  # small files of one queue (or removal files) that trigger compaction
+COMPACT_MOVES = 10  # versions a compaction may move on to when other writers commit first
 CHECKPOINT_INTERVAL = 100  # versions between checkpoints where delta.checkpointInterval is unset
 LOG_RETENTION_HOURS = 30 * 24.0  # Delta's delta.logRetentionDuration default
 DEFAULT_VACUUM_HOURS = 168.0  # Delta's default: a week of time travel
@@ -172,18 +173,46 @@ def compact(
     if not removes:
         return {"dropped": 0, "rewritten": 0, "written": 0}
     progress(f"committing: {len(removes)} files out, {len(adds)} in")
+    operation = {"operation": "COMPACT", "dropped": dropped, "rewritten": rewritten}
     try:
-        store.commit(
-            snapshot.table,
-            adds,
-            removes,
-            operation={"operation": "COMPACT", "dropped": dropped, "rewritten": rewritten},
-        )
+        committed_from = _commit_moving_on(store, snapshot.table, adds, removes, operation)
     except BaseException:
         delete_files(store.uri, [f.path for f in adds])
         raise
-    checkpoint_after(store.uri, snapshot.table)
+    checkpoint_after(store.uri, committed_from)
     return {"dropped": dropped, "rewritten": rewritten, "written": len(adds)}
+
+
+def _commit_moving_on(
+    store: QueueStore,
+    table: Any,
+    adds: list[StagedFile],
+    removes: list[tuple[str, int, str]],
+    operation: dict[str, Any],
+) -> Any:
+    """Commit a compaction; when another writer committed first, commit the same files on
+    the newer version, as long as every file it removes is still there.
+
+    That is safe because a compaction changes no row that is live: the rows it keeps are
+    those live at the version it planned on, and a later commit only adds rows (in files of
+    its own) or ends them (a row that left the queue never comes back; a leased row counts
+    as live). Only a writer that removed one of its files (another compaction) makes it
+    give up. Without this, a compaction that takes longer than the gap between two commits
+    never lands on a busy table. Returns the table it committed from.
+    """
+    from deltalake.exceptions import CommitFailedError
+
+    for attempt in range(COMPACT_MOVES):
+        try:
+            store.commit(table, adds, removes, operation=operation)
+            return table
+        except CommitFailedError:
+            table = store.open()
+            latest = store.snapshot(table, with_states=False)
+            present = set(latest.files["path"].to_pylist()) if latest else set()
+            if attempt == COMPACT_MOVES - 1 or any(path not in present for path, _, _ in removes):
+                raise
+    raise AssertionError("unreachable")  # the loop returns or raises
 
 
 def compact_if_needed(store: QueueStore) -> None:

@@ -185,6 +185,18 @@ class QueueTable:
             attempts=outcome.attempt,
         )
 
+    def last_sequence(self, producer: str) -> int | None:
+        """The last ``sequence`` committed by ``producer`` with :meth:`publish` (None: none),
+        where a publishing service resumes after a crash.
+
+        Raises:
+            QueueError: no queue table at the path.
+        """
+        table = self.store.open()
+        if table is None:
+            raise QueueError(f"no queue table at {self.path}")
+        return table.transaction_version(f"{PRODUCER_APP_PREFIX}{producer}")
+
     # -- declaring and changing queues -----------------------------------------------------
 
     def declare(self, name: str, **arguments: Any) -> QueueArguments:

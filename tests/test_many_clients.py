@@ -9,7 +9,7 @@ import pytest
 
 from spark_queue import QueueTable
 from spark_queue.core import identity_holds
-from spark_queue.maintenance import SMALL_FILE_LIMIT
+from spark_queue.maintenance import SMALL_FILE_LIMIT, compact
 from spark_queue.store import REMOVAL
 
 
@@ -70,3 +70,21 @@ def test_consumer_commits_compact_the_files_they_leave(table):
     assert "COMPACT" in operations
     stats = table.stats("q")
     assert stats["acked"] == SMALL_FILE_LIMIT + 4 and identity_holds(stats)
+
+
+def test_a_compaction_overtaken_by_other_writers_still_lands(table):
+    """A compaction planned before a publish and an ack commits on the newer version: it
+    keeps only rows live when planned, and nothing it keeps or drops changed meanwhile."""
+    for n in range(SMALL_FILE_LIMIT - 4):
+        table.publish("small", [f"s{n}"])  # small files, fewer than trigger a compaction
+    table.ack("small", table.lease("small", "c", max_messages=3)["seq"].to_pylist(), "c")
+    leased = table.lease("small", "c", max_messages=2)
+    planned_on = table.store.snapshot()
+    table.publish("small", ["late"])  # other writers commit first
+    table.cancel("small", leased["seq"].to_pylist(), "c")
+    counts = compact(table.store, planned_on)
+    assert counts["rewritten"] + counts["dropped"] > 0
+    assert json.loads(table.store.open().history(1)[0]["spark_queue"])["operation"] == "COMPACT"
+    remaining = [bytes(b).decode() for b in table.peek("small", 100)["body"].to_pylist()]
+    assert remaining == [f"s{n}" for n in range(3, SMALL_FILE_LIMIT - 4)] + ["late"]
+    assert identity_holds(table.stats("small"))
