@@ -16,6 +16,7 @@ attempts per commit (1 = no conflict); and the ratio one-queue / own-queues (goa
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing
 import statistics
 import tempfile
@@ -23,6 +24,8 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
+
+OUT = Path(__file__).resolve().parent / "out"
 
 
 def produce(path: str, queue: str, batches: int, messages: int, body: int, go) -> list:
@@ -88,6 +91,7 @@ def main() -> None:
     )
     print("| producers | layout | messages/s | p50 s | p99 s | attempts/commit (max) |")
     print("|---|---|---|---|---|---|")
+    results = []
     for k in args.producers:
         best: dict[bool, dict] = {}
         for _ in range(args.repeats):
@@ -101,7 +105,13 @@ def main() -> None:
                 f"| {k} | {'one queue' if shared else 'own queues'} | {r['rate']:,.0f} | "
                 f"{r['p50']:.3f} | {r['p99']:.3f} | {r['attempts']:.2f} ({r['max_attempts']}) |"
             )
-        print(f"| {k} | ratio one / own | {best[True]['rate'] / best[False]['rate']:.2f} | | | |")
+        ratio = best[True]["rate"] / best[False]["rate"]
+        print(f"| {k} | ratio one / own | {ratio:.2f} | | | |")
+        results.append({"producers": k, "one_queue": best[True], "own_queues": best[False]})
+    OUT.mkdir(parents=True, exist_ok=True)
+    target = OUT / f"producers-{args.messages}x{args.batches}.json"
+    target.write_text(json.dumps({"arguments": vars(args), "results": results}, indent=2))
+    print(f"figures: {target}")
 
 
 if __name__ == "__main__":
