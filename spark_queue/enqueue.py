@@ -52,6 +52,10 @@ class Reservation:
         self.written: list[str] = []
         self.shifted = 0  # seqs moved by renumbering, in all
 
+    @property
+    def queues(self) -> list[str]:
+        return sorted({f.queue for f in self.files})
+
     def renumber_after(self, store: QueueStore, transaction: QueueTransaction) -> None:
         """Shift the batch's seqs past every seq of its queues that ``transaction`` sees."""
         states = transaction.states
@@ -81,6 +85,10 @@ class PendingBatch(Reservation):
         super().__init__(-1, [])
         self.queue = queue
         self.rows = rows  # normalised, seqs from 0
+
+    @property
+    def queues(self) -> list[str]:
+        return [self.queue]
 
     def renumber_after(self, store: QueueStore, transaction: QueueTransaction) -> None:
         state = transaction.states.get(self.queue)
@@ -139,8 +147,6 @@ def commit_enqueue(
         RejectedMessagesError: ``on_reject`` is ``fail`` and a reject policy refused messages.
         CommitConflictError: every attempt lost the race to another writer.
     """
-    queues = [batch.queue] if isinstance(batch, PendingBatch) else []
-    queues = sorted({f.queue for f in batch.files} | set(queues))
 
     def work(transaction: QueueTransaction) -> EnqueueOutcome:
         outcome = EnqueueOutcome(transaction.snapshot, attempt=transaction.attempt)
@@ -169,5 +175,6 @@ def commit_enqueue(
                 outcome.changes[name] = changed
         return outcome
 
+    queues = batch.queues
     what = ("queue " if len(queues) == 1 else "queues ") + ", ".join(repr(q) for q in queues)
     return run(store, work, policies=policies, what=what)
