@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import statistics
 import tempfile
 import time
@@ -33,7 +34,9 @@ def produce(path: str, queue: str, batches: int, messages: int, body: int, go) -
     from spark_queue import QueueTable
 
     table = QueueTable(path)
-    rows = pa.table({"body": pa.array([b"x" * body] * messages, pa.binary())})
+    # Random bodies: a repeated byte compresses to nothing and would make every file
+    # "small", which real payloads are not.
+    rows = pa.table({"body": pa.array([os.urandom(body) for _ in range(messages)], pa.binary())})
     go.wait()
     timings = []
     for _ in range(batches):

@@ -55,7 +55,7 @@ from spark_queue.store import (
     write_file,
 )
 
-SMALL_FILE_BYTES = 32 * 1024 * 1024
+SMALL_FILE_BYTES = 1024 * 1024  # below this a file is worth rewriting; docs/DESIGN.md "Compaction"
 SMALL_FILE_LIMIT = 32  # small files of one queue (or removal files) that trigger compaction
 COMPACT_MOVES = 10  # versions a compaction may move on to when other writers commit first
 CHECKPOINT_INTERVAL = 100  # versions between checkpoints where delta.checkpointInterval is unset
