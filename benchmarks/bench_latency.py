@@ -1,0 +1,209 @@
+"""End-to-end latency, commit to delivery, of a streaming consumer against plain Delta.
+
+A producer process commits a small batch every ``--interval`` seconds; a streaming query
+(``processingTime`` 0, ``foreachBatch``) collects each micro-batch in the driver. A batch's
+latency is the moment the query holds its rows minus the moment its producer's commit
+returned (one clock: one machine). Two pipelines, in one Spark application, taking turns:
+
+- **ringqueue**: ``QueueTable.publish`` into a queue, ``readStream.format("ringqueue")``
+  (at-least-once: each micro-batch also acknowledges the one before);
+- **delta**: ``deltalake.write_deltalake(mode="append")`` into a plain Delta table,
+  ``readStream.format("delta")``.
+
+Goal (issue #12): p50 and p90 ratios ringqueue / delta <= 1.0.
+
+    .venv/bin/python benchmarks/bench_latency.py [--seconds 60] [--turns 2]
+        [--interval 0.5] [--messages 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow as pa
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "benchmarks" / "out"
+PIPELINES = ("ringqueue", "delta")
+
+
+def produce(pipeline: str, path: str, seconds: float, interval: float, messages: int) -> dict:
+    """The producer process: one batch every ``interval`` s; returns {batch: commit time}."""
+    from deltalake import write_deltalake
+
+    from spark_queue import QueueTable
+
+    table = QueueTable(path) if pipeline == "ringqueue" else None
+    committed: dict[int, float] = {}
+    started = time.monotonic()
+    batch = 0
+    while time.monotonic() - started < seconds:
+        due = started + batch * interval
+        time.sleep(max(0.0, due - time.monotonic()))
+        rows = pa.table(
+            {
+                "body": pa.array([os.urandom(200) for _ in range(messages)], pa.binary()),
+                "key": pa.array([str(batch)] * messages, pa.string()),
+            }
+        )
+        if table is not None:
+            table.publish("q", rows)
+        else:
+            write_deltalake(path, rows, mode="append")
+        committed[batch] = time.time()
+        batch += 1
+    return committed
+
+
+def one_turn(
+    spark, pipeline: str, work: Path, turn: int, args: argparse.Namespace
+) -> tuple[float, list[float]]:
+    """Run one pipeline for ``args.seconds``; returns the warm-up batch's latency and the
+    latencies of the producer's batches."""
+    from deltalake import write_deltalake
+
+    from spark_queue import QueueTable
+
+    path = str(work / f"{pipeline}-{turn}")
+    if pipeline == "ringqueue":
+        QueueTable(path).declare("q")
+        reader = (
+            spark.readStream.format("ringqueue")
+            .option("path", path)
+            .option("queue", "q")
+            .option("consumer", "latency")
+        )
+    else:
+        empty = pa.table({"body": pa.array([], pa.binary()), "key": pa.array([], pa.string())})
+        write_deltalake(path, empty)
+        reader = spark.readStream.format("delta").option("path", path)
+    delivered: dict[int, float] = {}
+
+    def collect(frame, _batch_id: int) -> None:
+        keys = [row.key for row in frame.select("key").distinct().collect()]
+        now = time.time()
+        for key in keys:
+            delivered.setdefault(int(key), now)
+
+    query = (
+        reader.load()
+        .writeStream.foreachBatch(collect)
+        .option("checkpointLocation", str(work / f"checkpoint-{pipeline}-{turn}"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+    # One warm-up batch, not counted: a query's first batch starts its Python workers
+    # (ringqueue) or its Delta log reader (delta), ~1.5-2.5 s that steady state never pays.
+    warm_up = pa.table({"body": pa.array([b"warm-up"], pa.binary()), "key": pa.array(["-1"])})
+    if pipeline == "ringqueue":
+        QueueTable(path).publish("q", warm_up)
+    else:
+        write_deltalake(path, warm_up, mode="append")
+    warm_up_committed = time.time()
+    while -1 not in delivered:
+        query.processAllAvailable()
+    first_batch = delivered.pop(-1) - warm_up_committed
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(1) as pool:
+        committed = pool.apply(
+            produce, (pipeline, path, args.seconds, args.interval, args.messages)
+        )
+    deadline = time.time() + 60
+    while len(delivered) < len(committed) and time.time() < deadline:
+        query.processAllAvailable()
+    query.stop()
+    missing = set(committed) - set(delivered)
+    assert not missing, f"{pipeline}: batches never delivered: {sorted(missing)[:5]}"
+    if pipeline == "ringqueue":
+        for operation, attempts in attempts_by_operation(path).items():
+            print(
+                f"turn {turn}: {len(attempts)} {operation} commits, "
+                f"{statistics.mean(attempts):.3f} attempts each (max {max(attempts)})"
+            )
+    return first_batch, [delivered[b] - committed[b] for b in sorted(committed)]
+
+
+def attempts_by_operation(path: str) -> dict[str, list[int]]:
+    """Attempts of each connector commit of a queue table, by its operation's first word
+    (PUBLISH, CONSUME, ...): what conflicts between producer and consumer cost."""
+    from deltalake import DeltaTable
+
+    attempts: dict[str, list[int]] = {}
+    for commit in DeltaTable(path).history():
+        if "spark_queue" in commit:
+            info = json.loads(commit["spark_queue"])
+            attempts.setdefault(info["operation"].split()[0], []).append(info.get("attempt", 1))
+    return attempts
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=60.0, help="per pipeline and turn")
+    parser.add_argument("--turns", type=int, default=2)
+    parser.add_argument("--interval", type=float, default=0.5)
+    parser.add_argument("--messages", type=int, default=100, help="per producer batch")
+    args = parser.parse_args()
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    sys.path.insert(0, str(ROOT))
+    from spark_queue import local_session
+
+    spark = local_session("bench-latency")
+    latencies: dict[str, list[float]] = {p: [] for p in PIPELINES}
+    first_batches: dict[str, list[float]] = {p: [] for p in PIPELINES}
+    with tempfile.TemporaryDirectory(prefix="bench-latency-") as folder:
+        for turn in range(args.turns):
+            for pipeline in PIPELINES:
+                first, measured = one_turn(spark, pipeline, Path(folder), turn, args)
+                first_batches[pipeline].append(first)
+                latencies[pipeline] += measured
+    spark.stop()
+    summary = {
+        p: {
+            "batches": len(values),
+            "p50": statistics.median(values),
+            "p90": percentile(values, 0.90),
+            "p99": percentile(values, 0.99),
+            "max": max(values),
+            "first_batch": first_batches[p],
+        }
+        for p, values in latencies.items()
+    }
+    print(
+        f"{args.turns} turns x {args.seconds:.0f} s per pipeline; a batch of {args.messages} "
+        f"every {args.interval} s"
+    )
+    print("| pipeline | batches | p50 s | p90 s | p99 s | max s | warm-up batch s |")
+    print("|---|---|---|---|---|---|---|")
+    for p, s in summary.items():
+        print(
+            f"| {p} | {s['batches']} | {s['p50']:.3f} | {s['p90']:.3f} | {s['p99']:.3f} | "
+            f"{s['max']:.3f} | {', '.join(f'{v:.2f}' for v in s['first_batch'])} |"
+        )
+    ring, delta = summary["ringqueue"], summary["delta"]
+    print(
+        f"| ratio | | {ring['p50'] / delta['p50']:.2f} | {ring['p90'] / delta['p90']:.2f} | "
+        f"{ring['p99'] / delta['p99']:.2f} | {ring['max'] / delta['max']:.2f} | |"
+    )
+    OUT.mkdir(parents=True, exist_ok=True)
+    target = OUT / "latency.json"
+    target.write_text(
+        json.dumps({"arguments": vars(args), "summary": summary, "latencies": latencies})
+    )
+    print(f"figures: {target}")
+
+
+if __name__ == "__main__":
+    main()
