@@ -17,8 +17,8 @@ import pyarrow.compute as pc
 
 from spark_queue.core import (
     COUNTERS,
-    EnqueuePlan,
     Leases,
+    QueuePlan,
     QueueState,
     gauges,
     identity_holds,
@@ -426,7 +426,7 @@ class QueueTable:
         self,
         queue: str,
         operation: str,
-        planner: Callable[[QueueTransaction, QueueState], EnqueuePlan],
+        planner: Callable[[QueueTransaction, QueueState], QueuePlan],
         seqs: np.ndarray | None,
         consumer: str | None,
     ) -> int:

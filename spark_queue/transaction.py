@@ -21,9 +21,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_queue.core import (
-    EnqueuePlan,
     Level,
     MessageIndex,
+    QueuePlan,
     QueueState,
     Redelivered,
     Removal,
@@ -173,7 +173,7 @@ class QueueTransaction:
         """Apply ``name``'s limits now (after ``alter``) and promote due scheduled messages."""
         self._apply({name: None}, {})
 
-    def apply_plan(self, name: str, plan: EnqueuePlan) -> None:
+    def apply_plan(self, name: str, plan: QueuePlan) -> None:
         """Take a plan made for ``name`` (a lease, ack, return), dead letters included."""
         self._apply({name: None}, {}, {name: plan})
 
@@ -181,7 +181,7 @@ class QueueTransaction:
         self,
         incoming: dict[str, pa.Table | None],
         staged: dict[str, list[StagedFile]],
-        made: dict[str, EnqueuePlan] | None = None,
+        made: dict[str, QueuePlan] | None = None,
     ) -> dict[str, int]:
         """Plan every queue that receives messages, then every dead-letter queue they feed.
 
@@ -268,7 +268,7 @@ class QueueTransaction:
                 files[index] = StagedFile(staged.path, 0, MESSAGE, staged.stats, 0)
 
     def _dead_letters(
-        self, name: str, plan: EnqueuePlan, own: pa.Table | None, staged: list[StagedFile]
+        self, name: str, plan: QueuePlan, own: pa.Table | None, staged: list[StagedFile]
     ) -> pa.Table | None:
         """Copies of what ``name`` dead-letters, as new messages of its dead-letter queue."""
         target = plan.state.arguments.dead_letter_queue
@@ -325,7 +325,7 @@ class QueueTransaction:
         state.redelivered = Redelivered()
         self._record_removals(
             name,
-            EnqueuePlan(
+            QueuePlan(
                 state, np.zeros(0, bool), np.zeros(0, bool), [Removal(live_seqs, "purged", None)]
             ),
         )
@@ -333,7 +333,7 @@ class QueueTransaction:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def _record_removals(self, name: str, plan: EnqueuePlan) -> None:
+    def _record_removals(self, name: str, plan: QueuePlan) -> None:
         for removal in plan.removals:
             count = len(removal.seqs)
             if not count:

@@ -1,0 +1,218 @@
+"""Leases (SEMANTICS §3): which messages a consumer is given (``plan_lease``), and what
+acknowledging, returning (cancel, release) and expiring them does to the queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from spark_queue.core.change import (
+    HeadReader,
+    QueueChange,
+    QueuePlan,
+    Removal,
+)
+from spark_queue.core.columns import (
+    NEVER,
+    Leases,
+    ascending,
+    distinct,
+    member,
+)
+from spark_queue.core.state import QueueState
+
+
+def plan_lease(
+    state: QueueState,
+    reader: HeadReader,
+    now: int,
+    consumer: str,
+    *,
+    max_messages: int | None = None,
+    max_bytes: int | None = None,
+    lease_period: int | None = None,
+    max_deliveries: int = 0,
+    max_cancels: int = 0,
+    max_backlog: int | None = None,
+    below_seq: int | None = None,
+    remove: bool = False,
+    matches: Callable[[np.ndarray], np.ndarray] | None = None,
+) -> QueuePlan:
+    """Deliver head messages to ``consumer`` (SEMANTICS §3): lease them, or with ``remove``
+    (at-most-once) take them out at once, counted as ``acked``.
+
+    Bounds: ``max_messages`` and ``max_bytes`` for this call (at least one message is always
+    taken, as Delta's ``maxBytesPerTrigger`` admits one file), ``max_backlog`` for the leases
+    of all consumers, ``below_seq`` for what existed when an AvailableNow query started.
+    Expired messages met on the way are removed (``expired``), never delivered. Due scheduled
+    messages and expired leases are settled first. ``lease_period`` is in microseconds.
+    ``matches`` (a consumer's filter) says which of some seqs this consumer may take; the
+    others stay, in place, for other consumers.
+    """
+    queue = QueueChange(state.copy(), reader, now)
+    queue.catch_up()
+    state = queue.state
+    limits = state.consumers.setdefault(consumer, {"last_lease": 0})
+    limits.update(max_deliveries=max_deliveries, max_cancels=max_cancels)
+    limits["last_lease"] += 1
+    lease_id = limits["last_lease"]
+    until = NEVER if lease_period is None else now + lease_period
+    budget = max_messages if max_messages is not None else NEVER
+    if max_backlog is not None:
+        budget = min(budget, max(0, max_backlog - len(state.leases)))
+    bytes_left = max_bytes if max_bytes is not None else NEVER
+    leased: list[Leases] = []
+    for priority in sorted(state.levels, reverse=True):
+        level = state.levels[priority]
+        cursor = queue.cursor(priority) if level.ready else None
+        index = 0  # chunks before it hold only messages this consumer's filter refused
+        parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # seqs, sizes, expiries
+        while cursor is not None and budget > 0 and level.ready > 0:
+            chunk = cursor.chunk_at(index)
+            if chunk is None:
+                break
+            seqs, sizes, expires = chunk
+            window = len(seqs) if below_seq is None else int(np.searchsorted(seqs, below_seq))
+            if window == 0:
+                break
+            expired = expires[:window] <= now
+            wanted = ~expired
+            if matches is not None:
+                wanted &= matches(seqs[:window])
+            picks = np.flatnonzero(wanted)[:budget]
+            full = False
+            if max_bytes is not None and len(picks):
+                fit = int(np.searchsorted(np.cumsum(sizes[picks]), bytes_left, side="right"))
+                fit = fit if (leased or parts or fit) else 1  # at least one message per batch
+                full = fit < len(picks) or fit == 0
+                picks = picks[:fit]
+            picked = np.zeros(window, dtype=bool)
+            picked[picks] = True
+            taken = np.flatnonzero(expired | picked)
+            seqs, sizes, expires = cursor.take_at(index, taken)
+            level.ready -= len(taken)
+            level.ready_bytes -= int(sizes.sum())
+            chosen = picked[taken]
+            if not chosen.all():  # expired: never delivered
+                queue.kill_many(priority, seqs[~chosen], "expired", "expired")
+            if not chosen.all():
+                seqs, sizes, expires = seqs[chosen], sizes[chosen], expires[chosen]
+            if len(seqs):
+                parts.append((seqs, sizes, expires))
+                budget -= len(seqs)
+                bytes_left -= int(sizes.sum())
+            if full:
+                budget = 0
+            elif len(taken) < window:
+                index += 1  # what is left of this chunk is not for this consumer
+            if window < len(chunk[0]):
+                break  # reached what arrived after an AvailableNow query started
+        if parts:  # one lease array per level: joining chunk by chunk cost 0.05 s a million
+            leased.append(
+                _new_leases(
+                    state,
+                    *(np.concatenate(column) for column in zip(*parts, strict=True)),
+                    priority,
+                    consumer,
+                    lease_id,
+                    until,
+                )
+            )
+        if budget <= 0:
+            break
+    delivered = Leases.concat(leased)
+    if remove:
+        state.counters["acked"] += len(delivered)
+        if len(delivered):
+            queue.removals.append(Removal(delivered.seq, "acked", None))
+            queue.note_gone(delivered)
+    else:
+        state.leases = Leases.concat([state.leases, delivered])
+    return queue.plan(np.zeros(0, bool), np.zeros(0, bool), delivered)
+
+
+def _new_leases(
+    state: QueueState,
+    seqs: np.ndarray,
+    sizes: np.ndarray,
+    expires: np.ndarray,
+    priority: int,
+    consumer: str,
+    lease_id: int,
+    until: int,
+) -> Leases:
+    """Leases of messages just taken from one level's head; a message delivered before
+    carries its delivery and cancel counts on (and leaves ``redelivered``)."""
+    count = len(seqs)
+    deliveries = np.ones(count, dtype=np.int64)
+    cancels = np.zeros(count, dtype=np.int64)
+    known, before, cancelled = state.redelivered.find(seqs)
+    if known.any():
+        deliveries[known] += before
+        cancels[known] = cancelled
+        state.redelivered = state.redelivered.without(seqs[known])
+    return Leases.of_consumer(
+        consumer,
+        seq=seqs,
+        priority=np.full(count, priority),
+        size=sizes,
+        lease_id=np.full(count, lease_id),
+        until=np.full(count, until),
+        deliveries=deliveries,
+        cancels=cancels,
+        expires=expires,
+    )
+
+
+def plan_ack(
+    state: QueueState, reader: HeadReader, now: int, seqs: np.ndarray, consumer: str | None = None
+) -> QueuePlan:
+    """Acknowledge leased messages (of ``consumer``, if given); other seqs are ignored, so an
+    ack that arrives after the lease ran out and the message went elsewhere does nothing."""
+    queue = QueueChange(state.copy(), reader, now)
+    queue.catch_up()
+    state = queue.state
+    done = state.leases.held(np.asarray(seqs, dtype=np.int64), consumer)
+    if done.any():
+        acked = state.leases.take(done)
+        state.leases = state.leases.take(~done)
+        state.counters["acked"] += len(acked)
+        queue.removals.append(Removal(ascending(acked.seq), "acked", None))
+        queue.note_gone(acked)  # behind a head held back by a filter, an ack leaves a hole
+    return queue.plan(np.zeros(0, bool), np.zeros(0, bool))
+
+
+def _leases_of(state: QueueState, seqs: np.ndarray | None, consumer: str | None) -> Leases:
+    wanted = None if seqs is None else np.asarray(seqs, dtype=np.int64)
+    return state.leases.take(state.leases.held(wanted, consumer))
+
+
+def plan_return(
+    state: QueueState,
+    reader: HeadReader,
+    now: int,
+    *,
+    seqs: np.ndarray | None = None,
+    consumer: str | None = None,
+    cancel: bool = False,
+) -> QueuePlan:
+    """Return leased messages now: ``cancel`` (counts toward ``maxCancels``), or a release
+    of everything ``consumer`` holds, as a closed Artemis consumer does."""
+    queue = QueueChange(state.copy(), reader, now)
+    queue.catch_up(_leases_of(queue.state, seqs, consumer), cancel=cancel)
+    return queue.plan(np.zeros(0, bool), np.zeros(0, bool))
+
+
+def plan_expire(
+    state: QueueState, reader: HeadReader, now: int, seqs: np.ndarray, consumer: str | None = None
+) -> QueuePlan:
+    """Remove leased messages now with reason ``expired`` (AMPS ``expire``)."""
+    queue = QueueChange(state.copy(), reader, now)
+    queue.catch_up()
+    ending = _leases_of(queue.state, seqs, consumer)
+    queue.state.leases = queue.state.leases.take(~member(queue.state.leases.seq, ending.seq))
+    for priority in distinct(ending.priority):
+        queue.kill_many(priority, ending.seq[ending.priority == priority], "expired", "expired")
+    return queue.plan(np.zeros(0, bool), np.zeros(0, bool))
