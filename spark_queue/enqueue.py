@@ -16,8 +16,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_queue.errors import RejectedMessagesError
+from spark_queue.files import MESSAGE, StagedFile, delete_files, write_file
 from spark_queue.policies import Policies
-from spark_queue.store import MESSAGE, QueueStore, Snapshot, StagedFile, delete_files, write_file
+from spark_queue.store import QueueStore, Snapshot
 from spark_queue.transaction import QueueTransaction, StagedQueueFile, run
 
 PRODUCER_APP_PREFIX = "spark-queue-producer-"  # + producer id: a publish's application transaction

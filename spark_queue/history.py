@@ -49,8 +49,9 @@ import pyarrow.fs as pafs
 
 from spark_queue.core import COUNTERS, QueueState
 from spark_queue.errors import InvalidOptionError, QueueError, QueueNotFoundError
+from spark_queue.files import LEASE, QUEUE, SCHEDULED
 from spark_queue.schema import PARTITION, UTC_MICROS
-from spark_queue.store import LEASE, QUEUE, SCHEDULED, QueueStore
+from spark_queue.store import QueueStore
 
 GAUGES = ("ready", "ready_bytes", "leased", "scheduled")
 LIMITS = ("max_length", "max_length_bytes")

@@ -45,15 +45,8 @@ import pyarrow.fs as pafs
 
 from spark_queue.core import QueueState, below_heads
 from spark_queue.errors import InvalidOptionError
-from spark_queue.store import (
-    MESSAGE,
-    REMOVAL,
-    QueueStore,
-    Snapshot,
-    StagedFile,
-    delete_files,
-    write_file,
-)
+from spark_queue.files import MESSAGE, REMOVAL, StagedFile, delete_files, write_file
+from spark_queue.store import QueueStore, Snapshot
 
 SMALL_FILE_BYTES = 1024 * 1024  # below this a file is worth rewriting; docs/DESIGN.md "Compaction"
 SMALL_FILE_LIMIT = 32  # small files of one queue (or removal files) that trigger compaction
@@ -144,7 +137,7 @@ def compact(
         paths = small["path"].to_pylist()
         parts = []
         for done, path in enumerate(paths, 1):
-            parts.append(store.read_file(path))
+            parts.append(store.read_rows(path))
             progress(f"compacting queue {name}: {done}/{len(paths)} files")
         rows = pa.concat_tables(parts)
         rows = rows.filter(_live_mask(rows, state)).sort_by("seq")
@@ -158,7 +151,7 @@ def compact(
     )
     if removal.num_rows >= 2:
         progress(f"compacting removal records: {removal.num_rows} files")
-        rows = pa.concat_tables([store.read_file(p) for p in removal["path"].to_pylist()])
+        rows = pa.concat_tables([store.read_rows(p) for p in removal["path"].to_pylist()])
         adds.append(
             write_file(
                 store.uri, REMOVAL, rows.sort_by([("queue", "ascending"), ("seq", "ascending")])
@@ -320,7 +313,7 @@ def cleanup_log(uri: str, retention_hours: float, now: float | None = None) -> l
     latest checkpoint by file age alone and can leave a version inside the retention
     without the checkpoint it is built from (delta-rs #3692, delta #606).
     """
-    from spark_queue.store import filesystem
+    from spark_queue.files import filesystem
 
     fs, base = filesystem(uri)
     log_dir = f"{base.rstrip('/')}/_delta_log"

@@ -19,7 +19,6 @@ What runs where (the "Processes" table of ``docs/DESIGN.md``):
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,21 +35,23 @@ from pyspark.sql.datasource import (
 from spark_queue import failpoints
 from spark_queue.enqueue import Reservation, commit_enqueue
 from spark_queue.errors import InvalidInputError
-from spark_queue.messages import normalise
-from spark_queue.options import SinkOptions
-from spark_queue.policies import load_policies
-from spark_queue.schema import FILE_SCHEMA
-from spark_queue.store import (
+from spark_queue.files import (
     MESSAGE,
     ROW_GROUP_BYTES,
     ROW_GROUP_ROWS,
-    QueueStore,
     StagedFile,
     delete_files,
     file_stats,
     filesystem,
-    now_micros,
+    new_file,
+    parquet_options,
+    prepare_target,
 )
+from spark_queue.messages import normalise
+from spark_queue.options import SinkOptions
+from spark_queue.policies import load_policies
+from spark_queue.schema import FILE_SCHEMA
+from spark_queue.store import QueueStore, now_micros
 from spark_queue.transaction import QueueTransaction, StagedQueueFile
 
 SEQ_STRIDE = 1 << 32  # seqs reserved per task partition in one batch
@@ -195,16 +196,10 @@ class _Staging:
         table = pa.concat_tables(self.buffers.pop(name))
         self.buffered[name] = self.buffered_bytes[name] = 0
         if name not in self.writers:
-            relative = f"record={MESSAGE}/part-{uuid.uuid4().hex}.parquet"
-            target = f"{self.base.rstrip('/')}/{relative}"
-            self.fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+            relative = new_file(MESSAGE)
+            target = prepare_target(self.fs, self.base, relative)
             writer = pq.ParquetWriter(
-                target,
-                FILE_SCHEMA,
-                filesystem=self.fs,
-                compression="snappy",
-                use_dictionary=["queue"],
-                write_statistics=["queue", "seq", "priority"],
+                target, FILE_SCHEMA, filesystem=self.fs, **parquet_options(FILE_SCHEMA.names)
             )
             self.writers[name] = (writer, relative)
         self.writers[name][0].write_table(table, row_group_size=ROW_GROUP_ROWS)

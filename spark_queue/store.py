@@ -1,23 +1,20 @@
-"""The queue table on storage: Parquet files, their Delta statistics, and the Delta log.
+"""The queue table on storage (:class:`QueueStore`): opening and creating it, its
+snapshots (files and queue states, with a cache of states already read), reads of message
+rows (the head of a level, leased ranges, filters), and the Delta commit.
 
-Every write goes through delta-rs (``deltalake``). Files are written with pyarrow wherever the
-rows are (executor tasks stage message files; the driver writes removals, dead letters and
-state), and one Delta commit publishes them. Nothing here knows queue rules: that is
-:mod:`spark_queue.core`.
-
-Processes: executor tasks only call :func:`write_file` (pyarrow, never ``deltalake``, whose
-runtime must not be started in a process that later forks). Everything else runs on the
-driver side.
+Every write to the log goes through delta-rs (``deltalake``); the files a commit publishes
+are written by :mod:`spark_queue.files` (tasks stage message files, the driver writes
+removals, dead letters and state) and the state's indexes are encoded by
+:mod:`spark_queue.index`. Nothing here knows queue rules: that is :mod:`spark_queue.core`.
+Runs on the driver side only.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,278 +27,42 @@ import pyarrow.parquet as pq
 
 from spark_queue.core import (
     HEAD_SCHEMA,
-    INDEX_INTS,
-    NEVER,
-    NO_TIME,
     Leases,
     MessageIndex,
     QueueState,
-    Redelivered,
     member,
 )
 from spark_queue.errors import InvalidOptionError, NotAQueueTableError
+from spark_queue.files import (
+    EXTRA,
+    MESSAGE,
+    QUEUE,
+    REDELIVERED,
+    SCHEDULED,
+    STATE_RECORDS,
+    StagedFile,
+    filesystem,
+    table_uri,
+)
+from spark_queue.index import (
+    MESSAGE_INDEX_COLUMNS,
+    REDELIVERED_COLUMNS,
+    read_columnar,
+    read_leases,
+)
 from spark_queue.schema import (
     FILE_SCHEMA,
     FORMAT_DESCRIPTION,
     PARTITION,
-    STATS_COLUMNS,
     TABLE_CONFIGURATION,
     TABLE_SCHEMA,
-    UTC_MICROS,
 )
 
-MESSAGE, REMOVAL, QUEUE = "message", "removal", "queue"
-SCHEDULED, LEASE, EXTRA, REDELIVERED = "scheduled", "lease", "extra", "redelivered"
-ROW_GROUP_ROWS = 64 * 1024  # small enough that a head read skips most of a large file
-ROW_GROUP_BYTES = 32 * 1024 * 1024  # of bodies: a reader holds one row group at a time
-DICTIONARY_COLUMNS = ("queue", "outcome", "death_reason", "original_queue")
 _HEAD_READ = ("queue", "seq", "size", "priority", "deliver_at", "enqueued_at", "expires_at")
-STATE_RECORDS = (QUEUE, SCHEDULED, LEASE, EXTRA, REDELIVERED)
-
-
-def table_uri(path: str) -> str:
-    """A local path made absolute; URIs (``s3://``, ``file://``, ...) unchanged."""
-    return path if "://" in path else os.path.abspath(path)
-
-
-def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
-    if "://" not in uri:
-        return pafs.LocalFileSystem(), uri
-    return pafs.FileSystem.from_uri(uri)
-
-
-@dataclass(frozen=True)
-class StagedFile:
-    """A Parquet file written under the table root, not yet in the Delta log."""
-
-    path: str  # relative to the table root, as the log records it
-    size: int
-    record: str
-    stats: str  # Delta statistics JSON
-    rows: int
-
-
-def file_stats(table: pa.Table) -> str:
-    mins: dict[str, Any] = {}
-    maxs: dict[str, Any] = {}
-    nulls: dict[str, int] = {}
-    for name in STATS_COLUMNS:
-        if name not in table.column_names:  # left out of the file: null in every row
-            nulls[name] = table.num_rows
-            continue
-        column = table.column(name)
-        nulls[name] = column.null_count
-        if column.null_count < len(column):
-            bounds = pc.min_max(column)
-            mins[name] = bounds["min"].as_py()
-            maxs[name] = bounds["max"].as_py()
-    return json.dumps(
-        {"numRecords": table.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
-    )
-
-
-def row_group_rows(rows: pa.Table) -> int:
-    """Rows per row group: ``ROW_GROUP_ROWS``, fewer where bodies are large."""
-    if not rows.num_rows or "body" not in rows.column_names:
-        return ROW_GROUP_ROWS
-    per_row = max(1, rows.column("body").nbytes // rows.num_rows)
-    return max(1, min(ROW_GROUP_ROWS, ROW_GROUP_BYTES // per_row))
-
-
-def write_file(root: str, record: str, rows: pa.Table, tag: str = "") -> StagedFile:
-    """Write ``rows`` (:data:`FILE_SCHEMA`) as one Parquet file of partition ``record``."""
-    fs, base = filesystem(root)
-    if record == MESSAGE:
-        rows = rows.select(FILE_SCHEMA.names).cast(FILE_SCHEMA)
-    else:
-        # Index and removal rows fill a few of the columns: the others are left out of the
-        # file, which Delta readers (delta-spark, delta-rs, ``read_rows``) read as nulls.
-        # A million removal rows then take 0.04 s to write, not 0.1 s.
-        fields = [
-            field_
-            for field_ in FILE_SCHEMA
-            if field_.name in rows.column_names
-            and rows.column(field_.name).null_count < rows.num_rows
-        ]
-        rows = rows.select([field_.name for field_ in fields]).cast(pa.schema(fields))
-    stats = file_stats(rows)
-    relative = f"{PARTITION}={record}/part-{tag}{uuid.uuid4().hex}.parquet"
-    target = f"{base.rstrip('/')}/{relative}"
-    fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
-    # Bodies dominate: dictionary encoding would only cost time on them.
-    pq.write_table(
-        rows,
-        target,
-        filesystem=fs,
-        compression="snappy",
-        use_dictionary=[name for name in DICTIONARY_COLUMNS if name in rows.column_names],
-        write_statistics=[name for name in STATS_COLUMNS if name in rows.column_names],
-        row_group_size=row_group_rows(rows),
-    )
-    size = fs.get_file_info(target).size
-    return StagedFile(relative, size, record, stats, rows.num_rows)
-
-
-def delete_files(root: str, relatives: list[str]) -> None:
-    fs, base = filesystem(root)
-    for relative in relatives:
-        with contextlib.suppress(FileNotFoundError, OSError):
-            fs.delete_file(f"{base.rstrip('/')}/{relative}")
-
-
-def record_rows(columns: dict[str, Any]) -> pa.Table:
-    """Rows of a record other than ``message``: only ``columns`` (all of one length), typed
-    as in :data:`FILE_SCHEMA`; :func:`write_file` leaves the other columns out."""
-    arrays = {}
-    for name, value in columns.items():
-        kind = FILE_SCHEMA.field(name).type
-        if isinstance(value, pa.ChunkedArray):
-            value = value.combine_chunks()
-        arrays[name] = value.cast(kind) if isinstance(value, pa.Array) else pa.array(value, kind)
-    return pa.table(arrays)
-
-
-def empty_rows(columns: dict[str, Any], count: int) -> pa.Table:
-    """A :data:`FILE_SCHEMA` table of ``count`` rows, nulls except ``columns``."""
-    given = record_rows(columns)
-    return pa.Table.from_arrays(
-        [
-            given.column(field_.name) if field_.name in columns else pa.nulls(count, field_.type)
-            for field_ in FILE_SCHEMA
-        ],
-        schema=FILE_SCHEMA,
-    )
 
 
 def now_micros() -> int:
     return time.time_ns() // 1000
-
-
-# Index columns <-> columnar index arrays: (array, column, value when null).
-# The scheduled and extras indexes (MessageIndex):
-MESSAGE_INDEX_COLUMNS = tuple(
-    zip(
-        INDEX_INTS,
-        ("seq", "priority", "size", "deliver_at", "expires_at"),
-        (0, 0, 0, NO_TIME, NEVER),
-        strict=True,
-    )
-)
-# Redelivered index columns <-> Redelivered arrays.
-REDELIVERED_COLUMNS = (
-    ("seq", "seq", 0),
-    ("deliveries", "delivery_count", 0),
-    ("cancels", "cancel_count", 0),
-)
-# The lease index (Leases):
-LEASE_COLUMNS = (
-    ("seq", "seq", 0),
-    ("priority", "priority", 0),
-    ("size", "size", 0),
-    ("lease_id", "lease_id", 0),
-    ("until", "lease_until", NEVER),
-    ("deliveries", "delivery_count", 0),
-    ("cancels", "cancel_count", 0),
-    ("expires", "expires_at", NEVER),
-)
-
-
-def _time_column(values: list[int] | np.ndarray) -> pa.Array:
-    """Microseconds (NEVER/NO_TIME meaning none) as a UTC timestamp column."""
-    array = np.asarray(values, dtype=np.int64)
-    none = (array == NEVER) | (array == NO_TIME)
-    if none.all():  # no lease period, no expiry: the usual lease index column
-        return pa.nulls(len(array), UTC_MICROS)
-    return pa.array(array, mask=none if none.any() else None).cast(UTC_MICROS)
-
-
-def repeated(value: Any, count: int, kind: pa.DataType) -> pa.Array:
-    """``value`` ``count`` times: one Arrow fill, where a Python list costs a step per row."""
-    return pa.repeat(pa.scalar(value, kind), count)
-
-
-def _columnar_table(
-    held: list[tuple[str, Any]],
-    columns: tuple[tuple[str, str, int], ...],
-    extra: dict[str, Any] | None = None,
-) -> pa.Table:
-    """Index rows from each queue's columnar index (:class:`Leases`, :class:`MessageIndex`,
-    :class:`Redelivered`), array by array: no Python work per message."""
-    found: dict[str, Any] = {
-        "queue": pa.chunked_array(
-            [repeated(name, len(index), pa.string()) for name, index in held], pa.string()
-        ),
-        **(extra or {}),
-    }
-    for array, column, _ in columns:
-        parts = [getattr(index, array) for _, index in held]
-        # One queue's index is used as it is: a million-lease index's columns cost 30 ms
-        # to copy.
-        values = parts[0] if len(parts) == 1 else np.concatenate(parts or [np.zeros(0, np.int64)])
-        is_time = pa.types.is_timestamp(FILE_SCHEMA.field(column).type)
-        found[column] = _time_column(values) if is_time else pa.array(values)
-    return record_rows(found)
-
-
-def _read_columnar(
-    rows: pa.Table, columns: tuple[tuple[str, str, int], ...]
-) -> dict[str, tuple[pa.Table, dict[str, np.ndarray]]]:
-    """Per queue: its index rows and their arrays (the inverse of :func:`_columnar_table`)."""
-    found = {}
-    queues = rows.column("queue")
-    for name in pc.unique(queues).to_pylist():
-        mine = rows.filter(pc.equal(queues, name))
-        arrays = {}
-        for array, column, null in columns:
-            values = mine.column(column)
-            if pa.types.is_timestamp(values.type):
-                values = values.cast(pa.int64())
-            arrays[array] = values.fill_null(null).to_numpy().astype(np.int64)
-        found[name] = (mine, arrays)
-    return found
-
-
-def _redelivered(parts: list[dict[str, np.ndarray]]) -> Redelivered:
-    return Redelivered(
-        *(np.concatenate([part[k] for part in parts]) for k in ("seq", "deliveries", "cancels"))
-    )
-
-
-def _lease_table(states: dict[str, QueueState]) -> pa.Table:
-    """Every queue's leases as index rows (the inverse of :func:`_read_leases`)."""
-    held = [(name, states[name].leases) for name in sorted(states) if len(states[name].leases)]
-    leases = Leases.concat([part for _, part in held])
-    consumers = pa.DictionaryArray.from_arrays(
-        pa.array(leases.consumer_ids, pa.int32()), pa.array(leases.names, pa.string())
-    )
-    return _columnar_table(held, LEASE_COLUMNS, {"consumer": consumers.cast(pa.string())})
-
-
-def _read_leases(rows: pa.Table) -> dict[str, Leases]:
-    """Each queue's :class:`Leases` from lease index rows."""
-    found: dict[str, Leases] = {}
-    for name, (mine, arrays) in _read_columnar(rows, LEASE_COLUMNS).items():
-        consumers = pc.dictionary_encode(mine.column("consumer").fill_null("")).combine_chunks()
-        found[name] = Leases(
-            tuple(consumers.dictionary.to_pylist()),
-            consumers.indices.to_numpy(zero_copy_only=False),
-            **arrays,
-        )
-    return found
-
-
-def index_rows(states: dict[str, QueueState]) -> dict[str, pa.Table]:
-    """Every queue's indexes as rows, by record: scheduled messages, extras, redelivered
-    counts and leases."""
-    waiting = [(n, states[n].scheduled) for n in sorted(states) if len(states[n].scheduled)]
-    extras = [(n, states[n].extras) for n in sorted(states) if len(states[n].extras)]
-    again = [(n, states[n].redelivered) for n in sorted(states) if len(states[n].redelivered)]
-    return {
-        SCHEDULED: _columnar_table(waiting, MESSAGE_INDEX_COLUMNS),
-        EXTRA: _columnar_table(extras, MESSAGE_INDEX_COLUMNS),
-        REDELIVERED: _columnar_table(again, REDELIVERED_COLUMNS),
-        LEASE: _lease_table(states),
-    }
 
 
 @dataclass
@@ -539,17 +300,17 @@ class QueueStore:
                 queue_rows.append(self.read_rows(path, ["queue", "queue_state"]))
             elif record in (SCHEDULED, EXTRA):
                 found = scheduled if record == SCHEDULED else extras
-                for queue, (_, arrays) in _read_columnar(
+                for queue, (_, arrays) in read_columnar(
                     self.read_rows(path), MESSAGE_INDEX_COLUMNS
                 ).items():
                     found.setdefault(queue, []).append(MessageIndex(**arrays))
             elif record == REDELIVERED:
-                for queue, (_, arrays) in _read_columnar(
+                for queue, (_, arrays) in read_columnar(
                     self.read_rows(path), REDELIVERED_COLUMNS
                 ).items():
                     redelivered.setdefault(queue, []).append(arrays)
             else:
-                for queue, held in _read_leases(self.read_rows(path)).items():
+                for queue, held in read_leases(self.read_rows(path)).items():
                     leases.setdefault(queue, []).append(held)
         states: dict[str, QueueState] = {}
         for rows in queue_rows:
@@ -566,7 +327,7 @@ class QueueStore:
                     MessageIndex.concat(scheduled.get(name, [])),
                     Leases.concat(leases.get(name, [])),
                     MessageIndex.concat(extras[name]) if name in extras else None,
-                    _redelivered(redelivered[name]) if name in redelivered else None,
+                    redelivered(redelivered[name]) if name in redelivered else None,
                 )
         return states
 
@@ -633,9 +394,6 @@ class QueueStore:
                 else FILE_SCHEMA.empty_table().select(columns)
             )
         return pa.concat_tables(parts)
-
-    def read_file(self, relative: str, columns: list[str] | None = None) -> pa.Table:
-        return self.read_rows(relative, columns)
 
     def read_head_rows(
         self, relative: str, queue: str, priority: int, from_seq: int

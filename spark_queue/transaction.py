@@ -31,26 +31,23 @@ from spark_queue.core import (
     plan_settle,
 )
 from spark_queue.errors import ArgumentMismatchError, CommitConflictError, QueueError
-from spark_queue.maintenance import after_commit
-from spark_queue.options import QueueArguments, option_name
-from spark_queue.policies import Policies, Resolution, resolve_without_policies
-from spark_queue.schema import UTC_MICROS
-from spark_queue.store import (
+from spark_queue.files import (
     MESSAGE,
     QUEUE,
     REMOVAL,
     STATE_RECORDS,
-    QueueStore,
-    Snapshot,
     StagedFile,
     delete_files,
     empty_rows,
-    index_rows,
-    now_micros,
     record_rows,
-    repeated,
     write_file,
 )
+from spark_queue.index import index_rows, repeated
+from spark_queue.maintenance import after_commit
+from spark_queue.options import QueueArguments, option_name
+from spark_queue.policies import Policies, Resolution, resolve_without_policies
+from spark_queue.schema import UTC_MICROS
+from spark_queue.store import QueueStore, Snapshot, now_micros
 
 COMMIT_ATTEMPTS = 20
 BACKOFF_BASE = 0.02  # seconds before the second attempt, at most
@@ -248,13 +245,13 @@ class QueueTransaction:
         return sorted(pending)[0]
 
     def _incoming(self, files: list[StagedFile]) -> pa.Table:
-        parts = [self.store.read_file(f.path, INCOMING_COLUMNS) for f in files]
+        parts = [self.store.read_rows(f.path, INCOMING_COLUMNS) for f in files]
         return _incoming_of(pa.concat_tables(parts).sort_by("seq"))
 
     def _drop_rejected(self, files: list[StagedFile], rejected_seqs: pa.ChunkedArray) -> None:
         """Rewrite staged files without rejected messages: those are never stored."""
         for index, staged in enumerate(files):
-            rows = self.store.read_file(staged.path)
+            rows = self.store.read_rows(staged.path)
             keep = pc.invert(pc.is_in(rows["seq"], rejected_seqs.combine_chunks()))
             if pc.all(keep).as_py():
                 continue
@@ -288,7 +285,7 @@ class QueueTransaction:
         parts = [self.store.read_messages(self.snapshot, name, seqs)]
         for f in staged:
             if f.rows:
-                rows = self.store.read_file(f.path)
+                rows = self.store.read_rows(f.path)
                 parts.append(rows.filter(pc.is_in(rows["seq"], wanted)))
         originals = pa.concat_tables(parts).sort_by("seq")
         count = originals.num_rows

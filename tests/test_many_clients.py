@@ -9,8 +9,8 @@ import pytest
 
 from spark_queue import QueueTable
 from spark_queue.core import identity_holds
+from spark_queue.files import REMOVAL
 from spark_queue.maintenance import SMALL_FILE_LIMIT, compact
-from spark_queue.store import REMOVAL
 
 
 @pytest.fixture

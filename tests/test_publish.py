@@ -18,8 +18,9 @@ from spark_queue import (
 )
 from spark_queue.core import identity_holds
 from spark_queue.enqueue import Reservation, commit_enqueue
+from spark_queue.files import MESSAGE, write_file
 from spark_queue.messages import normalise
-from spark_queue.store import MESSAGE, now_micros, write_file
+from spark_queue.store import now_micros
 from spark_queue.transaction import StagedQueueFile
 
 WRITERS, BATCHES, PER_BATCH, RING = 4, 3, 4, 5  # Artemis testMultipleConcurrentProducers

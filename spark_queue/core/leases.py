@@ -97,7 +97,6 @@ def plan_lease(
             chosen = picked[taken]
             if not chosen.all():  # expired: never delivered
                 queue.kill_many(priority, seqs[~chosen], "expired", "expired")
-            if not chosen.all():
                 seqs, sizes, expires = seqs[chosen], sizes[chosen], expires[chosen]
             if len(seqs):
                 parts.append((seqs, sizes, expires))

@@ -1,0 +1,163 @@
+"""Files of a queue table: where they go, how they are written (one set of Parquet writer
+settings for every writer, task or driver), their Delta statistics, and their deletion.
+
+Runs anywhere: executor tasks stage message files with these functions (pyarrow only, never
+``deltalake``, whose runtime must not be started in a process that later forks).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from spark_queue.schema import FILE_SCHEMA, PARTITION, STATS_COLUMNS
+
+# Records: the partition values of the table's files (``record=<name>``).
+MESSAGE, REMOVAL, QUEUE = "message", "removal", "queue"
+SCHEDULED, LEASE, EXTRA, REDELIVERED = "scheduled", "lease", "extra", "redelivered"
+STATE_RECORDS = (QUEUE, SCHEDULED, LEASE, EXTRA, REDELIVERED)
+ROW_GROUP_ROWS = 64 * 1024  # small enough that a head read skips most of a large file
+ROW_GROUP_BYTES = 32 * 1024 * 1024  # of bodies: a reader holds one row group at a time
+DICTIONARY_COLUMNS = ("queue", "outcome", "death_reason", "original_queue")
+
+
+def table_uri(path: str) -> str:
+    """A local path made absolute; URIs (``s3://``, ``file://``, ...) unchanged."""
+    return path if "://" in path else os.path.abspath(path)
+
+
+def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
+    if "://" not in uri:
+        return pafs.LocalFileSystem(), uri
+    return pafs.FileSystem.from_uri(uri)
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """A Parquet file written under the table root, not yet in the Delta log."""
+
+    path: str  # relative to the table root, as the log records it
+    size: int
+    record: str
+    stats: str  # Delta statistics JSON
+    rows: int
+
+
+def file_stats(table: pa.Table) -> str:
+    mins: dict[str, Any] = {}
+    maxs: dict[str, Any] = {}
+    nulls: dict[str, int] = {}
+    for name in STATS_COLUMNS:
+        if name not in table.column_names:  # left out of the file: null in every row
+            nulls[name] = table.num_rows
+            continue
+        column = table.column(name)
+        nulls[name] = column.null_count
+        if column.null_count < len(column):
+            bounds = pc.min_max(column)
+            mins[name] = bounds["min"].as_py()
+            maxs[name] = bounds["max"].as_py()
+    return json.dumps(
+        {"numRecords": table.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
+    )
+
+
+def row_group_rows(rows: pa.Table) -> int:
+    """Rows per row group: ``ROW_GROUP_ROWS``, fewer where bodies are large."""
+    if not rows.num_rows or "body" not in rows.column_names:
+        return ROW_GROUP_ROWS
+    per_row = max(1, rows.column("body").nbytes // rows.num_rows)
+    return max(1, min(ROW_GROUP_ROWS, ROW_GROUP_BYTES // per_row))
+
+
+def new_file(record: str, tag: str = "") -> str:
+    """A new file's path relative to the table root, in partition ``record``."""
+    return f"{PARTITION}={record}/part-{tag}{uuid.uuid4().hex}.parquet"
+
+
+def prepare_target(fs: pafs.FileSystem, base: str, relative: str) -> str:
+    """The full path of ``relative`` under ``base``, its folder created."""
+    target = f"{base.rstrip('/')}/{relative}"
+    fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+    return target
+
+
+def parquet_options(columns: list[str]) -> dict[str, Any]:
+    """The writer settings of every file of a queue table, for a file of ``columns``:
+    dictionary encoding on the small repeated columns only (bodies dominate, and would
+    only cost time), statistics on the columns Delta's file skipping uses."""
+    return {
+        "compression": "snappy",
+        "use_dictionary": [name for name in DICTIONARY_COLUMNS if name in columns],
+        "write_statistics": [name for name in STATS_COLUMNS if name in columns],
+    }
+
+
+def write_file(root: str, record: str, rows: pa.Table, tag: str = "") -> StagedFile:
+    """Write ``rows`` (:data:`FILE_SCHEMA`) as one Parquet file of partition ``record``."""
+    fs, base = filesystem(root)
+    if record == MESSAGE:
+        rows = rows.select(FILE_SCHEMA.names).cast(FILE_SCHEMA)
+    else:
+        # Index and removal rows fill a few of the columns: the others are left out of the
+        # file, which Delta readers (delta-spark, delta-rs, ``read_rows``) read as nulls.
+        # A million removal rows then take 0.04 s to write, not 0.1 s.
+        fields = [
+            field_
+            for field_ in FILE_SCHEMA
+            if field_.name in rows.column_names
+            and rows.column(field_.name).null_count < rows.num_rows
+        ]
+        rows = rows.select([field_.name for field_ in fields]).cast(pa.schema(fields))
+    stats = file_stats(rows)
+    relative = new_file(record, tag)
+    target = prepare_target(fs, base, relative)
+    pq.write_table(
+        rows,
+        target,
+        filesystem=fs,
+        row_group_size=row_group_rows(rows),
+        **parquet_options(rows.column_names),
+    )
+    size = fs.get_file_info(target).size
+    return StagedFile(relative, size, record, stats, rows.num_rows)
+
+
+def delete_files(root: str, relatives: list[str]) -> None:
+    fs, base = filesystem(root)
+    for relative in relatives:
+        with contextlib.suppress(FileNotFoundError, OSError):
+            fs.delete_file(f"{base.rstrip('/')}/{relative}")
+
+
+def record_rows(columns: dict[str, Any]) -> pa.Table:
+    """Rows of a record other than ``message``: only ``columns`` (all of one length), typed
+    as in :data:`FILE_SCHEMA`; :func:`write_file` leaves the other columns out."""
+    arrays = {}
+    for name, value in columns.items():
+        kind = FILE_SCHEMA.field(name).type
+        if isinstance(value, pa.ChunkedArray):
+            value = value.combine_chunks()
+        arrays[name] = value.cast(kind) if isinstance(value, pa.Array) else pa.array(value, kind)
+    return pa.table(arrays)
+
+
+def empty_rows(columns: dict[str, Any], count: int) -> pa.Table:
+    """A :data:`FILE_SCHEMA` table of ``count`` rows, nulls except ``columns``."""
+    given = record_rows(columns)
+    return pa.Table.from_arrays(
+        [
+            given.column(field_.name) if field_.name in columns else pa.nulls(count, field_.type)
+            for field_ in FILE_SCHEMA
+        ],
+        schema=FILE_SCHEMA,
+    )
