@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class QueueError(Exception):
     """Base class of every spark-queue error."""
@@ -27,10 +29,20 @@ class NotAQueueTableError(QueueError):
 
 
 class QueueNotFoundError(QueueError, KeyError):
-    """The named queue was never declared in this queue table."""
+    """The named queue was never declared in this queue table.
+
+    Args:
+        queue: the name asked for.
+        table: the queue table's path or URI.
+        queues: the queues the table has, listed in the message.
+    """
+
+    def __init__(self, queue: str, table: str, queues: Iterable[str]) -> None:
+        super().__init__(f"queue {queue!r} does not exist in {table}; queues: {sorted(queues)}")
+        self.queue = queue
 
     def __str__(self) -> str:  # KeyError would quote the message
-        return str(self.args[0]) if self.args else ""
+        return str(self.args[0])
 
 
 class RejectedMessagesError(QueueError):

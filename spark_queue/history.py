@@ -48,10 +48,10 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from spark_queue.core import COUNTERS, QueueState
-from spark_queue.errors import InvalidOptionError, QueueError, QueueNotFoundError
+from spark_queue.errors import InvalidOptionError, QueueError
 from spark_queue.files import LEASE, QUEUE, SCHEDULED
 from spark_queue.schema import PARTITION, UTC_MICROS
-from spark_queue.store import QueueStore
+from spark_queue.store import QueueStore, require_queue
 
 GAUGES = ("ready", "ready_bytes", "leased", "scheduled")
 LIMITS = ("max_length", "max_length_bytes")
@@ -97,10 +97,7 @@ def queue_history(
     if queue is not None:
         snapshot = store.snapshot(table)
         assert snapshot is not None
-        if queue not in snapshot.states:
-            raise QueueNotFoundError(
-                f"queue {queue!r} does not exist in {store.uri}; queues: {sorted(snapshot.states)}"
-            )
+        require_queue(snapshot.states, queue, store.uri)
     current = table.version()
     retained = [v for v in _log_versions(store) if v <= current]
     if wanted is not None:

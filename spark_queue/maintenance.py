@@ -43,7 +43,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from spark_queue.core import QueueState, below_heads
+from spark_queue.core import NEVER, QueueState, below_heads, live_mask
 from spark_queue.errors import InvalidOptionError
 from spark_queue.files import MESSAGE, REMOVAL, StagedFile, delete_files, write_file
 from spark_queue.store import QueueStore, Snapshot
@@ -76,20 +76,14 @@ def no_progress(_: str) -> None:
 
 
 def _live_mask(rows: pa.Table, state: QueueState) -> pa.Array:
-    """Rows of ``state``'s queue that are still live (SEMANTICS: ready or scheduled)."""
-    seqs = rows["seq"]
-    priorities = rows["priority"].fill_null(0)
-    heads = {p: level.head for p, level in state.levels.items()}
-    head_of_row = pa.array(
-        [heads.get(p, np.iinfo(np.int64).max) for p in priorities.to_pylist()], pa.int64()
-    )
-    live = pc.greater_equal(seqs, head_of_row)
-    if state.holes:
-        live = pc.and_(live, pc.invert(pc.is_in(seqs, pa.array(sorted(state.holes), pa.int64()))))
-    below = below_heads(state)
-    if len(below):
-        live = pc.or_(live, pc.is_in(seqs, pa.array(below, pa.int64())))
-    return live
+    """Rows of ``state``'s queue that are still live (:func:`~spark_queue.core.live_mask`)."""
+    seqs = rows["seq"].to_numpy()
+    priorities = rows["priority"].fill_null(0).to_numpy()
+    heads = np.full(len(seqs), NEVER, dtype=np.int64)
+    for priority, level in state.levels.items():
+        heads[priorities == priority] = level.head
+    holes = np.asarray(sorted(state.holes), dtype=np.int64)
+    return pa.array(live_mask(seqs, heads, holes, below_heads(state)))
 
 
 def needs_compaction(snapshot: Snapshot, limit: int = SMALL_FILE_LIMIT) -> bool:

@@ -18,11 +18,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 
-from spark_queue.core import QueueState, below_heads, plan_settle
-from spark_queue.errors import QueueError, QueueNotFoundError
+from spark_queue.core import QueueState, below_heads, live_mask, plan_settle
+from spark_queue.errors import QueueError
 from spark_queue.options import BrowseOptions
 from spark_queue.schema import BROWSE_COLUMNS, FILE_SCHEMA, browse_arrow_schema
-from spark_queue.store import QueueStore, Snapshot, file_runs, now_micros
+from spark_queue.store import QueueStore, Snapshot, file_runs, now_micros, require_queue
 
 
 @dataclass
@@ -57,10 +57,8 @@ def plan_partitions(
     queue: str | None,
     now: int,
 ) -> list[BrowsePartition]:
-    if queue is not None and queue not in states:
-        raise QueueNotFoundError(
-            f"queue {queue!r} does not exist in {store.uri}; queues: {sorted(states)}"
-        )
+    if queue is not None:
+        require_queue(states, queue, store.uri)
     names = [queue] if queue is not None else sorted(states)
     partitions = []
     for name in names:
@@ -109,14 +107,13 @@ def live_rows(partition: BrowsePartition, columns: list[str] | None = None) -> p
     seqs = rows.column("seq").to_numpy()
     if len(seqs) > 1 and bool((seqs[1:] < seqs[:-1]).any()):  # one file: in order already
         rows = rows.sort_by("seq")
-    live = pc.greater_equal(rows["seq"], partition.head)
-    if partition.holes:
-        live = pc.and_(
-            live, pc.invert(pc.is_in(rows["seq"], pa.array(partition.holes, pa.int64())))
-        )
-    if partition.below:
-        live = pc.or_(live, pc.is_in(rows["seq"], pa.array(partition.below, pa.int64())))
-    return rows if pc.all(live).as_py() else rows.filter(live)
+    live = live_mask(
+        rows.column("seq").to_numpy(),
+        partition.head,
+        np.asarray(partition.holes, dtype=np.int64),
+        np.asarray(partition.below, dtype=np.int64),
+    )
+    return rows if live.all() else rows.filter(pa.array(live))
 
 
 def leased_consumers(leased: dict[int, str], seqs: np.ndarray) -> pa.Array:

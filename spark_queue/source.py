@@ -48,10 +48,10 @@ from spark_queue.core import (
     plan_lease,
     plan_return,
 )
-from spark_queue.errors import QueueError, QueueNotFoundError
+from spark_queue.errors import QueueError
 from spark_queue.options import SourceOptions
 from spark_queue.schema import BROWSE_COLUMNS, browse_arrow_schema
-from spark_queue.store import QueueStore
+from spark_queue.store import QueueStore, require_queue
 from spark_queue.transaction import QueueTransaction, run
 
 OFFSET_VERSION = 2  # 2: ``redelivered`` as runs; 1 (a dict per seq) is still read
@@ -486,10 +486,4 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
     # -- helpers -------------------------------------------------------------------------------
 
     def _require(self, states: dict[str, Any]) -> Any:
-        state = states.get(self.options.queue)
-        if state is None:
-            raise QueueNotFoundError(
-                f"queue {self.options.queue!r} does not exist in {self.store.uri}; queues: "
-                f"{sorted(states)}"
-            )
-        return state
+        return require_queue(states, self.options.queue, self.store.uri)

@@ -32,7 +32,7 @@ from spark_queue.core import (
     QueueState,
     member,
 )
-from spark_queue.errors import InvalidOptionError, NotAQueueTableError
+from spark_queue.errors import InvalidOptionError, NotAQueueTableError, QueueNotFoundError
 from spark_queue.files import (
     EXTRA,
     MESSAGE,
@@ -63,6 +63,14 @@ _HEAD_READ = ("queue", "seq", "size", "priority", "deliver_at", "enqueued_at", "
 
 def now_micros() -> int:
     return time.time_ns() // 1000
+
+
+def require_queue(states: dict[str, QueueState], queue: str, table: str) -> QueueState:
+    """``queue``'s state; raises :class:`QueueNotFoundError` naming the table's queues."""
+    state = states.get(queue)
+    if state is None:
+        raise QueueNotFoundError(queue, table, states)
+    return state
 
 
 @dataclass

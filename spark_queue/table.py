@@ -36,7 +36,6 @@ from spark_queue.errors import (
     InvalidOptionError,
     PolicyError,
     QueueError,
-    QueueNotFoundError,
 )
 from spark_queue.maintenance import (
     DEFAULT_VACUUM_HOURS,
@@ -56,7 +55,7 @@ from spark_queue.options import (
 )
 from spark_queue.policies import ENV_VAR, Policies, Resolution, load_policies
 from spark_queue.reader import live_rows, plan_partitions, read_partition, settled_states
-from spark_queue.store import QueueStore, Snapshot, now_micros
+from spark_queue.store import QueueStore, Snapshot, now_micros, require_queue
 from spark_queue.transaction import QueueTransaction, run
 
 COMPACT_ATTEMPTS = 10
@@ -555,12 +554,7 @@ class QueueTable:
         return snapshot
 
     def _require(self, snapshot: Snapshot, name: str) -> Any:
-        state = snapshot.states.get(name)
-        if state is None:
-            raise QueueNotFoundError(
-                f"queue {name!r} does not exist in {self.path}; queues: {sorted(snapshot.states)}"
-            )
-        return state
+        return require_queue(snapshot.states, name, self.path)
 
     def _purgeable(
         self, snapshot: Snapshot, name: str, now: int, progress: Progress = no_progress

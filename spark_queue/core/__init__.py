@@ -58,6 +58,7 @@ from spark_queue.core.state import (
     gauges,
     identity_holds,
     leased_by_consumer,
+    live_mask,
     settles,
 )
 
@@ -85,6 +86,7 @@ __all__ = [
     "identity_holds",
     "is_ascending",
     "leased_by_consumer",
+    "live_mask",
     "member",
     "plan_ack",
     "plan_enqueue",

@@ -17,6 +17,7 @@ from spark_queue.core.columns import (
     MessageIndex,
     Redelivered,
     Scheduled,
+    member,
 )
 from spark_queue.options import QueueArguments
 
@@ -172,6 +173,21 @@ def below_heads(state: QueueState, priority: int | None = None) -> np.ndarray:
         scheduled = scheduled.take(scheduled.priority == priority)
         leases = leases.take(leases.priority == priority)
     return np.sort(np.concatenate([extras.seq, scheduled.seq, leases.seq]))
+
+
+def live_mask(
+    seqs: np.ndarray, heads: np.ndarray | int, holes: np.ndarray, below: np.ndarray
+) -> np.ndarray:
+    """Which stored ``seqs`` are live messages (ready, scheduled or leased): at or after
+    their level's head (``heads``: one per seq, or one for all) and not a hole, or passed by
+    their head while still live (``below``: :func:`below_heads`). The one rule for a
+    browse, a compaction and anything else that reads stored rows."""
+    live = np.asarray(seqs) >= heads
+    if len(holes):
+        live &= ~member(seqs, holes)
+    if len(below):
+        live |= member(seqs, below)
+    return live
 
 
 def settles(before: QueueState, after: QueueState) -> bool:
