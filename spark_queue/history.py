@@ -44,12 +44,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from spark_queue.core import COUNTERS, QueueState
+from spark_queue.core import COUNTERS, gauges
 from spark_queue.errors import InvalidOptionError, QueueError
-from spark_queue.files import LEASE, QUEUE, SCHEDULED
+from spark_queue.files import QUEUE, STATE_RECORDS
 from spark_queue.schema import PARTITION, UTC_MICROS
 from spark_queue.store import QueueStore, require_queue
 
@@ -161,7 +160,7 @@ def _read_commit(store: QueueStore, version: int) -> _Commit:
         elif "add" in action:
             add = action["add"]
             record = (add.get("partitionValues") or {}).get(PARTITION)
-            if record in (QUEUE, SCHEDULED, LEASE):
+            if record in STATE_RECORDS:
                 commit.added.setdefault(record, []).append(add["path"])
     return commit
 
@@ -172,42 +171,25 @@ def _rows_of(store: QueueStore, commit: _Commit, queue: str | None) -> list[dict
     if QUEUE not in commit.added:
         return []
     try:
-        states = [store.read_rows(path, ["queue", "queue_state"]) for path in commit.added[QUEUE]]
-        leased = _count_by_queue(store, commit.added.get(LEASE, []))
-        scheduled = _count_by_queue(store, commit.added.get(SCHEDULED, []))
+        states = store.read_state_files(
+            [(path, 0, record) for record, paths in commit.added.items() for path in paths]
+        )
     except FileNotFoundError:
         return []
     rows = []
     timestamp = None if commit.timestamp_ms is None else commit.timestamp_ms * 1000
-    for part in states:
-        for name, text in zip(
-            part.column("queue").to_pylist(), part.column("queue_state").to_pylist(), strict=True
-        ):
-            if queue is not None and name != queue:
-                continue
-            state = QueueState.from_json(name, text)
-            row: dict[str, Any] = {
-                "version": commit.version,
-                "timestamp": timestamp,
-                "operation": commit.operation,
-                "queue": name,
-                "ready": state.ready,
-                "ready_bytes": state.ready_bytes,
-                "leased": leased.get(name, 0),
-                "scheduled": scheduled.get(name, 0),
-                "max_length": state.arguments.max_length,
-                "max_length_bytes": state.arguments.max_length_bytes,
-            }
-            row.update({counter: state.counters[counter] for counter in COUNTERS})
-            rows.append(row)
+    for name, state in states.items():
+        if queue is not None and name != queue:
+            continue
+        row: dict[str, Any] = {
+            "version": commit.version,
+            "timestamp": timestamp,
+            "operation": commit.operation,
+            "queue": name,
+            **gauges(state),
+            "max_length": state.arguments.max_length,
+            "max_length_bytes": state.arguments.max_length_bytes,
+        }
+        row.update({counter: state.counters[counter] for counter in COUNTERS})
+        rows.append(row)
     return sorted(rows, key=lambda r: r["queue"])
-
-
-def _count_by_queue(store: QueueStore, paths: list[str]) -> dict[str, int]:
-    """Rows per queue in index files (the lease or scheduled index), reading one column."""
-    counts: dict[str, int] = {}
-    for path in paths:
-        values = pc.value_counts(store.read_rows(path, ["queue"]).column("queue"))
-        for entry in values.to_pylist():
-            counts[entry["values"]] = counts.get(entry["values"], 0) + entry["counts"]
-    return counts

@@ -293,11 +293,11 @@ class QueueStore:
         known = self._known_states
         if known is not None and known[0] == frozenset(path for path, _, _ in state_files):
             return {name: state.copy() for name, state in known[1].items()}
-        states = self._read_state_files(state_files)
+        states = self.read_state_files(state_files)
         self._known_states = (frozenset(path for path, _, _ in state_files), states)
         return {name: state.copy() for name, state in states.items()}
 
-    def _read_state_files(self, state_files: list[tuple[str, int, str]]) -> dict[str, QueueState]:
+    def read_state_files(self, state_files: list[tuple[str, int, str]]) -> dict[str, QueueState]:
         queue_rows: list[pa.Table] = []
         scheduled: dict[str, list[MessageIndex]] = {}
         leases: dict[str, list[Leases]] = {}

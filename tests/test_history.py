@@ -7,6 +7,7 @@ shares no code with `spark_queue.history`.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pyarrow as pa
@@ -189,3 +190,24 @@ def test_history_of_declarations_needs_no_spark(tmp_path):
     ]
     assert history.column("max_length").to_pylist() == [3, 3, None, 2, None]
     assert history.column("max_length_bytes").to_pylist() == [None, None, 1000, None, 1000]
+
+
+def test_history_gauges_are_the_states_gauges(tmp_path):
+    """Each row's gauges come from the whole state the commit wrote (its queue record and its
+    indexes), as ``stats`` computes them: leased, scheduled and ready, per queue."""
+    table = QueueTable(str(tmp_path / "queues"))
+    table.declare("a")
+    table.declare("b")
+    table.publish("a", [f"m{i}" for i in range(10)])
+    later = datetime.now(timezone.utc) + timedelta(hours=1)
+    table.publish("a", [{"body": b"later", "deliver_at": later}])
+    table.publish("b", ["x", "y"])
+    table.lease("a", "worker", max_messages=3)
+    table.lease("b", "other", max_messages=1)
+    last = {row["queue"]: row for row in table.history().to_pylist()}
+    for name in ("a", "b"):
+        stats = table.stats(name)
+        assert {k: last[name][k] for k in ("ready", "ready_bytes", "leased", "scheduled")} == {
+            k: stats[k] for k in ("ready", "ready_bytes", "leased", "scheduled")
+        }
+    assert (last["a"]["leased"], last["a"]["scheduled"], last["b"]["leased"]) == (3, 1, 1)
