@@ -319,30 +319,82 @@ def _count(name: str, value: str | None, *, zero_ok: bool = True) -> int | None:
     return number
 
 
+# A consumer's limits, by their ``QueueTable.lease`` argument and their source option.
+CONSUMER_OPTION_NAMES = {
+    "consumer": "consumer",
+    "lease_period": "leasePeriod",
+    "max_messages": "maxMessagesPerTrigger",
+    "max_bytes": "maxBytesPerTrigger",
+    "max_deliveries": "maxDeliveries",
+    "max_cancels": "maxCancels",
+}
+
+
+@dataclass(frozen=True)
+class ConsumerLimits:
+    """What a consumer asks of one lease, validated once for ``QueueTable.lease`` and the
+    streaming source alike."""
+
+    consumer: str
+    lease_period: int | None  # microseconds; None = leases never run out
+    max_messages: int | None  # None = no limit
+    max_bytes: int | None
+    max_deliveries: int  # 0 = no limit
+    max_cancels: int
+
+
+def parse_consumer_limits(
+    given: Mapping[str, Any], *, camel: bool, zero_messages_ok: bool = False
+) -> ConsumerLimits:
+    """Validate a consumer's limits, keyed by ``QueueTable.lease`` argument name; errors name
+    the source option (``camel``) or the argument. ``zero_messages_ok``: a lease call may ask
+    for no message (it then only settles the queue); a micro-batch may not.
+
+    Raises:
+        InvalidOptionError: a value is not valid; the message names it and what is.
+    """
+
+    def name(key: str) -> str:
+        return CONSUMER_OPTION_NAMES[key] if camel else key
+
+    consumer = given.get("consumer", "default")
+    if not isinstance(consumer, str) or not consumer or len(consumer) > 255:
+        raise InvalidOptionError(
+            f"{name('consumer')} must be a name of 1 to 255 characters; got {consumer!r}"
+        )
+    period = parse_duration_ms(name("lease_period"), given.get("lease_period"))
+    if period == 0:
+        raise InvalidOptionError(
+            f"{name('lease_period')} must be a duration > 0, or unset for none"
+        )
+    return ConsumerLimits(
+        consumer=consumer,
+        lease_period=None if period is None else period * 1000,
+        max_messages=_count(
+            name("max_messages"), given.get("max_messages"), zero_ok=zero_messages_ok
+        ),
+        max_bytes=_count(name("max_bytes"), given.get("max_bytes"), zero_ok=False),
+        max_deliveries=_count(name("max_deliveries"), given.get("max_deliveries")) or 0,
+        max_cancels=_count(name("max_cancels"), given.get("max_cancels")) or 0,
+    )
+
+
 def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     found = _lookup(options, SOURCE_OPTIONS)
     if "queue" not in found:
         raise InvalidOptionError("option 'queue' is required: the queue to consume")
-    period = parse_duration_ms("leasePeriod", found.get("leasePeriod"))
-    if period == 0:
-        raise InvalidOptionError("leasePeriod must be a duration > 0, or unset for none")
-    consumer = found.get("consumer", "default")
-    if not consumer or len(consumer) > 255:
-        raise InvalidOptionError(
-            f"consumer must be a name of 1 to 255 characters; got {consumer!r}"
-        )
+    by_argument = {a: found[o] for a, o in CONSUMER_OPTION_NAMES.items() if o in found}
+    limits = parse_consumer_limits(by_argument, camel=True)
     return SourceOptions(
         path=_path(found),
         queue=check_queue_name("queue", found["queue"]),
-        consumer=consumer,
+        consumer=limits.consumer,
         semantics=parse_choice("semantics", found.get("semantics", SEMANTICS[0]), SEMANTICS),
-        lease_period=None if period is None else period * 1000,
-        max_messages=_count(
-            "maxMessagesPerTrigger", found.get("maxMessagesPerTrigger"), zero_ok=False
-        ),
-        max_bytes=_count("maxBytesPerTrigger", found.get("maxBytesPerTrigger"), zero_ok=False),
-        max_deliveries=_count("maxDeliveries", found.get("maxDeliveries")) or 0,
-        max_cancels=_count("maxCancels", found.get("maxCancels")) or 0,
+        lease_period=limits.lease_period,
+        max_messages=limits.max_messages,
+        max_bytes=limits.max_bytes,
+        max_deliveries=limits.max_deliveries,
+        max_cancels=limits.max_cancels,
         max_backlog=_count("maxBacklog", found.get("maxBacklog"), zero_ok=False),
         ack_mode=parse_choice("ackMode", found.get("ackMode", ACK_MODES[0]), ACK_MODES),
         filter=found.get("filter") or None,

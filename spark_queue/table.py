@@ -50,7 +50,7 @@ from spark_queue.options import (
     ON_REJECT_ACTIONS,
     QueueArguments,
     check_queue_name,
-    parse_duration_ms,
+    parse_consumer_limits,
     validate_arguments,
 )
 from spark_queue.policies import ENV_VAR, Policies, Resolution, load_policies
@@ -326,14 +326,18 @@ class QueueTable:
         rest stay for others. Returns the messages with their ``delivery_count``, in
         delivery order.
         """
-        period = parse_duration_ms("lease_period", lease_period)
-        for name, value in (
-            ("max_messages", max_messages),
-            ("max_deliveries", max_deliveries),
-            ("max_cancels", max_cancels),
-        ):
-            if not isinstance(value, int) or value < 0:
-                raise InvalidOptionError(f"{name} must be a whole number >= 0, got {value!r}")
+        limits = parse_consumer_limits(
+            {
+                "consumer": consumer,
+                "lease_period": lease_period,
+                "max_messages": max_messages,
+                "max_bytes": max_bytes,
+                "max_deliveries": max_deliveries,
+                "max_cancels": max_cancels,
+            },
+            camel=False,
+            zero_messages_ok=True,
+        )
 
         def work(transaction: QueueTransaction) -> Leases:
             self._require(transaction.snapshot, queue)
@@ -342,11 +346,11 @@ class QueueTable:
                 transaction.store.head_reader(transaction.snapshot),
                 transaction.now,
                 consumer,
-                max_messages=max_messages,
-                max_bytes=max_bytes,
-                lease_period=None if period is None else period * 1000,
-                max_deliveries=max_deliveries,
-                max_cancels=max_cancels,
+                max_messages=limits.max_messages,
+                max_bytes=limits.max_bytes,
+                lease_period=limits.lease_period,
+                max_deliveries=limits.max_deliveries,
+                max_cancels=limits.max_cancels,
                 matches=None
                 if filter is None
                 else transaction.store.matcher(transaction.snapshot, queue, filter),
