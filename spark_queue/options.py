@@ -229,12 +229,21 @@ def validate_arguments(given: Mapping[str, Any], *, camel: bool = False) -> dict
         parsed["expiration_model"] = parse_choice(
             label("expiration_model"), given["expiration_model"], EXPIRATION_MODELS
         )
-    if parsed.get("overflow") == "ring" and parsed.get("max_length_bytes") is not None:
+    if ring_with_byte_limit(parsed.get("overflow"), parsed.get("max_length_bytes")):
         raise InvalidOptionError(
-            f"overflow=ring bounds the message count only; {label('max_length_bytes')} "
-            "needs drop-head or a reject policy"
+            f"{RING_COUNT_ONLY}; {label('max_length_bytes')} needs drop-head or a reject policy"
         )
     return parsed
+
+
+RING_COUNT_ONLY = "overflow=ring bounds the message count only"
+
+
+def ring_with_byte_limit(overflow: str | None, max_length_bytes: int | None) -> bool:
+    """The rule every layer (arguments, policy defaults, caps, resolution) checks: a ring
+    bounds the count only (it replaces the oldest message, one for one), so it takes no
+    byte limit."""
+    return overflow == "ring" and max_length_bytes is not None
 
 
 @dataclass(frozen=True)

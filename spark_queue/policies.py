@@ -32,6 +32,7 @@ from spark_queue.options import (
     ARGUMENT_NAMES,
     EXPIRATION_MODELS,
     OVERFLOW_POLICIES,
+    RING_COUNT_ONLY,
     QueueArguments,
     check_queue_name,
     option_name,
@@ -39,6 +40,7 @@ from spark_queue.options import (
     parse_duration_ms,
     parse_limit,
     parse_threshold,
+    ring_with_byte_limit,
 )
 
 try:
@@ -354,10 +356,10 @@ class _Loader:
         for key, argument in CAP_KEYS.items():
             if key in body:
                 caps[argument] = self.value(parse_limit, body[key], path, key)
-        if "max_length_bytes" in caps and defaults.get("overflow") == "ring":
+        if "max_length_bytes" in caps and ring_with_byte_limit(defaults.get("overflow"), 0):
             raise self.error(
-                "a max-length-bytes cap cannot apply to the ring queues this policy makes "
-                "(default-ring-size / default-overflow = ring bound the count only)",
+                f"{RING_COUNT_ONLY}: a max-length-bytes cap cannot apply to the ring queues "
+                "this policy makes (default-ring-size / default-overflow = ring)",
                 *path,
                 "max-length-bytes",
             )
@@ -381,10 +383,9 @@ class _Loader:
         for key, (argument, parse) in DEFAULT_KEYS.items():
             if key in body:
                 defaults[argument] = self.value(parse, body[key], path, key)
-        if defaults.get("overflow") == "ring" and defaults.get("max_length_bytes") is not None:
+        if ring_with_byte_limit(defaults.get("overflow"), defaults.get("max_length_bytes")):
             raise self.error(
-                "overflow ring bounds the message count only; drop default-max-length-bytes "
-                "or use another default-overflow",
+                f"{RING_COUNT_ONLY}; drop default-max-length-bytes or use another default-overflow",
                 *path,
                 "default-max-length-bytes",
             )
@@ -472,10 +473,11 @@ def _resolve(
         current = values[argument]
         if cap is not None and (current is None or current > cap):
             values[argument], origins[argument] = cap, Origin("cap", policy.name, current)
-    if values["overflow"] == "ring" and values["max_length_bytes"] is not None:
+    if ring_with_byte_limit(values["overflow"], values["max_length_bytes"]):
         raise PolicyError(
             f"{source}: queue {queue!r}: overflow=ring (from {origins['overflow']}) bounds the "
-            f"count only, but {option_name('max_length_bytes')}={values['max_length_bytes']} "
+            f"message count only, but {option_name('max_length_bytes')}="
+            f"{values['max_length_bytes']} "
             f"(from {origins['max_length_bytes']}); give ring queues a policy without a byte "
             "limit"
         )
