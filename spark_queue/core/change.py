@@ -24,7 +24,7 @@ from spark_queue.core.columns import (
     distinct,
     member,
 )
-from spark_queue.core.state import Level, QueueState
+from spark_queue.core.state import Level, QueueState, ring_room
 
 # What a HeadReader yields; times are microseconds since the epoch, or null.
 HEAD_SCHEMA = pa.schema(
@@ -360,7 +360,7 @@ class QueueChange:
         ``delivery_limit`` / ``cancel_limit``). Under ring a return that does not fit is
         removed itself, newest returns first (Artemis); drop-head trims from the head after.
         """
-        state, args = self.state, self.state.arguments
+        state = self.state
         state.leases = state.leases.take(~member(state.leases.seq, leases.seq))
         leases = leases.take(np.argsort(leases.seq)[::-1])  # newest first
         cancels = leases.cancels + (1 if cancel else 0)
@@ -376,8 +376,8 @@ class QueueChange:
         )
         back = ~(cancel_limit | delivery_limit)
         replaced = np.zeros(len(leases), dtype=bool)
-        if args.overflow == "ring" and args.max_length is not None:
-            room = max(0, args.max_length - state.ready)
+        room = ring_room(state)
+        if room is not None:
             replaced[np.flatnonzero(back)[room:]] = True
             back &= ~replaced
         for dead, outcome, reason in (
@@ -426,7 +426,7 @@ class QueueChange:
 def _promote_due(queue: QueueChange) -> None:
     """Scheduled messages that are due join at their seq position (§2), in due order; under
     ring those that do not fit are removed themselves. The caller trims (drop-head) after."""
-    state, args = queue.state, queue.state.arguments
+    state = queue.state
     waiting = state.scheduled
     now_due = waiting.deliver_at <= queue.now
     if not now_due.any():
@@ -439,9 +439,9 @@ def _promote_due(queue: QueueChange) -> None:
             first = due.seq[np.flatnonzero(due.priority == priority)[0]]
             state.levels[priority] = Level(head=int(first))
     fits = np.ones(len(due), dtype=bool)
-    if args.overflow == "ring" and args.max_length is not None:
-        # Artemis: a due message that does not fit the ring is removed itself.
-        fits[max(0, args.max_length - state.ready) :] = False
+    room = ring_room(state)
+    if room is not None:  # Artemis: a due message that does not fit the ring is removed itself
+        fits[room:] = False
     replaced = due.take(~fits)
     if len(replaced):
         state.counters["replaced"] += len(replaced)

@@ -19,7 +19,7 @@ from spark_queue.core.columns import (
     MessageIndex,
     distinct,
 )
-from spark_queue.core.state import Level, QueueState
+from spark_queue.core.state import Level, QueueState, ring_room
 from spark_queue.options import REJECT_POLICIES
 
 
@@ -104,12 +104,11 @@ def _single_level_after(queue: QueueChange, priority: int) -> bool:
 
 def _ring_append(queue: QueueChange, priority: int, seqs: np.ndarray, sizes: np.ndarray) -> None:
     """ring: each appended message evicts at most one head message (Artemis ring-size)."""
-    limit = queue.state.arguments.max_length
-    before = queue.state.ready
-    if limit is None:
+    room = ring_room(queue.state)
+    if room is None:
         queue.join(priority, seqs, sizes)
         return
-    fits = max(0, min(len(seqs), limit - before))
+    fits = min(len(seqs), room)
     if fits:
         queue.join(priority, seqs[:fits], sizes[:fits])
     rest = len(seqs) - fits

@@ -175,6 +175,15 @@ def below_heads(state: QueueState, priority: int | None = None) -> np.ndarray:
     return np.sort(np.concatenate([extras.seq, scheduled.seq, leases.seq]))
 
 
+def ring_room(state: QueueState) -> int | None:
+    """How many more messages a ring queue takes before each one replaces the head (Artemis
+    ring-size: ready messages only); None unless the queue is a bounded ring."""
+    args = state.arguments
+    if args.overflow != "ring" or args.max_length is None:
+        return None
+    return max(0, args.max_length - state.ready)
+
+
 def live_mask(
     seqs: np.ndarray, heads: np.ndarray | int, holes: np.ndarray, below: np.ndarray
 ) -> np.ndarray:
