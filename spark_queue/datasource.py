@@ -11,9 +11,9 @@ from __future__ import annotations
 from pyspark.sql.datasource import DataSource, DataSourceReader
 from pyspark.sql.types import StructType
 
+from spark_queue.browse import BrowseReader
 from spark_queue.errors import InvalidOptionError
 from spark_queue.options import parse_browse_options, parse_sink_options, parse_source_options
-from spark_queue.reader import BrowseReader
 from spark_queue.schema import BROWSE_SCHEMA, check_input_schema
 from spark_queue.sink import RingQueueBatchWriter, RingQueueStreamWriter
 from spark_queue.source import RingQueueStreamReader

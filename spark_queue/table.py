@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_queue.browse import live_rows, plan_partitions, read_partition, settled_states
 from spark_queue.core import (
     COUNTERS,
     Leases,
@@ -54,7 +55,6 @@ from spark_queue.options import (
     validate_arguments,
 )
 from spark_queue.policies import ENV_VAR, Policies, Resolution, load_policies
-from spark_queue.reader import live_rows, plan_partitions, read_partition, settled_states
 from spark_queue.store import QueueStore, Snapshot, now_micros, require_queue
 from spark_queue.transaction import QueueTransaction, run
 
