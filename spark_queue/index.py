@@ -73,8 +73,8 @@ def _columnar_table(
     }
     for array, column, _ in columns:
         parts = [getattr(index, array) for _, index in held]
-        # One queue's index is used as it is: a million-lease index's columns cost 30 ms
-        # to copy.
+        # One queue's index is used as it is: copying a large index's columns is the
+        # largest cost here.
         values = parts[0] if len(parts) == 1 else np.concatenate(parts or [np.zeros(0, np.int64)])
         is_time = pa.types.is_timestamp(FILE_SCHEMA.field(column).type)
         found[column] = _time_column(values) if is_time else pa.array(values)

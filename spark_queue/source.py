@@ -128,8 +128,8 @@ def split_seqs(leased: Leases, min_tasks: int = MIN_TASKS) -> list[int]:
     first. Tasks read equal shares of the bodies, at most :data:`TASK_BYTES` each (Spark's
     ``maxPartitionBytes``), and there are at least ``min_tasks`` where each would still
     read :data:`MIN_TASK_BYTES`: Spark runs them in parallel, one per core, and every task
-    more than the cores costs a Python worker round trip (measured: a million rows read by
-    6 tasks on 2 cores take 0.2 s longer than by 2)."""
+    more than the cores costs a Python worker round trip (figures: DESIGN.md, "Measured
+    choices in the code")."""
     seqs, sizes = by_seq(leased.seq, leased.size)
     cumulative = np.cumsum(sizes)
     total = int(cumulative[-1]) if len(cumulative) else 0

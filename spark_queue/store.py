@@ -270,8 +270,8 @@ class QueueStore:
     ) -> Iterator[pa.Table]:
         """A file's ``columns``, decoded a batch of about ``batch_bytes`` at a time: a reader
         holds one batch rather than the file, hands each on as soon as it is decoded, and
-        reuses the memory of the last (a whole file of 500,000 rows took 0.1-0.6 CPU seconds
-        to decode, mostly in fresh memory; streamed, 0.06 to decode)."""
+        reuses the memory of the last: decoding a whole file at once is slower, mostly in
+        fresh memory."""
         # pre_buffer: a row group's column chunks in one coalesced read, not one each (S3)
         file = pq.ParquetFile(
             f"{self.base.rstrip('/')}/{relative}", filesystem=self.fs, pre_buffer=True

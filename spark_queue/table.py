@@ -521,7 +521,7 @@ class QueueTable:
     def peek(self, name: str, limit: int = 10) -> pa.Table:
         """Up to ``limit`` live messages of ``name`` in delivery order (no side effects)."""
         if limit < 0:
-            raise ValueError(f"limit must be >= 0, got {limit}")
+            raise InvalidOptionError(f"limit must be a whole number >= 0, got {limit!r}")
         snapshot = self._snapshot()
         self._require(snapshot, name)
         now = now_micros()
