@@ -201,13 +201,25 @@ class QueueTable:
     def declare(self, name: str, **arguments: Any) -> QueueArguments:
         """Create ``name`` with these arguments, or check them against an existing queue.
 
-        Arguments are the snake_case twins of the sink's options (``max_length``,
-        ``max_length_bytes``, ``overflow``, ``ring_size``, ``dead_letter_queue``,
-        ``reject_threshold``, ``expiration``). An argument given with another value than the
-        queue's explicit one raises :class:`ArgumentMismatchError`; nothing is written.
-        Returns the effective arguments: with policies, defaults fill what was not given and
-        caps lower limits (an existing queue is resolved again and committed if that changes
-        its arguments: drop-head trims at once, as after ``alter``).
+        With policies, defaults fill what was not given and caps lower limits; an existing
+        queue is resolved again and committed if that changes its arguments (drop-head then
+        trims at once, as after :meth:`alter`).
+
+        Args:
+            name: the queue's name (1 to 255 of ``A-Z a-z 0-9 _ . -``).
+            **arguments: the snake_case twins of the sink's options: ``max_length``,
+                ``max_length_bytes``, ``overflow``, ``ring_size``, ``dead_letter_queue``,
+                ``reject_threshold``, ``expiration``, ``expiration_model``.
+
+        Returns:
+            The queue's effective arguments.
+
+        Raises:
+            InvalidOptionError: an invalid name, an unknown argument or an invalid value.
+            ArgumentMismatchError: an argument differs from the queue's explicit one;
+                nothing is written (use :meth:`alter`).
+            PolicyError: a policy makes the arguments invalid.
+            CommitConflictError: every commit attempt lost to another writer.
         """
         check_queue_name("name", name)
         given = validate_arguments(arguments)
@@ -228,8 +240,21 @@ class QueueTable:
 
         A lower limit under ``drop-head`` trims at once (dead-lettering if the queue has a
         dead-letter queue); under ``ring`` the queue shrinks only as messages leave; the
-        reject policies remove nothing and start rejecting. The given arguments become the
-        queue's explicit ones; with policies, the effective arguments are resolved again.
+        reject policies remove nothing and start rejecting.
+
+        Args:
+            name: an existing queue.
+            **arguments: as for :meth:`declare`; they become the queue's explicit ones, and
+                with policies the effective arguments are resolved again.
+
+        Returns:
+            The queue's effective arguments.
+
+        Raises:
+            QueueNotFoundError: no queue ``name``.
+            InvalidOptionError: an unknown argument or an invalid value.
+            PolicyError: a policy makes the arguments invalid.
+            CommitConflictError: every commit attempt lost to another writer.
         """
         given = validate_arguments(arguments)
 
@@ -243,8 +268,20 @@ class QueueTable:
         return run(self.store, work, create=False, policies=self.policies)
 
     def purge(self, name: str, progress: Progress = no_progress) -> int:
-        """Remove every ready and scheduled message of ``name``; returns how many. Leased
-        messages stay with their consumers. ``progress`` gets a line per file read."""
+        """Remove every ready and scheduled message of ``name`` (outcome ``purged``);
+        leased messages stay with their consumers.
+
+        Args:
+            name: an existing queue.
+            progress: gets a line per file read.
+
+        Returns:
+            How many messages were removed.
+
+        Raises:
+            QueueNotFoundError: no queue ``name``.
+            CommitConflictError: every commit attempt lost to another writer.
+        """
 
         def work(transaction: QueueTransaction) -> int:
             snapshot = transaction.snapshot
@@ -258,10 +295,17 @@ class QueueTable:
         return run(self.store, work, create=False, policies=self.policies)
 
     def compact(self, progress: Progress = no_progress) -> dict[str, int]:
-        """Compact small files now (see :mod:`spark_queue.maintenance`); returns file counts
-        (``dropped``, ``rewritten``, ``written``). ``progress`` gets a line per file read.
+        """Compact small files now (see :mod:`spark_queue.maintenance`). Safe while
+        producers and consumers run: one that commits first makes this try again.
 
-        Safe while producers and consumers run: one that commits first makes this try again.
+        Args:
+            progress: gets a line per file read.
+
+        Returns:
+            File counts: ``dropped`` (removed unread), ``rewritten``, ``written``.
+
+        Raises:
+            QueueError: no queue table at the path, or every attempt lost a race.
         """
         from deltalake.exceptions import CommitFailedError
 
@@ -282,23 +326,40 @@ class QueueTable:
         force: bool = False,
         progress: Progress = no_progress,
     ) -> list[str]:
-        """Delete files that no current version of the table references and that have been
-        unreferenced for ``retention_hours``; returns them (relative paths, sorted), or with
-        ``dry_run`` the files it would delete, deleting nothing.
+        """Delete files that no current version references and that have been
+        unreferenced for ``retention_hours``. Safe while producers and consumers run; time
+        travel to versions older than the retention stops working for the files removed
+        (``docs/MAINTENANCE.md``).
 
-        Time travel to versions older than ``retention_hours`` stops working for the files
-        removed. Below the table's ``delta.deletedFileRetentionDuration`` (1 day on tables
-        spark-queue creates) it raises :class:`InvalidOptionError` unless ``force``; below one
-        hour always (running producers and consumers read files of the version they
-        planned on). Safe while producers and consumers run. See ``docs/MAINTENANCE.md``.
+        Args:
+            retention_hours: how long a file must have been unreferenced.
+            dry_run: list the files only, deleting nothing.
+            force: allow a retention below the table's ``delta.deletedFileRetentionDuration``
+                (1 day on tables spark-queue creates); never below one hour, because running
+                producers and consumers read files of the version they planned on.
+            progress: gets a line per step.
+
+        Returns:
+            The files deleted (or, with ``dry_run``, that would be), relative and sorted.
+
+        Raises:
+            InvalidOptionError: a retention below the floors above.
+            QueueError: no queue table at the path.
         """
         self._snapshot()  # a queue table, or QueueError/NotAQueueTableError
         return vacuum_files(self.path, retention_hours, dry_run, force, progress)
 
     def checkpoint(self) -> int:
-        """Write a Delta log checkpoint of the current version now and clean up log files
-        past ``delta.logRetentionDuration``; returns the version. Connector commits do this
-        by themselves every ``delta.checkpointInterval`` versions."""
+        """Write a Delta log checkpoint of the current version now, then clean up
+        log files past ``delta.logRetentionDuration``. Connector commits do this by
+        themselves every ``delta.checkpointInterval`` versions.
+
+        Returns:
+            The version checkpointed.
+
+        Raises:
+            QueueError: no queue table at the path.
+        """
         self._snapshot()
         return checkpoint(self.path)
 
@@ -318,13 +379,30 @@ class QueueTable:
     ) -> pa.Table:
         """Deliver up to ``max_messages`` head messages to ``consumer`` (SEMANTICS §3).
 
-        They stay leased until ``ack`` (gone), ``cancel`` or ``release`` (back at their
-        position), or until ``lease_period`` (``30 seconds``, ``5m``, milliseconds; None =
-        never) runs out. A message leased ``max_deliveries`` times, or cancelled
-        ``max_cancels`` times, is killed instead of returned (0 = no limit). ``filter`` is a
-        SQL predicate over the message columns: only matching messages are leased, the
-        rest stay for others. Returns the messages with their ``delivery_count``, in
-        delivery order.
+        They stay leased until :meth:`ack` (gone), :meth:`cancel` or :meth:`release` (back
+        at their position), or until ``lease_period`` runs out. A lease that finds nothing
+        to deliver and nothing to settle commits nothing.
+
+        Args:
+            queue: an existing queue.
+            consumer: this consumer's name (1 to 255 characters).
+            max_messages: at most this many (None: no limit; 0: none, only settle).
+            max_bytes: at most this many body bytes; at least one message is always taken.
+            lease_period: ``30 seconds``, ``5m`` or milliseconds; None: leases never run out.
+            max_deliveries: a message leased this many times is killed instead of returned
+                (0: no limit).
+            max_cancels: a message cancelled this many times is killed (0: no limit).
+            filter: a SQL predicate over the message columns: only matching messages are
+                leased, the rest stay for others.
+
+        Returns:
+            The leased messages, in delivery order, with their ``delivery_count``.
+
+        Raises:
+            QueueNotFoundError: no queue ``queue``.
+            InvalidOptionError: an invalid limit, period or consumer name (the same rules
+                as the streaming source's options).
+            CommitConflictError: every commit attempt lost to another writer.
         """
         limits = parse_consumer_limits(
             {
@@ -365,9 +443,21 @@ class QueueTable:
         return self._delivered(queue, leased)
 
     def ack(self, queue: str, seqs: list[int], consumer: str | None = None) -> int:
-        """Acknowledge leased messages (of ``consumer`` if given): they leave the queue.
-        Returns how many this call acknowledged; seqs not leased (any more, or whose lease
-        ran out) are ignored."""
+        """Acknowledge leased messages: they leave the queue (outcome ``acked``).
+
+        Args:
+            queue: an existing queue.
+            seqs: the messages' ``seq`` values, as :meth:`lease` returned them.
+            consumer: only leases of this consumer (None: any); others' are ignored, as
+                are seqs not leased (already acked, or their lease ran out).
+
+        Returns:
+            How many leases this call ended.
+
+        Raises:
+            QueueNotFoundError: no queue ``queue``.
+            CommitConflictError: every commit attempt lost to another writer.
+        """
         wanted = np.asarray(seqs, np.int64)
         return self._change(
             queue,
@@ -378,8 +468,22 @@ class QueueTable:
         )
 
     def cancel(self, queue: str, seqs: list[int], consumer: str | None = None) -> int:
-        """Return leased messages now; each cancel counts toward ``max_cancels``. Returns
-        how many leases this call ended."""
+        """Return leased messages to their position now; each cancel counts toward
+        ``max_cancels``.
+
+        Args:
+            queue: an existing queue.
+            seqs: the messages' ``seq`` values, as :meth:`lease` returned them.
+            consumer: only leases of this consumer (None: any); others' are ignored, as
+                are seqs not leased (already acked, or their lease ran out).
+
+        Returns:
+            How many leases this call ended.
+
+        Raises:
+            QueueNotFoundError: no queue ``queue``.
+            CommitConflictError: every commit attempt lost to another writer.
+        """
         wanted = np.asarray(seqs, np.int64)
         return self._change(
             queue,
@@ -397,8 +501,22 @@ class QueueTable:
         )
 
     def expire(self, queue: str, seqs: list[int], consumer: str | None = None) -> int:
-        """Remove leased messages now as ``expired`` (dead-lettered if the queue has a DLQ).
-        Returns how many leases this call ended."""
+        """Remove leased messages now as ``expired`` (dead-lettered if the queue has a
+        dead-letter queue).
+
+        Args:
+            queue: an existing queue.
+            seqs: the messages' ``seq`` values, as :meth:`lease` returned them.
+            consumer: only leases of this consumer (None: any); others' are ignored, as
+                are seqs not leased (already acked, or their lease ran out).
+
+        Returns:
+            How many leases this call ended.
+
+        Raises:
+            QueueNotFoundError: no queue ``queue``.
+            CommitConflictError: every commit attempt lost to another writer.
+        """
         wanted = np.asarray(seqs, np.int64)
         return self._change(
             queue,
@@ -409,8 +527,19 @@ class QueueTable:
         )
 
     def release(self, consumer: str, queue: str | None = None) -> int:
-        """Return everything ``consumer`` holds (in ``queue``, or in every queue), as a
-        closed Artemis consumer does. Returns how many leases ended."""
+        """Return everything ``consumer`` holds, as a closed Artemis consumer does.
+
+        Args:
+            consumer: the consumer's name.
+            queue: only this queue (None: every queue).
+
+        Returns:
+            How many leases ended.
+
+        Raises:
+            QueueNotFoundError: no queue ``queue``.
+            CommitConflictError: every commit attempt lost to another writer.
+        """
         names = [queue] if queue is not None else self.queues()
         return sum(
             self._change(
@@ -501,12 +630,19 @@ class QueueTable:
         return self.policies.resolve(name, {**explicit, **given})
 
     def stats(self, name: str) -> dict[str, Any]:
-        """Gauges and counters of SEMANTICS §4, as of now.
+        """Gauges and counters of SEMANTICS §4, as of now (due scheduled messages
+        counted as the next commit would).
 
-        ``added = acked + replaced + dropped + expired + killed + purged + ready + leased +
-        scheduled`` always holds; ``rejected`` messages were never added, and
-        ``dead_lettered`` counts copies sent to the dead-letter queue (they are also
-        ``added`` there).
+        Returns:
+            ``ready``, ``ready_bytes``, ``leased``, ``scheduled``, ``leased_by_consumer`` and
+            every counter (``added``, ``acked``, ``replaced``, ``dropped``, ``rejected``,
+            ``expired``, ``killed``, ``dead_lettered``, ``purged``).
+            ``added = acked + replaced + dropped + expired + killed + purged + ready + leased
+            + scheduled`` always holds; ``rejected`` messages were never added, and
+            ``dead_lettered`` counts copies sent to the dead-letter queue (``added`` there).
+
+        Raises:
+            QueueNotFoundError: no queue ``name``.
         """
         snapshot = self._snapshot()
         self._require(snapshot, name)
@@ -519,7 +655,15 @@ class QueueTable:
         return stats
 
     def peek(self, name: str, limit: int = 10) -> pa.Table:
-        """Up to ``limit`` live messages of ``name`` in delivery order (no side effects)."""
+        """Up to ``limit`` live messages of ``name`` in delivery order; commits nothing.
+
+        Returns:
+            The messages, as the browse read returns them.
+
+        Raises:
+            QueueNotFoundError: no queue ``name``.
+            InvalidOptionError: ``limit`` below 0.
+        """
         if limit < 0:
             raise InvalidOptionError(f"limit must be a whole number >= 0, got {limit!r}")
         snapshot = self._snapshot()
