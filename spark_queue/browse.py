@@ -27,7 +27,10 @@ from spark_queue.store import QueueStore, Snapshot, file_runs, now_micros, requi
 
 @dataclass
 class BrowsePartition(InputPartition):
-    """One queue level over files whose seq ranges do not overlap other partitions'."""
+    """One queue level over files whose seq ranges do not overlap other partitions'.
+
+    Made by ``partitions`` on the driver side and pickled into one executor task, which
+    reads its files with pyarrow and needs nothing else."""
 
     uri: str
     queue: str
@@ -148,7 +151,11 @@ def read_partition(partition: BrowsePartition) -> pa.Table:
 
 
 class BrowseReader(DataSourceReader):
-    """Batch reader of the messages now in a queue table (no side effects)."""
+    """``spark.read.format("ringqueue")``: the messages now in a queue table; commits
+    nothing.
+
+    Made on the driver side, where ``partitions`` reads the queue states and settles them in
+    memory; pickled into executor tasks, where ``read`` reads one :class:`BrowsePartition`."""
 
     def __init__(self, options: BrowseOptions) -> None:
         self.options = options

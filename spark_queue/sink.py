@@ -60,7 +60,10 @@ log = logging.getLogger("spark_queue")
 
 @dataclass
 class StagedPartition(WriterCommitMessage):
-    """What one task staged: its files per queue, and the reservation it used."""
+    """What one task staged: its files per queue, and the reservation it used.
+
+    Made by :meth:`_QueueWriter.write` in an executor task and pickled back to the driver,
+    where ``commit`` gets one per task (None for a task that failed)."""
 
     partition: int
     base: int
@@ -227,7 +230,11 @@ class _Staging:
 
 
 class RingQueueBatchWriter(_QueueWriter, DataSourceArrowWriter):
-    """``df.write.format("ringqueue")``: one Delta commit for the whole write."""
+    """``df.write.format("ringqueue")``: one Delta commit for the whole write.
+
+    Made on the driver side and pickled into every task (pickling reserves the write's
+    seqs). ``write`` runs in executor tasks and stages Parquet files; ``commit`` runs on the
+    driver and publishes them in one Delta commit; ``abort`` deletes what tasks staged."""
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedPartition:
         return self._write(iterator)
@@ -240,7 +247,13 @@ class RingQueueBatchWriter(_QueueWriter, DataSourceArrowWriter):
 
 
 class RingQueueStreamWriter(_QueueWriter, DataSourceStreamArrowWriter):
-    """``df.writeStream.format("ringqueue")``: one Delta commit per micro-batch."""
+    """``df.writeStream.format("ringqueue")``: one Delta commit per micro-batch.
+
+    Made on the driver side for every micro-batch and pickled into its tasks (pickling
+    reserves the batch's seqs). ``write`` runs in executor tasks and stages Parquet files;
+    ``commit(messages, batchId)`` runs on the driver, in a fresh instance, and publishes them
+    in one Delta commit with the application transaction ``(query id, batchId)``, so a
+    replayed batch is a no-op; ``abort`` deletes what tasks staged."""
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedPartition:
         return self._write(iterator)

@@ -159,7 +159,10 @@ def is_initial(offset: dict) -> bool:
 
 @dataclass
 class LeasedRange(InputPartition):
-    """The messages of one lease that one task reads: files, seq ranges, delivery counts."""
+    """The messages of one lease that one task reads: files, seq ranges, delivery counts.
+
+    Made by ``partitions`` on the driver side and pickled into one executor task, which needs
+    nothing else (pyarrow only, no ``deltalake``)."""
 
     uri: str
     queue: str
@@ -221,7 +224,13 @@ def _as_delivered(rows: pa.Table, seqs: np.ndarray, consumer: str, runs: np.ndar
 
 
 class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """A consumer of one queue; see the module docstring for the protocol."""
+    """A consumer of one queue: ``spark.readStream.format("ringqueue")``.
+
+    Made from the options in a driver-side Python worker that keeps it for the whole query
+    run: ``initialOffset``, ``latestOffset`` (acknowledge and lease, one commit) and
+    ``partitions`` run there. ``read`` runs in executor tasks on a pickled copy and takes
+    everything from its :class:`LeasedRange`. The protocol, window by window, is the module
+    docstring's."""
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
