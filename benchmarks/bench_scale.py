@@ -31,6 +31,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+
+from bench_latency import attempts_by_operation  # noqa: E402
+
 OUT = ROOT / "benchmarks" / "out"
 QUEUE = "q"
 
@@ -60,18 +64,6 @@ def work(path: str, consumer: str, batch: int, go) -> int:
         empty = 0
         acked += table.ack(QUEUE, rows["seq"].to_pylist(), consumer)
     return acked
-
-
-def commit_attempts(path: str) -> dict[str, list[int]]:
-    """Attempts of each connector commit, by operation (LEASE, ACK, CONSUME, ...)."""
-    from deltalake import DeltaTable
-
-    attempts: dict[str, list[int]] = {}
-    for commit in DeltaTable(path).history():
-        if "spark_queue" in commit:
-            info = json.loads(commit["spark_queue"])
-            attempts.setdefault(info["operation"].split()[0], []).append(info.get("attempt", 1))
-    return attempts
 
 
 def run_workers(k: int, path: str, args: argparse.Namespace) -> float:
@@ -126,7 +118,9 @@ def run(kind: str, k: int, args: argparse.Namespace) -> dict:
         delivered = stats["acked"] + stats["leased"]  # a query's last batch stays leased
         assert delivered == args.messages and stats["ready"] == 0, stats
         attempts = {
-            op: a for op, a in commit_attempts(path).items() if op in ("LEASE", "ACK", "CONSUME")
+            op: a
+            for op, a in attempts_by_operation(path).items()
+            if op in ("LEASE", "ACK", "CONSUME")
         }
     commits = sum(len(a) for a in attempts.values())
     return {
@@ -148,7 +142,6 @@ def main() -> None:
     parser.add_argument("--kinds", nargs="+", default=["workers", "queries"])
     args = parser.parse_args()
     os.environ["PYSPARK_PYTHON"] = sys.executable
-    sys.path.insert(0, str(ROOT))
     if "queries" in args.kinds:
         from spark_queue import local_session
 

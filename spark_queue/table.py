@@ -471,18 +471,8 @@ class QueueTable:
         """Return leased messages to their position now; each cancel counts toward
         ``max_cancels``.
 
-        Args:
-            queue: an existing queue.
-            seqs: the messages' ``seq`` values, as :meth:`lease` returned them.
-            consumer: only leases of this consumer (None: any); others' are ignored, as
-                are seqs not leased (already acked, or their lease ran out).
 
-        Returns:
-            How many leases this call ended.
-
-        Raises:
-            QueueNotFoundError: no queue ``queue``.
-            CommitConflictError: every commit attempt lost to another writer.
+        Args, Returns and Raises: as for :meth:`ack`.
         """
         wanted = np.asarray(seqs, np.int64)
         return self._change(
@@ -504,18 +494,8 @@ class QueueTable:
         """Remove leased messages now as ``expired`` (dead-lettered if the queue has a
         dead-letter queue).
 
-        Args:
-            queue: an existing queue.
-            seqs: the messages' ``seq`` values, as :meth:`lease` returned them.
-            consumer: only leases of this consumer (None: any); others' are ignored, as
-                are seqs not leased (already acked, or their lease ran out).
 
-        Returns:
-            How many leases this call ended.
-
-        Raises:
-            QueueNotFoundError: no queue ``queue``.
-            CommitConflictError: every commit attempt lost to another writer.
+        Args, Returns and Raises: as for :meth:`ack`.
         """
         wanted = np.asarray(seqs, np.int64)
         return self._change(
