@@ -49,6 +49,7 @@ from spark_queue.core import (
     plan_return,
 )
 from spark_queue.errors import QueueError
+from spark_queue.filters import filter_matcher
 from spark_queue.options import SourceOptions
 from spark_queue.schema import BROWSE_COLUMNS, browse_arrow_schema
 from spark_queue.store import QueueStore, require_queue
@@ -395,9 +396,7 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                     remove=options.semantics == "at-most-once",
                     matches=None
                     if options.filter is None
-                    else transaction.store.matcher(
-                        transaction.snapshot, options.queue, options.filter
-                    ),
+                    else filter_matcher(transaction.snapshot, options.queue, options.filter),
                 )
                 if len(plan.leased) or plan.removals:
                     transaction.apply_plan(options.queue, plan)

@@ -38,6 +38,7 @@ from spark_queue.errors import (
     PolicyError,
     QueueError,
 )
+from spark_queue.filters import filter_matcher
 from spark_queue.maintenance import (
     DEFAULT_VACUUM_HOURS,
     Progress,
@@ -431,7 +432,7 @@ class QueueTable:
                 max_cancels=limits.max_cancels,
                 matches=None
                 if filter is None
-                else transaction.store.matcher(transaction.snapshot, queue, filter),
+                else filter_matcher(transaction.snapshot, queue, filter),
             )
             if not len(plan.leased) and not settles(transaction.states[queue], plan.state):
                 return plan.leased  # nothing to commit: an idle poll leaves no version
