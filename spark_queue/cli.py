@@ -33,7 +33,7 @@ from spark_queue.policies import ENV_VAR, Policies, load_policies
 from spark_queue.table import QueueTable
 
 EXIT_REFUSED = 1
-DECLARING_COMMANDS = ("declare", "alter", "publish", "ack", "cancel", "release")
+DECLARING_COMMANDS = ("declare", "alter", "publish", "ack", "cancel", "extend", "release")
 
 
 def _count(text: str) -> int:
@@ -150,6 +150,11 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("queue")
         command.add_argument("seqs", nargs="+", type=int)
         command.add_argument("--consumer")
+    extend = commands.add_parser("extend", help="extend a consumer's leases (slow work)")
+    extend.add_argument("queue")
+    extend.add_argument("seqs", nargs="+", type=int)
+    extend.add_argument("--consumer", required=True)
+    extend.add_argument("--period", required=True, help="e.g. '5 minutes', '30s', 60000 (ms)")
     release = commands.add_parser("release", help="return everything a consumer holds")
     release.add_argument("consumer")
     release.add_argument("--queue")
@@ -295,6 +300,9 @@ def run_command(args: argparse.Namespace) -> str:
     if command in ("ack", "cancel"):
         done = getattr(table, command)(args.queue, args.seqs, args.consumer)
         return f"{command}ed {done}" if command == "ack" else f"cancelled {done}"
+    if command == "extend":
+        extended = table.extend(args.queue, args.seqs, args.consumer, args.period)
+        return f"extended {extended}"
     if command == "release":
         return f"released {table.release(args.consumer, args.queue)}"
     if command == "compact":

@@ -27,6 +27,7 @@ from spark_queue.core import (
     member,
     plan_ack,
     plan_expire,
+    plan_extend,
     plan_lease,
     plan_return,
     settles,
@@ -53,6 +54,7 @@ from spark_queue.options import (
     QueueArguments,
     check_queue_name,
     parse_consumer_limits,
+    parse_duration_ms,
     validate_arguments,
 )
 from spark_queue.policies import ENV_VAR, Policies, Resolution, load_policies
@@ -506,6 +508,52 @@ class QueueTable:
             wanted,
             consumer,
         )
+
+    def extend(self, queue: str, seqs: list[int], consumer: str, period: str | int) -> int:
+        """Extend leases for slow work: each of ``consumer``'s leases of ``seqs`` now runs
+        out ``period`` from now (JetStream ``AckProgress``, SQS ``ChangeMessageVisibility``).
+
+        A lease that has already run out is not extended (it went back to the queue, and
+        may be another consumer's by now); seqs ``consumer`` does not hold are ignored.
+
+        Args:
+            queue: an existing queue.
+            seqs: the messages' ``seq`` values, as :meth:`lease` returned them.
+            consumer: the consumer holding the leases.
+            period: ``30 seconds``, ``5m`` or milliseconds; more than 0.
+
+        Returns:
+            How many leases were extended.
+
+        Raises:
+            QueueNotFoundError: no queue ``queue``.
+            InvalidOptionError: ``period`` is not a duration above 0, or ``consumer`` is
+                not a consumer name.
+            CommitConflictError: every commit attempt lost to another writer.
+        """
+        millis = parse_duration_ms("period", period)
+        if not millis:
+            raise InvalidOptionError(f"period must be a duration > 0; got {period!r}")
+        limits = parse_consumer_limits({"consumer": consumer}, camel=False)
+        wanted = np.asarray(seqs, np.int64)
+
+        def work(transaction: QueueTransaction) -> int:
+            state = self._require(transaction.snapshot, queue)
+            plan, extended = plan_extend(
+                state,
+                transaction.store.head_reader(transaction.snapshot),
+                transaction.now,
+                wanted,
+                limits.consumer,
+                millis * 1000,
+            )
+            if not extended and not settles(state, plan.state):
+                return 0  # nothing to commit
+            transaction.apply_plan(queue, plan)
+            transaction.commit(operation=f"EXTEND {queue} {limits.consumer}")
+            return extended
+
+        return run(self.store, work, create=False, policies=self.policies)
 
     def release(self, consumer: str, queue: str | None = None) -> int:
         """Return everything ``consumer`` holds, as a closed Artemis consumer does.

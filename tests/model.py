@@ -231,6 +231,18 @@ class ModelConsumers(ModelQueue):
             taken.append((head.seq, deliveries + 1))
         return taken
 
+    def extend(self, seqs: list[int], consumer: str, now: int, period: int) -> int:
+        """``consumer``'s leases of ``seqs`` run out ``period`` after ``now``; run-out leases
+        are returned first and not extended. Returns how many were extended."""
+        self.catch_up(now)
+        extended = 0
+        for seq in seqs:
+            lease = self.leases.get(seq)
+            if lease is not None and lease.consumer == consumer:
+                lease.until = now + period
+                extended += 1
+        return extended
+
     def ack(self, seqs: list[int], consumer: str) -> None:
         for seq in seqs:
             lease = self.leases.get(seq)

@@ -54,6 +54,10 @@ def test_cli_commands_on_a_real_queue(spark, queue_path):
     peeked = cli(queue_path, "peek", "orders", "--limit", "2").stdout.splitlines()
     assert [line.split()[-1] for line in peeked[1:]] == ["b", "c"]
     held = QueueTable(queue_path).lease("orders", "c", max_messages=2)["seq"].to_pylist()
+    extended = cli(
+        queue_path, "extend", "orders", *map(str, held), "--consumer", "c", "--period", "5m"
+    )
+    assert extended.stdout.strip() == "extended 2"
     assert cli(queue_path, "cancel", "orders", str(held[0])).stdout.strip() == "cancelled 1"
     assert cli(queue_path, "ack", "orders", str(held[1])).stdout.strip() == "acked 1"
     assert cli(queue_path, "release", "c").stdout.strip() == "released 0"
@@ -122,6 +126,8 @@ def test_every_command_refuses_bad_arguments(queue_path, tmp_path):
         (("purge", "nope"), missing),
         (("ack", "nope", "1"), missing),
         (("cancel", "nope", "1"), missing),
+        (("extend", "nope", "1", "--consumer", "c", "--period", "1m"), missing),
+        (("extend", "orders", "1", "--consumer", "c", "--period", "0"), "period must be"),
         (("release", "c", "--queue", "nope"), missing),
         (("vacuum", "--retention-hours", "0", "--force"), "below 1 hour"),
         (("vacuum", "--retention-hours", "12"), "below the safe floor of 24 hours"),

@@ -321,6 +321,9 @@ operation_strategy = st.one_of(
     st.tuples(st.just("ack"), st.sampled_from(["c1", "c2"]), st.integers(0, 3)),
     st.tuples(st.just("cancel"), st.sampled_from(["c1", "c2"]), st.integers(0, 3)),
     st.tuples(st.just("release"), st.sampled_from(["c1", "c2"])),
+    st.tuples(
+        st.just("extend"), st.sampled_from(["c1", "c2"]), st.integers(0, 3), st.integers(1, 30)
+    ),
     st.tuples(st.just("wait"), st.integers(1, 25)),
 )
 operations_strategy = st.tuples(
@@ -355,7 +358,7 @@ operations_strategy = st.tuples(
 def test_consumers_match_reference_model(
     arguments, operations, max_deliveries, max_cancels, single_priority
 ):
-    from spark_queue.core import plan_ack, plan_lease, plan_return
+    from spark_queue.core import plan_ack, plan_extend, plan_lease, plan_return
     from tests.model import ModelConsumers
 
     model = ModelConsumers(arguments)
@@ -430,6 +433,15 @@ def test_consumers_match_reference_model(
                     cancel=True,
                 )
                 model.catch_up(now, chosen, cancel=True)
+        elif kind == "extend":
+            _, consumer, count, period = operation
+            # Some of the consumer's leases, and one seq it does not hold (ignored).
+            mine = sorted(s for s, lease in model.leases.items() if lease.consumer == consumer)
+            chosen = [*mine[:count], seq + 100]
+            plan, extended = plan_extend(
+                state, store, now, np.array(chosen, dtype=np.int64), consumer, period
+            )
+            assert extended == model.extend(chosen, consumer, now, period)
         elif kind == "release":
             plan = plan_return(state, store, now, consumer=operation[1])
             model.catch_up(
@@ -445,8 +457,8 @@ def test_consumers_match_reference_model(
         got.update({lease.seq: "leased" for lease in state.leases})
         assert got == expected_live
         assert state.counters == model.counters
-        assert {lease.seq: lease.consumer for lease in state.leases} == {
-            s: lease.consumer for s, lease in model.leases.items()
+        assert {lease.seq: (lease.consumer, lease.until) for lease in state.leases} == {
+            s: (lease.consumer, lease.until) for s, lease in model.leases.items()
         }
         stats = stats_of(state) | {"leased": len(state.leases)}
         assert identity_holds(stats)

@@ -29,7 +29,7 @@ Modules, one concept each:
 - :mod:`~spark_queue.core.overflow`: where limits are decided (``plan_enqueue``,
   ``plan_settle``);
 - :mod:`~spark_queue.core.leases`: where leases are decided (``plan_lease``, ``plan_ack``,
-  ``plan_return``, ``plan_expire``).
+  ``plan_return``, ``plan_expire``, ``plan_extend``).
 """
 
 from spark_queue.core.change import HEAD_SCHEMA, HeadReader, QueuePlan, Removal
@@ -47,7 +47,7 @@ from spark_queue.core.columns import (
     is_ascending,
     member,
 )
-from spark_queue.core.leases import plan_ack, plan_expire, plan_lease, plan_return
+from spark_queue.core.leases import plan_ack, plan_expire, plan_extend, plan_lease, plan_return
 from spark_queue.core.overflow import plan_enqueue, plan_settle
 from spark_queue.core.state import (
     COUNTERS,
@@ -91,6 +91,7 @@ __all__ = [
     "plan_ack",
     "plan_enqueue",
     "plan_expire",
+    "plan_extend",
     "plan_lease",
     "plan_return",
     "plan_settle",

@@ -15,6 +15,7 @@ from spark_queue.core.change import (
     Removal,
 )
 from spark_queue.core.columns import (
+    LEASE_INTS,
     NEVER,
     Leases,
     ascending,
@@ -181,6 +182,33 @@ def plan_ack(
         queue.removals.append(Removal(ascending(acked.seq), "acked", None))
         queue.note_gone(acked)  # behind a head held back by a filter, an ack leaves a hole
     return queue.plan(np.zeros(0, bool), np.zeros(0, bool))
+
+
+def plan_extend(
+    state: QueueState,
+    reader: HeadReader,
+    now: int,
+    seqs: np.ndarray,
+    consumer: str,
+    period: int,
+) -> tuple[QueuePlan, int]:
+    """Extend ``consumer``'s leases of ``seqs``: each now runs out ``period`` microseconds
+    from ``now`` (JetStream ``AckProgress``, SQS ``ChangeMessageVisibility``). A lease that
+    has already run out is returned first, as at any commit, and is not extended: the
+    message may be another consumer's by now. Returns the plan and how many were extended."""
+    queue = QueueChange(state.copy(), reader, now)
+    queue.catch_up()
+    leases = queue.state.leases
+    extended = leases.held(np.asarray(seqs, dtype=np.int64), consumer)
+    if extended.any():  # a new Leases: the state before this plan shares the old one
+        until = leases.until.copy()
+        until[extended] = now + period
+        queue.state.leases = Leases(
+            leases.names,
+            leases.consumer_ids,
+            **{name: until if name == "until" else getattr(leases, name) for name in LEASE_INTS},
+        )
+    return queue.plan(np.zeros(0, bool), np.zeros(0, bool)), int(extended.sum())
 
 
 def _leases_of(state: QueueState, seqs: np.ndarray | None, consumer: str | None) -> Leases:
