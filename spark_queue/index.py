@@ -99,7 +99,7 @@ def read_columnar(
     return found
 
 
-def redelivered(parts: list[dict[str, np.ndarray]]) -> Redelivered:
+def join_redelivered(parts: list[dict[str, np.ndarray]]) -> Redelivered:
     return Redelivered(
         *(np.concatenate([part[k] for part in parts]) for k in ("seq", "deliveries", "cancels"))
     )

@@ -46,6 +46,7 @@ from spark_queue.files import (
 from spark_queue.index import (
     MESSAGE_INDEX_COLUMNS,
     REDELIVERED_COLUMNS,
+    join_redelivered,
     read_columnar,
     read_leases,
 )
@@ -334,7 +335,7 @@ class QueueStore:
                     MessageIndex.concat(scheduled.get(name, [])),
                     Leases.concat(leases.get(name, [])),
                     MessageIndex.concat(extras[name]) if name in extras else None,
-                    redelivered(redelivered[name]) if name in redelivered else None,
+                    join_redelivered(redelivered[name]) if name in redelivered else None,
                 )
         return states
 
