@@ -49,6 +49,7 @@ from pyspark.sql.streaming.listener import (  # noqa: E402
 )
 
 from spark_queue import local_session, register  # noqa: E402
+from spark_queue.storage import parse_storage_flags  # noqa: E402
 
 DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -75,6 +76,32 @@ def job_session(app_name: str) -> SparkSession:
         if not submitted.contains(key):
             builder = builder.config(key, value)
     return register(builder.getOrCreate())
+
+
+def add_storage_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument(
+        "--storage-option",
+        action="append",
+        metavar="KEY=VALUE",
+        dest="storage_options",
+        type=_storage_flag,
+        help="a storage option of the object store the queue table is on, passed to the "
+        "connector as storage.KEY (AWS_ENDPOINT_URL=..., AZURE_STORAGE_ACCOUNT_KEY=...; "
+        "docs/STORAGE.md); repeat for more; keys left out come from the environment",
+    )
+
+
+def _storage_flag(text: str) -> str:
+    """argparse type: ``KEY=VALUE`` (the message never shows the value)."""
+    key, sep, _ = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError("takes KEY=VALUE, say AWS_REGION=eu-west-1")
+    return text
+
+
+def storage_options(args: argparse.Namespace) -> dict[str, str]:
+    """``--storage-option`` flags as delta-rs storage options (upper-case keys)."""
+    return parse_storage_flags(args.storage_options)
 
 
 def add_trigger_options(parser: argparse.ArgumentParser) -> None:

@@ -33,12 +33,14 @@ import argparse
 import json
 
 from common import (
+    add_storage_options,
     add_trigger_options,
     explain,
     fail,
     job_session,
     positive_int,
     run_query,
+    storage_options,
     trigger_kwargs,
 )
 from pyspark.errors.exceptions.captured import CapturedException
@@ -59,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--path", required=True, help="queue table location (path or URI)")
+    add_storage_options(parser)
     parser.add_argument("--queue", required=True, help="the queue to consume")
     parser.add_argument(
         "--consumer", default="default", help="consumer name, one query each (default: default)"
@@ -120,6 +123,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> dict[str, object]:
     args = parse_args(argv)
+    storage = storage_options(args)
     spark = job_session("spark-queue-consume")
     reader = (
         spark.readStream.format("ringqueue")
@@ -132,6 +136,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         ("leasePeriod", args.lease_period),
         ("filter", args.filter),
         ("maxDeliveries", args.max_deliveries),
+        *((f"storage.{key}", value) for key, value in storage.items()),
     ):
         if value is not None:
             reader = reader.option(option, value)
@@ -154,7 +159,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         "output": args.output,
         "batches": progress.batches,
         "messages": progress.rows,
-        "stats": QueueTable(args.path).stats(args.queue),
+        "stats": QueueTable(args.path, storage_options=storage).stats(args.queue),
     }
     print(
         f"consumer {args.consumer!r} moved {report['messages']:,} messages of queue "

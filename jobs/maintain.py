@@ -29,7 +29,7 @@ import json
 import sys
 from typing import Any
 
-import common  # noqa: F401  (puts spark_queue on the path when run from a checkout)
+import common  # puts spark_queue on the path when run from a checkout
 
 from spark_queue import QueueError, QueueTable
 from spark_queue.core import COUNTERS
@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--path", required=True, help="queue table location (path or URI)")
+    common.add_storage_options(parser)
     parser.add_argument(
         "--queue",
         action="append",
@@ -104,7 +105,7 @@ def expire(table: QueueTable, name: str) -> dict[str, int]:
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    table = QueueTable(args.path)
+    table = QueueTable(args.path, storage_options=common.storage_options(args))
     names = args.queue or table.queues()
     if not names:
         raise QueueError(f"no queues in {table.path}")

@@ -36,12 +36,14 @@ import json
 import tempfile
 
 from common import (
+    add_storage_options,
     add_trigger_options,
     explain,
     fail,
     job_session,
     positive_int,
     run_query,
+    storage_options,
     trigger_kwargs,
 )
 from pyspark.errors import AnalysisException
@@ -93,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="/tmp/spark-queue-demo/queues",
         help="queue table location, a local path or URI (default: %(default)s)",
     )
+    add_storage_options(where)
     where.add_argument(
         "--queue",
         default=DEMO_QUEUE,
@@ -274,10 +277,13 @@ def message_columns(stream: DataFrame, args: argparse.Namespace) -> DataFrame:
 
 def main(argv: list[str] | None = None) -> dict[str, object]:
     args = parse_args(argv)
+    storage = storage_options(args)
     spark = job_session("spark-queue-produce")
     with tempfile.TemporaryDirectory(prefix="spark-queue-produce-") as scratch:
         stream = message_columns(input_stream(spark, args, scratch), args)
         writer = stream.writeStream.format("ringqueue").option("queue", args.queue)
+        for key, value in storage.items():
+            writer = writer.option(f"storage.{key}", value)
         for flag, (option, _) in QUEUE_OPTIONS.items():
             if getattr(args, flag) is not None:
                 writer = writer.option(option, getattr(args, flag))
@@ -285,7 +291,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
             "checkpointLocation", args.checkpoint or f"{scratch}/checkpoint"
         ).trigger(**trigger_kwargs(args))
         batches = run_query(PROG, lambda: writer.start(args.path)).batches
-    table = QueueTable(args.path)
+    table = QueueTable(args.path, storage_options=storage)
     stats = table.stats(args.queue)
     print(f"queue {args.queue!r} in {table.path} after {batches} micro-batches:")
     counts = {k: v for k, v in stats.items() if isinstance(v, int)}

@@ -22,6 +22,7 @@ from spark_queue.core import QueueState, below_heads, live_mask, plan_settle
 from spark_queue.errors import QueueError
 from spark_queue.options import BrowseOptions
 from spark_queue.schema import BROWSE_COLUMNS, FILE_SCHEMA, browse_arrow_schema
+from spark_queue.storage import Location
 from spark_queue.store import QueueStore, Snapshot, file_runs, now_micros, require_queue
 
 
@@ -32,7 +33,7 @@ class BrowsePartition(InputPartition):
     Made by ``partitions`` on the driver side and pickled into one executor task, which
     reads its files with pyarrow and needs nothing else."""
 
-    uri: str
+    location: Location
     queue: str
     priority: int
     head: int
@@ -75,7 +76,7 @@ def plan_partitions(
             files = snapshot.message_files(name, priority=priority, from_seq=start)
             partitions.extend(
                 BrowsePartition(
-                    store.uri,
+                    store.location,
                     name,
                     priority,
                     level.head,
@@ -92,7 +93,7 @@ def plan_partitions(
 
 def live_rows(partition: BrowsePartition, columns: list[str] | None = None) -> pa.Table:
     """The live rows of one partition in seq order (``columns`` must include ``seq``)."""
-    store = QueueStore(partition.uri)
+    store = QueueStore(partition.location)
     start = min([partition.head, *partition.below[:1]])
     filters = [
         ("queue", "=", partition.queue),
@@ -161,7 +162,7 @@ class BrowseReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> list[BrowsePartition]:
-        store = QueueStore(self.options.path)
+        store = QueueStore(self.options.path, self.options.storage)
         snapshot = store.snapshot()
         if snapshot is None:
             raise QueueError(f"no queue table at {store.uri}")
@@ -171,7 +172,7 @@ class BrowseReader(DataSourceReader):
         states = settled_states(store, snapshot, now, only)
         found = plan_partitions(store, snapshot, states, queue, now)
         # Spark needs at least one partition; an empty one reads nothing.
-        return found or [BrowsePartition(store.uri, "", 0, 0, [], [], {}, [], now)]
+        return found or [BrowsePartition(store.location, "", 0, 0, [], [], {}, [], now)]
 
     def read(self, partition: BrowsePartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         yield from read_partition(partition).to_batches()

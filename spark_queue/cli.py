@@ -30,6 +30,7 @@ from spark_queue.options import (
     validate_arguments,
 )
 from spark_queue.policies import ENV_VAR, Policies, load_policies
+from spark_queue.storage import parse_storage_flags
 from spark_queue.table import QueueTable
 
 EXIT_REFUSED = 1
@@ -109,6 +110,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--policies",
         metavar="FILE",
         help=f"policies file applied by declare and alter (default: ${ENV_VAR})",
+    )
+    parser.add_argument(
+        "--storage-option",
+        action="append",
+        metavar="KEY=VALUE",
+        dest="storage_options",
+        help="a storage option of the object store (AWS_ENDPOINT_URL=..., "
+        "AZURE_STORAGE_ACCOUNT_KEY=...; docs/STORAGE.md); repeat for more; keys left out "
+        "come from the environment",
     )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("queues", help="list the queues")
@@ -197,7 +207,9 @@ def _check_policies(args: argparse.Namespace) -> str:
     assert policies is not None, "main() checks that a policies file is given"
     given = _given(args)
     if args.path is not None:
-        resolution = QueueTable(args.path, policies=policies).resolve(args.queue, **given)
+        resolution = QueueTable(
+            args.path, policies=policies, storage_options=parse_storage_flags(args.storage_options)
+        ).resolve(args.queue, **given)
     else:
         check_queue_name("queue", args.queue)
         resolution = policies.resolve(args.queue, validate_arguments(given))
@@ -256,7 +268,8 @@ def run_command(args: argparse.Namespace) -> str:
     # Only commands that may declare a queue (a dead-letter queue too) read the policies file,
     # so a broken $SPARK_QUEUE_POLICIES does not stop `stats` or `peek`.
     policies = args.policies if command in DECLARING_COMMANDS else Policies([], "<unused>")
-    table = QueueTable(args.path, policies=policies)
+    storage = parse_storage_flags(args.storage_options)
+    table = QueueTable(args.path, policies=policies, storage_options=storage)
     if command == "queues":
         return "\n".join(table.queues())
     if command in ("declare", "alter"):

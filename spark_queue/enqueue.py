@@ -68,13 +68,13 @@ class Reservation:
             StagedQueueFile(f.queue, shift_seqs(store, f.file, shift)) if f.file.rows else f
             for f in self.files
         ]
-        delete_files(store.uri, self.written)  # an earlier renumbering's, never committed
+        delete_files(store.location, self.written)  # an earlier renumbering's, never committed
         self.written = [f.file.path for f in moved if f.file.rows]
         self.base, self.files = self.base + shift, moved
         self.shifted += shift
 
     def discard(self, store: QueueStore) -> None:
-        delete_files(store.uri, self.written)
+        delete_files(store.location, self.written)
 
 
 class PendingBatch(Reservation):
@@ -97,8 +97,8 @@ class PendingBatch(Reservation):
             return
         base = transaction.next_seq
         seqs = pc.add(self.rows["seq"], pa.scalar(base, pa.int64()))
-        staged = write_file(store.uri, MESSAGE, _with_seqs(self.rows, seqs))
-        delete_files(store.uri, self.written)
+        staged = write_file(store.location, MESSAGE, _with_seqs(self.rows, seqs))
+        delete_files(store.location, self.written)
         self.base, self.written = base, [staged.path]
         self.files = [StagedQueueFile(self.queue, staged)]
 
@@ -107,7 +107,7 @@ def shift_seqs(store: QueueStore, staged: StagedFile, shift: int) -> StagedFile:
     """A copy of a staged message file with every seq ``shift`` higher."""
     rows = store.read_rows(staged.path)
     seqs = pc.add(rows["seq"], pa.scalar(shift, pa.int64()))
-    return write_file(store.uri, MESSAGE, _with_seqs(rows, seqs))
+    return write_file(store.location, MESSAGE, _with_seqs(rows, seqs))
 
 
 def _with_seqs(rows: pa.Table, seqs: pa.ChunkedArray) -> pa.Table:

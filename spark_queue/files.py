@@ -1,15 +1,15 @@
 """Files of a queue table: where they go, how they are written (one set of Parquet writer
 settings for every writer, task or driver), their Delta statistics, and their deletion.
 
-Runs anywhere: executor tasks stage message files with these functions (pyarrow only, never
-``deltalake``, whose runtime must not be started in a process that later forks).
+Runs anywhere: executor tasks stage message files with these functions. They reach the
+table through its :class:`~spark_queue.storage.Location` (pyarrow on local disk, delta-rs's
+object store on S3, Azure and GCS), never through a Delta log.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -20,6 +20,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from spark_queue.schema import FILE_SCHEMA, PARTITION, STATS_COLUMNS
+from spark_queue.storage import Location
 
 # Records: the partition values of the table's files (``record=<name>``).
 MESSAGE, REMOVAL, QUEUE = "message", "removal", "queue"
@@ -28,17 +29,6 @@ STATE_RECORDS = (QUEUE, SCHEDULED, LEASE, EXTRA, REDELIVERED)
 ROW_GROUP_ROWS = 64 * 1024  # small enough that a head read skips most of a large file
 ROW_GROUP_BYTES = 32 * 1024 * 1024  # of bodies: a reader holds one row group at a time
 DICTIONARY_COLUMNS = ("queue", "outcome", "death_reason", "original_queue")
-
-
-def table_uri(path: str) -> str:
-    """A local path made absolute; URIs (``s3://``, ``file://``, ...) unchanged."""
-    return path if "://" in path else os.path.abspath(path)
-
-
-def filesystem(uri: str) -> tuple[pafs.FileSystem, str]:
-    if "://" not in uri:
-        return pafs.LocalFileSystem(), uri
-    return pafs.FileSystem.from_uri(uri)
 
 
 @dataclass(frozen=True)
@@ -102,9 +92,9 @@ def parquet_options(columns: list[str]) -> dict[str, Any]:
     }
 
 
-def write_file(root: str, record: str, rows: pa.Table, tag: str = "") -> StagedFile:
+def write_file(location: Location, record: str, rows: pa.Table, tag: str = "") -> StagedFile:
     """Write ``rows`` (:data:`FILE_SCHEMA`) as one Parquet file of partition ``record``."""
-    fs, base = filesystem(root)
+    fs, base = location.filesystem()
     if record == MESSAGE:
         rows = rows.select(FILE_SCHEMA.names).cast(FILE_SCHEMA)
     else:
@@ -132,8 +122,8 @@ def write_file(root: str, record: str, rows: pa.Table, tag: str = "") -> StagedF
     return StagedFile(relative, size, record, stats, rows.num_rows)
 
 
-def delete_files(root: str, relatives: list[str]) -> None:
-    fs, base = filesystem(root)
+def delete_files(location: Location, relatives: list[str]) -> None:
+    fs, base = location.filesystem()
     for relative in relatives:
         with contextlib.suppress(FileNotFoundError, OSError):
             fs.delete_file(f"{base.rstrip('/')}/{relative}")

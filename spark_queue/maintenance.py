@@ -46,6 +46,7 @@ import pyarrow.fs as pafs
 from spark_queue.core import NEVER, QueueState, below_heads, live_mask
 from spark_queue.errors import InvalidOptionError
 from spark_queue.files import MESSAGE, REMOVAL, StagedFile, delete_files, write_file
+from spark_queue.storage import Location
 from spark_queue.store import QueueStore, Snapshot
 
 SMALL_FILE_BYTES = 1024 * 1024  # below this a file is worth rewriting; docs/DESIGN.md "Compaction"
@@ -136,7 +137,7 @@ def compact(
         rows = pa.concat_tables(parts)
         rows = rows.filter(_live_mask(rows, state)).sort_by("seq")
         if rows.num_rows:
-            adds.append(write_file(store.uri, MESSAGE, rows, tag="compacted-"))
+            adds.append(write_file(store.location, MESSAGE, rows, tag="compacted-"))
         for path, size in zip(small["path"].to_pylist(), small["size"].to_pylist(), strict=True):
             removes.append((path, size, MESSAGE))
             rewritten += 1
@@ -148,7 +149,9 @@ def compact(
         rows = pa.concat_tables([store.read_rows(p) for p in removal["path"].to_pylist()])
         adds.append(
             write_file(
-                store.uri, REMOVAL, rows.sort_by([("queue", "ascending"), ("seq", "ascending")])
+                store.location,
+                REMOVAL,
+                rows.sort_by([("queue", "ascending"), ("seq", "ascending")]),
             )
         )
         removes += [
@@ -164,9 +167,9 @@ def compact(
     try:
         committed_from = _commit_moving_on(store, snapshot.table, adds, removes, operation)
     except BaseException:
-        delete_files(store.uri, [f.path for f in adds])
+        delete_files(store.location, [f.path for f in adds])
         raise
-    checkpoint_after(store.uri, committed_from)
+    checkpoint_after(store.location, committed_from)
     return {"dropped": dropped, "rewritten": rewritten, "written": len(adds)}
 
 
@@ -249,45 +252,43 @@ def after_commit(store: QueueStore, planned_on: Snapshot) -> None:
     """The work after a connector commit planned on ``planned_on`` (the commit is its next
     version): a log checkpoint at the interval, then compaction if the table needs it.
     Never raises: the commit has happened."""
-    checkpoint_after(store.uri, planned_on.table)
+    checkpoint_after(store.location, planned_on.table)
     if needs_compaction(planned_on):
         compact_if_needed(store)
 
 
-def checkpoint_after(uri: str, table: Any) -> None:
+def checkpoint_after(location: Location, table: Any) -> None:
     """After a commit made from ``table`` (which delta-rs leaves at the version before the
     commit): checkpoint when the new version is a multiple of the checkpoint interval.
     Never raises: the commit has happened."""
     try:
         before = table.version()  # the new version is before + 1: connector commits never
         # rebase onto a winner (max_commit_retries=0)
-        checkpoint_if_crossed(uri, before, before + 1, table.metadata().configuration)
+        checkpoint_if_crossed(location, before, before + 1, table.metadata().configuration)
     except Exception as error:  # best effort, as Delta's own post-commit checkpoints
-        log.warning("checkpoint of %s failed, the next interval tries again: %s", uri, error)
+        log.warning("checkpoint of %s failed, the next interval tries again: %s", location, error)
 
 
 def checkpoint_if_crossed(
-    uri: str, before: int, after: int, configuration: dict[str, str]
+    location: Location, before: int, after: int, configuration: dict[str, str]
 ) -> int | None:
     """Checkpoint ``after`` if versions ``before`` (exclusive) to ``after`` passed a
     multiple of the checkpoint interval; returns the version checkpointed, if any."""
     interval = checkpoint_interval(configuration)
     if after // interval <= before // interval:
         return None
-    return checkpoint(uri, after)
+    return checkpoint(location, after)
 
 
-def checkpoint(uri: str, version: int | None = None) -> int:
+def checkpoint(location: Location, version: int | None = None) -> int:
     """Write a Delta checkpoint of ``version`` (else the latest) with delta-rs, then clean
     up expired log files (:func:`cleanup_log`). Returns the version checkpointed."""
-    from deltalake import DeltaTable
-
-    table = DeltaTable(uri, version=version) if version is not None else DeltaTable(uri)
+    table = location.delta_table(version)
     table.create_checkpoint()
     configuration = table.metadata().configuration
     if configuration.get("delta.enableExpiredLogCleanup", "true").lower() != "false":
         cleanup_log(
-            uri,
+            location,
             interval_hours(
                 "delta.logRetentionDuration",
                 configuration.get("delta.logRetentionDuration"),
@@ -297,7 +298,7 @@ def checkpoint(uri: str, version: int | None = None) -> int:
     return table.version()
 
 
-def cleanup_log(uri: str, retention_hours: float, now: float | None = None) -> list[str]:
+def cleanup_log(location: Location, retention_hours: float, now: float | None = None) -> list[str]:
     """Delete log files that only versions older than the log retention need; returns them.
 
     Delta's rule (delta PR #4146): the *cutoff commit* is the newest commit file older
@@ -307,9 +308,7 @@ def cleanup_log(uri: str, retention_hours: float, now: float | None = None) -> l
     latest checkpoint by file age alone and can leave a version inside the retention
     without the checkpoint it is built from (delta-rs #3692, delta #606).
     """
-    from spark_queue.files import filesystem
-
-    fs, base = filesystem(uri)
+    fs, base = location.filesystem()
     log_dir = f"{base.rstrip('/')}/_delta_log"
     cutoff = (time.time() if now is None else now) - retention_hours * 3600
     commits: dict[int, float] = {}
@@ -398,7 +397,7 @@ def check_retention(retention_hours: Any, floor: float, force: bool) -> float:
 
 
 def vacuum(
-    uri: str,
+    location: Location,
     retention_hours: float,
     dry_run: bool,
     force: bool,
@@ -413,16 +412,16 @@ def vacuum(
     vacuum, removed files only: a file no commit mentions may be a running producer's
     staged file, and only the floor protects those.
     """
-    from deltalake import DeltaTable, PostCommitHookProperties
+    from deltalake import PostCommitHookProperties
 
-    progress(f"vacuum {uri}: reading the log")
-    table = DeltaTable(uri)
+    progress(f"vacuum {location}: reading the log")
+    table = location.delta_table()
     before = table.version()
     floor = retention_floor(table.metadata().configuration)
     hours = check_retention(retention_hours, floor, force)
     full = hours >= floor
     progress(
-        f"vacuum {uri}: listing files unreferenced for {hours:g} h "
+        f"vacuum {location}: listing files unreferenced for {hours:g} h "
         f"({'removed and never committed' if full else 'removed only'})"
     )
     # delta-rs takes whole hours; round up, never delete younger than asked.
@@ -435,12 +434,17 @@ def vacuum(
             create_checkpoint=False, cleanup_expired_logs=False
         ),
     )
-    progress(f"vacuum {uri}: {len(removed)} files {'to remove' if dry_run else 'removed'}")
+    progress(f"vacuum {location}: {len(removed)} files {'to remove' if dry_run else 'removed'}")
     if not dry_run and removed:  # delta-rs logged VACUUM START and END: two versions
         try:
             checkpoint_if_crossed(
-                uri, before, DeltaTable(uri).version(), table.metadata().configuration
+                location,
+                before,
+                location.delta_table().version(),
+                table.metadata().configuration,
             )
         except Exception as error:  # the files are gone either way
-            log.warning("checkpoint of %s failed, the next interval tries again: %s", uri, error)
+            log.warning(
+                "checkpoint of %s failed, the next interval tries again: %s", location, error
+            )
     return sorted(removed)

@@ -12,10 +12,11 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any
 
 from spark_queue.errors import InvalidOptionError
+from spark_queue.storage import OPTION_PREFIX, normalise_options
 
 OVERFLOW_POLICIES = ("drop-head", "ring", "reject-publish", "reject-publish-dlx")
 REJECT_POLICIES = ("reject-publish", "reject-publish-dlx")
@@ -255,6 +256,8 @@ class SinkOptions:
     on_reject: str
     arguments: dict[str, Any]  # validated snake_case queue arguments that were given
     policies: str | None = None  # a policies file (docs/POLICIES.md); None: $SPARK_QUEUE_POLICIES
+    # ``storage.*`` options, keys upper-cased (spark_queue.storage); never in a repr.
+    storage: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)
@@ -273,26 +276,43 @@ class SourceOptions:
     max_backlog: int | None = None
     ack_mode: str = "commit"
     filter: str | None = None  # SQL predicate over the message columns
+    storage: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)
 class BrowseOptions:
     path: str
     queue: str | None
+    storage: dict[str, str] = field(default_factory=dict, repr=False)
 
 
 def _lookup(options: Mapping[str, str], allowed: tuple[str, ...]) -> dict[str, str]:
-    """Match Spark's lower-cased keys to camelCase names; unknown keys are an error."""
+    """Match Spark's lower-cased keys to camelCase names; unknown keys are an error.
+    ``storage.*`` keys are not looked up here (:func:`storage_options`)."""
     by_lower = {name.lower(): name for name in allowed}
     found: dict[str, str] = {}
     for key, value in options.items():
         lower = key.lower()
-        if lower in SPARK_OPTIONS:
+        if lower in SPARK_OPTIONS or lower.startswith(OPTION_PREFIX):
             continue
         if lower not in by_lower:
-            raise InvalidOptionError(f"unknown option {key!r}; valid options: {', '.join(allowed)}")
+            raise InvalidOptionError(
+                f"unknown option {key!r}; valid options: {', '.join(allowed)}, "
+                f"and {OPTION_PREFIX}<KEY> for the store (docs/STORAGE.md)"
+            )
         found[by_lower[lower]] = value
     return found
+
+
+def storage_options(options: Mapping[str, str]) -> dict[str, str]:
+    """The ``storage.<KEY>`` options, prefix dropped and keys upper-cased (Spark hands them
+    over lower-cased; delta-rs's keys are upper-case)."""
+    given = {
+        key[len(OPTION_PREFIX) :]: value
+        for key, value in options.items()
+        if key.lower().startswith(OPTION_PREFIX)
+    }
+    return normalise_options(given, what="option storage.<KEY>")
 
 
 def _path(found: Mapping[str, str]) -> str:
@@ -316,6 +336,7 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         on_reject=parse_choice("onReject", found.get("onReject", "drop"), ON_REJECT_ACTIONS),
         arguments=validate_arguments(given, camel=True),
         policies=found.get("policies") or None,
+        storage=storage_options(options),
     )
 
 
@@ -407,6 +428,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         max_backlog=_count("maxBacklog", found.get("maxBacklog"), zero_ok=False),
         ack_mode=parse_choice("ackMode", found.get("ackMode", ACK_MODES[0]), ACK_MODES),
         filter=found.get("filter") or None,
+        storage=storage_options(options),
     )
 
 
@@ -415,4 +437,4 @@ def parse_browse_options(options: Mapping[str, str]) -> BrowseOptions:
     queue = found.get("queue")
     if queue is not None:
         check_queue_name("queue", queue)
-    return BrowseOptions(path=_path(found), queue=queue)
+    return BrowseOptions(path=_path(found), queue=queue, storage=storage_options(options))

@@ -42,7 +42,6 @@ from spark_queue.files import (
     StagedFile,
     delete_files,
     file_stats,
-    filesystem,
     new_file,
     parquet_options,
     prepare_target,
@@ -51,6 +50,7 @@ from spark_queue.messages import normalise
 from spark_queue.options import SinkOptions
 from spark_queue.policies import load_policies
 from spark_queue.schema import FILE_SCHEMA
+from spark_queue.storage import Location
 from spark_queue.store import QueueStore, now_micros
 from spark_queue.transaction import QueueTransaction, StagedQueueFile
 
@@ -77,6 +77,7 @@ class _QueueWriter:
     def __init__(self, options: SinkOptions, columns: list[str]) -> None:
         self.options = options
         self.columns = columns
+        self.location = Location.of(options.path, options.storage)
         self._base: int | None = None
         # Read on the driver side for every batch (the writer is made again for each), so a
         # bad file fails the batch before any task runs and an edited file applies next batch.
@@ -90,7 +91,7 @@ class _QueueWriter:
 
     def _reserve(self) -> int:
         """Create the table if needed, fail fast on a re-declare mismatch, pick the base."""
-        store = QueueStore(self.options.path)
+        store = QueueStore(self.location)
         snapshot = store.snapshot(store.create())
         assert snapshot is not None
         if self.options.queue is not None:
@@ -108,7 +109,7 @@ class _QueueWriter:
         partition = context.partitionId() if context else 0
         query_id = context.getLocalProperty("sql.streaming.queryId") if context else None
         assert self._base is not None, "the writer reached a task without a reservation"
-        staging = _Staging(self.options.path)
+        staging = _Staging(self.location)
         next_seq = self._base + partition * SEQ_STRIDE
         enqueued_at = now_micros()
         try:
@@ -138,7 +139,7 @@ class _QueueWriter:
             return
         query_id = next((m.query_id for m in staged if m.query_id), None)
         app_id = f"spark-queue-{query_id}" if (query_id and batch_id is not None) else None
-        store = QueueStore(self.options.path)
+        store = QueueStore(self.location)
         batch = Reservation(staged[0].base, files)
         try:
             outcome = commit_enqueue(
@@ -167,15 +168,15 @@ class _QueueWriter:
 
     def _abort(self, messages: list[StagedPartition | None]) -> None:
         paths = [f.file.path for m in messages if m is not None for f in m.files]
-        delete_files(QueueStore(self.options.path).uri, paths)
+        delete_files(self.location, paths)
 
 
 class _Staging:
     """One task's open Parquet files, one per queue, written a row group at a time."""
 
-    def __init__(self, path: str) -> None:
-        self.uri = QueueStore(path).uri
-        self.fs, self.base = filesystem(self.uri)
+    def __init__(self, location: Location) -> None:
+        self.location = location
+        self.fs, self.base = location.filesystem()
         self.buffers: dict[str, list[pa.Table]] = {}
         self.buffered: dict[str, int] = {}  # rows
         self.buffered_bytes: dict[str, int] = {}
@@ -226,7 +227,7 @@ class _Staging:
     def discard(self) -> None:
         for writer, _ in self.writers.values():
             writer.close()
-        delete_files(self.uri, [relative for _, relative in self.writers.values()])
+        delete_files(self.location, [relative for _, relative in self.writers.values()])
 
 
 class RingQueueBatchWriter(_QueueWriter, DataSourceArrowWriter):

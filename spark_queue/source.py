@@ -24,7 +24,7 @@ How leases and acknowledgements map onto Spark's micro-batch protocol (SEMANTICS
 
 What runs where: every method but ``read`` runs in the driver-side source worker, which keeps
 this instance for the whole query run; ``read`` runs in executor tasks from a pickled copy
-and gets everything from its :class:`LeasedRange` partition (pyarrow only, no ``deltalake``).
+and gets everything from its :class:`LeasedRange` partition (the table's location included).
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ from spark_queue.errors import QueueError
 from spark_queue.filters import filter_matcher
 from spark_queue.options import SourceOptions
 from spark_queue.schema import BROWSE_COLUMNS, browse_arrow_schema
+from spark_queue.storage import Location
 from spark_queue.store import QueueStore, require_queue
 from spark_queue.transaction import QueueTransaction, run
 
@@ -163,9 +164,9 @@ class LeasedRange(InputPartition):
     """The messages of one lease that one task reads: files, seq ranges, delivery counts.
 
     Made by ``partitions`` on the driver side and pickled into one executor task, which needs
-    nothing else (pyarrow only, no ``deltalake``)."""
+    nothing else."""
 
-    uri: str
+    location: Location
     queue: str
     consumer: str
     paths: list[str]
@@ -178,7 +179,7 @@ def read_leased(partition: LeasedRange) -> Iterator[pa.Table]:
     """The partition's messages as delivered, in tables of about :data:`ARROW_BATCH_BYTES`
     where a file is leased whole, else one table per file (a task holds one of them in
     memory at a time)."""
-    store = QueueStore(partition.uri)
+    store = QueueStore(partition.location)
     low, high = partition.ranges[0][0], partition.ranges[-1][1]
     schema = browse_arrow_schema()
     runs = np.array(partition.redelivered, dtype=np.int64).reshape(-1, 3)
@@ -235,7 +236,7 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self.store = QueueStore(options.path)
+        self.store = QueueStore(options.path, options.storage)
         self._stop_below: int | None = None  # AvailableNow: what existed when it started
         self._default_limit: Any = None
         self._initial: dict | None = None
@@ -450,7 +451,7 @@ class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 low, high = task[0][0], task[-1][1]
                 partitions.append(
                     LeasedRange(
-                        self.store.uri,
+                        self.store.location,
                         self.options.queue,
                         self.options.consumer,
                         [path for path, _ in reads],

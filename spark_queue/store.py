@@ -15,7 +15,7 @@ import contextlib
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,8 +40,6 @@ from spark_queue.files import (
     SCHEDULED,
     STATE_RECORDS,
     StagedFile,
-    filesystem,
-    table_uri,
 )
 from spark_queue.index import (
     MESSAGE_INDEX_COLUMNS,
@@ -57,6 +55,7 @@ from spark_queue.schema import (
     TABLE_CONFIGURATION,
     TABLE_SCHEMA,
 )
+from spark_queue.storage import Location
 
 _HEAD_READ = ("queue", "seq", "size", "priority", "deliver_at", "enqueued_at", "expires_at")
 
@@ -129,11 +128,16 @@ def _flatten_files(table: Any) -> pa.Table:
 
 
 class QueueStore:
-    """A queue table at ``path``: opening, reading state, reading heads, committing."""
+    """A queue table at ``path``: opening, reading state, reading heads, committing.
 
-    def __init__(self, path: str) -> None:
-        self.uri = table_uri(path)
-        self.fs, self.base = filesystem(self.uri)
+    ``storage_options`` reach an object store (:mod:`spark_queue.storage`); None: the
+    environment's."""
+
+    def __init__(
+        self, path: str | Location, storage_options: Mapping[str, Any] | None = None
+    ) -> None:
+        self.location = path if isinstance(path, Location) else Location.of(path, storage_options)
+        self.uri = self.location.uri
         # The queue states of the state files this process last wrote or read. State files
         # are new in every commit that changes a state, so the same paths mean the same
         # states: a consumer whose last commit is still the newest reads none of them again.
@@ -151,6 +155,15 @@ class QueueStore:
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, _opened=threading.local())
 
+    @property
+    def fs(self) -> pafs.FileSystem:
+        return self.location.filesystem()[0]
+
+    @property
+    def base(self) -> str:
+        """The table root's path on :attr:`fs`."""
+        return self.location.filesystem()[1]
+
     def remember_states(self, paths: list[str], states: dict[str, QueueState]) -> None:
         """The states just committed in the state files at ``paths``."""
         self._known_states = (frozenset(paths), {n: s.copy() for n, s in states.items()})
@@ -163,7 +176,6 @@ class QueueStore:
         The table this thread opened before is updated with the commits since (its own
         included); it is opened afresh where that fails (say, its log was cleaned up).
         """
-        from deltalake import DeltaTable
         from deltalake.exceptions import DeltaError, TableNotFoundError
 
         table = getattr(self._opened, "table", None)
@@ -174,7 +186,7 @@ class QueueStore:
             except DeltaError:
                 self._opened.table = None
         try:
-            table = DeltaTable(self.uri)
+            table = self.location.delta_table()
         except TableNotFoundError:
             return None
         self._check_format(table)
@@ -212,6 +224,7 @@ class QueueStore:
                 name="spark-queue",
                 description=FORMAT_DESCRIPTION,
                 configuration=TABLE_CONFIGURATION,
+                storage_options=self.location.delta_options(),
             )
         table = self.open()
         assert table is not None
@@ -240,11 +253,10 @@ class QueueStore:
 
     def files_at(self, version: int) -> Snapshot | None:
         """The files (no states) of an earlier ``version``, or None where its log is gone."""
-        from deltalake import DeltaTable
         from deltalake.exceptions import DeltaError
 
         try:  # a table of its own: this thread's open table stays at the latest version
-            table = DeltaTable(self.uri, version=version)
+            table = self.location.delta_table(version)
         except (DeltaError, OSError):
             return None
         return Snapshot(table, version, _flatten_files(table), {})

@@ -7,7 +7,7 @@ Do not call it in a process that later forks (delta-rs's runtime does not surviv
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -65,18 +65,30 @@ COMPACT_ATTEMPTS = 10
 
 
 class QueueTable:
-    """The queues stored in one Delta table at ``path`` (a local path or a URI).
+    """The queues stored in one Delta table at ``path``.
 
-    ``policies`` (a policies file, or loaded :class:`Policies`; docs/POLICIES.md) apply to
-    every queue this object declares or alters, and to dead-letter queues it creates; None
-    means the file named by ``$SPARK_QUEUE_POLICIES``, if set. The file is read once, here:
-    make a new ``QueueTable`` to pick up an edited file.
+    Args:
+        path: a local path or a URI (``s3://``, ``abfss://``, ``gs://``, ``file://``).
+        policies: a policies file, or loaded :class:`Policies` (docs/POLICIES.md), applied
+            to every queue this object declares or alters and to dead-letter queues it
+            creates; None means the file named by ``$SPARK_QUEUE_POLICIES``, if set. The
+            file is read once, here: make a new ``QueueTable`` to pick up an edited file.
+        storage_options: delta-rs's storage options for an object store
+            (``AWS_ENDPOINT_URL``, ``AZURE_STORAGE_ACCOUNT_KEY``, ...; docs/STORAGE.md);
+            keys are case-insensitive. None, or a key left out: the process environment.
+
+    Raises:
+        InvalidOptionError: a storage option is not a string (named by its key).
+        PolicyError: the policies file cannot be read or is invalid.
     """
 
     def __init__(
-        self, path: str, policies: str | os.PathLike[str] | Policies | None = None
+        self,
+        path: str,
+        policies: str | os.PathLike[str] | Policies | None = None,
+        storage_options: Mapping[str, str] | None = None,
     ) -> None:
-        self.store = QueueStore(path)
+        self.store = QueueStore(path, storage_options)
         self.path = self.store.uri
         self.policies = load_policies(policies)
 
@@ -350,7 +362,7 @@ class QueueTable:
             QueueError: no queue table at the path.
         """
         self._snapshot()  # a queue table, or QueueError/NotAQueueTableError
-        return vacuum_files(self.path, retention_hours, dry_run, force, progress)
+        return vacuum_files(self.store.location, retention_hours, dry_run, force, progress)
 
     def checkpoint(self) -> int:
         """Write a Delta log checkpoint of the current version now, then clean up
@@ -364,7 +376,7 @@ class QueueTable:
             QueueError: no queue table at the path.
         """
         self._snapshot()
-        return checkpoint(self.path)
+        return checkpoint(self.store.location)
 
     # -- consuming ---------------------------------------------------------------------------
 

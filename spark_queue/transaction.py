@@ -256,7 +256,7 @@ class QueueTransaction:
             if pc.all(keep).as_py():
                 continue
             kept = rows.filter(keep)
-            replacement = write_file(self.store.uri, MESSAGE, kept) if kept.num_rows else None
+            replacement = write_file(self.store.location, MESSAGE, kept) if kept.num_rows else None
             self.obsolete.append(staged.path)  # deleted once the commit succeeded
             if replacement is not None:
                 self.written.append(replacement)
@@ -354,7 +354,7 @@ class QueueTransaction:
         removal rows and lease index are a million rows each."""
         writes = [(record, rows) for record, rows in parts if rows is not None and rows.num_rows]
         with ThreadPoolExecutor(max_workers=max(1, len(writes))) as pool:
-            futures = [pool.submit(write_file, self.store.uri, *write) for write in writes]
+            futures = [pool.submit(write_file, self.store.location, *write) for write in writes]
         staged = [future.result() for future in futures if future.exception() is None]
         self.written.extend(staged)  # discarded on failure, whichever part failed
         self.adds.extend(staged)
@@ -399,11 +399,11 @@ class QueueTransaction:
         self.store.remember_states(
             [a.path for a in self.adds if a.record in STATE_RECORDS], self.states
         )
-        delete_files(self.store.uri, self.obsolete)
+        delete_files(self.store.location, self.obsolete)
 
     def discard(self) -> None:
         """Delete the files this transaction wrote itself (not the tasks' staged files)."""
-        delete_files(self.store.uri, [f.path for f in self.written])
+        delete_files(self.store.location, [f.path for f in self.written])
 
 
 def _unset(argument: str, explicit: dict[str, Any], state: QueueState) -> str:

@@ -14,6 +14,7 @@ from deltalake import DeltaTable
 
 from spark_queue import InvalidOptionError, QueueTable
 from spark_queue.maintenance import MIN_RETENTION_HOURS, cleanup_log
+from spark_queue.storage import Location
 from tests.helpers import assert_identity, messages, write_batch
 
 DAY = 86400.0
@@ -73,7 +74,7 @@ def test_delta_spark_reads_a_table_whose_log_starts_at_a_delta_rs_checkpoint(spa
     commits(table, 3)
     version = table.checkpoint()
     # Every commit before the checkpoint goes: readers must start from the checkpoint.
-    removed = cleanup_log(queue_path, retention_hours=0)
+    removed = cleanup_log(Location.of(queue_path), retention_hours=0)
     assert f"{0:020d}.json" in removed and f"{version:020d}.json" not in removed
     assert log_files(queue_path)[0] == f"{version:020d}.checkpoint.parquet"
     delta = spark.read.format("delta").load(queue_path)
@@ -95,13 +96,13 @@ def test_log_cleanup_keeps_every_version_inside_the_log_retention(queue_path):
     for name in log_files(queue_path):  # versions 0..60 written 10 days ago
         if name[:20].isdigit() and int(name[:20]) <= 60:
             os.utime(Path(queue_path) / "_delta_log" / name, (old, old))
-    removed = cleanup_log(queue_path, retention_hours=7 * 24)
+    removed = cleanup_log(Location.of(queue_path), retention_hours=7 * 24)
     # Version 60 is the newest commit past the retention: it needs checkpoint 50 and what
     # follows it; delta-rs's cleanup_metadata would cut at checkpoint 100 instead.
     assert removed == [f"{v:020d}.json" for v in range(50)]
     assert DeltaTable(queue_path, version=60).version() == 60
     assert DeltaTable(queue_path, version=99).version() == 99
-    assert cleanup_log(queue_path, retention_hours=7 * 24) == []
+    assert cleanup_log(Location.of(queue_path), retention_hours=7 * 24) == []
 
 
 # -- vacuum -----------------------------------------------------------------------------------

@@ -190,7 +190,7 @@ def test_a_batch_another_producer_overtook_is_renumbered_after_it(table):
     snapshot = store.snapshot()
     base = max(s.next_seq for s in snapshot.states.values())
     rows = normalise(pa.table({"body": ["late-1", "late-2"]}), base, now_micros(), "orders")
-    late = Reservation(base, [StagedQueueFile("orders", write_file(store.uri, MESSAGE, rows))])
+    late = Reservation(base, [StagedQueueFile("orders", write_file(store.location, MESSAGE, rows))])
     winner = table.publish("orders", ["winner"])  # commits first, from the same base
     assert winner.seqs == [base]
     outcome = commit_enqueue(

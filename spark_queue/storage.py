@@ -1,0 +1,145 @@
+"""Where a queue table lives: its URI and the storage options that reach it.
+
+One map of storage options (delta-rs's keys: ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,
+``AZURE_STORAGE_ACCOUNT_KEY``, ``GOOGLE_SERVICE_ACCOUNT``, ...) feeds both libraries that
+touch the table: delta-rs opens the log with it, and the data files are read and written
+through delta-rs's own object store (``deltalake.fs.DeltaStorageHandler``, a pyarrow
+filesystem), so a credential that reaches the log reaches the files. Keys left out fall back
+to the environment of the process, as delta-rs resolves it (``AWS_*`` variables, instance
+profiles, ``GOOGLE_APPLICATION_CREDENTIALS``, ...). Local paths use pyarrow's local
+filesystem and take no options.
+
+A :class:`Location` is pickled into tasks with its options: that is how executors reach the
+store without environment variables set on every machine. Its ``repr`` and every error this
+package raises name option keys, never their values (:func:`redacted`).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from spark_queue.errors import InvalidOptionError
+
+# The prefix of storage options among a data source's options: ``storage.AWS_REGION``.
+OPTION_PREFIX = "storage."
+# URI schemes delta-rs's object store serves; anything else goes to pyarrow.
+OBJECT_STORE_SCHEMES = frozenset(
+    {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "azure", "r2", "lakefs"}
+)
+
+_filesystems: dict[tuple[int, str, tuple[tuple[str, str], ...]], pafs.FileSystem] = {}
+_filesystems_lock = threading.Lock()
+
+
+def normalise_options(given: Mapping[str, Any] | None, *, what: str = "storage option") -> dict:
+    """Storage options with upper-case keys and string values.
+
+    Raises:
+        InvalidOptionError: a key is empty or a value is not a string, number or bool; the
+            message names the key, never the value.
+    """
+    options: dict[str, str] = {}
+    for key, value in (given or {}).items():
+        if not isinstance(key, str) or not key.strip():
+            raise InvalidOptionError(f"{what} keys must be non-empty strings; got {key!r}")
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        elif isinstance(value, int | float):
+            value = str(value)
+        elif not isinstance(value, str):
+            raise InvalidOptionError(
+                f"{what} {key.strip().upper()} must be a string; got a {type(value).__name__}"
+            )
+        options[key.strip().upper()] = value
+    return options
+
+
+def parse_storage_flags(flags: list[str] | None) -> dict[str, str]:
+    """``KEY=VALUE`` strings (the CLI's and jobs' ``--storage-option``) as storage options.
+
+    Raises:
+        InvalidOptionError: a flag has no ``=``.
+    """
+    options: dict[str, str] = {}
+    for flag in flags or []:
+        key, sep, value = flag.partition("=")
+        if not sep or not key.strip():
+            raise InvalidOptionError(
+                f"--storage-option takes KEY=VALUE (say AWS_REGION=eu-west-1); got a flag "
+                f"without '=' or without a key: {key.strip()[:40]!r}"
+            )
+        options[key.strip()] = value
+    return normalise_options(options)
+
+
+def redacted(options: Mapping[str, str]) -> str:
+    """The keys of ``options``, for messages and reprs: values never leave this module."""
+    return "{" + ", ".join(f"{key}=***" for key in sorted(options)) + "}"
+
+
+def table_uri(path: str) -> str:
+    """A local path made absolute; URIs (``s3://``, ``file://``, ...) unchanged."""
+    return path if "://" in path else os.path.abspath(path)
+
+
+@dataclass(frozen=True)
+class Location:
+    """A queue table's URI and the storage options that reach it. Picklable."""
+
+    uri: str
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, path: str, options: Mapping[str, Any] | None = None) -> Location:
+        return cls(table_uri(path), normalise_options(options))
+
+    def __repr__(self) -> str:
+        return f"Location({self.uri!r}, storage_options={redacted(self.options)})"
+
+    def __str__(self) -> str:
+        return self.uri
+
+    @property
+    def scheme(self) -> str:
+        return self.uri.split("://", 1)[0].lower() if "://" in self.uri else ""
+
+    def delta_options(self) -> dict[str, str] | None:
+        """The options for delta-rs calls: None where there are none (the environment)."""
+        return dict(self.options) or None
+
+    def filesystem(self) -> tuple[pafs.FileSystem, str]:
+        """A pyarrow filesystem and the table root's path on it.
+
+        Object stores go through delta-rs's store with this location's options; one client
+        per bucket and options in each process, because building one costs more than a
+        small request.
+        """
+        if not self.scheme:
+            return pafs.LocalFileSystem(), self.uri
+        if self.scheme not in OBJECT_STORE_SCHEMES:
+            return pafs.FileSystem.from_uri(self.uri)
+        from deltalake.fs import DeltaStorageHandler
+
+        bucket, _, key = self.uri.split("://", 1)[1].partition("/")
+        root = f"{self.scheme}://{bucket}"
+        # By process too: a client made before a fork must not be used after it (delta-rs
+        # refuses its runtime in a forked child).
+        cache_key = (os.getpid(), root, tuple(sorted(self.options.items())))
+        with _filesystems_lock:
+            fs = _filesystems.get(cache_key)
+            if fs is None:
+                fs = pafs.PyFileSystem(DeltaStorageHandler(root, dict(self.options)))
+                _filesystems[cache_key] = fs
+        return fs, key.rstrip("/")
+
+    def delta_table(self, version: int | None = None) -> Any:
+        """The Delta table here (``deltalake.DeltaTable``), at ``version`` or its latest."""
+        from deltalake import DeltaTable
+
+        return DeltaTable(self.uri, version=version, storage_options=self.delta_options())
