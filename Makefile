@@ -17,10 +17,11 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $@
 
-# Delta's JARs from Maven Central into jars/ (git-ignored); see pom.xml.
+# Delta's JARs into jars/ and hadoop-aws's into jars/s3/, from Maven Central (git-ignored;
+# see pom.xml).
 jars: jars/.fetched
 jars/.fetched: pom.xml
-	mvn -q -B dependency:copy-dependencies
+	mvn -q -B dependency:copy-dependencies@delta dependency:copy-dependencies@s3
 	touch $@
 
 demo: setup

@@ -16,9 +16,11 @@ from spark_queue.errors import (
     QueueError,
     QueueNotFoundError,
     RejectedMessagesError,
+    StorageError,
 )
 from spark_queue.options import QueueArguments
 from spark_queue.session import local_session, register
+from spark_queue.storage import check_exclusive_commits
 from spark_queue.table import QueueTable
 
 __all__ = [
@@ -34,6 +36,8 @@ __all__ = [
     "QueueNotFoundError",
     "QueueTable",
     "RejectedMessagesError",
+    "StorageError",
+    "check_exclusive_commits",
     "local_session",
     "register",
 ]

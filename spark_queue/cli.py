@@ -30,7 +30,7 @@ from spark_queue.options import (
     validate_arguments,
 )
 from spark_queue.policies import ENV_VAR, Policies, load_policies
-from spark_queue.storage import parse_storage_flags
+from spark_queue.storage import Location, check_exclusive_commits, parse_storage_flags
 from spark_queue.table import QueueTable
 
 EXIT_REFUSED = 1
@@ -169,6 +169,10 @@ def build_parser() -> argparse.ArgumentParser:
     release.add_argument("consumer")
     release.add_argument("--queue")
     _long_running(commands.add_parser("compact", help="compact small files now"))
+    commands.add_parser(
+        "check-storage",
+        help="check that the store keeps two writers' commits apart (conditional puts)",
+    )
     vacuum = commands.add_parser(
         "vacuum", help="delete files no current version references (after a retention)"
     )
@@ -269,6 +273,11 @@ def run_command(args: argparse.Namespace) -> str:
     # so a broken $SPARK_QUEUE_POLICIES does not stop `stats` or `peek`.
     policies = args.policies if command in DECLARING_COMMANDS else Policies([], "<unused>")
     storage = parse_storage_flags(args.storage_options)
+    if command == "check-storage":
+        took = check_exclusive_commits(Location.of(args.path, storage))
+        return (
+            f"{args.path}: two racing commits of one version: one won, one was refused ({took} ms)"
+        )
     table = QueueTable(args.path, policies=policies, storage_options=storage)
     if command == "queues":
         return "\n".join(table.queues())

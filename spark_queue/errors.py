@@ -63,3 +63,10 @@ class PolicyError(InvalidOptionError):
 
     The message names the file, the line and the key at fault (``file:line: key 'k': ...``).
     """
+
+
+class StorageError(QueueError):
+    """The queue table's store cannot be reached, or cannot keep two writers' commits apart.
+
+    The message names the table's URI and the storage option keys given, never their values.
+    """

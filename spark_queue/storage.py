@@ -16,15 +16,17 @@ package raises name option keys, never their values (:func:`redacted`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow.fs as pafs
 
-from spark_queue.errors import InvalidOptionError
+from spark_queue.errors import InvalidOptionError, StorageError
 
 # The prefix of storage options among a data source's options: ``storage.AWS_REGION``.
 OPTION_PREFIX = "storage."
@@ -81,6 +83,15 @@ def parse_storage_flags(flags: list[str] | None) -> dict[str, str]:
 def redacted(options: Mapping[str, str]) -> str:
     """The keys of ``options``, for messages and reprs: values never leave this module."""
     return "{" + ", ".join(f"{key}=***" for key in sorted(options)) + "}"
+
+
+def scrubbed(text: str, options: Mapping[str, str]) -> str:
+    """``text`` (say, a storage library's error) with every option value of ``options`` that
+    appears in it replaced by ``***``: a SAS token or key may be part of a URL it quotes."""
+    for value in sorted(options.values(), key=len, reverse=True):
+        if len(value) >= 4:
+            text = text.replace(value, "***")
+    return text
 
 
 def table_uri(path: str) -> str:
@@ -142,4 +153,63 @@ class Location:
         """The Delta table here (``deltalake.DeltaTable``), at ``version`` or its latest."""
         from deltalake import DeltaTable
 
-        return DeltaTable(self.uri, version=version, storage_options=self.delta_options())
+        try:
+            return DeltaTable(self.uri, version=version, storage_options=self.delta_options())
+        except OSError as error:  # the store refused or is down; no table is TableNotFoundError
+            raise StorageError(self.unreachable(error)) from None
+
+    def unreachable(self, error: BaseException) -> str:
+        """A message for ``error`` from the store: the URI, the option keys, no secrets."""
+        return (
+            f"cannot reach the queue table at {self.uri} (storage options "
+            f"{redacted(self.options)}; keys left out come from the environment): "
+            f"{scrubbed(str(error), self.options)}"
+        )
+
+
+def check_exclusive_commits(location: Location) -> int:
+    """Check that two writers' commits of one version at ``location``'s store exclude each
+    other, as every writer of a queue table relies on; returns the milliseconds it took.
+
+    delta-rs commits version N by writing ``_delta_log/N.json`` with a conditional put
+    (``If-None-Match: *``) on S3, Azure and GCS. A store that ignores the condition lets the
+    second of two racing writers overwrite the first's commit, silently. The check races two
+    commits of a scratch table under ``_spark_queue_probe/`` next to the table's files and
+    deletes it after.
+
+    Raises:
+        StorageError: both commits succeeded (the store ignores conditional puts), or the
+            store cannot be reached; the message names the URI, never a credential.
+    """
+    import uuid
+
+    import pyarrow as pa
+    from deltalake import CommitProperties, write_deltalake
+    from deltalake.exceptions import CommitFailedError, DeltaError
+
+    started = time.monotonic()
+    probe = Location(
+        f"{location.uri.rstrip('/')}/_spark_queue_probe/{uuid.uuid4().hex}", location.options
+    )
+    rows = pa.table({"probe": pa.array([1], pa.int64())})
+    once = CommitProperties(max_commit_retries=0)
+    try:
+        write_deltalake(probe.uri, rows, storage_options=probe.delta_options())
+        first, second = probe.delta_table(), probe.delta_table()
+        write_deltalake(first, rows, mode="append", commit_properties=once)
+        try:
+            write_deltalake(second, rows, mode="append", commit_properties=once)
+        except CommitFailedError:
+            return int((time.monotonic() - started) * 1000)
+        raise StorageError(
+            f"the store of {location.uri} does not honour conditional puts (If-None-Match): "
+            f"two writers both committed version 1 of a scratch table, so one overwrote the "
+            f"other. Writers of a queue table would lose commits there; use a store that "
+            f"supports conditional writes (AWS S3, MinIO, Azure, GCS do)"
+        )
+    except (DeltaError, OSError) as error:
+        raise StorageError(location.unreachable(error)) from None
+    finally:
+        fs, base = probe.filesystem()
+        with contextlib.suppress(OSError):
+            fs.delete_dir(base)
