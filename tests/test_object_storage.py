@@ -82,9 +82,7 @@ def test_keys_are_case_insensitive_and_the_environment_is_the_fallback(
     assert QueueTable(s3_table).stats("q")["ready"] == 1
 
 
-def test_secrets_stay_out_of_reprs_and_errors(
-    s3_server: str, s3_options: dict[str, str]
-) -> None:
+def test_secrets_stay_out_of_reprs_and_errors(s3_server: str, s3_options: dict[str, str]) -> None:
     location = Location.of("s3://queues-missing/lake", s3_options)
     assert SECRET_KEY not in repr(location) and "AWS_SECRET_ACCESS_KEY" in repr(location)
     with pytest.raises(StorageError) as caught:  # no such bucket
@@ -155,7 +153,7 @@ def test_two_processes_racing_publishes_on_s3_lose_nothing(
         for name in ("alpha", "beta")
     ]
     outputs = [run.communicate(timeout=300) for run in runs]
-    for run, (out, err) in zip(runs, outputs, strict=True):
+    for run, (_, err) in zip(runs, outputs, strict=True):
         assert run.returncode == 0, err[-2000:]
     attempts = sum(json.loads(out)["attempts"] for out, _ in outputs)
 
