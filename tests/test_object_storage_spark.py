@@ -1,0 +1,141 @@
+"""Spark on a queue table in a local S3-compatible server (moto's): the sink, the streaming
+consumer, and delta-spark reading the table through S3A. Storage options reach the Python
+workers as ``storage.<KEY>`` options; the ``AWS_*`` environment is cleared."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import DataFrame, SparkSession
+
+from spark_queue import QueueTable
+from spark_queue.core import identity_holds
+from spark_queue.session import configure_s3a
+from tests.helpers import messages, write_batch
+from tests.object_store import SECRET_KEY
+
+pytestmark = pytest.mark.spark
+
+
+def storage(options: dict[str, str]) -> dict[str, str]:
+    """Storage options as data source options (the spelling is case-insensitive)."""
+    return {f"storage.{key.lower()}": value for key, value in options.items()}
+
+
+def test_batch_and_streaming_sink_on_s3_with_an_exactly_once_replay(
+    spark: SparkSession, s3_table: str, s3_options: dict[str, str], tmp_path: Path
+) -> None:
+    write_batch(messages(spark, ["b0", "b1"]), s3_table, queue="orders", **storage(s3_options))
+
+    source = tmp_path / "in"
+    messages(spark, [f"s{i}" for i in range(6)]).write.parquet(str(source))
+    checkpoint = tmp_path / "checkpoint"
+
+    def run_stream() -> None:
+        stream = spark.readStream.schema("body string").parquet(str(source))
+        writer = stream.writeStream.format("ringqueue").option("queue", "orders")
+        query = (
+            writer.options(**storage(s3_options))
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start(s3_table)
+        )
+        query.awaitTermination()
+        assert query.exception() is None
+        assert SECRET_KEY not in json.dumps(query.lastProgress, default=str)
+
+    run_stream()
+    # As if the driver died after the Delta commit and before Spark's commit log: the
+    # batch runs again, and its application transaction makes it a no-op.
+    (checkpoint / "commits" / "0").unlink()
+    shutil.rmtree(checkpoint / "commits" / ".0.crc", ignore_errors=True)
+    with contextlib.suppress(FileNotFoundError):
+        (checkpoint / "commits" / ".0.crc").unlink()
+    run_stream()
+
+    table = QueueTable(s3_table, storage_options=s3_options)
+    stats = table.stats("orders")
+    assert stats["added"] == 8 and stats["ready"] == 8 and identity_holds(stats)
+    bodies = [bytes(b).decode() for b in table.peek("orders", limit=10).column("body")]
+    assert bodies == ["b0", "b1", *(f"s{i}" for i in range(6))]
+
+
+def test_streaming_consumer_on_s3(
+    spark: SparkSession, s3_table: str, s3_options: dict[str, str], tmp_path: Path
+) -> None:
+    table = QueueTable(s3_table, storage_options=s3_options)
+    table.publish("jobs", [f"j{i}" for i in range(50)])
+    reader = (
+        spark.readStream.format("ringqueue")
+        .option("queue", "jobs")
+        .option("consumer", "s3-worker")
+        .option("maxMessagesPerTrigger", 20)
+        .options(**storage(s3_options))
+        .load(s3_table)
+    )
+    output = tmp_path / "out"
+    query = (
+        reader.select("seq", "body")
+        .writeStream.format("parquet")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start(str(output))
+    )
+    query.awaitTermination()
+    assert query.exception() is None
+    explained = io.StringIO()
+    with contextlib.redirect_stdout(explained):
+        query.explain(extended=True)
+    assert SECRET_KEY not in explained.getvalue()
+    assert SECRET_KEY not in json.dumps(query.recentProgress, default=str)
+
+    delivered = spark.read.parquet(str(output)).orderBy("seq").collect()
+    assert [bytes(r.body).decode() for r in delivered] == [f"j{i}" for i in range(50)]
+    stats = table.stats("jobs")
+    assert stats["ready"] == 0 and stats["leased"] + stats["acked"] == 50
+    assert identity_holds(stats)
+
+
+def _live_messages_sql(spark: SparkSession, uri: str) -> DataFrame:
+    """docs/DESIGN.md's SQL view of the messages now in the queues."""
+    return spark.sql(
+        f"""
+        SELECT m.* FROM delta.`{uri}` m
+        LEFT ANTI JOIN (SELECT queue, seq FROM delta.`{uri}` WHERE record = 'removal') r
+          USING (queue, seq)
+        WHERE m.record = 'message'
+        """
+    )
+
+
+def test_delta_spark_reads_a_queue_table_on_s3(
+    spark: SparkSession, s3_table: str, s3_options: dict[str, str]
+) -> None:
+    table = QueueTable(s3_table, storage_options=s3_options)
+    table.declare("ring", ring_size=3)
+    table.publish("ring", [f"r{i}" for i in range(5)])  # r0 and r1 evicted
+    configure_s3a(spark, s3_options)
+    s3a = s3_table.replace("s3://", "s3a://", 1)
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{s3a}`").collect()
+    assert len(history) == table.store.open().version() + 1
+
+    by_sql = _live_messages_sql(spark, s3a).selectExpr("seq", "CAST(body AS STRING) AS body")
+    browsed = (
+        spark.read.format("ringqueue")
+        .option("queue", "ring")
+        .options(**storage(s3_options))
+        .load(s3_table)
+        .selectExpr("seq", "CAST(body AS STRING) AS body")
+    )
+    assert_df_equality(by_sql, browsed, ignore_row_order=True)
+    assert sorted(r.body for r in browsed.collect()) == ["r2", "r3", "r4"]
+    # s3:// is mapped to S3A too: one URI serves the connector and delta-spark.
+    assert spark.read.format("delta").load(s3_table).count() == (
+        spark.read.format("delta").load(s3a).count()
+    )
