@@ -54,7 +54,8 @@ from pyspark.sql.streaming.datasource import (  # noqa: E402
 )
 
 from spark_queue import QueueTable, local_session  # noqa: E402
-from spark_queue.schema import BROWSE_COLUMNS, BROWSE_SCHEMA, browse_arrow_schema  # noqa: E402
+from spark_queue.datasource import BROWSE_SCHEMA  # noqa: E402
+from spark_queue.schema import BROWSE_ARROW_SCHEMA, BROWSE_COLUMNS  # noqa: E402
 from spark_queue.source import ARROW_BATCH_BYTES  # noqa: E402
 from spark_queue.store import QueueStore  # noqa: E402
 
@@ -247,7 +248,7 @@ def write_rows_sample(delta: Path, rows: int, target: Path) -> None:
     from deltalake import DeltaTable
 
     sample = DeltaTable(str(delta)).to_pyarrow_dataset().head(rows)
-    sample = sample.select(BROWSE_COLUMNS).cast(browse_arrow_schema())
+    sample = sample.select(BROWSE_COLUMNS).cast(BROWSE_ARROW_SCHEMA)
     with pa.ipc.new_file(str(target), sample.schema) as writer:
         writer.write_table(sample)
 

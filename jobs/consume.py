@@ -46,10 +46,10 @@ from common import (
 from pyspark.errors.exceptions.captured import CapturedException
 
 from spark_queue import QueueTable
-from spark_queue.schema import BROWSE_SCHEMA
+from spark_queue.schema import BROWSE_COLUMNS
 
 # What a consumer's rows carry; ``state`` is always 'leased' there, so it is not written.
-COLUMNS = [name for name in BROWSE_SCHEMA.fieldNames() if name != "state"]
+COLUMNS = [name for name in BROWSE_COLUMNS if name != "state"]
 BODY_TYPES = ("binary", "string")
 PROG = "consume.py"
 

@@ -5,6 +5,8 @@ it with :func:`register` on a session, or build a local one with :func:`local_se
 :class:`QueueTable` is the Python API of a queue table.
 """
 
+from typing import Any
+
 from spark_queue.enqueue import PublishResult
 from spark_queue.errors import (
     ArgumentMismatchError,
@@ -19,9 +21,26 @@ from spark_queue.errors import (
     StorageError,
 )
 from spark_queue.options import QueueArguments
-from spark_queue.session import local_session, register
 from spark_queue.storage import check_exclusive_commits
 from spark_queue.table import QueueTable
+
+# Spark is optional (``pip install "spark-queue[spark]"``): QueueTable runs without it, so
+# the session helpers are imported only when asked for.
+_SPARK_HELPERS = ("local_session", "register")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SPARK_HELPERS:
+        try:
+            from spark_queue import session
+        except ImportError as error:
+            raise ImportError(
+                f"spark_queue.{name} needs PySpark: pip install 'spark-queue[spark]' "
+                f"(QueueTable runs without it): {error}"
+            ) from error
+        return getattr(session, name)
+    raise AttributeError(f"module 'spark_queue' has no attribute {name!r}")
+
 
 __all__ = [
     "ArgumentMismatchError",

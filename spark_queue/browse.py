@@ -10,28 +10,26 @@ messages in delivery order. ``read()`` runs in executor tasks and only reads Par
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import DataSourceReader, InputPartition
 
 from spark_queue.core import QueueState, below_heads, live_mask, plan_settle
 from spark_queue.errors import QueueError
-from spark_queue.options import BrowseOptions
-from spark_queue.schema import BROWSE_COLUMNS, FILE_SCHEMA, browse_arrow_schema
+from spark_queue.schema import BROWSE_ARROW_SCHEMA, BROWSE_COLUMNS, FILE_SCHEMA
 from spark_queue.storage import Location
 from spark_queue.store import QueueStore, Snapshot, file_runs, now_micros, require_queue
 
 
 @dataclass
-class BrowsePartition(InputPartition):
+class BrowsePartition:
     """One queue level over files whose seq ranges do not overlap other partitions'.
 
-    Made by ``partitions`` on the driver side and pickled into one executor task, which
-    reads its files with pyarrow and needs nothing else."""
+    Planned on the driver side (the browse reader's ``partitions``, ``QueueTable.peek``) and,
+    under Spark, pickled into one executor task, which reads its files and needs nothing
+    else."""
 
     location: Location
     queue: str
@@ -141,38 +139,30 @@ def read_partition(partition: BrowsePartition) -> pa.Table:
     """The live messages of one partition, seq order, with their ``state``."""
     rows = live_rows(partition)
     if rows.num_rows == 0:
-        return browse_arrow_schema().empty_table()
+        return BROWSE_ARROW_SCHEMA.empty_table()
     due = rows["deliver_at"].cast(pa.int64()).fill_null(np.iinfo(np.int64).min)
     state = pc.if_else(pc.greater(due, partition.now), "scheduled", "ready")
     consumer = leased_consumers(partition.leased, rows.column("seq").to_numpy())
     state = pc.if_else(pc.is_valid(consumer), "leased", state)
     rows = rows.drop_columns(["consumer"]).append_column("consumer", consumer)
     rows = rows.append_column("state", state)
-    return rows.select(BROWSE_COLUMNS).cast(browse_arrow_schema())
+    return rows.select(BROWSE_COLUMNS).cast(BROWSE_ARROW_SCHEMA)
 
 
-class BrowseReader(DataSourceReader):
-    """``spark.read.format("ringqueue")``: the messages now in a queue table; commits
-    nothing.
+def plan_browse(location: Location, queue: str | None) -> list[BrowsePartition]:
+    """The partitions of a browse read of ``queue`` (None: every queue), settled now.
 
-    Made on the driver side, where ``partitions`` reads the queue states and settles them in
-    memory; pickled into executor tasks, where ``read`` reads one :class:`BrowsePartition`."""
-
-    def __init__(self, options: BrowseOptions) -> None:
-        self.options = options
-
-    def partitions(self) -> list[BrowsePartition]:
-        store = QueueStore(self.options.path, self.options.storage)
-        snapshot = store.snapshot()
-        if snapshot is None:
-            raise QueueError(f"no queue table at {store.uri}")
-        now = now_micros()
-        queue = self.options.queue
-        only = [queue] if queue in snapshot.states else None  # else the error lists them all
-        states = settled_states(store, snapshot, now, only)
-        found = plan_partitions(store, snapshot, states, queue, now)
-        # Spark needs at least one partition; an empty one reads nothing.
-        return found or [BrowsePartition(store.location, "", 0, 0, [], [], {}, [], now)]
-
-    def read(self, partition: BrowsePartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
-        yield from read_partition(partition).to_batches()
+    Raises:
+        QueueError: no queue table at ``location``.
+        QueueNotFoundError: ``queue`` was never declared there.
+    """
+    store = QueueStore(location)
+    snapshot = store.snapshot()
+    if snapshot is None:
+        raise QueueError(f"no queue table at {store.uri}")
+    now = now_micros()
+    only = [queue] if queue in snapshot.states else None  # else the error lists them all
+    states = settled_states(store, snapshot, now, only)
+    found = plan_partitions(store, snapshot, states, queue, now)
+    # Spark needs at least one partition; an empty one reads nothing.
+    return found or [BrowsePartition(store.location, "", 0, 0, [], [], {}, [], now)]

@@ -8,15 +8,70 @@ starts, so a bad option or column fails the query with nothing written.
 
 from __future__ import annotations
 
-from pyspark.sql.datasource import DataSource, DataSourceReader
-from pyspark.sql.types import StructType
+from collections.abc import Iterator
 
-from spark_queue.browse import BrowseReader
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_type
+from pyspark.sql.types import DataType, StructType
+
+from spark_queue.browse import plan_browse, read_partition
 from spark_queue.errors import InvalidOptionError
-from spark_queue.options import parse_browse_options, parse_sink_options, parse_source_options
-from spark_queue.schema import BROWSE_SCHEMA, check_input_schema
+from spark_queue.options import (
+    BrowseOptions,
+    parse_browse_options,
+    parse_sink_options,
+    parse_source_options,
+)
+from spark_queue.schema import BROWSE_ARROW_SCHEMA, INPUT_TYPES, check_input_columns
 from spark_queue.sink import RingQueueBatchWriter, RingQueueStreamWriter
 from spark_queue.source import RingQueueStreamReader
+from spark_queue.storage import Location
+
+# What the browse read and the consumer return, as Spark's type (the Arrow layout is the
+# source of truth: the batches handed to Spark are cast to it).
+BROWSE_SCHEMA = from_arrow_schema(BROWSE_ARROW_SCHEMA, prefer_timestamp_ntz=False)
+
+
+def check_input_schema(schema: StructType) -> None:
+    """The sink's input rules (:func:`spark_queue.schema.check_input_columns`) on a
+    DataFrame's schema, naming types as Spark does.
+
+    Raises:
+        InvalidInputError: no ``body``, an unknown column, or a column of the wrong type.
+    """
+    check_input_columns(
+        [(f.name, _arrow_type(f.dataType), f.dataType.simpleString()) for f in schema.fields],
+        list(INPUT_TYPES),
+        subject="the DataFrame",
+        user="the sink",
+    )
+
+
+def _arrow_type(kind: DataType) -> pa.DataType | None:
+    try:
+        return to_arrow_type(kind, timezone="UTC")
+    except Exception:  # a Spark type Arrow cannot hold: no input column takes it
+        return None
+
+
+class BrowseReader(DataSourceReader):
+    """``spark.read.format("ringqueue")``: the messages now in a queue table; commits
+    nothing.
+
+    Made on the driver side, where ``partitions`` reads the queue states and settles them in
+    memory (:func:`spark_queue.browse.plan_browse`); pickled into executor tasks, where
+    ``read`` reads the :class:`~spark_queue.browse.BrowsePartition` of one partition."""
+
+    def __init__(self, options: BrowseOptions) -> None:
+        self.options = options
+
+    def partitions(self) -> list[InputPartition]:
+        location = Location.of(self.options.path, self.options.storage)
+        return [InputPartition(p) for p in plan_browse(location, self.options.queue)]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        yield from read_partition(partition.value).to_batches()
 
 
 class RingQueueDataSource(DataSource):

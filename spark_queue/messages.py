@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 
 from spark_queue.errors import InvalidInputError
 from spark_queue.options import QUEUE_NAME
-from spark_queue.schema import FILE_SCHEMA, HEADERS, INPUT_TYPES, UTC_MICROS, check_input_schema
+from spark_queue.schema import FILE_SCHEMA, HEADERS, INPUT_TYPES, UTC_MICROS, check_input_columns
 
 # What a publish may carry: the sink's input columns except ``queue`` (publish names one).
 PUBLISH_COLUMNS = [name for name in INPUT_TYPES if name != "queue"]
@@ -164,31 +164,10 @@ def _from_values(values: list[Any]) -> pa.Table:
 
 
 def _check_columns(schema: pa.Schema) -> None:
-    """The sink's rules (:func:`check_input_schema`) on an Arrow schema, and no ``queue``."""
-    from pyspark.sql.pandas.types import from_arrow_type
-    from pyspark.sql.types import StructField, StructType
-
-    if "body" not in schema.names:
-        raise InvalidInputError(
-            "rows have no 'body' column; publish needs body (binary or string) and accepts "
-            + ", ".join(PUBLISH_COLUMNS)
-        )
-    fields = []
-    for field in schema:
-        if field.name not in PUBLISH_COLUMNS:
-            raise InvalidInputError(
-                f"unknown column {field.name!r}; publish accepts {', '.join(PUBLISH_COLUMNS)}"
-            )
-        kind = field.type
-        if pa.types.is_large_binary(kind) or pa.types.is_large_string(kind):
-            kind = pa.binary() if pa.types.is_large_binary(kind) else pa.string()
-        if pa.types.is_timestamp(kind):
-            kind = UTC_MICROS  # any unit and zone: stored as UTC microseconds
-        try:
-            spark_type = from_arrow_type(kind)
-        except (TypeError, ValueError, NotImplementedError):
-            raise InvalidInputError(
-                f"column {field.name!r} has type {field.type}, which the queue cannot store"
-            ) from None
-        fields.append(StructField(field.name, spark_type))
-    check_input_schema(StructType(fields))
+    """The sink's input rules (:func:`check_input_columns`) on ``publish``'s rows."""
+    check_input_columns(
+        [(field.name, field.type, str(field.type)) for field in schema],
+        PUBLISH_COLUMNS,
+        subject="the rows",
+        user="publish",
+    )

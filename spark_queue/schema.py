@@ -1,4 +1,6 @@
-"""Column layouts: the queue table, the sink's input, and what the browse read returns.
+"""Column layouts, in Arrow terms: the queue table, the input of the sink and ``publish``, and
+what the browse read and the consumer return. Spark-free: ``QueueTable`` runs without
+pyspark; ``datasource.py`` derives the Spark schemas from these.
 
 One Delta table holds every queue of a queue table. Its partition column ``record`` says what
 a row is:
@@ -18,20 +20,9 @@ version they belong to.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
 import pyarrow as pa
-from pyspark.sql.types import (
-    BinaryType,
-    ByteType,
-    DataType,
-    IntegerType,
-    LongType,
-    MapType,
-    ShortType,
-    StringType,
-    StructField,
-    StructType,
-    TimestampType,
-)
 
 from spark_queue.errors import InvalidInputError
 
@@ -82,89 +73,99 @@ TABLE_CONFIGURATION = {
     "delta.targetFileSize": str(64 * 1024 * 1024),
 }
 
-# The sink's input columns and the Spark types each accepts.
+# The input columns of the sink and ``publish``: what each must be, and the test of its
+# Arrow type (Spark's types are converted first: ``datasource.check_input_schema``).
 REQUIRED_INPUT = "body"
-INPUT_TYPES: dict[str, tuple[type[DataType], ...]] = {
-    "body": (BinaryType, StringType),
-    "queue": (StringType,),
-    "message_id": (StringType,),
-    "key": (StringType,),
-    "headers": (MapType,),
-    "priority": (IntegerType, ShortType, ByteType, LongType),
-    "deliver_at": (TimestampType,),
-    "expires_at": (TimestampType,),
-}
-_TYPE_NAMES = {
-    "body": "binary or string",
-    "queue": "string",
-    "message_id": "string",
-    "key": "string",
-    "headers": "map<string,string>",
-    "priority": "int",
-    "deliver_at": "timestamp",
-    "expires_at": "timestamp",
+
+
+def _text(kind: pa.DataType) -> bool:
+    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
+
+
+def _bytes(kind: pa.DataType) -> bool:
+    return pa.types.is_binary(kind) or pa.types.is_large_binary(kind) or _text(kind)
+
+
+def _headers(kind: pa.DataType) -> bool:
+    return pa.types.is_map(kind) and _text(kind.key_type) and _text(kind.item_type)
+
+
+INPUT_TYPES: dict[str, tuple[str, Callable[[pa.DataType], bool]]] = {
+    "body": ("binary or string", _bytes),
+    "queue": ("string", _text),
+    "message_id": ("string", _text),
+    "key": ("string", _text),
+    "headers": ("map<string,string>", _headers),
+    "priority": ("int", pa.types.is_signed_integer),
+    # Any unit; a timestamp without a zone is taken as UTC.
+    "deliver_at": ("timestamp", pa.types.is_timestamp),
+    "expires_at": ("timestamp", pa.types.is_timestamp),
 }
 
 
-def check_input_schema(schema: StructType) -> None:
-    """Reject a DataFrame the sink cannot take, naming the column and what it accepts."""
-    names = [f.name for f in schema.fields]
-    lowered = {n.lower(): n for n in names}
+def check_input_columns(
+    columns: Sequence[tuple[str, pa.DataType | None, str]],
+    accepted: Sequence[str],
+    *,
+    subject: str,
+    user: str,
+) -> None:
+    """Reject input the queue cannot take, naming the column and what it accepts.
+
+    Args:
+        columns: (name, Arrow type or None where there is none, the type as the caller's
+            user knows it) per column.
+        accepted: the column names this caller takes (a subset of :data:`INPUT_TYPES`).
+        subject: what holds the columns, for messages ("the DataFrame", "rows").
+        user: who takes them, for messages ("the sink", "publish").
+
+    Raises:
+        InvalidInputError: no ``body``, an unknown column, or a column of the wrong type.
+    """
+    names = [name for name, _, _ in columns]
     if REQUIRED_INPUT not in names:
+        lowered = {n.lower(): n for n in names}
         hint = (
             f" (found {lowered[REQUIRED_INPUT]!r}; names are case-sensitive)"
-            if (REQUIRED_INPUT in lowered)
+            if REQUIRED_INPUT in lowered
             else ""
         )
         raise InvalidInputError(
-            f"the DataFrame has no 'body' column{hint}; the sink needs body (binary or string) "
-            f"and accepts {', '.join(INPUT_TYPES)}"
+            f"no 'body' column in {subject}{hint}; {user} needs body (binary or string) "
+            f"and accepts {', '.join(accepted)}"
         )
-    for field in schema.fields:
-        accepted = INPUT_TYPES.get(field.name)
-        if accepted is None:
+    for name, kind, shown in columns:
+        if name not in accepted:
             raise InvalidInputError(
-                f"unknown column {field.name!r}; the sink accepts {', '.join(INPUT_TYPES)}"
+                f"unknown column {name!r}; {user} accepts {', '.join(accepted)}"
             )
-        ok = isinstance(field.dataType, accepted)
-        if ok and isinstance(field.dataType, MapType):
-            ok = isinstance(field.dataType.keyType, StringType) and isinstance(
-                field.dataType.valueType, StringType
-            )
-        if not ok:
-            raise InvalidInputError(
-                f"column {field.name!r} has type {field.dataType.simpleString()}; "
-                f"it must be {_TYPE_NAMES[field.name]}"
-            )
+        expected, test = INPUT_TYPES[name]
+        if kind is None or not test(kind):
+            raise InvalidInputError(f"column {name!r} has type {shown}; it must be {expected}")
 
 
-BROWSE_SCHEMA = StructType(
+# What the browse read and the consumer return, exactly as Spark expects it (nullable
+# columns, ``timestamp[us, tz=UTC]``): ``datasource.BROWSE_SCHEMA`` is derived from it.
+BROWSE_ARROW_SCHEMA = pa.schema(
     [
-        StructField("queue", StringType()),
-        StructField("seq", LongType()),
-        StructField("state", StringType()),
-        StructField("message_id", StringType()),
-        StructField("key", StringType()),
-        StructField("body", BinaryType()),
-        StructField("size", LongType()),
-        StructField("headers", MapType(StringType(), StringType())),
-        StructField("priority", IntegerType()),
-        StructField("enqueued_at", TimestampType()),
-        StructField("deliver_at", TimestampType()),
-        StructField("expires_at", TimestampType()),
-        StructField("delivery_count", IntegerType()),
-        StructField("death_reason", StringType()),
-        StructField("original_queue", StringType()),
-        StructField("original_seq", LongType()),
-        StructField("died_at", TimestampType()),
-        StructField("consumer", StringType()),
+        ("queue", pa.string()),
+        ("seq", pa.int64()),
+        ("state", pa.string()),
+        ("message_id", pa.string()),
+        ("key", pa.string()),
+        ("body", pa.binary()),
+        ("size", pa.int64()),
+        ("headers", HEADERS),
+        ("priority", pa.int32()),
+        ("enqueued_at", UTC_MICROS),
+        ("deliver_at", UTC_MICROS),
+        ("expires_at", UTC_MICROS),
+        ("delivery_count", pa.int32()),
+        ("death_reason", pa.string()),
+        ("original_queue", pa.string()),
+        ("original_seq", pa.int64()),
+        ("died_at", UTC_MICROS),
+        ("consumer", pa.string()),
     ]
 )
-BROWSE_COLUMNS = [f.name for f in BROWSE_SCHEMA.fields]
-
-
-def browse_arrow_schema() -> pa.Schema:
-    """The Arrow schema Spark expects for :data:`BROWSE_SCHEMA`, exactly (nullable, UTC)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    return to_arrow_schema(BROWSE_SCHEMA, timezone="UTC")
+BROWSE_COLUMNS = BROWSE_ARROW_SCHEMA.names

@@ -51,7 +51,7 @@ from spark_queue.core import (
 from spark_queue.errors import QueueError
 from spark_queue.filters import filter_matcher
 from spark_queue.options import SourceOptions
-from spark_queue.schema import BROWSE_COLUMNS, browse_arrow_schema
+from spark_queue.schema import BROWSE_ARROW_SCHEMA, BROWSE_COLUMNS
 from spark_queue.storage import Location
 from spark_queue.store import QueueStore, require_queue
 from spark_queue.transaction import QueueTransaction, run
@@ -181,7 +181,7 @@ def read_leased(partition: LeasedRange) -> Iterator[pa.Table]:
     memory at a time)."""
     store = QueueStore(partition.location)
     low, high = partition.ranges[0][0], partition.ranges[-1][1]
-    schema = browse_arrow_schema()
+    schema = BROWSE_ARROW_SCHEMA
     runs = np.array(partition.redelivered, dtype=np.int64).reshape(-1, 3)
     for path, whole in zip(partition.paths, partition.whole, strict=True):
         if whole:  # every row is wanted: no filter (a quarter of the read), streamed

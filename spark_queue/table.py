@@ -620,9 +620,9 @@ class QueueTable:
 
     def _delivered(self, queue: str, leased: Leases) -> pa.Table:
         """The leased messages' rows, in delivery order, with their delivery count."""
-        from spark_queue.schema import browse_arrow_schema
+        from spark_queue.schema import BROWSE_ARROW_SCHEMA
 
-        schema = browse_arrow_schema()
+        schema = BROWSE_ARROW_SCHEMA
         if not len(leased):
             return schema.empty_table()
         snapshot = self._snapshot()
@@ -721,9 +721,9 @@ class QueueTable:
             found.append(ready.slice(0, remaining))
             remaining -= min(remaining, ready.num_rows)
         if not found:
-            from spark_queue.schema import browse_arrow_schema
+            from spark_queue.schema import BROWSE_ARROW_SCHEMA
 
-            return browse_arrow_schema().empty_table()
+            return BROWSE_ARROW_SCHEMA.empty_table()
         return pa.concat_tables(found)
 
     def history(self, queue: str | None = None, versions: Iterable[int] | None = None) -> pa.Table:
