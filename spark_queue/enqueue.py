@@ -97,7 +97,9 @@ class PendingBatch(Reservation):
             return
         base = transaction.next_seq
         seqs = pc.add(self.rows["seq"], pa.scalar(base, pa.int64()))
-        staged = write_file(store.location, MESSAGE, _with_seqs(self.rows, seqs))
+        numbered = _with_seqs(self.rows, seqs)
+        staged = write_file(store.location, MESSAGE, numbered)
+        transaction.held_rows[staged.path] = numbered
         delete_files(store.location, self.written)
         self.base, self.written = base, [staged.path]
         self.files = [StagedQueueFile(self.queue, staged)]

@@ -8,7 +8,6 @@ object store on S3, Azure and GCS), never through a Delta log.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import uuid
 from dataclasses import dataclass
@@ -75,9 +74,11 @@ def new_file(record: str, tag: str = "") -> str:
 
 
 def prepare_target(fs: pafs.FileSystem, base: str, relative: str) -> str:
-    """The full path of ``relative`` under ``base``, its folder created."""
+    """The full path of ``relative`` under ``base``, its folder created on a local disk
+    (object stores have no folders: creating one would store marker objects)."""
     target = f"{base.rstrip('/')}/{relative}"
-    fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+    if isinstance(fs, pafs.LocalFileSystem):
+        fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
     return target
 
 
@@ -111,22 +112,16 @@ def write_file(location: Location, record: str, rows: pa.Table, tag: str = "") -
     stats = file_stats(rows)
     relative = new_file(record, tag)
     target = prepare_target(fs, base, relative)
-    pq.write_table(
-        rows,
-        target,
-        filesystem=fs,
-        row_group_size=row_group_rows(rows),
-        **parquet_options(rows.column_names),
-    )
-    size = fs.get_file_info(target).size
+    with fs.open_output_stream(target) as stream:
+        pq.write_table(
+            rows, stream, row_group_size=row_group_rows(rows), **parquet_options(rows.column_names)
+        )
+        size = stream.tell()  # not a stat afterwards: on an object store, a request
     return StagedFile(relative, size, record, stats, rows.num_rows)
 
 
 def delete_files(location: Location, relatives: list[str]) -> None:
-    fs, base = location.filesystem()
-    for relative in relatives:
-        with contextlib.suppress(FileNotFoundError, OSError):
-            fs.delete_file(f"{base.rstrip('/')}/{relative}")
+    location.delete(relatives)
 
 
 def record_rows(columns: dict[str, Any]) -> pa.Table:

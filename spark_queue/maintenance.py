@@ -331,13 +331,10 @@ def cleanup_log(location: Location, retention_hours: float, now: float | None = 
     keep_from = max((c for c in checkpoints if c <= max(old)), default=None)
     if keep_from is None:
         return []
-    removed = []
-    for version, path in sorted(entries):
-        if version < keep_from:
-            with contextlib.suppress(FileNotFoundError):  # another cleanup got there first
-                fs.delete_file(path)
-                removed.append(path.rsplit("/", 1)[-1])
-    return removed
+    # Missing files are fine: another cleanup got there first.
+    removed = [path for version, path in sorted(entries) if version < keep_from]
+    location.delete(path[len(base.rstrip("/")) + 1 :] for path in removed)
+    return [path.rsplit("/", 1)[-1] for path in removed]
 
 
 # -- vacuum ----------------------------------------------------------------------------------

@@ -180,7 +180,7 @@ class _Staging:
         self.buffers: dict[str, list[pa.Table]] = {}
         self.buffered: dict[str, int] = {}  # rows
         self.buffered_bytes: dict[str, int] = {}
-        self.writers: dict[str, tuple[pq.ParquetWriter, str]] = {}
+        self.writers: dict[str, tuple[pq.ParquetWriter, pa.NativeFile, str]] = {}
         self.parts: dict[str, list[pa.Table]] = {}  # small columns, for statistics
 
     def add(self, rows: pa.Table) -> None:
@@ -201,11 +201,9 @@ class _Staging:
         self.buffered[name] = self.buffered_bytes[name] = 0
         if name not in self.writers:
             relative = new_file(MESSAGE)
-            target = prepare_target(self.fs, self.base, relative)
-            writer = pq.ParquetWriter(
-                target, FILE_SCHEMA, filesystem=self.fs, **parquet_options(FILE_SCHEMA.names)
-            )
-            self.writers[name] = (writer, relative)
+            stream = self.fs.open_output_stream(prepare_target(self.fs, self.base, relative))
+            writer = pq.ParquetWriter(stream, FILE_SCHEMA, **parquet_options(FILE_SCHEMA.names))
+            self.writers[name] = (writer, stream, relative)
         self.writers[name][0].write_table(table, row_group_size=ROW_GROUP_ROWS)
         self.parts.setdefault(name, []).append(table.select(["queue", "seq", "priority"]))
 
@@ -213,9 +211,10 @@ class _Staging:
         for name in list(self.buffers):
             self._flush(name)
         files = []
-        for name, (writer, relative) in self.writers.items():
+        for name, (writer, stream, relative) in self.writers.items():
             writer.close()
-            size = self.fs.get_file_info(f"{self.base.rstrip('/')}/{relative}").size
+            size = stream.tell()  # not a stat: on an object store, a request
+            stream.close()
             small = pa.concat_tables(self.parts[name])
             files.append(
                 StagedQueueFile(
@@ -225,9 +224,10 @@ class _Staging:
         return files
 
     def discard(self) -> None:
-        for writer, _ in self.writers.values():
+        for writer, stream, _ in self.writers.values():
             writer.close()
-        delete_files(self.location, [relative for _, relative in self.writers.values()])
+            stream.close()
+        delete_files(self.location, [relative for _, _, relative in self.writers.values()])
 
 
 class RingQueueBatchWriter(_QueueWriter, DataSourceArrowWriter):

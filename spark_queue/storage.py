@@ -20,7 +20,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +35,7 @@ OBJECT_STORE_SCHEMES = frozenset(
     {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "azure", "r2", "lakefs"}
 )
 
-_filesystems: dict[tuple[int, str, tuple[tuple[str, str], ...]], pafs.FileSystem] = {}
+_filesystems: dict[tuple[int, str, str, tuple[tuple[str, str], ...]], pafs.FileSystem] = {}
 _filesystems_lock = threading.Lock()
 
 
@@ -94,6 +94,54 @@ def scrubbed(text: str, options: Mapping[str, str]) -> str:
     return text
 
 
+# delta-rs's S3 keys and the pyarrow S3FileSystem argument each becomes.
+_PYARROW_S3 = {
+    "AWS_ACCESS_KEY_ID": "access_key",
+    "AWS_SECRET_ACCESS_KEY": "secret_key",
+    "AWS_SESSION_TOKEN": "session_token",
+    "AWS_REGION": "region",
+    "AWS_ENDPOINT_URL": "endpoint_override",
+}
+# Keys about the Delta log or plain HTTP, which the file client needs no twin of.
+_LOG_ONLY_KEYS = frozenset(
+    {
+        "AWS_ALLOW_HTTP",
+        "AWS_S3_ALLOW_UNSAFE_RENAME",
+        "AWS_S3_LOCKING_PROVIDER",
+        "AWS_CONDITIONAL_PUT",
+        "DELTA_DYNAMO_TABLE_NAME",
+    }
+)
+_SYNONYMS = {
+    "AWS_DEFAULT_REGION": "AWS_REGION",
+    "AWS_ENDPOINT": "AWS_ENDPOINT_URL",
+    "AWS_TOKEN": "AWS_SESSION_TOKEN",
+}
+
+
+def pyarrow_s3_options(options: Mapping[str, str]) -> dict[str, Any] | None:
+    """pyarrow ``S3FileSystem`` arguments with the meaning of delta-rs's S3 ``options``,
+    the environment filling keys left out as delta-rs fills them; None where an option has
+    no pyarrow twin (then delta-rs's own store serves the files, so nothing is lost)."""
+    given = {_SYNONYMS.get(k, k): v for k, v in options.items() if k not in _LOG_ONLY_KEYS}
+    if set(given) - set(_PYARROW_S3):
+        return None
+    for key in (*_PYARROW_S3, *_SYNONYMS):
+        if _SYNONYMS.get(key, key) not in given and os.environ.get(key):
+            given[_SYNONYMS.get(key, key)] = os.environ[key]
+    arguments: dict[str, Any] = {_PYARROW_S3[k]: v for k, v in given.items()}
+    endpoint = arguments.get("endpoint_override")
+    if endpoint and "://" in endpoint:
+        scheme, _, host = endpoint.partition("://")
+        arguments.update(endpoint_override=host.rstrip("/"), scheme=scheme)
+    if endpoint:  # an S3-compatible store: buckets in the path, as delta-rs addresses them
+        arguments["force_virtual_addressing"] = False
+    arguments.setdefault("region", "us-east-1")
+    # Small files (state, an enqueue's messages) in one PUT, not a multipart upload.
+    arguments["allow_delayed_open"] = True
+    return arguments
+
+
 def table_uri(path: str) -> str:
     """A local path made absolute; URIs (``s3://``, ``file://``, ...) unchanged."""
     return path if "://" in path else os.path.abspath(path)
@@ -127,27 +175,59 @@ class Location:
     def filesystem(self) -> tuple[pafs.FileSystem, str]:
         """A pyarrow filesystem and the table root's path on it.
 
-        Object stores go through delta-rs's store with this location's options; one client
-        per bucket and options in each process, because building one costs more than a
-        small request.
+        S3 goes through pyarrow's own S3 client, configured from the same options
+        (:func:`pyarrow_s3_options`), because it uploads a small file in one request where
+        delta-rs's store makes three; where the options hold a key it cannot take, and on
+        every other object store, files go through delta-rs's store. One client per bucket
+        and options in each process: building one costs more than a small request.
         """
         if not self.scheme:
             return pafs.LocalFileSystem(), self.uri
         if self.scheme not in OBJECT_STORE_SCHEMES:
             return pafs.FileSystem.from_uri(self.uri)
+        bucket, key = self._bucket_and_key()
+        s3 = pyarrow_s3_options(self.options) if self.scheme in ("s3", "s3a") else None
+        if s3 is not None:
+            return self._client("pyarrow", lambda: pafs.S3FileSystem(**s3)), f"{bucket}/{key}"
+        return self._delta_rs_client(), key
+
+    def delete(self, relatives: Iterable[str]) -> None:
+        """Delete files under the table root (paths relative to it); missing ones are fine.
+
+        Object stores delete through delta-rs's store: pyarrow's S3 client would store a
+        folder marker where it deletes the last file of a prefix.
+        """
+        if self.scheme in OBJECT_STORE_SCHEMES:
+            fs, base = self._delta_rs_client(), self._bucket_and_key()[1]
+        else:
+            fs, base = self.filesystem()
+        for relative in relatives:
+            with contextlib.suppress(FileNotFoundError, OSError):
+                fs.delete_file(f"{base}/{relative}" if base else relative)
+
+    def _bucket_and_key(self) -> tuple[str, str]:
+        bucket, _, key = self.uri.split("://", 1)[1].partition("/")
+        return bucket, key.rstrip("/")
+
+    def _delta_rs_client(self) -> pafs.FileSystem:
         from deltalake.fs import DeltaStorageHandler
 
-        bucket, _, key = self.uri.split("://", 1)[1].partition("/")
-        root = f"{self.scheme}://{bucket}"
-        # By process too: a client made before a fork must not be used after it (delta-rs
-        # refuses its runtime in a forked child).
-        cache_key = (os.getpid(), root, tuple(sorted(self.options.items())))
+        root = f"{self.scheme}://{self._bucket_and_key()[0]}"
+        return self._client(
+            "delta-rs",
+            lambda: pafs.PyFileSystem(DeltaStorageHandler(root, dict(self.options))),
+        )
+
+    def _client(self, kind: str, make: Callable[[], pafs.FileSystem]) -> pafs.FileSystem:
+        """One client per kind, bucket and options in each process. By process: a client
+        made before a fork must not be used after it (delta-rs refuses its runtime in a
+        forked child)."""
+        key = (os.getpid(), kind, self._bucket_and_key()[0], tuple(sorted(self.options.items())))
         with _filesystems_lock:
-            fs = _filesystems.get(cache_key)
-            if fs is None:
-                fs = pafs.PyFileSystem(DeltaStorageHandler(root, dict(self.options)))
-                _filesystems[cache_key] = fs
-        return fs, key.rstrip("/")
+            client = _filesystems.get(key)
+            if client is None:
+                client = _filesystems[key] = make()
+        return client
 
     def delta_table(self, version: int | None = None) -> Any:
         """The Delta table here (``deltalake.DeltaTable``), at ``version`` or its latest."""
@@ -212,4 +292,7 @@ def check_exclusive_commits(location: Location) -> int:
     finally:
         fs, base = probe.filesystem()
         with contextlib.suppress(OSError):
-            fs.delete_dir(base)
+            found = fs.get_file_info(pafs.FileSelector(base, recursive=True))
+            probe.delete(
+                info.path[len(base) + 1 :] for info in found if info.type == pafs.FileType.File
+            )

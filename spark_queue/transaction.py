@@ -81,6 +81,9 @@ class QueueTransaction:
     policies: Policies | None = None
     attempt: int = 1  # of :func:`run`: above 1, another writer won the earlier ones
     committed: bool = False
+    # Rows of staged files this process still holds (a publish's), by path: not read back,
+    # which on an object store would cost a request per column.
+    held_rows: dict[str, pa.Table] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.states = {name: state.copy() for name, state in self.snapshot.states.items()}
@@ -245,7 +248,12 @@ class QueueTransaction:
         return sorted(pending)[0]
 
     def _incoming(self, files: list[StagedFile]) -> pa.Table:
-        parts = [self.store.read_rows(f.path, INCOMING_COLUMNS) for f in files]
+        parts = [
+            self.held_rows[f.path].select(INCOMING_COLUMNS)
+            if f.path in self.held_rows
+            else self.store.read_rows(f.path, INCOMING_COLUMNS)
+            for f in files
+        ]
         return _incoming_of(pa.concat_tables(parts).sort_by("seq"))
 
     def _drop_rejected(self, files: list[StagedFile], rejected_seqs: pa.ChunkedArray) -> None:

@@ -94,6 +94,11 @@ class LevelCursor:
     def __init__(self, reader: HeadReader, state: QueueState, priority: int, now: int) -> None:
         self._batches = reader.read(state.name, priority, state.levels[priority].head)
         self._state = state
+        # Where nothing leaves the level's front and its head stood on ready messages, the
+        # head stands and no file is read to confirm it (:meth:`head_stands`): an enqueue
+        # that evicts nothing reads no stored row (on an object store, requests saved).
+        self._head_was_ready = state.levels[priority].ready > 0
+        self._front_moved = False
         # Only what lies at or past the head can be met: usually nothing at all.
         head = state.levels[priority].head
         holes = np.fromiter((h for h in state.holes if h >= head), dtype=np.int64)
@@ -111,6 +116,7 @@ class LevelCursor:
 
     def skip(self, seqs: np.ndarray) -> None:
         """Stored rows this cursor has not read yet that are gone: pass them over."""
+        self._front_moved = True
         self._skip = np.concatenate([self._skip, seqs])
 
     def append(self, seqs: np.ndarray, sizes: np.ndarray) -> None:
@@ -156,6 +162,7 @@ class LevelCursor:
 
     def pop(self, count: int) -> Chunk:
         """Take up to ``count`` messages from the head."""
+        self._front_moved = True
         taken: list[Chunk] = []
         while count > 0:
             source = self._source()
@@ -207,6 +214,7 @@ class LevelCursor:
 
     def take_at(self, index: int, positions: np.ndarray) -> Chunk:
         """Take the messages at ``positions`` of the ``index``-th run; the rest stay."""
+        self._front_moved = True
         chunk = self._chunk(index)
         assert chunk is not None and index < len(self._stored)
         keep = np.ones(len(chunk[0]), dtype=bool)
@@ -222,6 +230,11 @@ class LevelCursor:
         """The smallest seq still ready in this level after this commit's evictions."""
         head = self.peek()
         return head[0] if head is not None else None
+
+    def head_stands(self) -> bool:
+        """Whether nothing this cursor walked left the front of a level whose head stood on
+        ready messages: then the head stays where it is, unread."""
+        return self._head_was_ready and not self._front_moved
 
 
 class QueueChange:
@@ -298,6 +311,8 @@ class QueueChange:
         for priority, seqs in self.evicted:
             highest[priority] = max(highest.get(priority, -1), int(seqs.max()))
         for priority, cursor in self.cursors.items():
+            if priority not in highest and cursor.head_stands():
+                continue
             level = state.levels[priority]
             first = cursor.first_ready()
             if first is not None:
