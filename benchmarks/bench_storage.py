@@ -83,7 +83,7 @@ class RequestLog:
 
 def percentile(values: list[float], share: float) -> float:
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(share * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
 
 
 def measure(table: QueueTable, size: int, repeats: int) -> dict:
