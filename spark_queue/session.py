@@ -67,6 +67,12 @@ def s3a_conf(storage_options: Mapping[str, str] | None = None) -> dict[str, str]
     store) turns on path-style access, and an ``http://`` one turns TLS off. ``s3://`` is
     mapped to S3A too, so one URI serves the connector and delta-spark. Prefix the keys with
     ``spark.hadoop.`` for a session builder or ``spark-submit --conf``.
+
+    Args:
+        storage_options: the connector's storage options (delta-rs keys, any case).
+
+    Returns:
+        Hadoop settings, ``fs.s3a.*`` and ``fs.s3.impl``.
     """
     given = {k.upper(): v for k, v in (storage_options or {}).items()}
     for key in (*_S3A_KEYS, "AWS_DEFAULT_REGION", "AWS_ENDPOINT"):
@@ -95,6 +101,13 @@ def configure_s3a(
     """Point a running session's S3A at the store ``storage_options`` name (:func:`s3a_conf`).
 
     Takes effect for file systems Spark has not opened yet: Hadoop caches one per bucket.
+
+    Args:
+        spark: a running session.
+        storage_options: the connector's storage options (delta-rs keys, any case).
+
+    Returns:
+        The same session.
     """
     for key, value in s3a_conf(storage_options).items():
         spark.conf.set(key, value)
@@ -102,7 +115,15 @@ def configure_s3a(
 
 
 def register(spark: SparkSession) -> SparkSession:
-    """Register the ``ringqueue`` data source on an existing session and return the session."""
+    """Register the ``ringqueue`` data source on a session made elsewhere (Databricks,
+    ``spark-submit``).
+
+    Args:
+        spark: the session; it needs Delta's JARs for ``format("delta")`` reads only.
+
+    Returns:
+        The same session.
+    """
     from spark_queue.datasource import RingQueueDataSource
 
     _py_files_for_driver_workers(spark)

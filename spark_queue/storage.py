@@ -249,13 +249,19 @@ class Location:
 
 def check_exclusive_commits(location: Location) -> int:
     """Check that two writers' commits of one version at ``location``'s store exclude each
-    other, as every writer of a queue table relies on; returns the milliseconds it took.
+    other, as every writer of a queue table relies on.
 
     delta-rs commits version N by writing ``_delta_log/N.json`` with a conditional put
     (``If-None-Match: *``) on S3, Azure and GCS. A store that ignores the condition lets the
     second of two racing writers overwrite the first's commit, silently. The check races two
     commits of a scratch table under ``_spark_queue_probe/`` next to the table's files and
     deletes it after.
+
+    Args:
+        location: a table's URI and storage options (``Location.of(uri, options)``).
+
+    Returns:
+        The milliseconds the check took.
 
     Raises:
         StorageError: both commits succeeded (the store ignores conditional puts), or the

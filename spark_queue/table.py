@@ -200,8 +200,14 @@ class QueueTable:
         )
 
     def last_sequence(self, producer: str) -> int | None:
-        """The last ``sequence`` committed by ``producer`` with :meth:`publish` (None: none),
-        where a publishing service resumes after a crash.
+        """The last ``sequence`` committed by ``producer`` with :meth:`publish`, where a
+        publishing service resumes after a crash.
+
+        Args:
+            producer: the ``producer`` id given to :meth:`publish`.
+
+        Returns:
+            The sequence, or None where the producer never committed one.
 
         Raises:
             QueueError: no queue table at the path.
@@ -486,7 +492,6 @@ class QueueTable:
         """Return leased messages to their position now; each cancel counts toward
         ``max_cancels``.
 
-
         Args, Returns and Raises: as for :meth:`ack`.
         """
         wanted = np.asarray(seqs, np.int64)
@@ -508,7 +513,6 @@ class QueueTable:
     def expire(self, queue: str, seqs: list[int], consumer: str | None = None) -> int:
         """Remove leased messages now as ``expired`` (dead-lettered if the queue has a
         dead-letter queue).
-
 
         Args, Returns and Raises: as for :meth:`ack`.
         """
@@ -640,12 +644,26 @@ class QueueTable:
     # -- looking -----------------------------------------------------------------------------
 
     def queues(self) -> list[str]:
-        """The names of the queues declared in this table."""
+        """The queues declared in this table.
+
+        Returns:
+            Their names, sorted; empty where there is no table yet.
+        """
         snapshot = self.store.snapshot()
         return sorted(snapshot.states) if snapshot is not None else []
 
     def arguments(self, name: str) -> QueueArguments:
-        """The queue's effective arguments, as stored (see :meth:`resolve` for their origin)."""
+        """The queue's effective arguments, as stored (see :meth:`resolve` for their origin).
+
+        Args:
+            name: the queue.
+
+        Returns:
+            Its :class:`QueueArguments`.
+
+        Raises:
+            QueueNotFoundError: no queue ``name``.
+        """
         return self._require(self._snapshot(), name).arguments
 
     def resolve(self, name: str, **arguments: Any) -> Resolution:
@@ -654,6 +672,18 @@ class QueueTable:
         Needs policies. For an existing queue its explicit arguments are used, with the
         given ones merged in (as ``alter`` would); for a new queue, only the given ones. Reads
         the table only if it exists; writes nothing.
+
+        Args:
+            name: the queue.
+            **arguments: queue arguments, snake_case, as :meth:`declare` takes them.
+
+        Returns:
+            A :class:`~spark_queue.policies.Resolution`: each argument's value and origin
+            (given, stored, policy default, policy cap, built-in default).
+
+        Raises:
+            PolicyError: no policies were given, or they make the arguments invalid.
+            InvalidOptionError: an argument is unknown or has an invalid value.
         """
         check_queue_name("name", name)
         given = validate_arguments(arguments)
@@ -673,6 +703,9 @@ class QueueTable:
     def stats(self, name: str) -> dict[str, Any]:
         """Gauges and counters of SEMANTICS §4, as of now (due scheduled messages
         counted as the next commit would).
+
+        Args:
+            name: the queue.
 
         Returns:
             ``ready``, ``ready_bytes``, ``leased``, ``scheduled``, ``leased_by_consumer`` and
@@ -697,6 +730,10 @@ class QueueTable:
 
     def peek(self, name: str, limit: int = 10) -> pa.Table:
         """Up to ``limit`` live messages of ``name`` in delivery order; commits nothing.
+
+        Args:
+            name: the queue.
+            limit: how many messages at most.
 
         Returns:
             The messages, as the browse read returns them.
@@ -727,9 +764,21 @@ class QueueTable:
         return pa.concat_tables(found)
 
     def history(self, queue: str | None = None, versions: Iterable[int] | None = None) -> pa.Table:
-        """Gauges and counters of ``queue`` (every queue if None) after each commit, one row
-        per queue and version, from the Delta log (``versions``: e.g. ``range(10, 20)``; None
-        = all it holds). Columns and their exact meaning: :mod:`spark_queue.history`."""
+        """Gauges and counters of queues after each commit, from the Delta log.
+
+        Args:
+            queue: one queue; None: every queue.
+            versions: the table versions to read, e.g. ``range(10, 20)``; None: every
+                version the log still holds.
+
+        Returns:
+            One row per queue and version; the columns and their exact meaning are in
+            :mod:`spark_queue.history`.
+
+        Raises:
+            QueueError: no queue table at the path.
+            QueueNotFoundError: no queue ``queue``.
+        """
         from spark_queue.history import queue_history
 
         return queue_history(self.store, queue, versions)
