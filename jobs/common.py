@@ -66,10 +66,11 @@ def under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
-def job_session(app_name: str) -> SparkSession:
-    """The session a job runs in: spark-submit's (master and JARs left to it), else local."""
+def job_session(app_name: str, storage: dict[str, str] | None = None) -> SparkSession:
+    """The session a job runs in: spark-submit's (master and JARs left to it), else local,
+    its S3A configured from the job's ``--storage-option`` flags (checkpoints, outputs)."""
     if not under_spark_submit():
-        return local_session(app_name=app_name)
+        return local_session(app_name=app_name, storage_options=storage)
     submitted = SparkConf()  # spark-submit's --conf, --properties-file, --master ...
     builder = SparkSession.builder.appName(app_name)
     for key, value in DELTA_CONF.items():

@@ -124,7 +124,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict[str, object]:
     args = parse_args(argv)
     storage = storage_options(args)
-    spark = job_session("spark-queue-consume")
+    spark = job_session("spark-queue-consume", storage)
     reader = (
         spark.readStream.format("ringqueue")
         .option("queue", args.queue)

@@ -278,7 +278,7 @@ def message_columns(stream: DataFrame, args: argparse.Namespace) -> DataFrame:
 def main(argv: list[str] | None = None) -> dict[str, object]:
     args = parse_args(argv)
     storage = storage_options(args)
-    spark = job_session("spark-queue-produce")
+    spark = job_session("spark-queue-produce", storage)
     with tempfile.TemporaryDirectory(prefix="spark-queue-produce-") as scratch:
         stream = message_columns(input_stream(spark, args, scratch), args)
         writer = stream.writeStream.format("ringqueue").option("queue", args.queue)

@@ -69,12 +69,13 @@ def parse_storage_flags(flags: list[str] | None) -> dict[str, str]:
         InvalidOptionError: a flag has no ``=``.
     """
     options: dict[str, str] = {}
-    for flag in flags or []:
+    for number, flag in enumerate(flags or [], start=1):
         key, sep, value = flag.partition("=")
         if not sep or not key.strip():
+            # Not quoted: a flag without '=' may be a secret given without its key.
             raise InvalidOptionError(
-                f"--storage-option takes KEY=VALUE (say AWS_REGION=eu-west-1); got a flag "
-                f"without '=' or without a key: {key.strip()[:40]!r}"
+                f"--storage-option takes KEY=VALUE (say AWS_REGION=eu-west-1); flag {number} "
+                f"has no '=' or no key"
             )
         options[key.strip()] = value
     return normalise_options(options)

@@ -195,12 +195,15 @@ def test_cli_on_s3_takes_storage_options(s3_table: str, s3_options: dict[str, st
     missing = cli("stats", "nope")
     assert missing.returncode == 1 and "nope" in missing.stderr
     assert SECRET_KEY not in missing.stderr
+    # A value given without its key (a secret, say) is refused and never echoed.
+    unkeyed = ["--storage-option", SECRET_KEY, "stats"]
     bad = subprocess.run(
-        [sys.executable, "-m", "spark_queue.cli", "--path", s3_table, "--storage-option", "X"],
+        [sys.executable, "-m", "spark_queue.cli", "--path", s3_table, *unkeyed],
         capture_output=True,
         text=True,
         cwd=ROOT,
         env=env,
         timeout=120,
     )
-    assert bad.returncode == 2
+    assert bad.returncode == 1 and "--storage-option takes KEY=VALUE" in bad.stderr
+    assert SECRET_KEY not in bad.stderr
