@@ -65,3 +65,19 @@ def test_the_core_touches_no_spark_delta_or_files():
         }
         assert outside <= {"spark_queue.options"}, (path.name, outside)  # arguments only
         assert not [m for m in imported if m.startswith(IO_MODULES)], path.name
+
+
+SPARK_MODULES = {f"spark_queue.{name}" for name in ("datasource", "sink", "source", "session")}
+
+
+def test_only_the_spark_shell_imports_pyspark():
+    """``QueueTable`` and the CLI run where PySpark is not installed (``pip install
+    spark-queue`` without the ``spark`` extra): only the modules where Spark meets the queue
+    import it, and none of the others imports one of those."""
+    graph = package_graph()
+    for path in PACKAGE.rglob("*.py"):
+        name = module_name(path)
+        if name in SPARK_MODULES:
+            continue
+        assert not [m for m in imports_of(path) if m.startswith("pyspark")], name
+        assert not graph[name] & SPARK_MODULES, (name, graph[name] & SPARK_MODULES)
