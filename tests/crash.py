@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import signal
@@ -39,6 +40,16 @@ def start(script: Path, *args: object, crash_at: str | None = None) -> subproces
         stdout=log,
         stderr=subprocess.STDOUT,
     )
+
+
+def restart(spark: SparkSession, script: Path, *args: object) -> None:
+    """Run a driver script's query again from its checkpoint, in this process's session:
+    what a restarted driver does, without starting another JVM."""
+    spec = importlib.util.spec_from_file_location(script.stem, script)
+    assert spec is not None and spec.loader is not None
+    driver = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(driver)
+    driver.run(spark, *map(str, args))
 
 
 def kill(driver: subprocess.Popen) -> None:

@@ -31,7 +31,7 @@ from spark_queue.core import identity_holds
 from tests.crash import CONSUMER, DRIVERS, PRODUCER, kill, make_input, start
 
 pytestmark = pytest.mark.spark
-SECONDS = float(os.environ.get("SPARK_QUEUE_CHAOS_SECONDS", "60"))
+SECONDS = float(os.environ.get("SPARK_QUEUE_CHAOS_SECONDS", "40"))
 SEED = int(os.environ.get("SPARK_QUEUE_CHAOS_SEED", str(time.time_ns() % 1_000_000)))
 LEASE_BATCH = 20  # the worker's max_messages: what one of its kills may repeat, at most
 PRODUCERS = {"stream producer", "publisher"}

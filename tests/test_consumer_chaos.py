@@ -29,7 +29,7 @@ from tests.crash import CONSUMER, crashed, kill, start
 from tests.helpers import assert_identity, messages, write_batch
 
 pytestmark = pytest.mark.spark
-KILLS = int(os.environ.get("SPARK_QUEUE_CHAOS_KILLS", "4"))
+KILLS = int(os.environ.get("SPARK_QUEUE_CHAOS_KILLS", "3"))
 SEED = int(os.environ.get("SPARK_QUEUE_CHAOS_SEED", str(time.time_ns() % 1_000_000)))
 PER_PRODUCED_BATCH, PER_CONSUMED_BATCH = 50, 200
 WINDOWS = [

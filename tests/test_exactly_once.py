@@ -25,6 +25,7 @@ from tests.crash import (
     forget_commit,
     logged,
     make_input,
+    restart,
     staged_only,
     start,
 )
@@ -58,7 +59,7 @@ def test_a_producer_killed_in_each_window_enqueues_each_message_once(spark, tmp_
     exists = table.store.open() is not None and "orders" in table.queues()
     assert (table.stats("orders")["added"] if exists else 0) == committed
 
-    assert start(PRODUCER, *args).wait(timeout=300) == 0
+    restart(spark, PRODUCER, *args)
     after = bodies(spark, str(queue_path), "orders")
     assert sorted(after) == sorted(expected)  # each message exactly once
     assert after == expected  # in arrival order
@@ -120,7 +121,7 @@ def test_a_consumer_killed_in_each_window_delivers_each_message_once(spark, tmp_
     table = QueueTable(str(queue_path))
     assert table.stats("orders")["leased"] == leased
 
-    assert start(CONSUMER, *args).wait(timeout=300) == 0
+    restart(spark, CONSUMER, *args)
     delivered = Counter(output_of(spark, output))
     assert [body for body, count in delivered.items() if count > 1] == []  # no duplicates
     assert sorted(delivered) == expected  # nothing lost
@@ -140,7 +141,7 @@ def test_a_fresh_checkpoint_returns_what_the_consumer_name_held(spark, tmp_path)
     assert (held["leased"], held["acked"]) == (PER_BATCH, PER_BATCH)
 
     again = (queue_path, out, tmp_path / "chk-new", PER_BATCH)
-    assert start(CONSUMER, *again).wait(timeout=300) == 0
+    restart(spark, CONSUMER, *again)
     rows = spark.read.format("delta").load(str(out)).collect()
     assert sorted(bytes(r.body).decode() for r in rows) == expected
     counts = sorted(r.delivery_count for r in rows)

@@ -8,11 +8,21 @@ from __future__ import annotations
 
 import sys
 
+from pyspark.sql import SparkSession
+
 from spark_queue import local_session
 
 
 def main(queue_path: str, output: str, checkpoint: str, per_batch: str = "20") -> None:
     spark = local_session(app_name="consume-stream-driver")
+    run(spark, queue_path, output, checkpoint, per_batch)
+    spark.stop()
+
+
+def run(
+    spark: SparkSession, queue_path: str, output: str, checkpoint: str, per_batch: str = "20"
+) -> None:
+    """The query, on ``spark``: a test restarts it in its own session after a crash."""
     query = (
         spark.readStream.format("ringqueue")
         .option("queue", "orders")
@@ -26,7 +36,6 @@ def main(queue_path: str, output: str, checkpoint: str, per_batch: str = "20") -
         .start(output)
     )
     query.awaitTermination()
-    spark.stop()
 
 
 if __name__ == "__main__":

@@ -8,11 +8,19 @@ from __future__ import annotations
 
 import sys
 
+from pyspark.sql import SparkSession
+
 from spark_queue import local_session
 
 
 def main(queue_path: str, input_dir: str, checkpoint: str) -> None:
     spark = local_session(app_name="produce-stream-driver")
+    run(spark, queue_path, input_dir, checkpoint)
+    spark.stop()
+
+
+def run(spark: SparkSession, queue_path: str, input_dir: str, checkpoint: str) -> None:
+    """The query, on ``spark``: a test restarts it in its own session after a crash."""
     schema = spark.read.parquet(input_dir).schema
     query = (
         spark.readStream.schema(schema)
@@ -25,7 +33,6 @@ def main(queue_path: str, input_dir: str, checkpoint: str) -> None:
         .start(queue_path)
     )
     query.awaitTermination()
-    spark.stop()
 
 
 if __name__ == "__main__":
