@@ -33,6 +33,8 @@ ARGUMENT_OPTIONS = {
     "rejectThreshold": "reject_threshold",
     "expiration": "expiration",
     "expirationModel": "expiration_model",
+    "maxDeliveries": "max_deliveries",
+    "maxCancels": "max_cancels",
 }
 SINK_OPTIONS = ("path", "queue", "ringSize", "onReject", "policies", *ARGUMENT_OPTIONS)
 SOURCE_OPTIONS = (
@@ -89,6 +91,10 @@ class QueueArguments:
     reject_threshold: float = 1.0
     expiration: int | None = None  # milliseconds
     expiration_model: str = "default"
+    # A leased message returned this many times after delivery / after a cancel is killed
+    # (dead-lettered ``delivery_limit`` / ``cancel_limit``); a consumer may set a lower one.
+    max_deliveries: int | None = None
+    max_cancels: int | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -134,6 +140,26 @@ def parse_limit(name: str, value: Any) -> int | None:
             f"{name} must be a whole number >= 0, or -1 for unlimited; got {value!r}"
         )
     return number
+
+
+def parse_delivery_limit(name: str, value: Any) -> int | None:
+    """``maxDeliveries``/``maxCancels`` of a queue: a whole number > 0; 0, -1 or unset for
+    none (0 means none for the consumer options of the same name, too)."""
+    try:
+        number = parse_limit(name, value)
+    except InvalidOptionError:
+        raise InvalidOptionError(
+            f"{name} must be a whole number > 0, or 0 / -1 for no limit; got {value!r}"
+        ) from None
+    return number or None
+
+
+def effective_limit(queue_limit: int | None, consumer_limit: int) -> int:
+    """A delivery or cancel limit as it applies: the lower of the queue's (None: none) and
+    the consumer's (0: none), so a consumer can tighten its queue's limit, never loosen it.
+    0 where neither sets one."""
+    limits = [n for n in (queue_limit, consumer_limit) if n]
+    return min(limits) if limits else 0
 
 
 def parse_duration_ms(name: str, value: Any) -> int | None:
@@ -226,6 +252,9 @@ def validate_arguments(given: Mapping[str, Any], *, camel: bool = False) -> dict
         )
     if "expiration" in given:
         parsed["expiration"] = parse_duration_ms(label("expiration"), given["expiration"])
+    for argument in ("max_deliveries", "max_cancels"):
+        if argument in given:
+            parsed[argument] = parse_delivery_limit(label(argument), given[argument])
     if "expiration_model" in given:
         parsed["expiration_model"] = parse_choice(
             label("expiration_model"), given["expiration_model"], EXPIRATION_MODELS

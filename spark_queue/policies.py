@@ -37,6 +37,7 @@ from spark_queue.options import (
     check_queue_name,
     option_name,
     parse_choice,
+    parse_delivery_limit,
     parse_duration_ms,
     parse_limit,
     parse_threshold,
@@ -61,12 +62,20 @@ DEFAULT_KEYS: dict[str, tuple[str, Any]] = {
     "default-dead-letter-queue": ("dead_letter_queue", check_queue_name),
     "default-reject-threshold": ("reject_threshold", parse_threshold),
     "default-expiration": ("expiration", parse_duration_ms),
+    "default-max-deliveries": ("max_deliveries", parse_delivery_limit),
+    "default-max-cancels": ("max_cancels", parse_delivery_limit),
     "default-expiration-model": (
         "expiration_model",
         lambda n, v: parse_choice(n, v, EXPIRATION_MODELS),
     ),
 }
-CAP_KEYS = {"max-length": "max_length", "max-length-bytes": "max_length_bytes"}
+DELIVERY_LIMITS = ("max_deliveries", "max_cancels")
+CAP_KEYS = {
+    "max-length": "max_length",
+    "max-length-bytes": "max_length_bytes",
+    "max-deliveries": "max_deliveries",
+    "max-cancels": "max_cancels",
+}
 SELECTOR_KEYS = ("match", "pattern")
 POLICY_KEYS = (
     *SELECTOR_KEYS,
@@ -355,7 +364,8 @@ class _Loader:
         caps: dict[str, int | None] = {}
         for key, argument in CAP_KEYS.items():
             if key in body:
-                caps[argument] = self.value(parse_limit, body[key], path, key)
+                parse = parse_delivery_limit if argument in DELIVERY_LIMITS else parse_limit
+                caps[argument] = self.value(parse, body[key], path, key)
         if "max_length_bytes" in caps and ring_with_byte_limit(defaults.get("overflow"), 0):
             raise self.error(
                 f"{RING_COUNT_ONLY}: a max-length-bytes cap cannot apply to the ring queues "

@@ -161,7 +161,12 @@ class ModelConsumers(ModelQueue):
             lease = self.leases.pop(seq)
             message = self.parked.pop(seq)
             cancels = lease.cancels + (1 if cancel else 0)
-            max_deliveries, max_cancels = self.limits[lease.consumer]
+            # The lower of the queue's limit and the consumer's (0/None: none).
+            consumer_deliveries, consumer_cancels = self.limits[lease.consumer]
+            max_deliveries = min(
+                [n for n in (a.max_deliveries, consumer_deliveries) if n], default=0
+            )
+            max_cancels = min([n for n in (a.max_cancels, consumer_cancels) if n], default=0)
             if cancel and max_cancels and cancels >= max_cancels:
                 self.kill(seq, "killed", "cancel_limit")
                 continue

@@ -97,6 +97,8 @@ arguments_strategy = st.builds(
     overflow=st.sampled_from(["drop-head", "ring", "reject-publish", "reject-publish-dlx"]),
     dead_letter_queue=st.one_of(st.none(), st.just("dlq")),
     reject_threshold=st.sampled_from([1.0, 0.8, 0.5]),
+    max_deliveries=st.one_of(st.none(), st.integers(1, 3)),
+    max_cancels=st.one_of(st.none(), st.integers(1, 2)),
 ).map(
     # ring bounds the count only
     lambda a: dataclasses.replace(a, max_length_bytes=None) if a.overflow == "ring" else a

@@ -25,6 +25,7 @@ from spark_queue.core.columns import (
     member,
 )
 from spark_queue.core.state import Level, QueueState, ring_room
+from spark_queue.options import effective_limit
 
 # What a HeadReader yields; times are microseconds since the epoch, or null.
 HEAD_SCHEMA = pa.schema(
@@ -381,7 +382,12 @@ class QueueChange:
         cancels = leases.cancels + (1 if cancel else 0)
 
         def limit(name: str) -> np.ndarray:
-            per_consumer = [state.consumers.get(c, {}).get(name, 0) for c in leases.names]
+            """Per lease: the lower of the queue's limit and its consumer's (0: none)."""
+            queue_limit = getattr(state.arguments, name)
+            per_consumer = [
+                effective_limit(queue_limit, state.consumers.get(c, {}).get(name, 0))
+                for c in leases.names
+            ]
             return np.array(per_consumer or [0], np.int64)[leases.consumer_ids]
 
         max_cancels, max_deliveries = limit("max_cancels"), limit("max_deliveries")
