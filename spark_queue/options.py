@@ -35,6 +35,7 @@ ARGUMENT_OPTIONS = {
     "expirationModel": "expiration_model",
     "maxDeliveries": "max_deliveries",
     "maxCancels": "max_cancels",
+    "exclusive": "exclusive",
 }
 SINK_OPTIONS = ("path", "queue", "ringSize", "onReject", "policies", *ARGUMENT_OPTIONS)
 SOURCE_OPTIONS = (
@@ -95,6 +96,9 @@ class QueueArguments:
     # (dead-lettered ``delivery_limit`` / ``cancel_limit``); a consumer may set a lower one.
     max_deliveries: int | None = None
     max_cancels: int | None = None
+    # One consumer name holds the queue at a time (Artemis exclusive queues, RabbitMQ single
+    # active consumer): SEMANTICS §3 "Exclusive queues".
+    exclusive: bool = False
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -152,6 +156,16 @@ def parse_delivery_limit(name: str, value: Any) -> int | None:
             f"{name} must be a whole number > 0, or 0 / -1 for no limit; got {value!r}"
         ) from None
     return number or None
+
+
+def parse_bool(name: str, value: Any) -> bool:
+    """``true``/``false`` (any case), or a bool."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise InvalidOptionError(f"{name} must be true or false; got {value!r}")
+    return text == "true"
 
 
 def effective_limit(queue_limit: int | None, consumer_limit: int) -> int:
@@ -252,6 +266,8 @@ def validate_arguments(given: Mapping[str, Any], *, camel: bool = False) -> dict
         )
     if "expiration" in given:
         parsed["expiration"] = parse_duration_ms(label("expiration"), given["expiration"])
+    if "exclusive" in given:
+        parsed["exclusive"] = parse_bool(label("exclusive"), given["exclusive"])
     for argument in ("max_deliveries", "max_cancels"):
         if argument in given:
             parsed[argument] = parse_delivery_limit(label(argument), given[argument])

@@ -36,6 +36,7 @@ from spark_queue.options import (
     QueueArguments,
     check_queue_name,
     option_name,
+    parse_bool,
     parse_choice,
     parse_delivery_limit,
     parse_duration_ms,
@@ -64,6 +65,7 @@ DEFAULT_KEYS: dict[str, tuple[str, Any]] = {
     "default-expiration": ("expiration", parse_duration_ms),
     "default-max-deliveries": ("max_deliveries", parse_delivery_limit),
     "default-max-cancels": ("max_cancels", parse_delivery_limit),
+    "default-exclusive": ("exclusive", parse_bool),
     "default-expiration-model": (
         "expiration_model",
         lambda n, v: parse_choice(n, v, EXPIRATION_MODELS),

@@ -146,6 +146,14 @@ class ModelConsumers(ModelQueue):
     redelivered: dict[int, tuple[int, int]] = field(default_factory=dict)
     parked: dict[int, ModelMessage] = field(default_factory=dict)  # leased messages
     limits: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # An exclusive queue's holder and until when: the last consumer that leased something,
+    # until its last lease period ends or it releases.
+    holder: tuple[str, int] | None = None
+
+    def release(self, consumer: str, now: int) -> None:
+        self.catch_up(now, [s for s, lease in self.leases.items() if lease.consumer == consumer])
+        if self.holder is not None and self.holder[0] == consumer:
+            self.holder = None
 
     def kill(self, seq: int, outcome: str, reason: str | None) -> None:
         self.removed[seq] = outcome
@@ -220,6 +228,10 @@ class ModelConsumers(ModelQueue):
         """Returns (seq, delivery_count) of what was leased, in delivery order; ``accept`` is
         the consumer's filter."""
         self.catch_up(now)
+        if self.arguments.exclusive and self.holder is not None:
+            name, until = self.holder
+            if name != consumer and until > now:
+                return []
         self.limits[consumer] = (max_deliveries, max_cancels)
         taken = []
         while len(taken) < count:
@@ -234,6 +246,8 @@ class ModelConsumers(ModelQueue):
             )
             self.parked[head.seq] = head
             taken.append((head.seq, deliveries + 1))
+        if self.arguments.exclusive and taken:
+            self.holder = (consumer, 2**63 - 1 if period is None else now + period)
         return taken
 
     def extend(self, seqs: list[int], consumer: str, now: int, period: int) -> int:

@@ -99,6 +99,7 @@ arguments_strategy = st.builds(
     reject_threshold=st.sampled_from([1.0, 0.8, 0.5]),
     max_deliveries=st.one_of(st.none(), st.integers(1, 3)),
     max_cancels=st.one_of(st.none(), st.integers(1, 2)),
+    exclusive=st.booleans(),
 ).map(
     # ring bounds the count only
     lambda a: dataclasses.replace(a, max_length_bytes=None) if a.overflow == "ring" else a
@@ -415,6 +416,8 @@ def test_consumers_match_reference_model(
             )
             assert [(m.seq, m.deliveries) for m in plan.leased] == expected
             event("leased something" if expected else "leased nothing")
+            if arguments.exclusive and model.holder and model.holder[0] != consumer:
+                event("another consumer held the exclusive queue")
             if any(d > 1 for _, d in expected):
                 event("redelivered")
         elif kind in ("ack", "cancel"):
@@ -446,9 +449,7 @@ def test_consumers_match_reference_model(
             assert extended == model.extend(chosen, consumer, now, period)
         elif kind == "release":
             plan = plan_return(state, store, now, consumer=operation[1])
-            model.catch_up(
-                now, [s for s, lease in model.leases.items() if lease.consumer == operation[1]]
-            )
+            model.release(operation[1], now)
         else:
             now += operation[1]
             continue

@@ -55,6 +55,8 @@ def plan_lease(
     queue = QueueChange(state.copy(), reader, now)
     queue.catch_up()
     state = queue.state
+    if state.arguments.exclusive and exclusive_holder(state, now) not in (None, consumer):
+        return queue.plan(np.zeros(0, bool), np.zeros(0, bool))  # another holds the queue
     limits = state.consumers.setdefault(consumer, {"last_lease": 0})
     limits.update(max_deliveries=max_deliveries, max_cancels=max_cancels)
     limits["last_lease"] += 1
@@ -123,6 +125,11 @@ def plan_lease(
         if budget <= 0:
             break
     delivered = Leases.concat(leased)
+    if state.arguments.exclusive and len(delivered):
+        # This consumer holds the queue until its last lease runs out, or it releases.
+        for entry in state.consumers.values():
+            entry.pop(HOLDS_UNTIL, None)
+        limits[HOLDS_UNTIL] = until
     if remove:
         state.counters["acked"] += len(delivered)
         if len(delivered):
@@ -216,6 +223,18 @@ def _leases_of(state: QueueState, seqs: np.ndarray | None, consumer: str | None)
     return state.leases.take(state.leases.held(wanted, consumer))
 
 
+HOLDS_UNTIL = "holds_until"  # in a consumer's state entry: its hold of an exclusive queue
+
+
+def exclusive_holder(state: QueueState, now: int) -> str | None:
+    """The consumer holding an exclusive queue now: the last one that leased there, until it
+    releases or its last lease period runs out (never, for leases without one)."""
+    for name, entry in state.consumers.items():
+        if entry.get(HOLDS_UNTIL, 0) > now:
+            return name
+    return None
+
+
 def plan_return(
     state: QueueState,
     reader: HeadReader,
@@ -229,6 +248,8 @@ def plan_return(
     of everything ``consumer`` holds, as a closed Artemis consumer does."""
     queue = QueueChange(state.copy(), reader, now)
     queue.catch_up(_leases_of(queue.state, seqs, consumer), cancel=cancel)
+    if seqs is None and consumer is not None:  # a release ends its hold of an exclusive queue
+        queue.state.consumers.get(consumer, {}).pop(HOLDS_UNTIL, None)
     return queue.plan(np.zeros(0, bool), np.zeros(0, bool))
 
 
