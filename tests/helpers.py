@@ -62,3 +62,32 @@ def enqueue(
         write_batch(df, path, **options)
     else:
         write_stream(spark, df, path, tmp, **options)
+
+
+def consume(
+    spark: SparkSession, queue_path: str, out: Path, checkpoint: Path, queue: str = "q",
+    **options: object,
+) -> None:  # fmt: skip
+    """Queue -> Delta table, availableNow, until the query stops."""
+    reader = spark.readStream.format("ringqueue").option("queue", queue)
+    for key, value in options.items():
+        reader = reader.option(key, str(value))
+    query = (
+        reader.load(queue_path)
+        .select("queue", "seq", "body", "delivery_count")
+        .writeStream.format("delta")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start(str(out))
+    )
+    query.awaitTermination()
+    assert query.exception() is None
+
+
+def delivered(spark: SparkSession, out: Path) -> list[str]:
+    """The bodies a :func:`consume` query wrote, sorted; none where it wrote no batch."""
+    if not (out / "_delta_log").exists():
+        return []
+    return sorted(
+        bytes(r.body).decode() for r in spark.read.format("delta").load(str(out)).collect()
+    )

@@ -9,6 +9,7 @@ import pytest
 
 from spark_queue import InvalidOptionError, QueueTable
 from spark_queue.core import identity_holds
+from tests.helpers import consume, delivered
 
 
 def _bodies(table: QueueTable, consumer: str, count: int = 10) -> list[str]:
@@ -64,28 +65,14 @@ def test_streaming_consumers_take_turns_on_an_exclusive_queue(spark, tmp_path):
     table.declare("jobs", exclusive=True)
     table.publish("jobs", [f"m{i}" for i in range(30)])
 
-    def consume(consumer: str) -> list[str]:
+    def consume_as(consumer: str) -> list[str]:
         out = tmp_path / f"out-{consumer}-{len(list(tmp_path.glob('out-*')))}"
-        query = (
-            spark.readStream.format("ringqueue")
-            .option("queue", "jobs")
-            .option("consumer", consumer)
-            .option("maxMessagesPerTrigger", 10)
-            .load(path)
-            .select("body")
-            .writeStream.format("parquet")
-            .option("checkpointLocation", str(out) + "-checkpoint")
-            .trigger(availableNow=True)
-            .start(str(out))
-        )
-        query.awaitTermination()
-        assert query.exception() is None
-        if not list(out.glob("*.parquet")):
-            return []
-        return sorted(bytes(r.body).decode() for r in spark.read.parquet(str(out)).collect())
+        options = {"consumer": consumer, "maxMessagesPerTrigger": 10}
+        consume(spark, path, out, tmp_path / f"{out.name}-checkpoint", queue="jobs", **options)
+        return delivered(spark, out)
 
-    assert consume("first") == sorted(f"m{i}" for i in range(30))
+    assert consume_as("first") == sorted(f"m{i}" for i in range(30))
     table.publish("jobs", ["late"])
-    assert consume("second") == []
+    assert consume_as("second") == []
     table.release("first", "jobs")
-    assert consume("second") == ["late"]
+    assert consume_as("second") == ["late"]

@@ -9,32 +9,9 @@ import pyarrow as pa
 import pytest
 
 from spark_queue import QueueTable
-from tests.helpers import assert_identity, messages, write_batch
+from tests.helpers import assert_identity, consume, delivered, messages, write_batch
 
 pytestmark = pytest.mark.spark
-
-
-def consume(spark, queue_path: str, out: Path, checkpoint: Path, **options: object) -> None:
-    """Queue -> Delta table, availableNow, until the query stops."""
-    reader = spark.readStream.format("ringqueue").option("queue", "q")
-    for key, value in options.items():
-        reader = reader.option(key, str(value))
-    query = (
-        reader.load(queue_path)
-        .select("queue", "seq", "body", "delivery_count")
-        .writeStream.format("delta")
-        .option("checkpointLocation", str(checkpoint))
-        .trigger(availableNow=True)
-        .start(str(out))
-    )
-    query.awaitTermination()
-    assert query.exception() is None
-
-
-def delivered(spark, out: Path) -> list[str]:
-    return sorted(
-        bytes(r.body).decode() for r in spark.read.format("delta").load(str(out)).collect()
-    )
 
 
 def fail_once_then_rerun(
