@@ -10,13 +10,13 @@ messages in delivery order. ``read()`` runs in executor tasks and only reads Par
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_queue.core import QueueState, below_heads, live_mask, plan_settle
+from spark_queue.core import QueueState, below_heads, live_mask, member, plan_settle
 from spark_queue.errors import QueueError
 from spark_queue.schema import BROWSE_ARROW_SCHEMA, BROWSE_COLUMNS, FILE_SCHEMA
 from spark_queue.storage import Location
@@ -40,6 +40,9 @@ class BrowsePartition:
     leased: dict[int, str]  # seq -> consumer
     paths: list[str]
     now: int
+    # Not due yet, by the state's index: a message waiting out a redelivery delay has no
+    # deliver_at of its own in its row.
+    scheduled: list[int] = field(default_factory=list)
 
 
 def settled_states(
@@ -70,6 +73,7 @@ def plan_partitions(
             below = below_heads(state, priority).tolist()
             mine = state.leases.take(state.leases.priority == priority)
             leased = dict(zip(mine.seq.tolist(), mine.consumer.tolist(), strict=True))
+            waiting = np.sort(state.scheduled.seq[state.scheduled.priority == priority]).tolist()
             start = min([level.head, *below[:1]])
             files = snapshot.message_files(name, priority=priority, from_seq=start)
             partitions.extend(
@@ -83,6 +87,7 @@ def plan_partitions(
                     leased,
                     run,
                     now,
+                    waiting,
                 )
                 for run in file_runs(files)
             )
@@ -140,8 +145,9 @@ def read_partition(partition: BrowsePartition) -> pa.Table:
     rows = live_rows(partition)
     if rows.num_rows == 0:
         return BROWSE_ARROW_SCHEMA.empty_table()
-    due = rows["deliver_at"].cast(pa.int64()).fill_null(np.iinfo(np.int64).min)
-    state = pc.if_else(pc.greater(due, partition.now), "scheduled", "ready")
+    seqs = rows.column("seq").to_numpy()
+    waiting = member(seqs, np.asarray(partition.scheduled, dtype=np.int64))
+    state = pc.if_else(pa.array(waiting), "scheduled", "ready")
     consumer = leased_consumers(partition.leased, rows.column("seq").to_numpy())
     state = pc.if_else(pc.is_valid(consumer), "leased", state)
     rows = rows.drop_columns(["consumer"]).append_column("consumer", consumer)

@@ -160,6 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("queue")
         command.add_argument("seqs", nargs="+", type=int)
         command.add_argument("--consumer")
+        if name == "cancel":
+            command.add_argument(
+                "--delay",
+                help="ready again after this long, e.g. '30s' (default: the queue's backoff)",
+            )
     extend = commands.add_parser("extend", help="extend a consumer's leases (slow work)")
     extend.add_argument("queue")
     extend.add_argument("seqs", nargs="+", type=int)
@@ -319,9 +324,10 @@ def run_command(args: argparse.Namespace) -> str:
         return (
             json.dumps({"queue": args.queue, "purged": purged}) if args.json else f"purged {purged}"
         )
-    if command in ("ack", "cancel"):
-        done = getattr(table, command)(args.queue, args.seqs, args.consumer)
-        return f"{command}ed {done}" if command == "ack" else f"cancelled {done}"
+    if command == "ack":
+        return f"acked {table.ack(args.queue, args.seqs, args.consumer)}"
+    if command == "cancel":
+        return f"cancelled {table.cancel(args.queue, args.seqs, args.consumer, delay=args.delay)}"
     if command == "extend":
         extended = table.extend(args.queue, args.seqs, args.consumer, args.period)
         return f"extended {extended}"

@@ -36,6 +36,9 @@ ARGUMENT_OPTIONS = {
     "maxDeliveries": "max_deliveries",
     "maxCancels": "max_cancels",
     "exclusive": "exclusive",
+    "redeliveryDelay": "redelivery_delay",
+    "redeliveryMultiplier": "redelivery_multiplier",
+    "maxRedeliveryDelay": "max_redelivery_delay",
 }
 SINK_OPTIONS = ("path", "queue", "ringSize", "onReject", "policies", *ARGUMENT_OPTIONS)
 SOURCE_OPTIONS = (
@@ -99,6 +102,13 @@ class QueueArguments:
     # One consumer name holds the queue at a time (Artemis exclusive queues, RabbitMQ single
     # active consumer): SEMANTICS §3 "Exclusive queues".
     exclusive: bool = False
+    # A cancelled message, or one whose lease ran out, is not leased again before
+    # redelivery_delay x redelivery_multiplier^(deliveries - 1) milliseconds, at most
+    # max_redelivery_delay (None: 10 x redelivery_delay), as Artemis's address settings of
+    # the same names: SEMANTICS §3 "Redelivery backoff".
+    redelivery_delay: int | None = None
+    redelivery_multiplier: float = 1.0
+    max_redelivery_delay: int | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -166,6 +176,17 @@ def parse_bool(name: str, value: Any) -> bool:
     if text not in ("true", "false"):
         raise InvalidOptionError(f"{name} must be true or false; got {value!r}")
     return text == "true"
+
+
+def parse_multiplier(name: str, value: Any) -> float:
+    """``redeliveryMultiplier``: a finite number >= 1 (1: every redelivery waits the same)."""
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if isinstance(value, bool) or not (math.isfinite(number) and number >= 1.0):
+        raise InvalidOptionError(f"{name} must be a number >= 1; got {value!r}")
+    return number
 
 
 def effective_limit(queue_limit: int | None, consumer_limit: int) -> int:
@@ -266,6 +287,13 @@ def validate_arguments(given: Mapping[str, Any], *, camel: bool = False) -> dict
         )
     if "expiration" in given:
         parsed["expiration"] = parse_duration_ms(label("expiration"), given["expiration"])
+    for argument in ("redelivery_delay", "max_redelivery_delay"):
+        if argument in given:
+            parsed[argument] = parse_duration_ms(label(argument), given[argument]) or None
+    if "redelivery_multiplier" in given:
+        parsed["redelivery_multiplier"] = parse_multiplier(
+            label("redelivery_multiplier"), given["redelivery_multiplier"]
+        )
     if "exclusive" in given:
         parsed["exclusive"] = parse_bool(label("exclusive"), given["exclusive"])
     for argument in ("max_deliveries", "max_cancels"):

@@ -41,6 +41,7 @@ from spark_queue.options import (
     parse_delivery_limit,
     parse_duration_ms,
     parse_limit,
+    parse_multiplier,
     parse_threshold,
     ring_with_byte_limit,
 )
@@ -66,6 +67,12 @@ DEFAULT_KEYS: dict[str, tuple[str, Any]] = {
     "default-max-deliveries": ("max_deliveries", parse_delivery_limit),
     "default-max-cancels": ("max_cancels", parse_delivery_limit),
     "default-exclusive": ("exclusive", parse_bool),
+    "default-redelivery-delay": ("redelivery_delay", lambda n, v: parse_duration_ms(n, v) or None),
+    "default-redelivery-multiplier": ("redelivery_multiplier", parse_multiplier),
+    "default-max-redelivery-delay": (
+        "max_redelivery_delay",
+        lambda n, v: parse_duration_ms(n, v) or None,
+    ),
     "default-expiration-model": (
         "expiration_model",
         lambda n, v: parse_choice(n, v, EXPIRATION_MODELS),

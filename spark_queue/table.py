@@ -488,12 +488,34 @@ class QueueTable:
             consumer,
         )
 
-    def cancel(self, queue: str, seqs: list[int], consumer: str | None = None) -> int:
-        """Return leased messages to their position now; each cancel counts toward
-        ``max_cancels``.
+    def cancel(
+        self,
+        queue: str,
+        seqs: list[int],
+        consumer: str | None = None,
+        *,
+        delay: str | int | None = None,
+    ) -> int:
+        """Return leased messages to their position (a nack); each cancel counts toward
+        ``max_cancels``. They are ready again after ``delay`` (JetStream ``NakWithDelay``),
+        or, without one, after the queue's redelivery backoff (none by default).
 
-        Args, Returns and Raises: as for :meth:`ack`.
+        Args:
+            queue: an existing queue.
+            seqs: the messages' ``seq`` values, as :meth:`lease` returned them.
+            consumer: only leases of this consumer (None: whoever holds them).
+            delay: ``30 seconds``, ``5m`` or milliseconds; ``0`` returns them at once
+                whatever the queue's backoff; None applies the queue's backoff.
+
+        Returns:
+            How many leases ended.
+
+        Raises:
+            QueueNotFoundError: no queue ``queue``.
+            InvalidOptionError: ``delay`` is not a duration >= 0.
+            CommitConflictError: every commit attempt lost to another writer.
         """
+        wait = None if delay is None else (parse_duration_ms("delay", delay) or 0) * 1000
         wanted = np.asarray(seqs, np.int64)
         return self._change(
             queue,
@@ -505,6 +527,7 @@ class QueueTable:
                 seqs=wanted,
                 consumer=consumer,
                 cancel=True,
+                delay=wait,
             ),
             wanted,
             consumer,
@@ -572,7 +595,8 @@ class QueueTable:
         return run(self.store, work, create=False, policies=self.policies)
 
     def release(self, consumer: str, queue: str | None = None) -> int:
-        """Return everything ``consumer`` holds, as a closed Artemis consumer does.
+        """Return everything ``consumer`` holds, as a closed Artemis consumer does: ready
+        at once (a release hands work over; it is not a failure, so no backoff applies).
 
         Args:
             consumer: the consumer's name.
@@ -591,7 +615,7 @@ class QueueTable:
                 name,
                 "RELEASE",
                 lambda t, s: plan_return(
-                    s, t.store.head_reader(t.snapshot), t.now, consumer=consumer
+                    s, t.store.head_reader(t.snapshot), t.now, consumer=consumer, delay=0
                 ),
                 None,
                 consumer,

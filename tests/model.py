@@ -151,7 +151,8 @@ class ModelConsumers(ModelQueue):
     holder: tuple[str, int] | None = None
 
     def release(self, consumer: str, now: int) -> None:
-        self.catch_up(now, [s for s, lease in self.leases.items() if lease.consumer == consumer])
+        held = [s for s, lease in self.leases.items() if lease.consumer == consumer]
+        self.catch_up(now, held, delay=0)
         if self.holder is not None and self.holder[0] == consumer:
             self.holder = None
 
@@ -163,7 +164,17 @@ class ModelConsumers(ModelQueue):
             self.dead_lettered.append(seq)
         self.redelivered.pop(seq, None)
 
-    def give_back(self, seqs: list[int], cancel: bool) -> None:
+    def backoff(self, deliveries: int) -> int:
+        """Artemis: redelivery-delay x multiplier^(deliveries - 1), at most the maximum (10 x
+        the delay by default); in microseconds."""
+        a = self.arguments
+        if not a.redelivery_delay:
+            return 0
+        ceiling = a.max_redelivery_delay or 10 * a.redelivery_delay
+        wait = a.redelivery_delay * a.redelivery_multiplier ** (deliveries - 1)
+        return int(min(wait, ceiling) * 1000)
+
+    def give_back(self, seqs: list[int], cancel: bool, now: int, delay: int | None) -> None:
         a = self.arguments
         for seq in sorted(seqs, reverse=True):
             lease = self.leases.pop(seq)
@@ -181,6 +192,12 @@ class ModelConsumers(ModelQueue):
             if max_deliveries and lease.deliveries >= max_deliveries:
                 self.kill(seq, "killed", "delivery_limit")
                 continue
+            wait = self.backoff(lease.deliveries) if delay is None else delay
+            if wait > 0:  # scheduled until then; the ring checks it when it falls due
+                message.status, message.deliver_at = "scheduled", now + wait
+                self.live[seq] = message
+                self.redelivered[seq] = (lease.deliveries, cancels)
+                continue
             if (
                 a.overflow == "ring"
                 and a.max_length is not None
@@ -192,7 +209,13 @@ class ModelConsumers(ModelQueue):
             self.live[seq] = message
             self.redelivered[seq] = (lease.deliveries, cancels)
 
-    def catch_up(self, now: int, returning: list[int] = (), cancel: bool = False) -> None:
+    def catch_up(
+        self,
+        now: int,
+        returning: list[int] = (),
+        cancel: bool = False,
+        delay: int | None = None,
+    ) -> None:
         a = self.arguments
         due = sorted(
             (m for m in self.live.values() if m.status == "scheduled" and m.deliver_at <= now),
@@ -208,10 +231,10 @@ class ModelConsumers(ModelQueue):
                 continue
             message.status = "ready"
         if returning:
-            self.give_back(list(returning), cancel)
+            self.give_back(list(returning), cancel, now, delay)
         expired = [seq for seq, lease in self.leases.items() if lease.until <= now]
         if expired:
-            self.give_back(expired, False)
+            self.give_back(expired, False, now, None)
         if a.overflow == "drop-head":
             self.trim()
 

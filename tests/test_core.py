@@ -50,13 +50,14 @@ class ListStore:
 
     def live(self, state: QueueState, now: int) -> dict[int, str]:
         """What the store's readers derive from a state: seq -> ready | scheduled."""
-        below = {e.seq for e in state.extras} | {s.seq for s in state.scheduled}
+        waiting = {s.seq for s in state.scheduled}  # not due, by the index
+        below = {e.seq for e in state.extras} | waiting
         found = {}
-        for seq, priority, _size, due in self.rows:
+        for seq, priority, _size, _due in self.rows:
             level = state.levels.get(priority)
             at_or_after_head = level is not None and seq >= level.head and seq not in state.holes
             if at_or_after_head or seq in below:
-                found[seq] = "scheduled" if due is not None and due > now else "ready"
+                found[seq] = "scheduled" if seq in waiting else "ready"
         return found
 
 
@@ -100,6 +101,9 @@ arguments_strategy = st.builds(
     max_deliveries=st.one_of(st.none(), st.integers(1, 3)),
     max_cancels=st.one_of(st.none(), st.integers(1, 2)),
     exclusive=st.booleans(),
+    redelivery_delay=st.sampled_from([None, None, 1, 2]),
+    redelivery_multiplier=st.sampled_from([1.0, 2.0, 1.5]),
+    max_redelivery_delay=st.sampled_from([None, 3]),
 ).map(
     # ring bounds the count only
     lambda a: dataclasses.replace(a, max_length_bytes=None) if a.overflow == "ring" else a
@@ -327,7 +331,15 @@ operation_strategy = st.one_of(
     st.tuples(
         st.just("extend"), st.sampled_from(["c1", "c2"]), st.integers(0, 3), st.integers(1, 30)
     ),
+    # A nack with a delay in microseconds (None: the queue's backoff, 0: at once).
+    st.tuples(
+        st.just("nack"),
+        st.sampled_from(["c1", "c2"]),
+        st.integers(0, 3),
+        st.sampled_from([None, 0, 1500]),
+    ),
     st.tuples(st.just("wait"), st.integers(1, 25)),
+    st.tuples(st.just("wait"), st.sampled_from([1000, 2500])),  # redelivery delays pass
 )
 operations_strategy = st.tuples(
     st.lists(enqueue_operation, min_size=1, max_size=2),
@@ -357,6 +369,32 @@ operations_strategy = st.tuples(
     max_deliveries=1,
     max_cancels=0,
     single_priority=False,
+)
+# Artemis redelivery backoff: a lease that ran out waits 1 ms, then 2 ms (multiplier 2),
+# and is leased again only after each; a nack with its own delay waits that instead.
+@example(
+    arguments=QueueArguments(redelivery_delay=1, redelivery_multiplier=2.0),
+    operations=[
+        ("enqueue", [(0, 0, None)] * 3),
+        ("lease", "c1", 1, 5),
+        ("wait", 5),
+        ("lease", "c1", 3, 5),
+        ("wait", 1000),
+        ("lease", "c2", 3, 5),
+        ("wait", 5),
+        ("wait", 1000),
+        ("lease", "c1", 3, None),
+        ("wait", 1000),
+        ("lease", "c1", 3, None),
+        ("nack", "c1", 1, 1500),
+        ("wait", 1000),
+        ("lease", "c2", 3, None),
+        ("wait", 1000),
+        ("lease", "c2", 3, None),
+    ],
+    max_deliveries=0,
+    max_cancels=0,
+    single_priority=True,
 )
 def test_consumers_match_reference_model(
     arguments, operations, max_deliveries, max_cancels, single_priority
@@ -420,8 +458,11 @@ def test_consumers_match_reference_model(
                 event("another consumer held the exclusive queue")
             if any(d > 1 for _, d in expected):
                 event("redelivered")
-        elif kind in ("ack", "cancel"):
-            _, consumer, count = operation
+                if arguments.redelivery_delay:
+                    event("redelivered after a backoff")
+        elif kind in ("ack", "cancel", "nack"):
+            consumer, count = operation[1:3]
+            delay = operation[3] if kind == "nack" else None
             mine = sorted(s for s, lease in model.leases.items() if lease.consumer == consumer)
             chosen = mine[:count]
             if kind == "ack":
@@ -436,8 +477,11 @@ def test_consumers_match_reference_model(
                     seqs=np.array(chosen, dtype=np.int64),
                     consumer=consumer,
                     cancel=True,
+                    delay=delay,
                 )
-                model.catch_up(now, chosen, cancel=True)
+                model.catch_up(now, chosen, cancel=True, delay=delay)
+                if delay or (delay is None and arguments.redelivery_delay):
+                    event("returned with a delay")
         elif kind == "extend":
             _, consumer, count, period = operation
             # Some of the consumer's leases, and one seq it does not hold (ignored).
@@ -448,7 +492,7 @@ def test_consumers_match_reference_model(
             )
             assert extended == model.extend(chosen, consumer, now, period)
         elif kind == "release":
-            plan = plan_return(state, store, now, consumer=operation[1])
+            plan = plan_return(state, store, now, consumer=operation[1], delay=0)
             model.release(operation[1], now)
         else:
             now += operation[1]

@@ -25,7 +25,7 @@ from spark_queue.core.columns import (
     member,
 )
 from spark_queue.core.state import Level, QueueState, ring_room
-from spark_queue.options import effective_limit
+from spark_queue.options import QueueArguments, effective_limit
 
 # What a HeadReader yields; times are microseconds since the epoch, or null.
 HEAD_SCHEMA = pa.schema(
@@ -105,7 +105,11 @@ class LevelCursor:
         holes = np.fromiter((h for h in state.holes if h >= head), dtype=np.int64)
         leases = state.leases
         held = leases.seq[(leases.seq >= head) & (leases.priority == priority)]
-        self._skip = np.concatenate([holes, held])
+        # Scheduled by the index, whatever the row's own deliver_at says: a returned message
+        # waiting out its redelivery delay is a stored row at or past the head.
+        waiting = state.scheduled
+        waiting = waiting.seq[(waiting.seq >= head) & (waiting.priority == priority)]
+        self._skip = np.sort(np.concatenate([holes, held, waiting]))
         self._now = now
         self._stored: list[Chunk] = []
         extras = state.extras.take(state.extras.priority == priority)
@@ -115,10 +119,11 @@ class LevelCursor:
         self._stored_done = False
         self._incoming: list[Chunk] = []
 
-    def skip(self, seqs: np.ndarray) -> None:
-        """Stored rows this cursor has not read yet that are gone: pass them over."""
-        self._front_moved = True
-        self._skip = np.concatenate([self._skip, seqs])
+    def skip(self, seqs: np.ndarray, *, moves_front: bool = True) -> None:
+        """Stored rows this cursor has not read yet that are gone (or, without
+        ``moves_front``, not ready yet): pass them over."""
+        self._front_moved = self._front_moved or moves_front
+        self._skip = np.sort(np.concatenate([self._skip, seqs]))
 
     def append(self, seqs: np.ndarray, sizes: np.ndarray) -> None:
         self._incoming.append((seqs, sizes, np.full(len(seqs), NEVER, dtype=np.int64)))
@@ -369,12 +374,14 @@ class QueueChange:
             if priority in self.cursors:
                 self.cursors[priority].skip(behind)
 
-    def give_back(self, leases: Leases, *, cancel: bool) -> None:
+    def give_back(self, leases: Leases, *, cancel: bool, delay: int | None = None) -> None:
         """Return leased messages to their position (SEMANTICS §2 "returned messages").
 
         A message at its delivery or cancel limit is killed instead (dead-lettered with
         ``delivery_limit`` / ``cancel_limit``). Under ring a return that does not fit is
         removed itself, newest returns first (Artemis); drop-head trims from the head after.
+        A return waits ``delay`` microseconds (None: the queue's redelivery backoff) in the
+        scheduled index before it is ready again; the ring checks it when it falls due.
         """
         state = self.state
         state.leases = state.leases.take(~member(state.leases.seq, leases.seq))
@@ -396,6 +403,13 @@ class QueueChange:
             ~cancel_limit & (max_deliveries > 0) & (leases.deliveries >= max_deliveries)
         )
         back = ~(cancel_limit | delivery_limit)
+        waits = (
+            redelivery_delays(state.arguments, leases.deliveries)
+            if delay is None
+            else np.full(len(leases), delay, np.int64)
+        )
+        later = back & (waits > 0)
+        back &= ~later
         replaced = np.zeros(len(leases), dtype=bool)
         room = ring_room(state)
         if room is not None:
@@ -427,21 +441,58 @@ class QueueChange:
                 )
             )
         state.extras = MessageIndex.concat(extras)
-        state.redelivered = state.redelivered.plus(returned.seq, returned.deliveries, cancels[back])
+        if later.any():
+            waiting = leases.take(later)
+            state.scheduled = MessageIndex.concat(
+                [
+                    state.scheduled,
+                    MessageIndex(
+                        seq=waiting.seq,
+                        priority=waiting.priority,
+                        size=waiting.size,
+                        deliver_at=self.now + waits[later],
+                        expires=waiting.expires,
+                    ),
+                ]
+            )
+            for cursor in self.cursors.values():  # stored rows a cursor must not deliver now
+                cursor.skip(waiting.seq, moves_front=False)
+        again = back | later
+        state.redelivered = state.redelivered.plus(
+            leases.seq[again], leases.deliveries[again], cancels[again]
+        )
 
-    def catch_up(self, returning: Leases | None = None, *, cancel: bool = False) -> None:
-        """What happened since the last commit, and ``returning`` leases: scheduled messages
-        fell due, leases ran out (AMPS LeasePeriod) and return for any consumer. All join
+    def catch_up(
+        self, returning: Leases | None = None, *, cancel: bool = False, delay: int | None = None
+    ) -> None:
+        """What happened since the last commit, and ``returning`` leases (waiting ``delay``
+        microseconds, None: the queue's backoff): scheduled messages fell due, leases ran out
+        (AMPS LeasePeriod) and return for any consumer, after the queue's backoff. All join
         before any cursor reads, then drop-head trims once."""
         _promote_due(self)
         if returning is not None and len(returning):
-            self.give_back(returning, cancel=cancel)
+            self.give_back(returning, cancel=cancel, delay=delay)
         ran_out = self.state.leases.until <= self.now
         if ran_out.any():
             self.give_back(self.state.leases.take(ran_out), cancel=False)
         args = self.state.arguments
         if args.overflow == "drop-head":
             self.trim("dropped", args.dead_letter_queue is not None)
+
+
+def redelivery_delays(arguments: QueueArguments, deliveries: np.ndarray) -> np.ndarray:
+    """Microseconds each returned message waits before it is ready again, by its
+    deliveries so far: ``redelivery_delay x redelivery_multiplier^(deliveries - 1)``, at most
+    ``max_redelivery_delay`` (10 x the delay where unset), as Artemis computes it."""
+    first = arguments.redelivery_delay
+    if not first:
+        return np.zeros(len(deliveries), np.int64)
+    ceiling = arguments.max_redelivery_delay or 10 * first
+    growth = np.power(
+        arguments.redelivery_multiplier, np.maximum(deliveries - 1, 0).astype(np.float64)
+    )
+    millis = np.minimum(first * growth, ceiling)
+    return (millis * 1000).astype(np.int64)
 
 
 def _promote_due(queue: QueueChange) -> None:

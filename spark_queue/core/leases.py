@@ -243,11 +243,14 @@ def plan_return(
     seqs: np.ndarray | None = None,
     consumer: str | None = None,
     cancel: bool = False,
+    delay: int | None = None,
 ) -> QueuePlan:
-    """Return leased messages now: ``cancel`` (counts toward ``maxCancels``), or a release
-    of everything ``consumer`` holds, as a closed Artemis consumer does."""
+    """Return leased messages: ``cancel`` (counts toward ``maxCancels``), or a release
+    of everything ``consumer`` holds, as a closed Artemis consumer does. They are ready
+    again after ``delay`` microseconds (a nack with a delay: JetStream ``NakWithDelay``);
+    None applies the queue's redelivery backoff."""
     queue = QueueChange(state.copy(), reader, now)
-    queue.catch_up(_leases_of(queue.state, seqs, consumer), cancel=cancel)
+    queue.catch_up(_leases_of(queue.state, seqs, consumer), cancel=cancel, delay=delay)
     if seqs is None and consumer is not None:  # a release ends its hold of an exclusive queue
         queue.state.consumers.get(consumer, {}).pop(HOLDS_UNTIL, None)
     return queue.plan(np.zeros(0, bool), np.zeros(0, bool))

@@ -1,0 +1,271 @@
+"""Redelivery backoff and nacks with a delay (issue #15), as the brokers document them:
+Artemis's ``redelivery-delay``, ``redelivery-delay-multiplier`` and ``max-redelivery-delay``
+address settings (the maximum defaults to 10 x the delay), JetStream's ``NakWithDelay``. A
+message waiting out its delay is ``scheduled``: not leased, not counted ready.
+
+Time here is the wall clock: the delays are short and every check is a lower bound ("not
+before its time"), never a timing of the code.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from chispa import assert_df_equality
+from deltalake import DeltaTable
+
+from spark_queue import InvalidOptionError, QueueTable
+from spark_queue.browse import plan_browse, read_partition
+from spark_queue.cli import main as cli_main
+from spark_queue.core import identity_holds
+from spark_queue.policies import load_policies
+from spark_queue.storage import Location
+from spark_queue.store import QueueStore
+
+
+def _due_of(table: QueueTable, queue: str) -> dict[int, int]:
+    """Scheduled index of ``queue``: seq -> when it is due (microseconds)."""
+    waiting = QueueStore(table.path).snapshot().states[queue].scheduled
+    return dict(zip(waiting.seq.tolist(), waiting.deliver_at.tolist(), strict=True))
+
+
+def _browse_states(path: str, queue: str) -> list[str]:
+    """The ``state`` column of the browse read (what ``format("ringqueue")`` returns)."""
+    partitions = plan_browse(Location.of(path), queue)
+    return [s for p in partitions for s in read_partition(p).column("state").to_pylist()]
+
+
+def _lease_when_due(table: QueueTable, queue: str, consumer: str = "worker", timeout: float = 30):
+    """Poll ``lease`` until it delivers; returns the leased rows and the time it did."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        leased = table.lease(queue, consumer, max_messages=10)
+        if leased.num_rows:
+            return leased, time.time_ns() // 1000
+        time.sleep(0.02)
+    raise AssertionError(f"nothing leased from {queue!r} within {timeout} s")
+
+
+def test_artemis_redelivery_delay_grows_by_its_multiplier_up_to_the_maximum(tmp_path):
+    """Artemis: each redelivery waits the previous delay x redelivery-delay-multiplier,
+    never more than max-redelivery-delay."""
+    table = QueueTable(str(tmp_path / "q"))
+    table.declare(
+        "jobs", redelivery_delay=200, redelivery_multiplier=2, max_redelivery_delay="500ms"
+    )
+    table.publish("jobs", ["poison"])
+    leased = table.lease("jobs", "worker")
+    for deliveries, expected_ms in ((1, 200), (2, 400), (3, 500), (4, 500)):
+        assert leased.column("delivery_count").to_pylist() == [deliveries]
+        seq = leased.column("seq")[0].as_py()
+        before = time.time_ns() // 1000
+        assert table.cancel("jobs", [seq], "worker") == 1
+        after = time.time_ns() // 1000
+        due = _due_of(table, "jobs")[seq]
+        assert before + expected_ms * 1000 <= due <= after + expected_ms * 1000
+        assert table.lease("jobs", "worker").num_rows == 0  # not before its time
+        stats = table.stats("jobs")
+        assert (stats["ready"], stats["scheduled"], stats["leased"]) == (0, 1, 0)
+        assert identity_holds(stats)
+        assert _browse_states(table.path, "jobs") == ["scheduled"]
+        leased, at = _lease_when_due(table, "jobs")
+        assert at >= due
+    assert table.stats("jobs")["added"] == 1
+
+
+def test_artemis_max_redelivery_delay_defaults_to_ten_times_the_delay(tmp_path):
+    table = QueueTable(str(tmp_path / "q"))
+    table.declare("jobs", redelivery_delay="1s", redelivery_multiplier=100)
+    table.publish("jobs", ["a"])
+    for _ in range(2):  # the second return would wait 100 s without the default maximum
+        seq = table.lease("jobs", "w", lease_period="1 minute")["seq"][0].as_py()
+        before = time.time_ns() // 1000
+        table.cancel("jobs", [seq], "w", delay=0)  # a nack that waits for nothing
+    table.lease("jobs", "w")
+    table.cancel("jobs", [seq], "w")
+    assert _due_of(table, "jobs")[seq] - before < 10 * 1_000_000 + 5_000_000
+    assert _due_of(table, "jobs")[seq] - before >= 10 * 1_000_000
+
+
+def test_a_lease_that_runs_out_waits_its_backoff_before_it_is_leased_again(tmp_path):
+    """A consumer that died holding a message: its lease runs out, then the message waits
+    the queue's delay (Artemis applies the delay to every cancelled delivery)."""
+    table = QueueTable(str(tmp_path / "q"))
+    table.declare("jobs", redelivery_delay=300)
+    table.publish("jobs", ["a", "b"])
+    first = table.lease("jobs", "dies", max_messages=1, lease_period=100)
+    until = QueueStore(table.path).snapshot().states["jobs"].leases.until[0]
+    leased, _ = _lease_when_due(table, "jobs", "other")
+    assert leased.column("body").to_pylist() == [b"b"]  # the other message, at once
+    again, at = _lease_when_due(table, "jobs", "other")
+    assert again.column("seq").to_pylist() == first.column("seq").to_pylist()
+    assert again.column("delivery_count").to_pylist() == [2]
+    assert at >= until + 300_000
+
+
+def test_jetstream_nak_with_delay_overrides_the_queue_backoff(tmp_path):
+    """JetStream ``NakWithDelay``: this message comes back after the given delay; a delay
+    of 0 returns it at once even where the queue has a backoff."""
+    table = QueueTable(str(tmp_path / "q"))
+    table.declare("plain")
+    table.declare("slow", redelivery_delay="1 hour")
+    table.publish("plain", ["a"])
+    table.publish("slow", ["b"])
+    seq = table.lease("plain", "w")["seq"][0].as_py()
+    before = time.time_ns() // 1000
+    table.cancel("plain", [seq], "w", delay="250ms")
+    assert table.lease("plain", "w").num_rows == 0
+    _, at = _lease_when_due(table, "plain")
+    assert at >= before + 250_000
+    seq = table.lease("slow", "w")["seq"][0].as_py()
+    table.cancel("slow", [seq], "w", delay=0)
+    assert table.lease("slow", "w").column("delivery_count").to_pylist() == [2]
+
+
+def test_a_release_hands_work_over_at_once(tmp_path):
+    """A consumer that closes returns its messages ready (Artemis consumer close); the
+    backoff is for failures."""
+    table = QueueTable(str(tmp_path / "q"))
+    table.declare("jobs", redelivery_delay="1 hour")
+    table.publish("jobs", ["a", "b"])
+    table.lease("jobs", "closing")
+    assert table.release("closing", "jobs") == 2
+    assert table.lease("jobs", "next").column("body").to_pylist() == [b"a", b"b"]
+
+
+def test_delivery_limit_kills_without_waiting_out_a_delay(tmp_path):
+    table = QueueTable(str(tmp_path / "q"))
+    table.declare("jobs", redelivery_delay="1 hour", max_deliveries=1, dead_letter_queue="dlq")
+    table.publish("jobs", ["poison"])
+    seq = table.lease("jobs", "w")["seq"][0].as_py()
+    table.cancel("jobs", [seq], "w")
+    stats = table.stats("jobs")
+    assert (stats["killed"], stats["scheduled"], stats["dead_lettered"]) == (1, 0, 1)
+    assert table.peek("dlq").column("death_reason").to_pylist() == ["delivery_limit"]
+
+
+def test_a_waiting_message_that_falls_due_in_a_full_ring_replaces_itself(tmp_path):
+    """Artemis: a scheduled message that falls due into a full ring is removed itself."""
+    table = QueueTable(str(tmp_path / "q"))
+    table.declare("ring", ring_size=1, redelivery_delay=100)
+    table.publish("ring", ["a"])
+    seq = table.lease("ring", "w")["seq"][0].as_py()
+    table.cancel("ring", [seq], "w")
+    table.publish("ring", ["b"])  # the ring's one place is taken meanwhile
+    time.sleep(0.15)
+    assert table.peek("ring").column("body").to_pylist() == [b"b"]
+    stats = table.stats("ring")
+    assert (stats["replaced"], stats["ready"], stats["scheduled"]) == (1, 1, 0)
+    assert identity_holds(stats)
+
+
+def test_backoff_arguments_come_from_policies(tmp_path):
+    policies_file = tmp_path / "policies.toml"
+    policies_file.write_text(
+        '[policy.slow]\nmatch = "jobs.#"\ndefault-redelivery-delay = "2s"\n'
+        'default-redelivery-multiplier = 3\ndefault-max-redelivery-delay = "1 minute"\n'
+    )
+    table = QueueTable(str(tmp_path / "q"), policies=load_policies(str(policies_file)))
+    table.declare("jobs.a")
+    arguments = table.arguments("jobs.a")
+    assert (
+        arguments.redelivery_delay,
+        arguments.redelivery_multiplier,
+        arguments.max_redelivery_delay,
+    ) == (2000, 3.0, 60_000)
+
+
+@pytest.mark.parametrize(
+    ("argument", "value", "named"),
+    [
+        ("redelivery_delay", "soon", "redelivery_delay"),
+        ("redelivery_delay", -5, "redelivery_delay"),
+        ("redelivery_multiplier", 0.5, "redelivery_multiplier"),
+        ("redelivery_multiplier", "fast", "redelivery_multiplier"),
+        ("max_redelivery_delay", "later", "max_redelivery_delay"),
+    ],
+)
+def test_bad_backoff_arguments_name_the_argument_and_write_nothing(
+    tmp_path, argument, value, named
+):
+    table = QueueTable(str(tmp_path / "q"))
+    table.declare("other")
+    version = DeltaTable(table.path).version()
+    with pytest.raises(InvalidOptionError, match=named):
+        table.declare("jobs", **{argument: value})
+    assert DeltaTable(table.path).version() == version
+    assert table.queues() == ["other"]
+
+
+def test_a_bad_nack_delay_names_it_and_writes_nothing(tmp_path):
+    table = QueueTable(str(tmp_path / "q"))
+    table.declare("jobs")
+    table.publish("jobs", ["a"])
+    seq = table.lease("jobs", "w")["seq"][0].as_py()
+    version = DeltaTable(table.path).version()
+    with pytest.raises(InvalidOptionError, match="delay"):
+        table.cancel("jobs", [seq], "w", delay="whenever")
+    assert DeltaTable(table.path).version() == version
+
+
+def test_cli_declares_a_backoff_and_nacks_with_a_delay(tmp_path, capsys):
+    path = str(tmp_path / "q")
+    assert cli_main(["--path", path, "declare", "jobs", "--redelivery-delay", "5s"]) == 0
+    table = QueueTable(path)
+    assert table.arguments("jobs").redelivery_delay == 5000
+    table.publish("jobs", ["a"])
+    seq = table.lease("jobs", "w")["seq"][0].as_py()
+    before = time.time_ns() // 1000
+    assert cli_main(["--path", path, "cancel", "jobs", str(seq), "--delay", "1 minute"]) == 0
+    assert "cancelled 1" in capsys.readouterr().out
+    assert _due_of(table, "jobs")[seq] >= before + 60_000_000
+    assert cli_main(["--path", path, "declare", "bad", "--redelivery-multiplier", "0"]) != 0
+    assert "redelivery_multiplier must be a number >= 1" in capsys.readouterr().err
+    assert table.queues() == ["jobs"]
+
+
+def test_a_streaming_consumer_gets_the_queue_backoff_without_options(spark, tmp_path: Path):
+    """A message a streaming consumer leased and never acknowledged comes back after its
+    lease period and the queue's delay, no earlier, with its delivery count."""
+    path = str(tmp_path / "q")
+    table = QueueTable(path)
+    table.declare("q", redelivery_delay="3 seconds")
+    table.publish("q", ["a"])
+
+    def run() -> list[tuple[int, int]]:
+        out = tmp_path / f"out-{len(list(tmp_path.glob('out-*')))}"
+        query = (
+            spark.readStream.format("ringqueue")
+            .option("queue", "q")
+            .option("consumer", "stream")
+            .option("ackMode", "manual")
+            .option("leasePeriod", "1 second")
+            .load(path)
+            .select("seq", "delivery_count")
+            .writeStream.format("delta")
+            .option("checkpointLocation", str(out) + "-checkpoint")
+            .trigger(availableNow=True)
+            .start(str(out))
+        )
+        query.awaitTermination()
+        assert query.exception() is None
+        frame = spark.read.format("delta").load(str(out))
+        return [(r.seq, r.delivery_count) for r in frame.collect()]
+
+    first = run()
+    assert [d for _, d in first] == [1]
+    until = QueueStore(path).snapshot().states["q"].leases.until[0]
+    while time.time_ns() // 1000 < until:
+        time.sleep(0.05)
+    assert run() == []  # the lease ran out, and the message waits its delay
+    due = _due_of(table, "q")[first[0][0]]  # the stored state: scheduled until then
+    assert due >= until + 3_000_000
+    while time.time_ns() // 1000 < due:
+        time.sleep(0.05)
+    second = run()
+    assert second == [(first[0][0], 2)]
+    expected = spark.createDataFrame([(first[0][0], 2)], "seq long, delivery_count int")
+    actual = spark.createDataFrame(second, "seq long, delivery_count int")
+    assert_df_equality(actual, expected)
