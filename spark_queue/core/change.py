@@ -21,6 +21,7 @@ from spark_queue.core.columns import (
     NO_TIME,
     Leases,
     MessageIndex,
+    ascending,
     distinct,
     member,
 )
@@ -105,11 +106,14 @@ class LevelCursor:
         holes = np.fromiter((h for h in state.holes if h >= head), dtype=np.int64)
         leases = state.leases
         held = leases.seq[(leases.seq >= head) & (leases.priority == priority)]
+        self._skip = np.concatenate([holes, held])
         # Scheduled by the index, whatever the row's own deliver_at says: a returned message
-        # waiting out its redelivery delay is a stored row at or past the head.
+        # waiting out its redelivery delay is a stored row at or past the head. Ascending
+        # already where nothing was returned with a delay: arrivals are indexed in seq order.
         waiting = state.scheduled
-        waiting = waiting.seq[(waiting.seq >= head) & (waiting.priority == priority)]
-        self._skip = np.sort(np.concatenate([holes, held, waiting]))
+        self._waiting = ascending(
+            waiting.seq[(waiting.seq >= head) & (waiting.priority == priority)]
+        )
         self._now = now
         self._stored: list[Chunk] = []
         extras = state.extras.take(state.extras.priority == priority)
@@ -119,11 +123,14 @@ class LevelCursor:
         self._stored_done = False
         self._incoming: list[Chunk] = []
 
-    def skip(self, seqs: np.ndarray, *, moves_front: bool = True) -> None:
-        """Stored rows this cursor has not read yet that are gone (or, without
-        ``moves_front``, not ready yet): pass them over."""
-        self._front_moved = self._front_moved or moves_front
-        self._skip = np.sort(np.concatenate([self._skip, seqs]))
+    def skip(self, seqs: np.ndarray) -> None:
+        """Stored rows this cursor has not read yet that are gone: pass them over."""
+        self._front_moved = True
+        self._skip = np.concatenate([self._skip, seqs])
+
+    def wait(self, seqs: np.ndarray) -> None:
+        """Stored rows that are scheduled from now (returned with a delay): pass them over."""
+        self._waiting = np.sort(np.concatenate([self._waiting, seqs]))
 
     def append(self, seqs: np.ndarray, sizes: np.ndarray) -> None:
         self._incoming.append((seqs, sizes, np.full(len(seqs), NEVER, dtype=np.int64)))
@@ -144,6 +151,8 @@ class LevelCursor:
             due = column("deliver_at", NO_TIME)
             live = ~member(seqs, self._skip) if len(self._skip) else np.ones(len(seqs), bool)
             ready = live & (due <= self._now)  # later ones are scheduled: in the index
+            if len(self._waiting) and ready.any():
+                ready[ready] = ~member(seqs[ready], self._waiting)
             if ready.any():
                 expires = self._state.expiry(
                     column("enqueued_at", NO_TIME)[ready], column("expires_at", NO_TIME)[ready]
@@ -456,7 +465,7 @@ class QueueChange:
                 ]
             )
             for cursor in self.cursors.values():  # stored rows a cursor must not deliver now
-                cursor.skip(waiting.seq, moves_front=False)
+                cursor.wait(waiting.seq)
         again = back | later
         state.redelivered = state.redelivered.plus(
             leases.seq[again], leases.deliveries[again], cancels[again]
