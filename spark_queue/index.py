@@ -112,7 +112,10 @@ def _lease_table(states: dict[str, QueueState]) -> pa.Table:
     consumers = pa.DictionaryArray.from_arrays(
         pa.array(leases.consumer_ids, pa.int32()), pa.array(leases.names, pa.string())
     )
-    return _columnar_table(held, LEASE_COLUMNS, {"consumer": consumers.cast(pa.string())})
+    groups = {}
+    if leases.keys is not None:  # a queue with message groups: each lease's group
+        groups["key"] = leases.keys
+    return _columnar_table(held, LEASE_COLUMNS, {"consumer": consumers.cast(pa.string()), **groups})
 
 
 def read_leases(rows: pa.Table) -> dict[str, Leases]:
@@ -120,9 +123,11 @@ def read_leases(rows: pa.Table) -> dict[str, Leases]:
     found: dict[str, Leases] = {}
     for name, (mine, arrays) in read_columnar(rows, LEASE_COLUMNS).items():
         consumers = pc.dictionary_encode(mine.column("consumer").fill_null("")).combine_chunks()
+        keys = mine.column("key").combine_chunks() if "key" in mine.column_names else None
         found[name] = Leases(
             tuple(consumers.dictionary.to_pylist()),
             consumers.indices.to_numpy(zero_copy_only=False),
+            None if keys is None or keys.null_count == len(keys) else keys.cast(pa.string()),
             **arrays,
         )
     return found

@@ -39,6 +39,7 @@ ARGUMENT_OPTIONS = {
     "redeliveryDelay": "redelivery_delay",
     "redeliveryMultiplier": "redelivery_multiplier",
     "maxRedeliveryDelay": "max_redelivery_delay",
+    "messageGroups": "message_groups",
 }
 SINK_OPTIONS = ("path", "queue", "ringSize", "onReject", "policies", *ARGUMENT_OPTIONS)
 SOURCE_OPTIONS = (
@@ -109,6 +110,9 @@ class QueueArguments:
     redelivery_delay: int | None = None
     redelivery_multiplier: float = 1.0
     max_redelivery_delay: int | None = None
+    # Messages with the same ``key`` form a group, leased to one consumer at a time, in
+    # order (Artemis message grouping, SQS FIFO message groups): SEMANTICS §3 "Message groups".
+    message_groups: bool = False
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -294,8 +298,9 @@ def validate_arguments(given: Mapping[str, Any], *, camel: bool = False) -> dict
         parsed["redelivery_multiplier"] = parse_multiplier(
             label("redelivery_multiplier"), given["redelivery_multiplier"]
         )
-    if "exclusive" in given:
-        parsed["exclusive"] = parse_bool(label("exclusive"), given["exclusive"])
+    for argument in ("exclusive", "message_groups"):
+        if argument in given:
+            parsed[argument] = parse_bool(label(argument), given[argument])
     for argument in ("max_deliveries", "max_cancels"):
         if argument in given:
             parsed[argument] = parse_delivery_limit(label(argument), given[argument])

@@ -367,7 +367,9 @@ class QueueStore:
         files = files.filter(pc.fill_null(pc.less_equal(files["min_seq"], high), True))
         parts = []
         for path in files["path"].to_pylist():
-            rows = self.read_rows(path, columns, filters=[("queue", "=", queue)])
+            # Row groups outside the seqs' range are skipped by their statistics.
+            bounds = [("queue", "=", queue), ("seq", ">=", low), ("seq", "<=", high)]
+            rows = self.read_rows(path, columns, filters=bounds)
             rows = rows.filter(pc.is_in(rows["seq"], wanted))
             if rows.num_rows:
                 parts.append(rows)
@@ -524,6 +526,15 @@ class FileHeadReader:
             ]
             if parts:
                 yield pa.concat_tables(parts).sort_by("seq")
+
+    def keys(self, queue: str, seqs: np.ndarray) -> pa.Array:
+        if not len(seqs):
+            return pa.array([], pa.string())
+        rows = self.store.read_messages(self.snapshot, queue, seqs, ["seq", "key"])
+        found = rows.column("seq").to_numpy()
+        order = np.argsort(found)
+        at = order[np.searchsorted(found, seqs, sorter=order)]
+        return rows.column("key").combine_chunks().take(pa.array(at)).cast(pa.string())
 
 
 def file_runs(files: pa.Table) -> list[list[str]]:

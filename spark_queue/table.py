@@ -732,7 +732,8 @@ class QueueTable:
             name: the queue.
 
         Returns:
-            ``ready``, ``ready_bytes``, ``leased``, ``scheduled``, ``leased_by_consumer`` and
+            ``ready``, ``ready_bytes``, ``leased``, ``scheduled``, ``leased_by_consumer``,
+            ``groups_by_consumer`` (message groups each consumer holds) and
             every counter (``added``, ``acked``, ``replaced``, ``dropped``, ``rejected``,
             ``expired``, ``killed``, ``dead_lettered``, ``purged``).
             ``added = acked + replaced + dropped + expired + killed + purged + ready + leased
@@ -750,6 +751,7 @@ class QueueTable:
         if not identity_holds(stats):
             raise QueueError(f"queue {name!r}: counters break the stats identity: {stats}")
         stats["leased_by_consumer"] = leased_by_consumer(state)
+        stats["groups_by_consumer"] = state.leases.groups_by_consumer()
         return stats
 
     def peek(self, name: str, limit: int = 10) -> pa.Table:

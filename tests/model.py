@@ -20,6 +20,7 @@ class ModelMessage:
     size: int
     deliver_at: int | None
     status: str = "ready"  # ready | scheduled
+    key: str | None = None  # its group, in a queue with message groups
 
 
 @dataclass
@@ -256,9 +257,19 @@ class ModelConsumers(ModelQueue):
             if name != consumer and until > now:
                 return []
         self.limits[consumer] = (max_deliveries, max_cancels)
+        blocked: set[str | None] = set()
+        if self.arguments.message_groups:  # groups another consumer holds, or that wait
+            blocked = {
+                self.parked[s].key for s, lease in self.leases.items() if lease.consumer != consumer
+            } | {
+                m.key
+                for m in self.live.values()
+                if m.status == "scheduled" and m.seq in self.redelivered
+            }
+            blocked.discard(None)
         taken = []
         while len(taken) < count:
-            ready = [m for m in self.ready() if accept(m.seq)]
+            ready = [m for m in self.ready() if accept(m.seq) and m.key not in blocked]
             head = min(ready, key=lambda m: (-m.priority, m.seq)) if ready else None
             if head is None:
                 break

@@ -48,6 +48,11 @@ class ListStore:
                 schema=HEAD_SCHEMA,
             )
 
+    def keys(self, queue: str, seqs: np.ndarray) -> pa.Array:
+        """Message groups, a few per queue, and some messages without one."""
+        assert queue == QUEUE
+        return pa.array([group_of(int(seq)) for seq in seqs], pa.string())
+
     def live(self, state: QueueState, now: int) -> dict[int, str]:
         """What the store's readers derive from a state: seq -> ready | scheduled."""
         waiting = {s.seq for s in state.scheduled}  # not due, by the index
@@ -59,6 +64,12 @@ class ListStore:
             if at_or_after_head or seq in below:
                 found[seq] = "scheduled" if seq in waiting else "ready"
         return found
+
+
+def group_of(seq: int) -> str | None:
+    """Two groups of neighbouring seqs (so consumers meet in them), and some messages without
+    a group."""
+    return None if seq % 5 == 4 else f"g{(seq // 2) % 2}"
 
 
 def incoming(messages: list[ModelMessage]) -> pa.Table:
@@ -104,6 +115,7 @@ arguments_strategy = st.builds(
     redelivery_delay=st.sampled_from([None, None, 1, 2]),
     redelivery_multiplier=st.sampled_from([1.0, 2.0, 1.5]),
     max_redelivery_delay=st.sampled_from([None, 3]),
+    message_groups=st.booleans(),
 ).map(
     # ring bounds the count only
     lambda a: dataclasses.replace(a, max_length_bytes=None) if a.overflow == "ring" else a
@@ -396,6 +408,21 @@ operations_strategy = st.tuples(
     max_cancels=0,
     single_priority=True,
 )
+# Message groups (Artemis grouping, SQS FIFO): c2 holds g0 and g1, so c1 gets only the
+# message without a group; once c2 acks, c1 gets the groups, in seq order.
+@example(
+    arguments=QueueArguments(message_groups=True),
+    operations=[
+        ("enqueue", [(0, 0, None)] * 6),
+        ("lease", "c2", 2, None),
+        ("lease", "c1", 4, None),
+        ("ack", "c2", 2),
+        ("lease", "c1", 4, None),
+    ],
+    max_deliveries=0,
+    max_cancels=0,
+    single_priority=True,
+)
 def test_consumers_match_reference_model(
     arguments, operations, max_deliveries, max_cancels, single_priority
 ):
@@ -417,6 +444,7 @@ def test_consumers_match_reference_model(
                         0 if single_priority else priority,
                         size,
                         None if due is None else now - 20 + due,
+                        key=group_of(seq),
                     )
                 )
                 seq += 1
@@ -453,6 +481,18 @@ def test_consumers_match_reference_model(
                 accept=(lambda seq: seq % 2 == 0) if even else (lambda seq: True),
             )
             assert [(m.seq, m.deliveries) for m in plan.leased] == expected
+            if arguments.message_groups:
+                keys = plan.leased.keys
+                assert (keys.to_pylist() if keys is not None else []) == [
+                    group_of(s) for s, _ in expected
+                ]
+                held: dict[str, set[str]] = {}
+                for lease in plan.state.leases:
+                    held.setdefault(group_of(lease.seq) or "", set()).add(lease.consumer)
+                held.pop("", None)
+                assert all(len(holders) == 1 for holders in held.values())
+                if any(len(h) for h in held.values()) and expected:
+                    event("leased while groups were held")
             event("leased something" if expected else "leased nothing")
             if arguments.exclusive and model.holder and model.holder[0] != consumer:
                 event("another consumer held the exclusive queue")

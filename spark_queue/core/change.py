@@ -47,6 +47,11 @@ class HeadReader(Protocol):
         """Yield tables of :data:`HEAD_SCHEMA` rows with ``seq >= from_seq``, in order."""
         ...
 
+    def keys(self, queue: str, seqs: np.ndarray) -> pa.Array:
+        """The ``key`` of each stored message of ``seqs`` (strings, aligned with ``seqs``;
+        null where a message has none): the message groups of a queue that has them."""
+        ...
+
 
 @dataclass(frozen=True)
 class Removal:

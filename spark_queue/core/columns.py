@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 NO_TIME = np.iinfo(np.int64).min
 NEVER = np.iinfo(np.int64).max
@@ -90,10 +92,13 @@ class Leases:
     operations whatever its size; nothing here changes an array in place, so states may
     share them."""
 
-    __slots__ = ("names", "consumer_ids", *LEASE_INTS)
+    __slots__ = ("names", "consumer_ids", "keys", *LEASE_INTS)
 
     names: tuple[str, ...]
     consumer_ids: np.ndarray
+    # Each message's group (its ``key``) in a queue with message groups; None elsewhere, so
+    # a queue without groups carries nothing more.
+    keys: pa.Array | None
     seq: np.ndarray
     priority: np.ndarray
     size: np.ndarray
@@ -107,9 +112,11 @@ class Leases:
         self,
         names: tuple[str, ...] = (),
         consumer_ids: np.ndarray | None = None,
+        keys: pa.Array | None = None,
         **columns: np.ndarray,
     ) -> None:
         self.names = tuple(names)
+        self.keys = keys
         self.consumer_ids = (
             np.zeros(0, np.int32) if consumer_ids is None else np.asarray(consumer_ids, np.int32)
         )
@@ -123,10 +130,12 @@ class Leases:
             )
 
     @classmethod
-    def of_consumer(cls, consumer: str, **columns: np.ndarray) -> Leases:
+    def of_consumer(
+        cls, consumer: str, keys: pa.Array | None = None, **columns: np.ndarray
+    ) -> Leases:
         """Leases all held by ``consumer``."""
         count = len(columns["seq"])
-        return cls((consumer,), np.zeros(count, np.int32), **columns)
+        return cls((consumer,), np.zeros(count, np.int32), keys, **columns)
 
     @classmethod
     def concat(cls, parts: list[Leases]) -> Leases:
@@ -143,9 +152,18 @@ class Leases:
             else np.array([code[n] for n in part.names], np.int32)[part.consumer_ids]
             for part in parts
         ]
+        keys = None
+        if any(part.keys is not None for part in parts):
+            keys = pa.concat_arrays(
+                [
+                    part.keys if part.keys is not None else pa.nulls(len(part), pa.string())
+                    for part in parts
+                ]
+            )
         return cls(
             names,
             np.concatenate(ids),
+            keys,
             **{n: np.concatenate([getattr(p, n) for p in parts]) for n in LEASE_INTS},
         )
 
@@ -176,7 +194,14 @@ class Leases:
             if not selection.any():
                 return Leases(self.names)
         columns = {n: getattr(self, n)[selection] for n in LEASE_INTS}
-        return Leases(self.names, self.consumer_ids[selection], **columns)
+        keys = None
+        if self.keys is not None:
+            keys = (
+                self.keys.filter(pa.array(selection))
+                if selection.dtype == bool
+                else self.keys.take(pa.array(selection))
+            )
+        return Leases(self.names, self.consumer_ids[selection], keys, **columns)
 
     def held(self, seqs: np.ndarray | None = None, consumer: str | None = None) -> np.ndarray:
         """A mask: leases of these ``seqs`` (all if None) held by ``consumer`` (any if None)."""
@@ -186,6 +211,24 @@ class Leases:
         if consumer is not None:
             mask &= self.consumer_ids == self.names.index(consumer)
         return mask
+
+    def groups_by_consumer(self) -> dict[str, int]:
+        """Message groups held per consumer (distinct keys of its leases), for those holding
+        any."""
+        if self.keys is None or self.keys.null_count == len(self):
+            return {}
+        held = pa.table({"consumer": pa.array(self.consumer_ids), "key": self.keys}).filter(
+            pc.is_valid(self.keys)
+        )
+        counts = held.group_by("consumer").aggregate([("key", "count_distinct")])
+        return {
+            self.names[code]: int(n)
+            for code, n in zip(
+                counts["consumer"].to_pylist(),
+                counts["key_count_distinct"].to_pylist(),
+                strict=True,
+            )
+        }
 
     def count_by_consumer(self) -> dict[str, int]:
         """Leases per consumer name, for those holding any."""

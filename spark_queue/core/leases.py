@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from spark_queue.core.change import (
     HeadReader,
@@ -57,6 +59,7 @@ def plan_lease(
     state = queue.state
     if state.arguments.exclusive and exclusive_holder(state, now) not in (None, consumer):
         return queue.plan(np.zeros(0, bool), np.zeros(0, bool))  # another holds the queue
+    groups = _GroupGate(state, reader, consumer) if state.arguments.message_groups else None
     limits = state.consumers.setdefault(consumer, {"last_lease": 0})
     limits.update(max_deliveries=max_deliveries, max_cancels=max_cancels)
     limits["last_lease"] += 1
@@ -72,6 +75,7 @@ def plan_lease(
         cursor = queue.cursor(priority) if level.ready else None
         index = 0  # chunks before it hold only messages this consumer's filter refused
         parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # seqs, sizes, expiries
+        part_keys: list[pa.Array] = []  # their groups, in a queue with message groups
         while cursor is not None and budget > 0 and level.ready > 0:
             chunk = cursor.chunk_at(index)
             if chunk is None:
@@ -84,6 +88,10 @@ def plan_lease(
             wanted = ~expired
             if matches is not None:
                 wanted &= matches(seqs[:window])
+            keys = None
+            if groups is not None:
+                keys = groups.keys(seqs[:window])
+                wanted &= groups.free(keys)
             picks = np.flatnonzero(wanted)[:budget]
             full = False
             if max_bytes is not None and len(picks):
@@ -98,6 +106,8 @@ def plan_lease(
             level.ready -= len(taken)
             level.ready_bytes -= int(sizes.sum())
             chosen = picked[taken]
+            if keys is not None:
+                part_keys.append(keys.take(pa.array(taken[chosen])))
             if not chosen.all():  # expired: never delivered
                 queue.kill_many(priority, seqs[~chosen], "expired", "expired")
                 seqs, sizes, expires = seqs[chosen], sizes[chosen], expires[chosen]
@@ -120,6 +130,7 @@ def plan_lease(
                     consumer,
                     lease_id,
                     until,
+                    pa.concat_arrays(part_keys) if groups is not None else None,
                 )
             )
         if budget <= 0:
@@ -140,6 +151,35 @@ def plan_lease(
     return queue.plan(np.zeros(0, bool), np.zeros(0, bool), delivered)
 
 
+class _GroupGate:
+    """Which message groups a consumer may lease from (SEMANTICS §3 "Message groups"): not
+    those another consumer holds a lease of, nor those with a returned message waiting out
+    its redelivery delay (its group waits with it, so the group keeps its order)."""
+
+    def __init__(self, state: QueueState, reader: HeadReader, consumer: str) -> None:
+        self._reader, self._queue = reader, state.name
+        others = state.leases.take(~state.leases.held(consumer=consumer))
+        blocked = [others.keys] if others.keys is not None else []
+        waiting = state.scheduled.seq[member(state.scheduled.seq, state.redelivered.seq)]
+        if len(waiting):
+            blocked.append(reader.keys(state.name, waiting))
+        self._blocked = (
+            pc.unique(pa.concat_arrays(blocked).drop_null())
+            if blocked
+            else pa.array([], pa.string())
+        )
+
+    def keys(self, seqs: np.ndarray) -> pa.Array:
+        return self._reader.keys(self._queue, seqs)
+
+    def free(self, keys: pa.Array) -> np.ndarray:
+        """Per message: whether its group is free for this consumer (no key: always)."""
+        if not len(self._blocked):
+            return np.ones(len(keys), dtype=bool)
+        held = pc.is_in(keys, value_set=self._blocked)
+        return ~held.to_numpy(zero_copy_only=False)
+
+
 def _new_leases(
     state: QueueState,
     seqs: np.ndarray,
@@ -149,6 +189,7 @@ def _new_leases(
     consumer: str,
     lease_id: int,
     until: int,
+    keys: pa.Array | None,
 ) -> Leases:
     """Leases of messages just taken from one level's head; a message delivered before
     carries its delivery and cancel counts on (and leaves ``redelivered``)."""
@@ -162,6 +203,7 @@ def _new_leases(
         state.redelivered = state.redelivered.without(seqs[known])
     return Leases.of_consumer(
         consumer,
+        keys,
         seq=seqs,
         priority=np.full(count, priority),
         size=sizes,
@@ -213,6 +255,7 @@ def plan_extend(
         queue.state.leases = Leases(
             leases.names,
             leases.consumer_ids,
+            leases.keys,
             **{name: until if name == "until" else getattr(leases, name) for name in LEASE_INTS},
         )
     return queue.plan(np.zeros(0, bool), np.zeros(0, bool)), int(extended.sum())
