@@ -37,8 +37,10 @@ def test_declare_queues_stats_and_arguments(queue_path):
         "leased",
         "scheduled",
         "leased_by_consumer",
+        "groups_by_consumer",
     }
     assert stats.pop("leased_by_consumer") == {}
+    assert stats.pop("groups_by_consumer") == {}
     assert all(v == 0 for v in stats.values())
     with pytest.raises(InvalidOptionError, match="max_length"):
         table.declare("c", max_length=-7)
