@@ -36,6 +36,9 @@ class PublishResult:
     duplicate: bool = False  # (producer, sequence) was committed before: nothing enqueued
     version: int | None = None  # the Delta version of the commit (None: nothing committed)
     attempts: int = 1  # commit attempts it took; above 1, other writers won earlier ones
+    # Messages not enqueued because their message_id was enqueued within the queue's
+    # duplicate_window (or earlier in this same publish).
+    duplicates: int = 0
 
 
 class Reservation:
@@ -158,6 +161,8 @@ def commit_enqueue(
             if committed is not None and committed >= app_version:
                 outcome.replayed, outcome.committed = True, committed
                 return outcome
+        if isinstance(batch, PendingBatch) and "message_id" in batch.rows.column_names:
+            transaction.check_ids_early(batch.queue, batch.rows["message_id"])
         batch.renumber_after(store, transaction)
         before = {q: dict(transaction.states[q].counters) for q in transaction.states}
         outcome.rejected = transaction.enqueue(batch.files, arguments)

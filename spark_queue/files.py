@@ -25,6 +25,8 @@ from spark_queue.storage import Location
 MESSAGE, REMOVAL, QUEUE = "message", "removal", "queue"
 SCHEDULED, LEASE, EXTRA, REDELIVERED = "scheduled", "lease", "extra", "redelivered"
 STATE_RECORDS = (QUEUE, SCHEDULED, LEASE, EXTRA, REDELIVERED)
+# Ids recorded for de-duplication: appended per commit, removed once out of the window.
+SEEN = "seen"
 ROW_GROUP_ROWS = 64 * 1024  # small enough that a head read skips most of a large file
 ROW_GROUP_BYTES = 32 * 1024 * 1024  # of bodies: a reader holds one row group at a time
 DICTIONARY_COLUMNS = ("queue", "outcome", "death_reason", "original_queue")

@@ -40,6 +40,7 @@ ARGUMENT_OPTIONS = {
     "redeliveryMultiplier": "redelivery_multiplier",
     "maxRedeliveryDelay": "max_redelivery_delay",
     "messageGroups": "message_groups",
+    "duplicateWindow": "duplicate_window",
 }
 SINK_OPTIONS = ("path", "queue", "ringSize", "onReject", "policies", *ARGUMENT_OPTIONS)
 SOURCE_OPTIONS = (
@@ -113,6 +114,9 @@ class QueueArguments:
     # Messages with the same ``key`` form a group, leased to one consumer at a time, in
     # order (Artemis message grouping, SQS FIFO message groups): SEMANTICS §3 "Message groups".
     message_groups: bool = False
+    # Milliseconds: a message_id enqueued to the queue within this window is not enqueued
+    # again (JetStream's Duplicates window): SEMANTICS §2 "De-duplication".
+    duplicate_window: int | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -291,7 +295,7 @@ def validate_arguments(given: Mapping[str, Any], *, camel: bool = False) -> dict
         )
     if "expiration" in given:
         parsed["expiration"] = parse_duration_ms(label("expiration"), given["expiration"])
-    for argument in ("redelivery_delay", "max_redelivery_delay"):
+    for argument in ("redelivery_delay", "max_redelivery_delay", "duplicate_window"):
         if argument in given:
             parsed[argument] = parse_duration_ms(label(argument), given[argument]) or None
     if "redelivery_multiplier" in given:

@@ -68,6 +68,7 @@ DEFAULT_KEYS: dict[str, tuple[str, Any]] = {
     "default-max-cancels": ("max_cancels", parse_delivery_limit),
     "default-exclusive": ("exclusive", parse_bool),
     "default-message-groups": ("message_groups", parse_bool),
+    "default-duplicate-window": ("duplicate_window", lambda n, v: parse_duration_ms(n, v) or None),
     "default-redelivery-delay": ("redelivery_delay", lambda n, v: parse_duration_ms(n, v) or None),
     "default-redelivery-multiplier": ("redelivery_multiplier", parse_multiplier),
     "default-max-redelivery-delay": (

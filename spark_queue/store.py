@@ -38,6 +38,7 @@ from spark_queue.files import (
     QUEUE,
     REDELIVERED,
     SCHEDULED,
+    SEEN,
     STATE_RECORDS,
     StagedFile,
 )
@@ -101,6 +102,12 @@ class Snapshot:
             mask = pc.and_(mask, may(pc.greater_equal(files["max_priority"], priority)))
         return files.filter(mask).sort_by("min_seq")
 
+    def seen_files(self, queue: str) -> pa.Table:
+        """``queue``'s files of recorded ids (de-duplication), oldest first."""
+        files = self.files.filter(pc.equal(self.files["record"], SEEN))
+        files = files.filter(pc.fill_null(pc.equal(files["min_queue"], queue), False))
+        return files.sort_by("modified")
+
 
 def _flatten_files(table: Any) -> pa.Table:
     raw = pa.table(table.get_add_actions(flatten=True))
@@ -115,6 +122,7 @@ def _flatten_files(table: Any) -> pa.Table:
         {
             "path": column("path", pa.string()),
             "size": column("size_bytes", pa.int64()),
+            "modified": column("modification_time", pa.int64()),  # milliseconds
             "rows": column("num_records", pa.int64()),
             "record": column(f"partition.{PARTITION}", pa.string()),
             "min_queue": column("min.queue", pa.string()),

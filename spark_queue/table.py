@@ -197,6 +197,7 @@ class QueueTable:
             duplicate=False,
             version=outcome.snapshot.version + 1,
             attempts=outcome.attempt,
+            duplicates=changes.get("duplicates", 0),
         )
 
     def last_sequence(self, producer: str) -> int | None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_queue import seen
 from spark_queue.core import (
     Level,
     MessageIndex,
@@ -27,6 +28,8 @@ from spark_queue.core import (
     QueueState,
     Redelivered,
     Removal,
+    SeenRun,
+    id_hashes,
     plan_enqueue,
     plan_settle,
 )
@@ -35,6 +38,7 @@ from spark_queue.files import (
     MESSAGE,
     QUEUE,
     REMOVAL,
+    SEEN,
     STATE_RECORDS,
     StagedFile,
     delete_files,
@@ -50,6 +54,7 @@ from spark_queue.schema import UTC_MICROS
 from spark_queue.store import QueueStore, Snapshot, now_micros
 
 COMMIT_ATTEMPTS = 20
+_CHECKS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="spark-queue-ids")
 BACKOFF_BASE = 0.02  # seconds before the second attempt, at most
 BACKOFF_CAP = 1.0  # seconds between two attempts, at most
 INCOMING_COLUMNS = ["seq", "size", "priority", "deliver_at", "enqueued_at", "expires_at"]
@@ -62,6 +67,17 @@ class StagedQueueFile:
 
     queue: str
     file: StagedFile
+
+
+@dataclass(frozen=True)
+class ArrivingIds:
+    """The message ids of one queue's arrivals, duplicates cut: their hash lanes, and the
+    positions of the set ones in hash order."""
+
+    first: np.ndarray
+    second: np.ndarray
+    order: np.ndarray
+    since: int  # the window's start: ids recorded earlier no longer count
 
 
 @dataclass
@@ -84,6 +100,12 @@ class QueueTransaction:
     # Rows of staged files this process still holds (a publish's), by path: not read back,
     # which on an object store would cost a request per column.
     held_rows: dict[str, pa.Table] = field(default_factory=dict)
+    # De-duplication: arrivals' message ids by queue (queues with a window only), the expired
+    # ``seen`` files this commit removes, and the ids it records (queue, file, hashes, since).
+    incoming_ids: dict[str, pa.ChunkedArray] = field(default_factory=dict)
+    expired_seen: list[tuple[str, int, str]] = field(default_factory=list)
+    recording: list[tuple[str, pa.Table, SeenRun, int]] = field(default_factory=list)
+    early_checks: dict[str, Future] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.states = {name: state.copy() for name, state in self.snapshot.states.items()}
@@ -163,7 +185,7 @@ class QueueTransaction:
             by_queue.setdefault(item.queue, []).append(item.file)
         for name in sorted(by_queue):
             self.declare(name, given)
-        incoming = {name: self._incoming(files) for name, files in sorted(by_queue.items())}
+        incoming = {name: self._incoming(name, files) for name, files in sorted(by_queue.items())}
         for arrivals in incoming.values():  # dead letters are numbered after every arrival
             if arrivals.num_rows:
                 self.next_seq = max(self.next_seq, pc.max(arrivals["seq"]).as_py() + 1)
@@ -199,6 +221,9 @@ class QueueTransaction:
             planned.add(name)
             state = self.states[name]
             own = incoming.get(name)
+            arriving = None
+            if own is not None and name in self.incoming_ids:
+                own, arriving = self._drop_duplicates(name, own, staged[name])
             letters = dead_letters.pop(name, [])
             rows = [own] if own is not None else []
             rows += [_incoming_of(t) for t in letters]
@@ -213,6 +238,8 @@ class QueueTransaction:
             self._record_removals(name, plan)
             letters_out = self._dead_letters(name, plan, own, staged.get(name, []))
             n_own = own.num_rows if own is not None else 0
+            if arriving is not None and own is not None:
+                self._record_ids(name, own, plan.accepted[:n_own], arriving)
             if own is not None:
                 self.accepted[name] = own["seq"].filter(pa.array(plan.accepted[:n_own]))
                 rejected = own.filter(pa.array(~plan.accepted[:n_own]))
@@ -247,14 +274,78 @@ class QueueTransaction:
                 return name
         return sorted(pending)[0]
 
-    def _incoming(self, files: list[StagedFile]) -> pa.Table:
+    def _incoming(self, name: str, files: list[StagedFile]) -> pa.Table:
+        columns = INCOMING_COLUMNS
+        if self.states[name].arguments.duplicate_window:
+            columns = [*INCOMING_COLUMNS, "message_id"]
         parts = [
-            self.held_rows[f.path].select(INCOMING_COLUMNS)
+            self.held_rows[f.path].select(columns)
             if f.path in self.held_rows
-            else self.store.read_rows(f.path, INCOMING_COLUMNS)
+            else self.store.read_rows(f.path, columns)
             for f in files
         ]
-        return _incoming_of(pa.concat_tables(parts).sort_by("seq"))
+        rows = pa.concat_tables(parts).sort_by("seq")
+        if "message_id" in columns:
+            self.incoming_ids[name] = rows["message_id"]
+        return _incoming_of(rows)
+
+    def _drop_duplicates(
+        self, name: str, own: pa.Table, files: list[StagedFile]
+    ) -> tuple[pa.Table, ArrivingIds]:
+        """Arrivals whose ``message_id`` the queue recorded within its window, or that repeat
+        an earlier arrival's, are cut out of the staged files and counted ``duplicates``;
+        the ids of the rest are what this commit records, if the plan accepts them."""
+        state = self.states[name]
+        window_ms = state.arguments.duplicate_window
+        assert window_ms
+        since = self.now - window_ms * 1000
+        ids = self.incoming_ids.pop(name)
+        early = self.early_checks.pop(name, None)
+        first, second, repeated, order = (
+            early.result() if early is not None else self._check_ids(name, ids, since)
+        )
+        self.expired_seen.extend(seen.expired_files(self.snapshot, name, since))
+        order = order[~repeated[order]]  # the ids to record if accepted, in hash order
+        if repeated.any():
+            state.counters["duplicates"] += int(repeated.sum())
+            self._drop_rejected(files, own["seq"].filter(pa.array(repeated)))
+            own = own.filter(pa.array(~repeated))
+            # Positions after the cut: each kept arrival moves down by the repeats before it.
+            order = order - np.cumsum(repeated)[order]
+        return own, ArrivingIds(first[~repeated], second[~repeated], order, since)
+
+    def _check_ids(
+        self, name: str, ids: pa.ChunkedArray | pa.Array, since: int
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        first, second, valid = id_hashes(ids)
+        repeated, order = seen.window(self.store, self.snapshot, name, since).duplicates(
+            first, second, valid, since
+        )
+        return first, second, repeated, order
+
+    def check_ids_early(self, name: str, ids: pa.ChunkedArray | pa.Array) -> None:
+        """Start checking a publish's ids against ``name``'s window while its file is
+        written (numpy and pyarrow release the GIL, so both cores work): an existing queue
+        with a window only; the ids must be in seq order."""
+        state = self.states.get(name)
+        window_ms = state.arguments.duplicate_window if state is not None else None
+        if window_ms:
+            since = self.now - window_ms * 1000
+            self.early_checks[name] = _CHECKS.submit(self._check_ids, name, ids, since)
+
+    def _record_ids(
+        self, name: str, own: pa.Table, accepted: np.ndarray, arriving: ArrivingIds
+    ) -> None:
+        """The ``seen`` rows of the ids this commit enqueued to ``name``, written with the
+        commit's other files."""
+        order = arriving.order[accepted[arriving.order]]
+        if not len(order):
+            return
+        run = SeenRun.of_ordered(arriving.first, arriving.second, self.now, order)
+        seqs = own["seq"].to_numpy()[order]
+        self.recording.append(
+            (name, seen.seen_rows(name, run, seqs, self.now), run, arriving.since)
+        )
 
     def _drop_rejected(self, files: list[StagedFile], rejected_seqs: pa.ChunkedArray) -> None:
         """Rewrite staged files without rejected messages: those are never stored."""
@@ -356,7 +447,7 @@ class QueueTransaction:
             counts = self.summary.setdefault(name, {})
             counts[removal.outcome] = counts.get(removal.outcome, 0) + count
 
-    def _add_rows(self, *parts: tuple[str, pa.Table | None]) -> None:
+    def _add_rows(self, *parts: tuple[str, pa.Table | None]) -> list[StagedFile]:
         """Write each non-empty (record, rows) part as a file of this commit. Several parts
         are written at once: pyarrow releases the GIL while it encodes, and a large batch's
         removal rows and lease index are a million rows each."""
@@ -370,6 +461,7 @@ class QueueTransaction:
             error = future.exception()
             if error is not None:
                 raise error
+        return staged
 
     def _queue_rows(self) -> pa.Table:
         names = sorted(self.states)
@@ -385,7 +477,8 @@ class QueueTransaction:
         self, *, app_id: str | None = None, app_version: int | None = None, operation: str
     ) -> None:
         """Write removals and states and publish everything in one Delta commit."""
-        self._add_rows(
+        written = self._add_rows(
+            *((SEEN, rows) for _, rows, _, _ in self.recording),
             (REMOVAL, pa.concat_tables(self.removal_rows) if self.removal_rows else None),
             (QUEUE, self._queue_rows()),
             *index_rows(self.states).items(),
@@ -393,7 +486,7 @@ class QueueTransaction:
         self.store.commit(
             self.snapshot.table,
             self.adds,
-            self.snapshot.state_files,
+            [*self.snapshot.state_files, *self.expired_seen],
             app_id=app_id,
             app_version=app_version,
             operation={
@@ -404,6 +497,8 @@ class QueueTransaction:
             },
         )
         self.committed = True
+        for (name, _, run, since), staged in zip(self.recording, written, strict=False):
+            seen.remember(self.store, name, staged.path, run, since)
         self.store.remember_states(
             [a.path for a in self.adds if a.record in STATE_RECORDS], self.states
         )

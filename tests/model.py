@@ -304,3 +304,22 @@ class ModelConsumers(ModelQueue):
                 del self.parked[seq]
                 self.removed[seq] = "acked"
                 self.counters["acked"] += 1
+
+
+@dataclass
+class ModelWindow:
+    """De-duplication by message id (SEMANTICS §2), id by id: when each id was enqueued."""
+
+    window: int
+    recorded: dict[str, int] = field(default_factory=dict)
+
+    def enqueue(self, ids: list[str | None], now: int) -> list[bool]:
+        """Per id: whether it is a duplicate; the others are recorded at ``now``."""
+        duplicates = []
+        for message_id in ids:
+            seen_at = self.recorded.get(message_id) if message_id is not None else None
+            duplicate = seen_at is not None and seen_at >= now - self.window
+            duplicates.append(duplicate)
+            if message_id is not None and not duplicate:
+                self.recorded[message_id] = now
+        return duplicates

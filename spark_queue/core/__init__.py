@@ -28,6 +28,8 @@ Modules, one concept each:
   read from the head through a :class:`HeadReader`, ending in a :class:`QueuePlan`;
 - :mod:`~spark_queue.core.overflow`: where limits are decided (``plan_enqueue``,
   ``plan_settle``);
+- :mod:`~spark_queue.core.ids`: de-duplication by message id (``id_hashes``, the window
+  ``SeenIds``);
 - :mod:`~spark_queue.core.leases`: where leases are decided (``plan_lease``, ``plan_ack``,
   ``plan_return``, ``plan_expire``, ``plan_extend``).
 """
@@ -47,6 +49,7 @@ from spark_queue.core.columns import (
     is_ascending,
     member,
 )
+from spark_queue.core.ids import SeenIds, SeenRun, id_hashes
 from spark_queue.core.leases import plan_ack, plan_expire, plan_extend, plan_lease, plan_return
 from spark_queue.core.overflow import plan_enqueue, plan_settle
 from spark_queue.core.state import (
@@ -79,10 +82,13 @@ __all__ = [
     "Redelivered",
     "Removal",
     "Scheduled",
+    "SeenIds",
+    "SeenRun",
     "ascending",
     "below_heads",
     "distinct",
     "gauges",
+    "id_hashes",
     "identity_holds",
     "is_ascending",
     "leased_by_consumer",

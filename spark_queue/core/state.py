@@ -31,8 +31,10 @@ COUNTERS = (
     "killed",
     "dead_lettered",
     "purged",
+    "duplicates",
 )
-# Outcomes that end a message's life in its queue; `rejected` is not one (never added).
+# Outcomes that end a message's life in its queue; `rejected` and `duplicates` are not
+# (never added).
 TERMINAL = ("acked", "replaced", "dropped", "expired", "killed", "purged")
 
 
