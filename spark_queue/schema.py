@@ -11,7 +11,9 @@ a row is:
 - ``scheduled``: the index of messages not yet due;
 - ``lease``: the index of messages delivered to a consumer and not yet acknowledged;
 - ``extra``: the index of ready messages below their level's head (returned, or fell due);
-- ``redelivered``: delivery and cancel counts of returned messages, for their next lease.
+- ``redelivered``: delivery and cancel counts of returned messages, for their next lease;
+- ``seen``: ids a queue with a ``duplicate_window`` enqueued (their digests in ``body``),
+  appended by each commit that records some, removed once out of the window.
 
 ``queue``, ``scheduled``, ``lease``, ``extra`` and ``redelivered`` rows are rewritten by every
 commit (the previous files are removed in the same commit), so they always describe the table
