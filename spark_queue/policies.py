@@ -86,7 +86,11 @@ CAP_KEYS = {
     "max-length-bytes": "max_length_bytes",
     "max-deliveries": "max_deliveries",
     "max-cancels": "max_cancels",
+    "duplicate-window": "duplicate_window",
 }
+# Caps on something a queue may go without: a queue without one keeps none (a missing
+# de-duplication window is no window, not an endless one).
+OPTIONAL_CAPS = ("duplicate_window",)
 SELECTOR_KEYS = ("match", "pattern")
 POLICY_KEYS = (
     *SELECTOR_KEYS,
@@ -375,7 +379,13 @@ class _Loader:
         caps: dict[str, int | None] = {}
         for key, argument in CAP_KEYS.items():
             if key in body:
-                parse = parse_delivery_limit if argument in DELIVERY_LIMITS else parse_limit
+                parse = (
+                    parse_delivery_limit
+                    if argument in DELIVERY_LIMITS
+                    else _parse_window
+                    if argument in OPTIONAL_CAPS
+                    else parse_limit
+                )
                 caps[argument] = self.value(parse, body[key], path, key)
         if "max_length_bytes" in caps and ring_with_byte_limit(defaults.get("overflow"), 0):
             raise self.error(
@@ -471,6 +481,13 @@ class Policies:
         return _resolve(queue, explicit, self.select(queue), self.source)
 
 
+def _parse_window(name: str, value: Any) -> int | None:
+    """A duration cap; -1 or 0: no cap."""
+    if value in (-1, "-1"):
+        return None
+    return parse_duration_ms(name, value) or None
+
+
 def _resolve(
     queue: str, explicit: Mapping[str, Any], policy: Policy | None, source: str
 ) -> Resolution:
@@ -492,6 +509,8 @@ def _resolve(
     for argument, cap in (policy.caps if policy else {}).items():
         assert policy is not None
         current = values[argument]
+        if current is None and argument in OPTIONAL_CAPS:
+            continue
         if cap is not None and (current is None or current > cap):
             values[argument], origins[argument] = cap, Origin("cap", policy.name, current)
     if ring_with_byte_limit(values["overflow"], values["max_length_bytes"]):

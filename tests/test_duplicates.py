@@ -19,6 +19,7 @@ from deltalake import DeltaTable
 
 from spark_queue import InvalidOptionError, QueueTable, seen
 from spark_queue.core import SeenRun, id_hashes, identity_holds
+from spark_queue.policies import load_policies
 
 
 def _messages(ids: list[str | None], prefix: str = "m") -> pa.Table:
@@ -194,3 +195,15 @@ def test_two_streaming_producers_enqueue_a_shared_id_once(spark, tmp_path: Path)
     assert_df_equality(
         browsed.select("message_id"), expected, ignore_row_order=True, ignore_nullable=True
     )
+
+
+def test_a_policy_caps_the_window_of_queues_that_have_one(tmp_path):
+    """A policy bounds the state de-duplication keeps: a longer window is cut to the cap,
+    and a queue without a window gets none."""
+    policies = tmp_path / "policies.toml"
+    policies.write_text('[policy.bounded]\nmatch = "#"\nduplicate-window = "5 minutes"\n')
+    table = QueueTable(str(tmp_path / "q"), policies=load_policies(str(policies)))
+    table.declare("long", duplicate_window="1 day")
+    table.declare("none")
+    assert table.arguments("long").duplicate_window == 300_000
+    assert table.arguments("none").duplicate_window is None
