@@ -227,8 +227,9 @@ def test_cli_declares_a_backoff_and_nacks_with_a_delay(tmp_path, capsys):
 
 
 def test_a_streaming_consumer_gets_the_queue_backoff_without_options(spark, tmp_path: Path):
-    """A message a streaming consumer leased and never acknowledged comes back after its
-    lease period and the queue's delay, no earlier, with its delivery count."""
+    """A message a streaming consumer leased and then cancelled (``ackMode=manual``) comes
+    back after the queue's delay, no earlier, with its delivery count; so does one whose
+    lease ran out. The consumer sets no option for it."""
     path = str(tmp_path / "q")
     table = QueueTable(path)
     table.declare("q", redelivery_delay="3 seconds")
@@ -256,16 +257,21 @@ def test_a_streaming_consumer_gets_the_queue_backoff_without_options(spark, tmp_
 
     first = run()
     assert [d for _, d in first] == [1]
-    until = QueueStore(path).snapshot().states["q"].leases.until[0]
-    while time.time_ns() // 1000 < until:
-        time.sleep(0.05)
-    assert run() == []  # the lease ran out, and the message waits its delay
-    due = _due_of(table, "q")[first[0][0]]  # the stored state: scheduled until then
-    assert due >= until + 3_000_000
+    seq = first[0][0]
+    before = time.time_ns() // 1000
+    assert table.cancel("q", [seq], "stream") == 1
+    assert run() == []  # cancelled: it waits the queue's delay
+    due = _due_of(table, "q")[seq]  # the stored state: scheduled until then
+    assert due >= before + 3_000_000
     while time.time_ns() // 1000 < due:
         time.sleep(0.05)
     second = run()
-    assert second == [(first[0][0], 2)]
+    assert second == [(seq, 2)]
+    until = QueueStore(path).snapshot().states["q"].leases.until[0]
+    while time.time_ns() // 1000 < until:
+        time.sleep(0.05)
+    assert run() == []  # the lease ran out: the message waits its delay again
+    assert _due_of(table, "q")[seq] >= until + 3_000_000
     expected = spark.createDataFrame([(first[0][0], 2)], "seq long, delivery_count int")
     actual = spark.createDataFrame(second, "seq long, delivery_count int")
     assert_df_equality(actual, expected)
