@@ -32,6 +32,7 @@ def test_declare_queues_stats_and_arguments(queue_path):
         "killed",
         "dead_lettered",
         "purged",
+        "duplicates",
         "ready",
         "ready_bytes",
         "leased",
