@@ -235,14 +235,14 @@ def test_a_streaming_consumer_gets_the_queue_backoff_without_options(spark, tmp_
     table.declare("q", redelivery_delay="3 seconds")
     table.publish("q", ["a"])
 
-    def run() -> list[tuple[int, int]]:
+    def run(lease_period: str = "1 second") -> list[tuple[int, int]]:
         out = tmp_path / f"out-{len(list(tmp_path.glob('out-*')))}"
         query = (
             spark.readStream.format("ringqueue")
             .option("queue", "q")
             .option("consumer", "stream")
             .option("ackMode", "manual")
-            .option("leasePeriod", "1 second")
+            .option("leasePeriod", lease_period)
             .load(path)
             .select("seq", "delivery_count")
             .writeStream.format("delta")
@@ -255,7 +255,7 @@ def test_a_streaming_consumer_gets_the_queue_backoff_without_options(spark, tmp_
         frame = spark.read.format("delta").load(str(out))
         return [(r.seq, r.delivery_count) for r in frame.collect()]
 
-    first = run()
+    first = run("1 minute")  # still held when the test cancels it
     assert [d for _, d in first] == [1]
     seq = first[0][0]
     before = time.time_ns() // 1000
