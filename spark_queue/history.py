@@ -13,7 +13,7 @@ queue and version:
 ``ENQUEUE batch 3``, ``CONSUME orders billing``, ``ALTER orders``), ``queue``, the gauges
 ``ready``, ``ready_bytes``, ``leased``, ``scheduled``, the counters of SEMANTICS §4 (``added``,
 ``acked``, ``replaced``, ``dropped``, ``rejected``, ``expired``, ``killed``,
-``dead_lettered``, ``purged``) and the limits in force (``max_length``,
+``dead_lettered``, ``purged``, ``duplicates``) and the limits in force (``max_length``,
 ``max_length_bytes``; null when unlimited).
 
 What a row means, exactly:

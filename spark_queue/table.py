@@ -736,9 +736,9 @@ class QueueTable:
             ``ready``, ``ready_bytes``, ``leased``, ``scheduled``, ``leased_by_consumer``,
             ``groups_by_consumer`` (message groups each consumer holds) and
             every counter (``added``, ``acked``, ``replaced``, ``dropped``, ``rejected``,
-            ``expired``, ``killed``, ``dead_lettered``, ``purged``).
+            ``expired``, ``killed``, ``dead_lettered``, ``purged``, ``duplicates``).
             ``added = acked + replaced + dropped + expired + killed + purged + ready + leased
-            + scheduled`` always holds; ``rejected`` messages were never added, and
+            + scheduled`` always holds; ``rejected`` and ``duplicates`` were never added, and
             ``dead_lettered`` counts copies sent to the dead-letter queue (``added`` there).
 
         Raises:
