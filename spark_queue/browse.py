@@ -148,7 +148,7 @@ def read_partition(partition: BrowsePartition) -> pa.Table:
     seqs = rows.column("seq").to_numpy()
     waiting = member(seqs, np.asarray(partition.scheduled, dtype=np.int64))
     state = pc.if_else(pa.array(waiting), "scheduled", "ready")
-    consumer = leased_consumers(partition.leased, rows.column("seq").to_numpy())
+    consumer = leased_consumers(partition.leased, seqs)
     state = pc.if_else(pc.is_valid(consumer), "leased", state)
     rows = rows.drop_columns(["consumer"]).append_column("consumer", consumer)
     rows = rows.append_column("state", state)

@@ -222,6 +222,12 @@ def parse_duration_ms(name: str, value: Any) -> int | None:
     return int(float(match.group(1)) * _UNIT_MS[match.group(2)])
 
 
+def parse_optional_duration(name: str, value: Any) -> int | None:
+    """A duration that may be absent (``redeliveryDelay``, ``duplicateWindow``): as
+    :func:`parse_duration_ms`, with 0 meaning none."""
+    return parse_duration_ms(name, value) or None
+
+
 def parse_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
     text = str(value).strip().lower()
     if text not in choices:
@@ -297,7 +303,7 @@ def validate_arguments(given: Mapping[str, Any], *, camel: bool = False) -> dict
         parsed["expiration"] = parse_duration_ms(label("expiration"), given["expiration"])
     for argument in ("redelivery_delay", "max_redelivery_delay", "duplicate_window"):
         if argument in given:
-            parsed[argument] = parse_duration_ms(label(argument), given[argument]) or None
+            parsed[argument] = parse_optional_duration(label(argument), given[argument])
     if "redelivery_multiplier" in given:
         parsed["redelivery_multiplier"] = parse_multiplier(
             label("redelivery_multiplier"), given["redelivery_multiplier"]

@@ -42,6 +42,7 @@ from spark_queue.options import (
     parse_duration_ms,
     parse_limit,
     parse_multiplier,
+    parse_optional_duration,
     parse_threshold,
     ring_with_byte_limit,
 )
@@ -68,13 +69,10 @@ DEFAULT_KEYS: dict[str, tuple[str, Any]] = {
     "default-max-cancels": ("max_cancels", parse_delivery_limit),
     "default-exclusive": ("exclusive", parse_bool),
     "default-message-groups": ("message_groups", parse_bool),
-    "default-duplicate-window": ("duplicate_window", lambda n, v: parse_duration_ms(n, v) or None),
-    "default-redelivery-delay": ("redelivery_delay", lambda n, v: parse_duration_ms(n, v) or None),
+    "default-duplicate-window": ("duplicate_window", parse_optional_duration),
+    "default-redelivery-delay": ("redelivery_delay", parse_optional_duration),
     "default-redelivery-multiplier": ("redelivery_multiplier", parse_multiplier),
-    "default-max-redelivery-delay": (
-        "max_redelivery_delay",
-        lambda n, v: parse_duration_ms(n, v) or None,
-    ),
+    "default-max-redelivery-delay": ("max_redelivery_delay", parse_optional_duration),
     "default-expiration-model": (
         "expiration_model",
         lambda n, v: parse_choice(n, v, EXPIRATION_MODELS),
@@ -485,7 +483,7 @@ def _parse_window(name: str, value: Any) -> int | None:
     """A duration cap; -1 or 0: no cap."""
     if value in (-1, "-1"):
         return None
-    return parse_duration_ms(name, value) or None
+    return parse_optional_duration(name, value)
 
 
 def _resolve(

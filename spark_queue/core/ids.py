@@ -166,9 +166,6 @@ class SeenIds:
     def __init__(self, runs: list[SeenRun] | None = None) -> None:
         self.runs = list(runs or [])
 
-    def __len__(self) -> int:
-        return sum(len(run) for run in self.runs)
-
     def duplicates(
         self, first: np.ndarray, second: np.ndarray, valid: np.ndarray, since: int
     ) -> tuple[np.ndarray, np.ndarray]:
