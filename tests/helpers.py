@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming import StreamingQuery
 
 from spark_queue import QueueTable
 from spark_queue.core import identity_holds
@@ -64,24 +65,39 @@ def enqueue(
         write_stream(spark, df, path, tmp, **options)
 
 
-def consume(
+def start_consuming(
     spark: SparkSession, queue_path: str, out: Path, checkpoint: Path, queue: str = "q",
+    *, columns: tuple[str, ...] = ("queue", "seq", "body", "delivery_count"),
     **options: object,
-) -> None:  # fmt: skip
-    """Queue -> Delta table, availableNow, until the query stops."""
+) -> StreamingQuery:  # fmt: skip
+    """Start a query: queue -> Delta table (``columns`` of the stream), availableNow."""
     reader = spark.readStream.format("ringqueue").option("queue", queue)
     for key, value in options.items():
         reader = reader.option(key, str(value))
-    query = (
+    return (
         reader.load(queue_path)
-        .select("queue", "seq", "body", "delivery_count")
+        .select(*columns)
         .writeStream.format("delta")
         .option("checkpointLocation", str(checkpoint))
         .trigger(availableNow=True)
         .start(str(out))
     )
+
+
+def finish(query: StreamingQuery) -> None:
+    """Wait for an availableNow query to stop, and require that it did not fail."""
     query.awaitTermination()
     assert query.exception() is None
+
+
+def consume(
+    spark: SparkSession, queue_path: str, out: Path, checkpoint: Path, queue: str = "q",
+    *, columns: tuple[str, ...] = ("queue", "seq", "body", "delivery_count"),
+    **options: object,
+) -> None:  # fmt: skip
+    """Queue -> Delta table (``columns`` of the stream), availableNow, until the query
+    stops."""
+    finish(start_consuming(spark, queue_path, out, checkpoint, queue, columns=columns, **options))
 
 
 def delivered(spark: SparkSession, out: Path) -> list[str]:

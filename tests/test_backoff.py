@@ -23,6 +23,7 @@ from spark_queue.core import identity_holds
 from spark_queue.policies import load_policies
 from spark_queue.storage import Location
 from spark_queue.store import QueueStore
+from tests.helpers import consume
 
 
 def _due_of(table: QueueTable, queue: str) -> dict[int, int]:
@@ -237,21 +238,16 @@ def test_a_streaming_consumer_gets_the_queue_backoff_without_options(spark, tmp_
 
     def run(lease_period: str = "1 second") -> list[tuple[int, int]]:
         out = tmp_path / f"out-{len(list(tmp_path.glob('out-*')))}"
-        query = (
-            spark.readStream.format("ringqueue")
-            .option("queue", "q")
-            .option("consumer", "stream")
-            .option("ackMode", "manual")
-            .option("leasePeriod", lease_period)
-            .load(path)
-            .select("seq", "delivery_count")
-            .writeStream.format("delta")
-            .option("checkpointLocation", str(out) + "-checkpoint")
-            .trigger(availableNow=True)
-            .start(str(out))
+        consume(
+            spark,
+            path,
+            out,
+            Path(f"{out}-checkpoint"),
+            columns=("seq", "delivery_count"),
+            consumer="stream",
+            ackMode="manual",
+            leasePeriod=lease_period,
         )
-        query.awaitTermination()
-        assert query.exception() is None
         frame = spark.read.format("delta").load(str(out))
         return [(r.seq, r.delivery_count) for r in frame.collect()]
 

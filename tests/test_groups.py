@@ -6,7 +6,6 @@ competing queries over 1,000 groups and checks every table version."""
 
 from __future__ import annotations
 
-import threading
 import time
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from deltalake import DeltaTable
 
 from spark_queue import InvalidOptionError, QueueTable
 from spark_queue.core import identity_holds
+from tests.helpers import finish, start_consuming
 
 
 def _publish(table: QueueTable, queue: str, keyed: list[tuple[str | None, str]]) -> None:
@@ -160,27 +160,23 @@ def test_two_competing_streaming_consumers_keep_every_group_in_order(spark, tmp_
     ).save(path)
     version_before = DeltaTable(path).version()
 
-    def consume(name: str) -> None:
-        query = (
-            spark.readStream.format("ringqueue")
-            .option("queue", "q")
-            .option("consumer", name)
-            .option("maxMessagesPerTrigger", 300)
-            .load(path)
-            .select("seq", "key", "consumer")
-            .writeStream.format("delta")
-            .option("checkpointLocation", str(tmp_path / f"{name}-checkpoint"))
-            .trigger(availableNow=True)
-            .start(str(tmp_path / f"{name}-out"))
+    # Both run at once; started from this thread, one after the other (two threads starting
+    # Python-source queries on a fresh session at once failed a task now and then with
+    # java.io.OptionalDataException).
+    queries = [
+        start_consuming(
+            spark,
+            path,
+            tmp_path / f"{name}-out",
+            tmp_path / f"{name}-checkpoint",
+            columns=("seq", "key", "consumer"),
+            consumer=name,
+            maxMessagesPerTrigger=300,
         )
-        query.awaitTermination()
-        assert query.exception() is None
-
-    threads = [threading.Thread(target=consume, args=(n,)) for n in ("left", "right")]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+        for name in ("left", "right")
+    ]
+    for query in queries:
+        finish(query)
 
     out = {
         n: spark.read.format("delta").load(str(tmp_path / f"{n}-out")) for n in ("left", "right")
