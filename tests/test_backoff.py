@@ -3,8 +3,9 @@ Artemis's ``redelivery-delay``, ``redelivery-delay-multiplier`` and ``max-redeli
 address settings (the maximum defaults to 10 x the delay), JetStream's ``NakWithDelay``. A
 message waiting out its delay is ``scheduled``: not leased, not counted ready.
 
-Time here is the wall clock: the delays are short and every check is a lower bound ("not
-before its time"), never a timing of the code.
+Time here is the wall clock, and no check relies on the code being fast: "not yet" is checked
+against delays of minutes, and short delays are only waited out (lower bounds: "not before
+its time").
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from spark_queue.core import identity_holds
 from spark_queue.policies import load_policies
 from spark_queue.storage import Location
 from spark_queue.store import QueueStore
+from tests.clock import now_micros, wait_past
 from tests.helpers import consume
 
 
@@ -38,56 +40,67 @@ def _browse_states(path: str, queue: str) -> list[str]:
     return [s for p in partitions for s in read_partition(p).column("state").to_pylist()]
 
 
-def _lease_when_due(table: QueueTable, queue: str, consumer: str = "worker", timeout: float = 30):
-    """Poll ``lease`` until it delivers; returns the leased rows and the time it did."""
+def _lease_when_due(table: QueueTable, queue: str, consumer: str = "worker", timeout: float = 120):
+    """Poll ``lease`` until it delivers; returns the leased rows and the time it did (read
+    after the call: a lease that delivered before its time returns before it)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         leased = table.lease(queue, consumer, max_messages=10)
         if leased.num_rows:
-            return leased, time.time_ns() // 1000
+            return leased, now_micros()
         time.sleep(0.02)
     raise AssertionError(f"nothing leased from {queue!r} within {timeout} s")
 
 
 def test_artemis_redelivery_delay_grows_by_its_multiplier_up_to_the_maximum(tmp_path):
     """Artemis: each redelivery waits the previous delay x redelivery-delay-multiplier,
-    never more than max-redelivery-delay."""
+    never more than max-redelivery-delay.
+
+    Delays of minutes, so "not before its time" holds however slow the machine: message k
+    is first returned k - 1 times by nacks that wait for nothing (the backoff follows the
+    delivery count, whatever the earlier returns waited), then cancelled with the backoff."""
     table = QueueTable(str(tmp_path / "q"))
     table.declare(
-        "jobs", redelivery_delay=200, redelivery_multiplier=2, max_redelivery_delay="500ms"
+        "jobs", redelivery_delay="1 minute", redelivery_multiplier=2, max_redelivery_delay="150s"
     )
-    table.publish("jobs", ["poison"])
-    leased = table.lease("jobs", "worker")
-    for deliveries, expected_ms in ((1, 200), (2, 400), (3, 500), (4, 500)):
+    table.publish("jobs", ["m1", "m2", "m3", "m4"])
+    steps = ((1, 60_000), (2, 120_000), (3, 150_000), (4, 150_000))
+    for waiting, (deliveries, expected_ms) in enumerate(steps):
+        leased = table.lease("jobs", "worker", max_messages=1)
+        for _ in range(deliveries - 1):
+            table.cancel("jobs", leased.column("seq").to_pylist(), "worker", delay=0)
+            leased = table.lease("jobs", "worker", max_messages=1)
+        # The earlier messages wait out their delays: never leased before their time.
+        assert leased.column("body").to_pylist() == [f"m{deliveries}".encode()]
         assert leased.column("delivery_count").to_pylist() == [deliveries]
         seq = leased.column("seq")[0].as_py()
-        before = time.time_ns() // 1000
+        before = now_micros()
         assert table.cancel("jobs", [seq], "worker") == 1
-        after = time.time_ns() // 1000
+        after = now_micros()
         due = _due_of(table, "jobs")[seq]
         assert before + expected_ms * 1000 <= due <= after + expected_ms * 1000
-        assert table.lease("jobs", "worker").num_rows == 0  # not before its time
         stats = table.stats("jobs")
-        assert (stats["ready"], stats["scheduled"], stats["leased"]) == (0, 1, 0)
+        gauges = (stats["ready"], stats["scheduled"], stats["leased"])
+        assert gauges == (3 - waiting, 1 + waiting, 0)
         assert identity_holds(stats)
-        assert _browse_states(table.path, "jobs") == ["scheduled"]
-        leased, at = _lease_when_due(table, "jobs")
-        assert at >= due
-    assert table.stats("jobs")["added"] == 1
+        states = _browse_states(table.path, "jobs")
+        assert sorted(states) == ["ready"] * (3 - waiting) + ["scheduled"] * (1 + waiting)
+    assert table.lease("jobs", "worker").num_rows == 0  # all four wait minutes yet
+    assert table.stats("jobs")["added"] == 4
 
 
 def test_artemis_max_redelivery_delay_defaults_to_ten_times_the_delay(tmp_path):
     table = QueueTable(str(tmp_path / "q"))
     table.declare("jobs", redelivery_delay="1s", redelivery_multiplier=100)
     table.publish("jobs", ["a"])
-    for _ in range(2):  # the second return would wait 100 s without the default maximum
+    for _ in range(2):  # the third return would wait 10,000 s without the default maximum
         seq = table.lease("jobs", "w", lease_period="1 minute")["seq"][0].as_py()
-        before = time.time_ns() // 1000
         table.cancel("jobs", [seq], "w", delay=0)  # a nack that waits for nothing
     table.lease("jobs", "w")
+    before = now_micros()
     table.cancel("jobs", [seq], "w")
-    assert _due_of(table, "jobs")[seq] - before < 10 * 1_000_000 + 5_000_000
-    assert _due_of(table, "jobs")[seq] - before >= 10 * 1_000_000
+    after = now_micros()
+    assert before + 10 * 1_000_000 <= _due_of(table, "jobs")[seq] <= after + 10 * 1_000_000
 
 
 def test_a_lease_that_runs_out_waits_its_backoff_before_it_is_leased_again(tmp_path):
@@ -96,10 +109,12 @@ def test_a_lease_that_runs_out_waits_its_backoff_before_it_is_leased_again(tmp_p
     table = QueueTable(str(tmp_path / "q"))
     table.declare("jobs", redelivery_delay=300)
     table.publish("jobs", ["a", "b"])
-    first = table.lease("jobs", "dies", max_messages=1, lease_period=100)
+    # A lease of minutes, so the other consumer's first lease finds it still held however
+    # slow the machine; then it is made to run out now (extend: ``period`` from now).
+    first = table.lease("jobs", "dies", max_messages=1, lease_period="10 minutes")
+    assert table.lease("jobs", "other", max_messages=10).column("body").to_pylist() == [b"b"]
+    assert table.extend("jobs", first.column("seq").to_pylist(), "dies", 1) == 1
     until = QueueStore(table.path).snapshot().states["jobs"].leases.until[0]
-    leased, _ = _lease_when_due(table, "jobs", "other")
-    assert leased.column("body").to_pylist() == [b"b"]  # the other message, at once
     again, at = _lease_when_due(table, "jobs", "other")
     assert again.column("seq").to_pylist() == first.column("seq").to_pylist()
     assert again.column("delivery_count").to_pylist() == [2]
@@ -115,11 +130,15 @@ def test_jetstream_nak_with_delay_overrides_the_queue_backoff(tmp_path):
     table.publish("plain", ["a"])
     table.publish("slow", ["b"])
     seq = table.lease("plain", "w")["seq"][0].as_py()
-    before = time.time_ns() // 1000
+    before = now_micros()
     table.cancel("plain", [seq], "w", delay="250ms")
-    assert table.lease("plain", "w").num_rows == 0
+    after = now_micros()
+    due = _due_of(table, "plain")[seq]
+    assert before + 250_000 <= due <= after + 250_000
+    # Polled from at once: a lease that delivered before ``due`` would end before it (no
+    # "not yet" check of its own, which a slow machine could overrun).
     _, at = _lease_when_due(table, "plain")
-    assert at >= before + 250_000
+    assert at >= due
     seq = table.lease("slow", "w")["seq"][0].as_py()
     table.cancel("slow", [seq], "w", delay=0)
     assert table.lease("slow", "w").column("delivery_count").to_pylist() == [2]
@@ -218,7 +237,7 @@ def test_cli_declares_a_backoff_and_nacks_with_a_delay(tmp_path, capsys):
     assert table.arguments("jobs").redelivery_delay == 5000
     table.publish("jobs", ["a"])
     seq = table.lease("jobs", "w")["seq"][0].as_py()
-    before = time.time_ns() // 1000
+    before = now_micros()
     assert cli_main(["--path", path, "cancel", "jobs", str(seq), "--delay", "1 minute"]) == 0
     assert "cancelled 1" in capsys.readouterr().out
     assert _due_of(table, "jobs")[seq] >= before + 60_000_000
@@ -230,44 +249,58 @@ def test_cli_declares_a_backoff_and_nacks_with_a_delay(tmp_path, capsys):
 def test_a_streaming_consumer_gets_the_queue_backoff_without_options(spark, tmp_path: Path):
     """A message a streaming consumer leased and then cancelled (``ackMode=manual``) comes
     back after the queue's delay, no earlier, with its delivery count; so does one whose
-    lease ran out. The consumer sets no option for it."""
+    lease ran out. The consumer sets no option for it.
+
+    "No earlier" is checked on a queue whose delay is minutes (a Spark query on a loaded
+    machine can take seconds), "comes back" on one whose delay is half a second, waited out
+    by the clock."""
     path = str(tmp_path / "q")
     table = QueueTable(path)
-    table.declare("q", redelivery_delay="3 seconds")
-    table.publish("q", ["a"])
+    table.declare("slow", redelivery_delay="10 minutes")
+    table.declare("fast", redelivery_delay="500ms")
+    table.publish("slow", ["a", "b"])
+    table.publish("fast", ["c"])
 
-    def run(lease_period: str = "1 second") -> list[tuple[int, int]]:
+    def run(queue: str) -> list[tuple[int, int]]:
         out = tmp_path / f"out-{len(list(tmp_path.glob('out-*')))}"
         consume(
             spark,
             path,
             out,
             Path(f"{out}-checkpoint"),
+            queue,
             columns=("seq", "delivery_count"),
             consumer="stream",
             ackMode="manual",
-            leasePeriod=lease_period,
+            leasePeriod="10 minutes",  # still held whenever the test ends the lease
         )
         frame = spark.read.format("delta").load(str(out))
-        return [(r.seq, r.delivery_count) for r in frame.collect()]
+        return sorted((r.seq, r.delivery_count) for r in frame.collect())
 
-    first = run("1 minute")  # still held when the test cancels it
-    assert [d for _, d in first] == [1]
-    seq = first[0][0]
-    before = time.time_ns() // 1000
-    assert table.cancel("q", [seq], "stream") == 1
-    assert run() == []  # cancelled: it waits the queue's delay
-    due = _due_of(table, "q")[seq]  # the stored state: scheduled until then
-    assert due >= before + 3_000_000
-    while time.time_ns() // 1000 < due:
-        time.sleep(0.05)
-    second = run()
-    assert second == [(seq, 2)]
-    until = QueueStore(path).snapshot().states["q"].leases.until[0]
-    while time.time_ns() // 1000 < until:
-        time.sleep(0.05)
-    assert run() == []  # the lease ran out: the message waits its delay again
-    assert _due_of(table, "q")[seq] >= until + 3_000_000
-    expected = spark.createDataFrame([(first[0][0], 2)], "seq long, delivery_count int")
+    (a, first_a), (b, first_b) = run("slow")
+    assert (first_a, first_b) == (1, 1)
+    before = now_micros()
+    assert table.cancel("slow", [a], "stream") == 1  # cancelled: waits the queue's delay
+    after = now_micros()
+    assert table.extend("slow", [b], "stream", 1) == 1  # b's lease runs out now
+    until = QueueStore(path).snapshot().states["slow"].leases.until[0]
+    wait_past(until)
+    assert run("slow") == []  # neither is delivered before its time
+    due = _due_of(table, "slow")  # the stored state: scheduled until then
+    assert before + 600_000_000 <= due[a] <= after + 600_000_000
+    assert due[b] >= until + 600_000_000  # the lease ran out: it waits the delay too
+    stats = table.stats("slow")
+    assert (stats["scheduled"], stats["leased"], stats["ready"]) == (2, 0, 0)
+
+    ((c, first_c),) = run("fast")
+    assert first_c == 1
+    before = now_micros()
+    assert table.cancel("fast", [c], "stream") == 1
+    due_c = _due_of(table, "fast")[c]
+    assert due_c >= before + 500_000
+    wait_past(due_c)
+    second = run("fast")
+    assert second == [(c, 2)]
+    expected = spark.createDataFrame([(c, 2)], "seq long, delivery_count int")
     actual = spark.createDataFrame(second, "seq long, delivery_count int")
     assert_df_equality(actual, expected)
