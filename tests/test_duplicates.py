@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ from deltalake import DeltaTable
 from spark_queue import InvalidOptionError, QueueTable, seen
 from spark_queue.core import SeenRun, id_hashes, identity_holds
 from spark_queue.policies import load_policies
+from tests.clock import now_micros, wait_past
 
 
 def _messages(ids: list[str | None], prefix: str = "m") -> pa.Table:
@@ -72,24 +72,34 @@ def test_ids_hold_across_producers_and_restarts(tmp_path):
 
 
 def test_an_id_is_enqueued_again_once_the_window_has_passed(tmp_path):
+    """The window counts from when the id was enqueued. Declared an hour long, so the
+    second publish is inside it however slow the machine; then shortened to 300 ms, which
+    the clock is left to pass (the window is read at each check)."""
     table = QueueTable(str(tmp_path / "q"))
-    table.declare("q", duplicate_window=300)
+    table.declare("q", duplicate_window="1 hour")
     table.publish("q", _messages(["a"]))
+    enqueued = now_micros()  # after the first publish: the id was recorded before this
     assert table.publish("q", _messages(["a"])).duplicates == 1
-    time.sleep(0.35)
+    table.alter("q", duplicate_window=300)
+    wait_past(enqueued + 300_000)
     assert table.publish("q", _messages(["a"])).duplicates == 0
     assert table.stats("q")["added"] == 2
 
 
 def test_seen_files_out_of_the_window_are_removed_from_the_table(tmp_path):
-    """The stored window is bounded: a commit removes the seen files older than the window."""
+    """The stored window is bounded: a commit removes the seen files older than the window.
+    An hour long while the files are written (none may fall out of it meanwhile, however
+    slow the machine), then 200 ms, which the clock is left to pass."""
     path = str(tmp_path / "q")
     table = QueueTable(path)
-    table.declare("q", duplicate_window=200)
+    table.declare("q", duplicate_window="1 hour")
     table.publish("q", _messages(["a", "b"]))
     table.publish("q", _messages(["c"]))
+    written = now_micros()
     assert len(_seen_files(path)) == 2
-    time.sleep(0.25)
+    table.alter("q", duplicate_window=200)
+    assert len(_seen_files(path)) == 2  # only an enqueue with ids removes them
+    wait_past(written + 200_000)
     table.publish("q", _messages(["d"]))
     assert len(_seen_files(path)) == 1
     rows = DeltaTable(path).to_pyarrow_table(
