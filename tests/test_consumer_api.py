@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from datetime import datetime, timezone
 
 import pytest
 from pyspark.sql import functions as F
 
 from spark_queue import QueueTable
+from tests.clock import now_micros, wait_past
 from tests.helpers import assert_identity, bodies, messages, write_batch
 
 pytestmark = pytest.mark.spark
@@ -164,15 +166,29 @@ def test_filter_leases_matching_messages_and_leaves_the_rest(spark, queue_path):
 
 
 def test_scheduled_messages_are_delivered_once_due(spark, queue_path):
-    df = messages(spark, ["later", "now"]).withColumn(
+    """A message is not delivered before its ``deliver_at``, and is once it is due.
+
+    "Not before" is checked on a message due in an hour (a Spark write on a loaded machine
+    can take seconds); "once due" on one due a second after a time read before the write,
+    waited out by the clock."""
+    start = now_micros()
+    soon = datetime.fromtimestamp(start / 1e6 + 1, timezone.utc)
+    df = spark.createDataFrame(
+        [("hour", None), ("soon", soon), ("now", None)], "body string, deliver_at timestamp"
+    ).withColumn(
         "deliver_at",
-        F.when(F.col("body") == "later", F.expr("current_timestamp() + INTERVAL 2 SECONDS")),
+        F.when(F.col("body") == "hour", F.expr("current_timestamp() + INTERVAL 1 HOUR"))
+        .otherwise(F.col("deliver_at")),
     )
-    write_batch(df, queue_path, queue="q")
+    write_batch(df.coalesce(1), queue_path, queue="q")
     table = QueueTable(queue_path)
-    assert texts(table.lease("q", "c")) == ["now"]
-    time.sleep(2.5)
-    assert texts(table.lease("q", "c")) == ["later"]
+    first = texts(table.lease("q", "c"))
+    assert "now" in first and "hour" not in first
+    wait_past(start + 1_000_000)
+    # "soon" once: in the first lease only where the write took over a second.
+    assert sorted(first + texts(table.lease("q", "c"))) == ["now", "soon"]
+    stats = table.stats("q")
+    assert (stats["scheduled"], stats["leased"]) == (1, 2)
     assert_identity(queue_path)
 
 
