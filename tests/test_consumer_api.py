@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from pyspark.sql import functions as F
@@ -172,13 +172,10 @@ def test_scheduled_messages_are_delivered_once_due(spark, queue_path):
     can take seconds); "once due" on one due a second after a time read before the write,
     waited out by the clock."""
     start = now_micros()
-    soon = datetime.fromtimestamp(start / 1e6 + 1, timezone.utc)
+    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    hour, soon = (epoch + timedelta(microseconds=start + s * 1_000_000) for s in (3600, 1))
     df = spark.createDataFrame(
-        [("hour", None), ("soon", soon), ("now", None)], "body string, deliver_at timestamp"
-    ).withColumn(
-        "deliver_at",
-        F.when(F.col("body") == "hour", F.expr("current_timestamp() + INTERVAL 1 HOUR"))
-        .otherwise(F.col("deliver_at")),
+        [("hour", hour), ("soon", soon), ("now", None)], "body string, deliver_at timestamp"
     )
     write_batch(df.coalesce(1), queue_path, queue="q")
     table = QueueTable(queue_path)
