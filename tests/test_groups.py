@@ -6,7 +6,6 @@ competing queries over 1,000 groups and checks every table version."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,6 +15,8 @@ from deltalake import DeltaTable
 
 from spark_queue import InvalidOptionError, QueueTable
 from spark_queue.core import identity_holds
+from spark_queue.store import QueueStore
+from tests.clock import wait_past
 from tests.helpers import finish, start_consuming
 
 
@@ -77,7 +78,9 @@ def test_a_group_is_free_again_when_its_leases_end(tmp_path, ending):
     table = QueueTable(str(tmp_path / "q"))
     table.declare("q", message_groups=True)
     _publish(table, "q", [("A", "a1"), ("A", "a2")])
-    period = 150 if ending == "lease runs out" else None
+    # A lease of minutes: still held at the check below however slow the machine; for
+    # "lease runs out" it is then made to run out now (extend: ``period`` from now).
+    period = "10 minutes" if ending == "lease runs out" else None
     seqs = table.lease("q", "c1", max_messages=1, lease_period=period)["seq"].to_pylist()
     assert _bodies(table.lease("q", "c2")) == []
     if ending == "ack":
@@ -90,7 +93,8 @@ def test_a_group_is_free_again_when_its_leases_end(tmp_path, ending):
         table.release("c1", "q")
         expected = ["a1", "a2"]
     else:
-        time.sleep(0.2)
+        assert table.extend("q", seqs, "c1", 1) == 1
+        wait_past(int(QueueStore(table.path).snapshot().states["q"].leases.until[0]))
         expected = ["a1", "a2"]
     assert _bodies(table.lease("q", "c2")) == expected
 
@@ -98,15 +102,23 @@ def test_a_group_is_free_again_when_its_leases_end(tmp_path, ending):
 def test_a_group_waits_with_its_message_that_waits_out_a_redelivery_delay(tmp_path):
     """SQS FIFO keeps a group blocked while its failed message is invisible; here the
     returned message waits out the queue's backoff, and its group waits with it, so the
-    group's order holds."""
+    group's order holds.
+
+    That the group waits is checked on a queue whose backoff is minutes (so the wait cannot
+    end before the check, however slow the machine); that it comes back in order, on one
+    whose backoff is 300 ms, waited out by the clock."""
     table = QueueTable(str(tmp_path / "q"))
-    table.declare("q", message_groups=True, redelivery_delay=300)
-    _publish(table, "q", [("A", "a1"), ("A", "a2"), ("B", "b1")])
-    seqs = table.lease("q", "c1", max_messages=1)["seq"].to_pylist()
-    table.cancel("q", seqs, "c1")
-    assert _bodies(table.lease("q", "c2")) == ["b1"]  # not a2: a1 comes first
-    time.sleep(0.35)
-    assert _bodies(table.lease("q", "c3")) == ["a1", "a2"]
+    table.declare("slow", message_groups=True, redelivery_delay="10 minutes")
+    table.declare("fast", message_groups=True, redelivery_delay=300)
+    for queue in ("slow", "fast"):
+        _publish(table, queue, [("A", "a1"), ("A", "a2"), ("B", "b1")])
+        seqs = table.lease(queue, "c1", max_messages=1)["seq"].to_pylist()
+        table.cancel(queue, seqs, "c1")
+    assert _bodies(table.lease("slow", "c2")) == ["b1"]  # not a2: a1 comes first
+    stats = table.stats("slow")
+    assert (stats["scheduled"], stats["ready"], stats["leased"]) == (1, 1, 1)
+    wait_past(int(QueueStore(table.path).snapshot().states["fast"].scheduled.deliver_at[0]))
+    assert _bodies(table.lease("fast", "c3")) == ["a1", "a2", "b1"]
 
 
 def test_groups_are_kept_across_table_objects_and_policies(tmp_path):
@@ -158,6 +170,13 @@ def test_two_competing_streaming_consumers_keep_every_group_in_order(spark, tmp_
     df.write.format("ringqueue").mode("append").option("queue", "q").option(
         "messageGroups", "true"
     ).save(path)
+    # Each query gets a share by construction, not by the scheduler's favour: first each
+    # consumer name holds the head of a group of its own (as a query that died would). The
+    # other query cannot lease that group, and a new query under the name returns what the
+    # name held and leases from the head in its first commit: it delivers that group.
+    table = QueueTable(path)
+    assert _bodies(table.lease("q", "right", max_messages=1)) == ["m0"]
+    assert _bodies(table.lease("q", "left", max_messages=1)) == ["m1"]
     version_before = DeltaTable(path).version()
 
     # Both run at once; started from this thread, one after the other (two threads starting
@@ -184,7 +203,7 @@ def test_two_competing_streaming_consumers_keep_every_group_in_order(spark, tmp_
     delivered = out["left"].unionByName(out["right"])
     assert delivered.count() == groups * per_group
     assert delivered.select("seq").distinct().count() == groups * per_group
-    assert out["left"].count() > 0 and out["right"].count() > 0
+    assert out["left"].count() > 0 and out["right"].count() > 0  # as constructed above
 
     first_leased: dict[int, int] = {}
     for version in range(version_before + 1, DeltaTable(path).version() + 1):
