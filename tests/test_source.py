@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
 from spark_queue import QueueTable
+from spark_queue.store import QueueStore
+from tests.clock import now_micros, wait_past
 from tests.helpers import assert_identity, consume, delivered, messages, write_batch
 
 pytestmark = pytest.mark.spark
@@ -112,17 +113,22 @@ def test_failed_batch_replays_the_same_messages(spark, queue_path, tmp_path):
     assert_identity(queue_path)
 
 
-def test_short_lease_period_lets_another_consumer_take_over(spark, queue_path, tmp_path):
+def test_lease_period_lets_another_consumer_take_over(spark, queue_path, tmp_path):
+    """The query's ``leasePeriod`` bounds its leases; once they run out another consumer
+    takes the messages, delivered again. The period is minutes (the failed query may take
+    seconds to stop on a loaded machine, and the leases must be held at the check); the
+    test then makes them run out now (``extend``: ``period`` from now)."""
     write_batch(messages(spark, ["x", "y"]), queue_path, queue="q")
 
     def crash(batch, batch_id):
         raise RuntimeError("consumer died")
 
+    started = now_micros()
     query = (
         spark.readStream.format("ringqueue")
         .option("queue", "q")
         .option("consumer", "a")
-        .option("leasePeriod", "4 seconds")
+        .option("leasePeriod", "10 minutes")
         .load(queue_path)
         .writeStream.foreachBatch(crash)
         .option("checkpointLocation", str(tmp_path / "chk"))
@@ -131,10 +137,14 @@ def test_short_lease_period_lets_another_consumer_take_over(spark, queue_path, t
     )
     with pytest.raises(Exception, match="consumer died"):
         query.awaitTermination()
+    stopped = now_micros()
     table = QueueTable(queue_path)
     assert table.stats("q")["leased"] == 2
+    leases = QueueStore(queue_path).snapshot().states["q"].leases
+    assert all(started + 600_000_000 <= u <= stopped + 600_000_000 for u in leases.until)
     assert table.lease("q", "b").num_rows == 0  # still held by the dead consumer
-    time.sleep(4)
+    assert table.extend("q", leases.seq.tolist(), "a", 1) == 2
+    wait_past(int(QueueStore(queue_path).snapshot().states["q"].leases.until.max()))
     taken = table.lease("q", "b", max_messages=10)
     assert taken["delivery_count"].to_pylist() == [2, 2]
     assert_identity(queue_path)
