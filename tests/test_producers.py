@@ -26,6 +26,11 @@ def write_concurrently(spark, queue_path: str, **options: object) -> list[BaseEx
     """WRITERS threads, each writing BATCHES batches to queue ``orders``; their errors."""
     errors: list[BaseException] = []
     go = threading.Barrier(WRITERS)
+    # One write from this thread first, to a table of its own: the writers then race each
+    # other's commits, not the session's first use of the Python data source (threads
+    # starting Python data source queries on a fresh session at once failed a task now and
+    # then with java.io.OptionalDataException; see test_groups).
+    write_batch(messages(spark, ["warm-up"]), f"{queue_path}-warm-up", queue="warm-up")
 
     def writer(name: str) -> None:
         try:
