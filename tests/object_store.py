@@ -18,28 +18,34 @@ REGION = "us-east-1"
 
 def start_s3_server(log_path: str | None = None) -> tuple[subprocess.Popen, str]:
     """Start moto's server on a free port of 127.0.0.1; returns it and its endpoint URL.
-    ``log_path``: where its request log goes (one line per request), else nowhere."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    log = open(log_path, "w") if log_path else subprocess.DEVNULL  # noqa: SIM115
-    process = subprocess.Popen(
-        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=log,
-        stderr=log,
-    )
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                break
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                raise RuntimeError(f"moto's S3 server did not start on {endpoint}") from None
-            time.sleep(0.1)
-    return process, endpoint
+    ``log_path``: where its request log goes (one line per request), else nowhere.
+
+    The port is free when probed but may be taken by another process before the server
+    binds it (other suites share the machine): a server that exits at start is started
+    again on another port."""
+    for _ in range(5):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        log = open(log_path, "w") if log_path else subprocess.DEVNULL  # noqa: SIM115
+        process = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=log,
+            stderr=log,
+        )
+        endpoint = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while process.poll() is None and time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1):
+                    return process, endpoint
+            except OSError:
+                time.sleep(0.1)
+        process.kill()
+        process.wait()
+        if time.monotonic() >= deadline:
+            break  # it never listened: not a port taken meanwhile
+    raise RuntimeError(f"moto's S3 server did not start on {endpoint}")
 
 
 def server_options(endpoint: str) -> dict[str, str]:
