@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -35,12 +35,6 @@ SPARK_BIN = Path(pyspark.__file__).resolve().parent / "bin"
 HOST = "127.0.0.1"
 WORKERS = 2
 MESSAGES, FILES = 400, 4
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 def package_zip(folder: Path) -> Path:
@@ -104,6 +98,19 @@ def wait_for(condition, what: str, logs: Path, timeout: float = 90) -> None:
     pytest.fail(f"timed out waiting for {what}; logs: {json.dumps(tails, indent=1)}")
 
 
+def logged(log: Path, pattern: str, logs: Path) -> str:
+    """The first group of ``pattern`` in ``log``, once a daemon has written it."""
+    found: list[str] = []
+
+    def written() -> bool:
+        match = re.search(pattern, log.read_text()) if log.exists() else None
+        found.extend(match.groups() if match else ())
+        return bool(match)
+
+    wait_for(written, f"{pattern!r} in {log.name}", logs)
+    return found[0]
+
+
 def daemon(cluster_env: dict[str, str], logs: Path, name: str, *args: str) -> subprocess.Popen:
     """A master or worker JVM as its own process group (its executors join the group)."""
     log = open(logs / f"{name}.log", "w")  # noqa: SIM115 (closed with the process)
@@ -144,8 +151,9 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         "SPARK_DAEMON_MEMORY": "256m",
         "PYSPARK_PYTHON": sys.executable,
     }
-    port, ui_port = free_port(), free_port()
-    master_url, ui_url = f"spark://{HOST}:{port}", f"http://{HOST}:{ui_port}"
+    # Ports 0: the master and the workers bind free ports themselves, read back from the
+    # master's log and status. (A port probed free here could be taken by another process
+    # before the JVM binds it, and Spark would then move to the next port silently.)
     started: list[subprocess.Popen] = []
     try:
         started.append(
@@ -157,13 +165,15 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
                 "--host",
                 HOST,
                 "--port",
-                str(port),
+                "0",
                 "--webui-port",
-                str(ui_port),
+                "0",
             )
         )
-        running = Cluster(master_url, ui_url, env, logs)
+        ui_url = logged(logs / "master.log", r"and started at (http://[\w.]+:\d+)", logs)
+        running = Cluster("", ui_url, env, logs)
         wait_for(lambda: running.state()["status"] == "ALIVE", "the master", logs)
+        running.master_url = running.state()["url"]
         for n in range(WORKERS):
             started.append(
                 daemon(
@@ -174,10 +184,10 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
                     "--host",
                     HOST,
                     "--webui-port",
-                    str(free_port()),
+                    "0",
                     "--work-dir",
                     str(tmp_path / f"work{n}"),
-                    master_url,
+                    running.master_url,
                 )
             )
         wait_for(lambda: running.state()["aliveworkers"] == WORKERS, f"{WORKERS} workers", logs)
@@ -257,24 +267,24 @@ def test_produce_and_consume_on_a_standalone_cluster(cluster, tmp_path):
     assert delivered == expected  # every message, with its own body and key
     stats = QueueTable(str(queues)).stats("events")
     assert (stats["acked"], stats["ready"], stats["leased"]) == (MESSAGES, 0, 0)
-    # Both applications ran on the cluster, with an executor on each worker.
+    # Both applications ran on the cluster.
     apps = cluster.state()["completedapps"]
     assert sorted(app["name"] for app in apps) == ["spark-queue-consume", "spark-queue-produce"]
+    # Each application's tasks ran on the cluster's executors, which had the package from
+    # --py-files. Which workers an application's executors landed on, and which executors
+    # ran its tasks, is Spark's scheduling: one that registers late (a loaded machine can
+    # take longer than Spark's wait for resources) may get no task, or the application may
+    # end first. An executor that exits as its application stops can also be replaced by
+    # the master before it learns the application finished; the replacement never reaches
+    # the driver. So only executors that registered with their driver count, and only
+    # "some executor ran tasks" is required of each application.
     ran: dict[str, int] = {}
-    for n in range(WORKERS):
-        # An executor that exits as its application stops can be replaced by the master
-        # before it learns the application finished; the replacement never reaches the
-        # driver. Only executors that registered with their driver count.
-        executors = [
-            e
-            for e in (tmp_path / f"work{n}").glob("app-*/*/")
-            if "Successfully registered with driver" in (e / "stderr").read_text()
-        ]
-        assert sorted(e.parent.name for e in executors) == sorted(a["id"] for a in apps)
-        for executor in executors:
-            assert (executor / "spark_queue.zip").exists()  # shipped with --py-files
-            if "Finished task" in (executor / "stderr").read_text():
-                ran[executor.parent.name] = ran.get(executor.parent.name, 0) + 1
-    # Which executor a task lands on is Spark's choice: each application ran tasks on the
-    # cluster's executors, not necessarily on both.
-    assert len(ran) == 2 and all(count >= 1 for count in ran.values())
+    for executor in tmp_path.glob("work*/app-*/*/"):
+        log = (executor / "stderr").read_text() if (executor / "stderr").exists() else ""
+        if "Successfully registered with driver" not in log:
+            continue
+        assert executor.parent.name in {a["id"] for a in apps}
+        assert (executor / "spark_queue.zip").exists()  # shipped with --py-files
+        if "Finished task" in log:
+            ran[executor.parent.name] = ran.get(executor.parent.name, 0) + 1
+    assert sorted(ran) == sorted(a["id"] for a in apps)
