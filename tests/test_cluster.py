@@ -170,8 +170,8 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
                 "0",
             )
         )
-        ui_url = logged(logs / "master.log", r"and started at (http://[\w.]+:\d+)", logs)
-        running = Cluster("", ui_url, env, logs)
+        ui_port = logged(logs / "master.log", r"and started at https?://[^\s:]+:(\d+)", logs)
+        running = Cluster("", f"http://{HOST}:{ui_port}", env, logs)
         wait_for(lambda: running.state()["status"] == "ALIVE", "the master", logs)
         running.master_url = running.state()["url"]
         for n in range(WORKERS):
