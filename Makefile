@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: setup jars demo test lint bench clean
+.PHONY: setup jars demo test stress lint bench clean
 
 # Bytecode for the package: the editable install writes none, and where
 # PYTHONDONTWRITEBYTECODE is set no process does, so every Python worker Spark starts
@@ -30,6 +30,16 @@ demo: setup
 
 test: setup
 	$(PY) -m pytest -q
+
+# By hand, never in CI: the randomised tests (chaos, many clients, Hypothesis) again and
+# again under new seeds (SPARK_QUEUE_TEST_SEED=random), STRESS_RUNS times, one run at a time.
+# A failure prints its seed and the command that replays it.
+STRESS_RUNS ?= 10
+stress: setup
+	@for run in $$(seq $(STRESS_RUNS)); do \
+		echo "stress run $$run of $(STRESS_RUNS)"; \
+		SPARK_QUEUE_TEST_SEED=random $(PY) -m pytest -q -s -m randomised $(STRESS_TESTS) || exit 1; \
+	done
 
 lint: setup
 	$(VENV)/bin/ruff check .

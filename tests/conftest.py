@@ -3,16 +3,72 @@
 from __future__ import annotations
 
 import os
+import random
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import core as hypothesis_core
+from hypothesis import settings
 
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from tests.seeds import ENV_VAR, RANDOM, SEED_LIMIT, replay_command, seed_for, seed_mode  # noqa: E402
+
+# Loaded before any test module is imported, so each ``@settings(...)`` inherits it. "ci":
+# every run draws the same examples and needs no example database (CI has none to keep);
+# otherwise the run's seed decides them (tests/seeds.py).
+settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
+settings.register_profile("seeded", derandomize=False, database=None, print_blob=True)
+SEED_MODE = seed_mode()
+if SEED_MODE is None:
+    settings.load_profile("ci")
+else:
+    settings.load_profile("seeded")
+    hypothesis_core.global_force_seed = (
+        random.SystemRandom().randrange(SEED_LIMIT) if SEED_MODE == RANDOM else SEED_MODE
+    )
+REPLAY = pytest.StashKey[str]()
+
+
+def pytest_report_header() -> str:
+    if SEED_MODE is None:
+        return f"seeds: fixed per test ({ENV_VAR} unset); hypothesis profile 'ci'"
+    return (
+        f"seeds: {ENV_VAR}={os.environ[ENV_VAR]}; hypothesis seed "
+        f"{hypothesis_core.global_force_seed} (replay: {ENV_VAR}="
+        f"{hypothesis_core.global_force_seed})"
+    )
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every randomised test (a ``seed`` user, or a Hypothesis test) ``randomised``:
+    ``make stress`` selects them."""
+    for item in items:
+        uses_seed = "seed" in getattr(item, "fixturenames", ())
+        if uses_seed or getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+            item.add_marker(pytest.mark.randomised)
+
+
+@pytest.fixture
+def seed(request: pytest.FixtureRequest) -> int:
+    """This test's seed (tests/seeds.py), printed; a failure prints how to replay it."""
+    value = seed_for(request.node.nodeid)
+    request.node.stash[REPLAY] = replay_command(value, request.node.nodeid)
+    print(f"\nseed {value} (replay: {request.node.stash[REPLAY]})")
+    return value
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> pytest.TestReport:
+    report = yield
+    if report.failed and REPLAY in item.stash:
+        report.sections.append(("replay", item.stash[REPLAY]))
+    return report
 
 
 @pytest.fixture(scope="session")

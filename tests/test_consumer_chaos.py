@@ -6,11 +6,12 @@ window of the protocol, ``spark_queue.failpoints``) or at a random moment. Meanw
 test's own session enqueues batches. At the end one clean run drains the queue, and the
 Delta output must hold every produced message exactly once.
 
-CI runs a short version. A long one, by hand::
+CI runs a short version with a fixed seed (tests/seeds.py). A long one, by hand::
 
-    SPARK_QUEUE_CHAOS_KILLS=40 .venv/bin/python -m pytest -s tests/test_consumer_chaos.py
+    SPARK_QUEUE_CHAOS_KILLS=40 SPARK_QUEUE_TEST_SEED=random \
+        .venv/bin/python -m pytest -s tests/test_consumer_chaos.py
 
-(``SPARK_QUEUE_CHAOS_SEED`` repeats a run.) It prints one summary line.
+It prints its seed and one summary line.
 """
 
 from __future__ import annotations
@@ -30,7 +31,6 @@ from tests.helpers import assert_identity, messages, write_batch
 
 pytestmark = pytest.mark.spark
 KILLS = int(os.environ.get("SPARK_QUEUE_CHAOS_KILLS", "3"))
-SEED = int(os.environ.get("SPARK_QUEUE_CHAOS_SEED", str(time.time_ns() % 1_000_000)))
 PER_PRODUCED_BATCH, PER_CONSUMED_BATCH = 50, 200
 WINDOWS = [
     "source.latest-offset",
@@ -40,8 +40,11 @@ WINDOWS = [
 ]
 
 
-def test_a_consumer_killed_at_random_and_in_windows_loses_and_repeats_nothing(spark, tmp_path):
-    rng = random.Random(SEED)
+def test_a_consumer_killed_at_random_and_in_windows_loses_and_repeats_nothing(
+    spark, tmp_path, seed
+):
+    rng = random.Random(seed)
+    producer_rng = random.Random(seed + 1)  # its own: the two threads' draws stay apart
     queue_path, output, checkpoint = tmp_path / "queues", tmp_path / "out", tmp_path / "chk"
     produced: list[str] = []
     done = threading.Event()
@@ -55,7 +58,7 @@ def test_a_consumer_killed_at_random_and_in_windows_loses_and_repeats_nothing(sp
                 write_batch(messages(spark, rows), str(queue_path), queue="orders")
                 produced.extend(rows)
                 batch += 1
-                time.sleep(rng.uniform(0.2, 1.5))
+                time.sleep(producer_rng.uniform(0.2, 1.5))
         except BaseException as error:  # reported by the test thread
             failures.append(error)
 
@@ -94,11 +97,11 @@ def test_a_consumer_killed_at_random_and_in_windows_loses_and_repeats_nothing(sp
     duplicates = sum(count - 1 for count in delivered.values())
     stats = QueueTable(str(queue_path)).stats("orders")
     print(
-        f"\nchaos: seed {SEED}, produced {len(produced)}, delivered {sum(delivered.values())}, "
+        f"\nchaos: seed {seed}, produced {len(produced)}, delivered {sum(delivered.values())}, "
         f"lost {lost}, duplicates {duplicates}, kills {sum(kills.values())} ({dict(kills)}), "
         f"acked {stats['acked']}, identity {'holds' if identity_holds(stats) else 'broken'}"
     )
-    assert (lost, duplicates) == (0, 0), f"seed {SEED}"
+    assert (lost, duplicates) == (0, 0)
     assert set(delivered) == set(produced)
     assert (stats["acked"], stats["leased"], stats["ready"]) == (len(produced), 0, 0)
     assert_identity(str(queue_path))
