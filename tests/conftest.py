@@ -46,12 +46,15 @@ def pytest_report_header() -> str:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every randomised test (a ``seed`` user, or a Hypothesis test) ``randomised``:
-    ``make stress`` selects them."""
+    """Mark every randomised test (a ``seed`` user, or a Hypothesis test) ``randomised``
+    (``make stress`` selects them), and every user of the ``spark`` fixture ``spark``, so
+    that ``-m "not spark"`` never starts a SparkSession."""
     for item in items:
-        uses_seed = "seed" in getattr(item, "fixturenames", ())
-        if uses_seed or getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+        fixtures = getattr(item, "fixturenames", ())
+        if "seed" in fixtures or getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
             item.add_marker(pytest.mark.randomised)
+        if "spark" in fixtures:
+            item.add_marker(pytest.mark.spark)
 
 
 @pytest.fixture
