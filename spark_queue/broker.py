@@ -290,7 +290,7 @@ def run_broker(
     table = QueueTable(path, policies=policies, storage_options=storage_options, broker="off")
     server = QueueBroker(table, host, port, token=token, max_request_bytes=max_request_bytes)
     if advertise is None:
-        shown = socket.getfqdn() if host in ("0.0.0.0", "::") else host
+        shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
         advertise = f"[{shown}]:{server.port}" if ":" in shown else f"{shown}:{server.port}"
     stop = threading.Event()
     for number in (signal.SIGTERM, signal.SIGINT):

@@ -149,7 +149,7 @@ class BrokerClient:
             if decoded is None or (
                 isinstance(decoded, BrokerRequestError) and str(decoded).startswith(WRONG_TABLE)
             ):
-                raise BrokerUnreachable(f"the broker at {self.address}: {error}") from None
+                raise BrokerUnreachable(f"the broker at {self.address}: {_short(error)}") from None
             raise decoded from None
         except pa.ArrowException as error:  # an answer cut short
             raise BrokerUnreachable(f"the broker at {self.address}: {error}") from None
@@ -164,6 +164,11 @@ class BrokerClient:
 
     def close(self) -> None:
         self._client.close()
+
+
+def _short(error: Exception) -> str:
+    """A Flight error's message without gRPC's debug context (a line of internals)."""
+    return str(error).split(". gRPC client debug context")[0]
 
 
 def _json_value(value: Any) -> Any:
