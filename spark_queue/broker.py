@@ -38,7 +38,7 @@ from spark_queue.discovery import (
     remove_stale_records,
     write_record,
 )
-from spark_queue.errors import BrokerError, BrokerRequestError, InvalidOptionError
+from spark_queue.errors import BrokerError, BrokerRequestError, InvalidOptionError, StorageError
 from spark_queue.table import QueueTable
 from spark_queue.wire import (
     PROTOCOL,
@@ -282,13 +282,18 @@ def run_broker(
 
     Raises:
         InvalidOptionError: a bad ``listen``/``advertise``, or no token beyond loopback.
+        BrokerError: it cannot listen there (the port is taken, say).
+        StorageError: its record cannot be written to the table's store.
     """
     host, port = parse_listen(listen)
     check_token(host, token)
     if advertise is not None:
         parse_listen(advertise)
     table = QueueTable(path, policies=policies, storage_options=storage_options, broker="off")
-    server = QueueBroker(table, host, port, token=token, max_request_bytes=max_request_bytes)
+    try:
+        server = QueueBroker(table, host, port, token=token, max_request_bytes=max_request_bytes)
+    except (pa.ArrowException, OSError) as error:  # the port is taken, the host not ours
+        raise BrokerError(f"the broker cannot listen on {host}:{port}: {error}") from None
     if advertise is None:
         shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
         advertise = f"[{shown}]:{server.port}" if ":" in shown else f"{shown}:{server.port}"
@@ -316,7 +321,10 @@ def run_broker(
         removed = remove_stale_records(location)
         if removed:
             log.info("removed %d records of brokers that stopped beating", removed)
-        write_record(location, record())
+        try:
+            write_record(location, record())
+        except OSError as error:
+            raise StorageError(location.unreachable(error)) from None
         announce(
             f"spark-queue broker {server.id}: serving {table.path} at {advertise} "
             f"(token {'required' if token else 'not required'}); stop with SIGTERM"

@@ -11,7 +11,6 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterator
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
