@@ -8,6 +8,7 @@ test_exclusive, test_duplicates, test_extend, test_backoff, test_many_clients)."
 
 from __future__ import annotations
 
+import threading
 import zlib
 from collections.abc import Iterator
 from datetime import datetime, timezone
@@ -207,6 +208,34 @@ def test_filters_priorities_and_byte_bounds(table, q):
     assert bodies(table.lease(name, "c", max_messages=10, max_bytes=1)) == ["high"]
     assert bodies(table.lease(name, "c", filter="priority < 2")) == ["low"]
     assert bodies(table.lease(name, "c")) == ["mid"]
+
+
+def test_threads_of_one_table_publish_lease_and_ack_at_once(table, q):
+    """One ``QueueTable`` (one router, one Flight client) used by 4 threads at once."""
+    name = f"{q}.shared"
+    table.declare(name, ring_size=100)
+    errors: list[BaseException] = []
+    go = threading.Barrier(4)
+
+    def client(number: int) -> None:
+        try:
+            go.wait()
+            for batch in range(3):
+                table.publish(name, [f"t{number}-b{batch}-m{i}" for i in range(4)])
+                leased = table.lease(name, f"c{number}", max_messages=2)
+                table.ack(name, leased["seq"].to_pylist(), f"c{number}")
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    stats = table.stats(name)
+    assert (stats["added"], stats["acked"], stats["ready"]) == (48, 24, 24)
+    assert identity_holds(stats)
 
 
 BAD_CALLS = {  # a call on a table that has the queue "<q>.orders" (max_length 5)
