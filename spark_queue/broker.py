@@ -224,13 +224,15 @@ class QueueBroker(flight.FlightServerBase):
                 raise BrokerRequestError(
                     f"malformed request: publish's queue arguments name {clashing}"
                 )
-            return self.table.publish(rows=rows(), **named, **queue_arguments)
+            named = {**named, **queue_arguments, "rows": rows()}
+        else:
+            named = arguments
         call = getattr(self.table, method)
         try:
-            inspect.signature(call).bind(**arguments)
+            inspect.signature(call).bind(**named)
         except TypeError as error:
             raise BrokerRequestError(f"malformed request: {method}: {error}") from None
-        return call(**arguments)
+        return call(**named)
 
     def _count(self, what: str) -> None:
         with self._counts_lock:

@@ -190,6 +190,8 @@ def _wire_arguments(method: str, arguments: dict[str, Any]) -> tuple[dict, pa.Ta
     if method == "publish":
         check_queue_name("queue", given["queue"])
         rows = as_input_table(given.pop("rows"))
+        if not given.get("arguments", True):
+            del given["arguments"]  # no queue arguments given
     if "seqs" in given:
         given["seqs"] = np.asarray(given["seqs"], np.int64).tolist()
     return json.loads(json.dumps(given, default=_json_value, allow_nan=False)), rows
@@ -278,8 +280,8 @@ class BrokerRouter:
         if route is None:
             return method(table, *args, **kwargs)
         key, client, limit = route
+        # Only the arguments given: the broker's method fills in its own defaults.
         bound = inspect.signature(method).bind(table, *args, **kwargs)
-        bound.apply_defaults()
         arguments = {k: v for k, v in bound.arguments.items() if k != "self"}
         try:
             wired, rows = _wire_arguments(method_name, arguments)

@@ -208,7 +208,8 @@ def test_too_large_and_malformed_requests_are_refused_and_change_nothing(tmp_pat
             ("ack", request("ack", {}, table="/elsewhere"), "wrong table"),
             ("drop", request("drop", {}), "method 'drop' is not one of"),
             ("ack", request("ack", [1]), "'arguments' is not a JSON object"),
-            ("ack", request("ack", {"queue": "jobs", "sqs": [1]}), "no argument 'sqs'"),
+            ("ack", request("ack", {"queue": "jobs", "seqs": [], "sqs": 1}), "unexpected keyword"),
+            ("publish", request("publish", {"queue": "q", "rows": 1}), "no argument 'rows'"),
             ("ack", request("ack", {"queue": "jobs"}), "missing a required argument: 'seqs'"),
             ("lease", request("ack", {"queue": "jobs", "seqs": [0]}), "names the method 'ack'"),
             ("publish", request("publish", {"queue": "jobs"}), "publish goes by do_put"),
@@ -216,7 +217,7 @@ def test_too_large_and_malformed_requests_are_refused_and_change_nothing(tmp_pat
             assert text in refusal(kind, body), (kind, body)
         assert version(path) == before
         status = broker.status()
-        assert (status["refused"], status["failed"]) == (12, 0)
+        assert (status["refused"], status["failed"]) == (13, 0)
 
 
 def run_load(

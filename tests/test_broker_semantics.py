@@ -178,9 +178,7 @@ def test_a_lease_that_runs_out_is_delivered_again_and_delivery_limits_kill(table
 def test_message_groups_and_exclusive_queues(table, q):
     groups = f"{q}.groups"
     table.declare(groups, message_groups=True)
-    table.publish(
-        groups, pa.table({"key": ["A", "A", "B", "B"], "body": ["A1", "A2", "B1", "B2"]})
-    )
+    table.publish(groups, pa.table({"key": ["A", "A", "B", "B"], "body": ["A1", "A2", "B1", "B2"]}))
     first = table.lease(groups, "c1", max_messages=1)
     assert bodies(first) == ["A1"]
     assert lease_bodies(table, groups, "c2") == ["B1", "B2"]
@@ -201,9 +199,7 @@ def test_filters_priorities_and_byte_bounds(table, q):
     name = f"{q}.f"
     table.publish(
         name,
-        pa.table(
-            {"body": ["low", "high", "mid"], "priority": pa.array([0, 5, 2], pa.int32())}
-        ),
+        pa.table({"body": ["low", "high", "mid"], "priority": pa.array([0, 5, 2], pa.int32())}),
     )
     assert bodies(table.lease(name, "c", max_messages=10, max_bytes=1)) == ["high"]
     assert bodies(table.lease(name, "c", filter="priority < 2")) == ["low"]
