@@ -192,7 +192,7 @@ def _wire_arguments(method: str, arguments: dict[str, Any]) -> tuple[dict, pa.Ta
         rows = as_input_table(given.pop("rows"))
         if not given.get("arguments", True):
             del given["arguments"]  # no queue arguments given
-    if "seqs" in given:
+    if given.get("seqs") is not None:
         given["seqs"] = np.asarray(given["seqs"], np.int64).tolist()
     return json.loads(json.dumps(given, default=_json_value, allow_nan=False)), rows
 

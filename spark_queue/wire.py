@@ -17,6 +17,7 @@ Pure functions, no I/O; safe from any thread.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Mapping
@@ -50,7 +51,14 @@ def same_table(first: str, second: str) -> bool:
     """Whether two table URIs name one table (local paths compared with links resolved)."""
     if "://" in first or "://" in second:
         return first.rstrip("/") == second.rstrip("/")
-    return os.path.realpath(first) == os.path.realpath(second)
+    return _resolved(first) == _resolved(second)
+
+
+@functools.lru_cache(maxsize=256)
+def _resolved(path: str) -> str:
+    """A local path with its links resolved; cached, as a broker checks every request's
+    table (a few system calls each) and its clients name the same few paths."""
+    return os.path.realpath(path)
 
 
 def encode_request(table: str, method: str, arguments: Mapping[str, Any]) -> bytes:
