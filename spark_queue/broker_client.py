@@ -213,6 +213,10 @@ class BrokerRouter:
         self.location = location
         self.mode = parse_mode(mode)
         self._token = token if token is not None else os.environ.get(TOKEN_ENV_VAR) or None
+        self._forget()
+
+    def _forget(self) -> None:
+        """Start with no clients and nothing looked up or skipped."""
         self._lock = threading.Lock()
         self._clients: dict[str, BrokerClient] = {}
         self._found: tuple[float, Any] | None = None  # (when looked up, record or None)
@@ -222,10 +226,12 @@ class BrokerRouter:
         return f"BrokerRouter({self.location.uri!r}, mode={self.mode!r})"
 
     def __getstate__(self) -> dict[str, Any]:
+        # A QueueTable pickles (as its QueueStore does); locks and gRPC channels do not.
         return {"location": self.location, "mode": self.mode, "_token": self._token}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["location"], state["mode"], state["_token"])  # type: ignore[misc]
+        self.__dict__.update(state)
+        self._forget()
 
     def current(self) -> tuple[str, BrokerClient, int | None] | None:
         """The broker a call goes to now: its key (id or address), its client and its
