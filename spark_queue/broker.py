@@ -32,6 +32,8 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from spark_queue.discovery import (
+    DEFAULT_LISTEN,
+    DEFAULT_MAX_REQUEST_BYTES,
     HEARTBEAT_SECONDS,
     BrokerRecord,
     remove_record,
@@ -50,10 +52,6 @@ from spark_queue.wire import (
     encode_result,
 )
 
-DEFAULT_LISTEN = "127.0.0.1:0"
-# The largest request a broker takes (its JSON and, for publish, its messages as Arrow):
-# a bound on what one client can make it hold, well above a publish of small messages.
-DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 PUBLISH_KEYWORDS = frozenset({"queue", "rows", "producer", "sequence", "on_reject"})
 
 log = logging.getLogger("spark_queue.broker")

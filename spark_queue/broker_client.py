@@ -34,7 +34,6 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.flight as flight
 
 from spark_queue.discovery import live_broker
 from spark_queue.errors import (
@@ -104,6 +103,10 @@ class BrokerClient:
     """
 
     def __init__(self, address: str, table: str, token: str | None) -> None:
+        # Imported here: a QueueTable that never meets a broker needs no Flight (some
+        # builds of pyarrow leave it out, and it costs ~40 ms to import).
+        import pyarrow.flight as flight
+
         self.address = address
         self.table = table
         self._client = flight.FlightClient(f"grpc://{address}")
@@ -122,6 +125,8 @@ class BrokerClient:
             Exception: the error the table raised at the broker (same class and message),
                 or a :class:`BrokerRequestError` / :class:`BrokerError` of the broker.
         """
+        import pyarrow.flight as flight
+
         request = encode_request(self.table, method, arguments)
         try:
             if rows is None:
@@ -157,6 +162,8 @@ class BrokerClient:
 
     def status(self) -> dict[str, Any]:
         """The broker's own report: id, table, requests served and failed."""
+        import pyarrow.flight as flight
+
         action = flight.Action(STATUS_ACTION, b"")
         return json.loads(
             next(iter(self._client.do_action(action, self._options))).body.to_pybytes()

@@ -20,9 +20,9 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any
 
-from spark_queue.broker import DEFAULT_LISTEN, DEFAULT_MAX_REQUEST_BYTES
 from spark_queue.broker_client import TOKEN_ENV_VAR
 from spark_queue.core import COUNTERS
+from spark_queue.discovery import DEFAULT_LISTEN, DEFAULT_MAX_REQUEST_BYTES
 from spark_queue.errors import InvalidInputError, InvalidOptionError, QueueError
 from spark_queue.maintenance import DEFAULT_VACUUM_HOURS
 from spark_queue.options import (

@@ -23,6 +23,10 @@ from spark_queue.storage import Location
 from spark_queue.wire import PROTOCOL
 
 BROKERS_FOLDER = "_spark_queue/brokers"
+DEFAULT_LISTEN = "127.0.0.1:0"  # loopback, a free port
+# The largest request a broker takes (its JSON and, for publish, its messages as Arrow):
+# a bound on what one client can make it hold, well above a publish of small messages.
+DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 HEARTBEAT_SECONDS = 2.0
 # A record is live while its heartbeat is younger than this many of its broker's heartbeat
 # intervals (and never less than STALE_FLOOR_SECONDS): clocks of the broker and its clients
