@@ -11,8 +11,10 @@ import random
 import socket
 import subprocess
 import sys
+import time
 import zlib
 from collections import Counter, defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 import pyarrow as pa
@@ -21,7 +23,7 @@ import pytest
 
 from spark_queue import QueueTable
 from spark_queue.core import identity_holds
-from spark_queue.discovery import BROKERS_FOLDER, read_records
+from spark_queue.discovery import BROKERS_FOLDER, read_records, write_record
 from spark_queue.errors import BrokerAuthenticationError, BrokerRequestError
 from spark_queue.schema import BROWSE_ARROW_SCHEMA
 from spark_queue.storage import Location
@@ -83,6 +85,25 @@ def test_a_broker_serves_the_table_and_stops_cleanly_on_sigterm(tmp_path):
     direct = QueueTable(path)
     assert direct.router.address() is None
     assert direct.publish("jobs", ["d"]).seqs == [3]
+
+
+def test_a_broker_beats_and_a_stale_record_is_ignored_then_removed(tmp_path):
+    path = str(tmp_path / "queues")
+    location = Location.of(path)
+    with BrokerProcess(path, log_path=tmp_path / "first.log") as broker:
+        (first,) = read_records(location)
+        wait_until(
+            lambda: read_records(location)[0].heartbeat_at > first.heartbeat_at,
+            what="a second heartbeat",
+        )
+        # A record that started earlier but stopped beating is not used, nor tried.
+        stale = replace(first, id="stale", started_at=0.0, heartbeat_at=time.time() - 60)
+        write_record(location, stale)
+        assert QueueTable(path).router.address() == broker.address
+        with BrokerProcess(path, log_path=tmp_path / "second.log") as second:
+            assert sorted(r.id for r in read_records(location)) == sorted([broker.id, second.id])
+            assert second.stop() == 0
+        assert broker.stop() == 0
 
 
 def test_an_unreachable_broker_is_passed_over_and_calls_commit_directly(tmp_path):
