@@ -255,7 +255,9 @@ class BrokerRouter:
                 skipped = {key for key, until in self._skipped.items() if until > now}
                 try:
                     record = live_broker(self.location, skipped)
-                except (OSError, QueueError) as error:  # the store is down: so is direct
+                except Exception as error:
+                    # Best effort: a lookup that fails, whatever the store raised, means a
+                    # direct call, which reports the store's error itself.
                     log.debug("broker lookup in %s failed: %s", self.location.uri, error)
                     record = None
                 self._found = (now, record)
