@@ -41,6 +41,7 @@ from spark_queue.discovery import (
     write_record,
 )
 from spark_queue.errors import BrokerError, BrokerRequestError, InvalidOptionError, StorageError
+from spark_queue.storage import scrubbed
 from spark_queue.table import QueueTable
 from spark_queue.wire import (
     PROTOCOL,
@@ -201,12 +202,17 @@ class QueueBroker(flight.FlightServerBase):
         except Exception as error:
             payload = encode_error(error)
             self._count("refused" if payload is not None else "failed")
-            if payload is None:
-                log.exception("a %s request failed in the broker", kind)
+            if payload is None:  # not the table's error: the broker's own failure
+                # Storage libraries may quote a URL with a key in it: scrubbed as the
+                # table's own errors are.
+                text = scrubbed(str(error), self.table.store.location.options)
+                log.error("a %s request failed: %s: %s", kind, type(error).__name__, text)
+                log.debug("the failure's traceback", exc_info=True)
                 payload = encode_error(
-                    BrokerError(f"the broker failed: {type(error).__name__}: {error}")
+                    BrokerError(f"the broker failed: {type(error).__name__}: {text}")
                 )
-            raise flight.FlightServerError(str(error), extra_info=payload) from None
+            message = json.loads(payload)["message"]  # for clients that read no extra_info
+            raise flight.FlightServerError(message, extra_info=payload) from None
         self._count("served")
         return answer
 

@@ -169,9 +169,6 @@ class BrokerClient:
             next(iter(self._client.do_action(action, self._options))).body.to_pybytes()
         )
 
-    def close(self) -> None:
-        self._client.close()
-
 
 def _short(error: Exception) -> str:
     """A Flight error's message without gRPC's debug context (a line of internals)."""
