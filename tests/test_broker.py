@@ -138,7 +138,7 @@ def test_a_restarted_broker_takes_over_from_a_killed_one(tmp_path):
         fresh.publish("jobs", ["c"])  # fails over to here, skipping the dead one
         assert fresh.router.address() == second.address
         assert fresh.publish("jobs", ["d"]).seqs == [3]
-        assert second.status()["served"] == 1
+        assert second.status()["served"] >= 1  # 2 if it got the first one's port
         assert second.stop() == 0
     assert [r.id for r in read_records(Location.of(path))] == [first.id]
 
