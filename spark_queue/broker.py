@@ -119,6 +119,7 @@ class QueueBroker(flight.FlightServerBase):
         token: required of every call when given.
         max_request_bytes: larger requests are refused with :class:`BrokerRequestError`,
             before anything is done.
+        tls: the server's certificate chain and private key (PEM): gRPC over TLS.
 
     Thread-safe: requests run concurrently on Flight's threads.
     """
@@ -131,9 +132,18 @@ class QueueBroker(flight.FlightServerBase):
         *,
         token: str | None,
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+        tls: tuple[bytes, bytes] | None = None,
     ) -> None:
         middleware = {"token": _TokenCheck(token)} if token else {}
-        super().__init__(f"grpc://{host}:{port}", middleware=middleware)
+        if tls is None:
+            super().__init__(f"grpc://{host}:{port}", middleware=middleware)
+        else:
+            super().__init__(
+                f"grpc+tls://{host}:{port}",
+                middleware=middleware,
+                tls_certificates=[flight.CertKeyPair(cert=tls[0], key=tls[1])],
+            )
+        self.tls = tls is not None
         self.table = table
         self.id = uuid.uuid4().hex[:16]
         self.max_request_bytes = max_request_bytes
@@ -262,6 +272,15 @@ def _chunks(reader: flight.MetadataRecordBatchReader) -> Any:
             return
 
 
+def _read_pem(path: str) -> bytes:
+    """A PEM file's bytes (never quoted in an error: it may be a private key)."""
+    try:
+        with open(path, "rb") as source:
+            return source.read()
+    except OSError as error:
+        raise InvalidOptionError(f"cannot read {path!r}: {error.strerror}") from None
+
+
 def run_broker(
     path: str,
     *,
@@ -271,6 +290,7 @@ def run_broker(
     policies: Any = None,
     token: str | None = None,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    tls_files: tuple[str, str] | None = None,
     heartbeat_seconds: float = HEARTBEAT_SECONDS,
     announce: Callable[[str], None] = print,
 ) -> None:
@@ -284,10 +304,14 @@ def run_broker(
             the listening host (this machine's name where it listens on every address)
             and the bound port.
         token: required of clients when given; required itself beyond loopback.
+        tls_files: the PEM files of its certificate chain and private key: gRPC over TLS
+            (clients trust the chain's root through ``$SPARK_QUEUE_BROKER_TLS_ROOTS`` or
+            the system's roots).
         announce: gets one line once listening, naming the address (never the token).
 
     Raises:
-        InvalidOptionError: a bad ``listen``/``advertise``, or no token beyond loopback.
+        InvalidOptionError: a bad ``listen``/``advertise``, no token beyond loopback, or a
+            TLS file that cannot be read.
         BrokerError: it cannot listen there (the port is taken, say).
         StorageError: its record cannot be written to the table's store.
     """
@@ -295,9 +319,12 @@ def run_broker(
     check_token(host, token)
     if advertise is not None:
         parse_listen(advertise)
+    tls = None if tls_files is None else (_read_pem(tls_files[0]), _read_pem(tls_files[1]))
     table = QueueTable(path, policies=policies, storage_options=storage_options, broker="off")
     try:
-        server = QueueBroker(table, host, port, token=token, max_request_bytes=max_request_bytes)
+        server = QueueBroker(
+            table, host, port, token=token, max_request_bytes=max_request_bytes, tls=tls
+        )
     except (pa.ArrowException, OSError) as error:  # the port is taken, the host not ours
         raise BrokerError(f"the broker cannot listen on {host}:{port}: {error}") from None
     if advertise is None:
@@ -320,6 +347,7 @@ def run_broker(
             token_required=bool(token),
             max_request_bytes=max_request_bytes,
             protocol=PROTOCOL,
+            tls=server.tls,
         )
 
     location = table.store.location
@@ -333,7 +361,8 @@ def run_broker(
             raise StorageError(location.unreachable(error)) from None
         announce(
             f"spark-queue broker {server.id}: serving {table.path} at {advertise} "
-            f"(token {'required' if token else 'not required'}); stop with SIGTERM"
+            f"({'TLS, ' if server.tls else ''}token {'required' if token else 'not required'}); "
+            f"stop with SIGTERM"
         )
         while not stop.wait(heartbeat_seconds):
             try:

@@ -8,7 +8,7 @@ Every ``QueueTable`` has a :class:`BrokerRouter`. Its methods marked :func:`rout
 - ``broker="auto"`` (the default, or ``$SPARK_QUEUE_BROKER``): at the live broker the table
   records (:mod:`spark_queue.discovery`), looked up at most every 2 seconds; with none,
   here;
-- ``broker="host:port"``: at that broker.
+- ``broker="host:port"``: at that broker (``"tls://host:port"``: over TLS).
 
 A broker that cannot be reached (refused, stopped, killed, timed out) is skipped for a few
 seconds and the call runs here, so a broker is never a single point of failure. A call the
@@ -57,6 +57,8 @@ from spark_queue.wire import (
 
 MODE_ENV_VAR = "SPARK_QUEUE_BROKER"
 TOKEN_ENV_VAR = "SPARK_QUEUE_BROKER_TOKEN"
+TLS_ROOTS_ENV_VAR = "SPARK_QUEUE_BROKER_TLS_ROOTS"
+TLS_PREFIX = "tls://"  # a broker address to reach over TLS
 AUTO, OFF = "auto", "off"
 # How long a lookup of the table's broker records is trusted: a new broker is used, and a
 # stopped one left, within about this long (plus its heartbeat's staleness).
@@ -79,7 +81,8 @@ class BrokerUnreachable(Exception):
 
 
 def parse_mode(value: str | None) -> str:
-    """``auto``, ``off`` or ``host:port``; None: ``$SPARK_QUEUE_BROKER``, else ``auto``.
+    """``auto``, ``off``, or a broker's address: ``host:port`` (plain gRPC) or
+    ``tls://host:port`` (gRPC over TLS); None: ``$SPARK_QUEUE_BROKER``, else ``auto``.
 
     Raises:
         InvalidOptionError: anything else.
@@ -88,16 +91,37 @@ def parse_mode(value: str | None) -> str:
     mode = given.strip().lower() if isinstance(given, str) else ""
     if mode in (AUTO, OFF):
         return mode
-    host, sep, port = mode.rpartition(":")
+    host, sep, port = mode.removeprefix(TLS_PREFIX).rpartition(":")
     if sep and host and port.isdigit() and 0 < int(port) < 65536:
         return mode
     raise InvalidOptionError(
-        f"broker must be 'auto', 'off' or 'host:port' (say '127.0.0.1:8815'); got {given!r}"
+        f"broker must be 'auto', 'off', 'host:port' or 'tls://host:port' (say "
+        f"'127.0.0.1:8815'); got {given!r}"
     )
 
 
+def _tls_roots() -> bytes | None:
+    """The certificates a client trusts for a broker's TLS: ``$SPARK_QUEUE_BROKER_TLS_ROOTS``
+    (a PEM file), else the system's.
+
+    Raises:
+        InvalidOptionError: the variable names a file that cannot be read.
+    """
+    path = os.environ.get(TLS_ROOTS_ENV_VAR)
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as source:
+            return source.read()
+    except OSError as error:
+        raise InvalidOptionError(
+            f"${TLS_ROOTS_ENV_VAR} names {path!r}, which cannot be read: {error.strerror}"
+        ) from None
+
+
 class BrokerClient:
-    """Calls to one broker at ``address`` (``host:port``) for the table ``table``.
+    """Calls to one broker at ``address`` (``host:port``, or ``tls://host:port`` over TLS,
+    checked against :func:`_tls_roots`) for the table ``table``.
 
     Thread-safe. The token travels in a header of each call and is kept in no message.
     """
@@ -109,7 +133,11 @@ class BrokerClient:
 
         self.address = address
         self.table = table
-        self._client = flight.FlightClient(f"grpc://{address}")
+        if address.startswith(TLS_PREFIX):
+            location = f"grpc+tls://{address.removeprefix(TLS_PREFIX)}"
+            self._client = flight.FlightClient(location, tls_root_certs=_tls_roots())
+        else:
+            self._client = flight.FlightClient(f"grpc://{address}")
         headers = [(TOKEN_HEADER.encode(), f"Bearer {token}".encode())] if token else []
         self._options = flight.FlightCallOptions(timeout=CALL_TIMEOUT_SECONDS, headers=headers)
 
@@ -261,7 +289,8 @@ class BrokerRouter:
             record = self._found[1]
             if record is None or self._skipped.get(record.id, 0.0) > now:
                 return None
-            return record.id, self._client(record.address), record.max_request_bytes
+            address = f"{TLS_PREFIX}{record.address}" if record.tls else record.address
+            return record.id, self._client(address), record.max_request_bytes
 
     def address(self) -> str | None:
         """The address of the broker a call would go to now; None: it would run here."""

@@ -232,6 +232,13 @@ def build_parser() -> argparse.ArgumentParser:
         f"a flag shows in the process list)",
     )
     broker.add_argument(
+        "--tls-cert",
+        metavar="PEM",
+        help="its certificate chain: gRPC over TLS (with --tls-key); clients trust its root "
+        "through $SPARK_QUEUE_BROKER_TLS_ROOTS or the system's",
+    )
+    broker.add_argument("--tls-key", metavar="PEM", help="its private key (with --tls-cert)")
+    broker.add_argument(
         "--max-request-bytes",
         type=_count,
         default=DEFAULT_MAX_REQUEST_BYTES,
@@ -321,6 +328,8 @@ def _run_broker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> st
         check_token(parse_listen(args.listen)[0], token)
     except InvalidOptionError as error:
         parser.error(str(error))
+    if (args.tls_cert is None) != (args.tls_key is None):
+        parser.error("--tls-cert and --tls-key go together: give both or neither")
     logging.basicConfig(level=logging.INFO, format="spark-queue broker: %(message)s")
     run_broker(
         args.broker_path,
@@ -332,6 +341,7 @@ def _run_broker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> st
         policies=args.policies,
         token=token,
         max_request_bytes=args.max_request_bytes,
+        tls_files=None if args.tls_cert is None else (args.tls_cert, args.tls_key),
         announce=lambda line: print(line, flush=True),
     )
     return ""

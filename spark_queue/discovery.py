@@ -52,6 +52,7 @@ class BrokerRecord:
     token_required: bool
     max_request_bytes: int
     protocol: int = PROTOCOL
+    tls: bool = False  # reached over TLS (gRPC over TLS)
 
     def live(self, now: float) -> bool:
         """Whether the heartbeat is recent enough to route to the broker at ``now``."""

@@ -79,8 +79,9 @@ class QueueTable:
             keys are case-insensitive. None, or a key left out: the process environment.
         broker: where publish, lease, ack, cancel, expire, extend, release and stats run
             (docs/BROKER.md): ``"auto"`` at the live queue broker the table records, else
-            here; ``"off"`` here; ``"host:port"`` at that broker. Wherever a broker cannot
-            be reached, here. None: ``$SPARK_QUEUE_BROKER``, else ``"auto"``.
+            here; ``"off"`` here; ``"host:port"`` (``"tls://host:port"``) at that broker.
+            Wherever a broker cannot be reached, here. None: ``$SPARK_QUEUE_BROKER``, else
+            ``"auto"``.
         broker_token: the broker's token; None: ``$SPARK_QUEUE_BROKER_TOKEN``, if set.
 
     Raises:

@@ -48,9 +48,11 @@ class BrokerProcess:
             raise RuntimeError(f"the broker did not start: {log_path.read_text()}")
         self.address = self.announcement.split(" at ", 1)[1].split()[0]
         self.id = self.announcement.split()[2].rstrip(":")
+        # What a client is given to reach it: over TLS where it serves TLS.
+        self.target = f"tls://{self.address}" if "(TLS, " in self.announcement else self.address
 
     def client(self) -> BrokerClient:
-        return BrokerClient(self.address, self.path, self.token)
+        return BrokerClient(self.target, self.path, self.token)
 
     def status(self) -> dict[str, Any]:
         return self.client().status()

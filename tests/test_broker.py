@@ -4,6 +4,7 @@ one) and bad input (a wrong token, a request too large or malformed)."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import pickle
@@ -186,6 +187,74 @@ def test_a_broker_beyond_loopback_refuses_to_start_without_a_token(tmp_path):
         assert "token required" in broker.announcement
         assert broker.stop() == 0
     assert TOKEN not in broker.output()
+
+
+def self_signed(folder: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 signed by its own key (PEM files): its own root."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "spark-queue test broker")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = folder / "broker.pem", folder / "broker.key"
+    cert_path.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+def test_a_broker_over_tls_is_used_by_clients_that_trust_it(tmp_path, monkeypatch):
+    path = str(tmp_path / "queues")
+    cert, key = self_signed(tmp_path)
+    flags = ["--tls-cert", str(cert), "--tls-key", str(key)]
+    with BrokerProcess(path, *flags, log_path=tmp_path / "broker.log") as broker:
+        assert broker.target == f"tls://{broker.address}"
+        (record,) = read_records(Location.of(path))
+        assert record.tls
+        # A client that cannot check the broker's certificate sends it nothing: it commits
+        # directly.
+        untrusting = QueueTable(path)
+        assert untrusting.publish("jobs", ["a"]).seqs == [0]
+        monkeypatch.setenv("SPARK_QUEUE_BROKER_TLS_ROOTS", str(cert))
+        trusting = QueueTable(path)
+        assert trusting.router.address() == broker.target
+        assert trusting.publish("jobs", ["b"]).seqs == [1]
+        assert broker.status()["served"] == 1
+        pinned = QueueTable(path, broker=broker.target)
+        assert pinned.stats("jobs")["added"] == 2
+        assert broker.stop() == 0
+    refused = subprocess.run(
+        [sys.executable, "-m", "spark_queue.cli", "broker", path, "--tls-cert", str(cert)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2 and "--tls-cert and --tls-key go together" in refused.stderr
 
 
 def test_too_large_and_malformed_requests_are_refused_and_change_nothing(tmp_path):
