@@ -14,6 +14,7 @@ Threads: Flight's (gRPC's) handler threads run requests; the thread that called
 
 from __future__ import annotations
 
+import contextlib
 import hmac
 import inspect
 import ipaddress
@@ -25,7 +26,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
@@ -149,7 +150,9 @@ class QueueBroker(flight.FlightServerBase):
         self.max_request_bytes = max_request_bytes
         self.started_at = time.time()
         self._counts_lock = threading.Lock()
-        self._counts = {"served": 0, "failed": 0, "refused": 0}
+        # Requests answered (served), refused with the table's or a request error, failed
+        # in the broker; and those under way now.
+        self._counts = {"served": 0, "failed": 0, "refused": 0, "in_flight": 0}
 
     # -- Flight methods ----------------------------------------------------------------------
 
@@ -162,8 +165,9 @@ class QueueBroker(flight.FlightServerBase):
         if action.type == STATUS_ACTION:
             yield flight.Result(pa.py_buffer(json.dumps(self.status()).encode()))
             return
-        body = action.body.to_pybytes()
-        answer = self._serve(action.type, body, len(body), None)
+        with self._in_flight():
+            body = action.body.to_pybytes()
+            answer = self._serve(action.type, body, len(body), None)
         yield flight.Result(pa.py_buffer(answer))
 
     def do_put(
@@ -180,12 +184,14 @@ class QueueBroker(flight.FlightServerBase):
         def rows() -> pa.Table:
             return pa.Table.from_batches(batches, schema=reader.schema)
 
-        for chunk in _chunks(reader):
-            size += chunk.nbytes
-            if size > self.max_request_bytes:
-                break  # refused below, without reading the rest
-            batches.append(chunk)
-        writer.write(pa.py_buffer(self._serve("publish", command, size, rows)))
+        with self._in_flight():
+            for chunk in _chunks(reader):
+                size += chunk.nbytes
+                if size > self.max_request_bytes:
+                    break  # refused below, without reading the rest
+                batches.append(chunk)
+            answer = self._serve("publish", command, size, rows)
+        writer.write(pa.py_buffer(answer))
 
     # -- serving -----------------------------------------------------------------------------
 
@@ -248,9 +254,17 @@ class QueueBroker(flight.FlightServerBase):
             raise BrokerRequestError(f"malformed request: {method}: {error}") from None
         return call(**named)
 
-    def _count(self, what: str) -> None:
+    def _count(self, what: str, by: int = 1) -> None:
         with self._counts_lock:
-            self._counts[what] += 1
+            self._counts[what] += by
+
+    @contextlib.contextmanager
+    def _in_flight(self) -> Iterator[None]:
+        self._count("in_flight")
+        try:
+            yield
+        finally:
+            self._count("in_flight", -1)
 
     def status(self) -> dict[str, Any]:
         with self._counts_lock:

@@ -9,9 +9,11 @@ import json
 import os
 import pickle
 import random
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import zlib
 from collections import Counter, defaultdict
@@ -105,6 +107,25 @@ def test_a_broker_beats_and_a_stale_record_is_ignored_then_removed(tmp_path):
             assert sorted(r.id for r in read_records(location)) == sorted([broker.id, second.id])
             assert second.stop() == 0
         assert broker.stop() == 0
+
+
+def test_sigterm_lets_the_requests_in_flight_finish(tmp_path):
+    """A broker told to stop answers what it has started (here a publish of 500,000
+    messages) before it exits."""
+    path = str(tmp_path / "queues")
+    rows = pa.table({"body": pa.array([b"m" * 16] * 500_000, pa.binary())})
+    with BrokerProcess(path, log_path=tmp_path / "broker.log") as broker:
+        table = QueueTable(path, broker=broker.address)
+        published: list = []
+        thread = threading.Thread(target=lambda: published.append(table.publish("jobs", rows)))
+        thread.start()
+        wait_until(lambda: broker.status()["in_flight"] == 1, what="the publish under way")
+        broker.process.send_signal(signal.SIGTERM)
+        thread.join()
+        assert broker.process.wait(timeout=60) == 0
+    assert len(published[0].seqs) == 500_000
+    assert "'served': 1," in broker.output()  # answered by the broker, not run again here
+    assert QueueTable(path, broker="off").stats("jobs")["added"] == 500_000
 
 
 def test_an_unreachable_broker_is_passed_over_and_calls_commit_directly(tmp_path):
