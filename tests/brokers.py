@@ -85,6 +85,7 @@ class BrokerProcess:
     def __exit__(self, *exc: object) -> None:
         if self.process.poll() is None:
             self.kill()
+        self._close()
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 120.0, what: str = "") -> None:
