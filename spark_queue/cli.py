@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -19,8 +20,10 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any
 
+from spark_queue.broker_client import TOKEN_ENV_VAR
 from spark_queue.core import COUNTERS
-from spark_queue.errors import InvalidInputError, QueueError
+from spark_queue.discovery import DEFAULT_LISTEN, DEFAULT_MAX_REQUEST_BYTES
+from spark_queue.errors import InvalidInputError, InvalidOptionError, QueueError
 from spark_queue.maintenance import DEFAULT_VACUUM_HOURS
 from spark_queue.options import (
     ARGUMENT_NAMES,
@@ -195,6 +198,52 @@ def build_parser() -> argparse.ArgumentParser:
         "(never below 1 hour)",
     )
     _long_running(vacuum)
+    broker = commands.add_parser(
+        "broker",
+        help="serve the table's clients as a queue broker (docs/BROKER.md)",
+        description="Run a queue broker for the table at PATH: QueueTable clients (publish, "
+        "lease, ack, ...) find it in the table and send their calls to it over Arrow Flight; "
+        "it commits them and answers once each commit has landed. Stops cleanly on SIGTERM.",
+    )
+    broker.add_argument("broker_path", metavar="PATH", help="the queue table (path or URI)")
+    broker.add_argument(
+        "--listen",
+        default=DEFAULT_LISTEN,
+        metavar="HOST:PORT",
+        help=f"where to listen ({DEFAULT_LISTEN}: loopback, a free port; beyond loopback "
+        f"a token is required)",
+    )
+    broker.add_argument(
+        "--advertise",
+        metavar="HOST:PORT",
+        help="the address clients reach it at, recorded in the table (default: the "
+        "listening address, this machine's name where it listens on 0.0.0.0)",
+    )
+    broker.add_argument(
+        "--storage-option",
+        action="append",
+        metavar="KEY=VALUE",
+        dest="broker_storage_options",
+        help="a storage option of the object store; repeat for more",
+    )
+    broker.add_argument(
+        "--token",
+        help=f"the token clients must give (default: ${TOKEN_ENV_VAR}; prefer the variable: "
+        f"a flag shows in the process list)",
+    )
+    broker.add_argument(
+        "--tls-cert",
+        metavar="PEM",
+        help="its certificate chain: gRPC over TLS (with --tls-key); clients trust its root "
+        "through $SPARK_QUEUE_BROKER_TLS_ROOTS or the system's",
+    )
+    broker.add_argument("--tls-key", metavar="PEM", help="its private key (with --tls-cert)")
+    broker.add_argument(
+        "--max-request-bytes",
+        type=_count,
+        default=DEFAULT_MAX_REQUEST_BYTES,
+        help=f"refuse larger requests ({DEFAULT_MAX_REQUEST_BYTES})",
+    )
     policies = commands.add_parser("policies", help="queue policies (docs/POLICIES.md)")
     policy_commands = policies.add_subparsers(dest="policies_command", required=True)
     check = policy_commands.add_parser(
@@ -268,6 +317,34 @@ def _shown(argument: str, value: Any) -> str:
     if value is not None:
         return str(value)
     return "unlimited" if argument in ("max_length", "max_length_bytes") else "none"
+
+
+def _run_broker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
+    """``broker``: serve until SIGTERM. A missing token beyond loopback is bad usage."""
+    from spark_queue.broker import check_token, parse_listen, run_broker
+
+    token = args.token or os.environ.get(TOKEN_ENV_VAR) or None
+    try:
+        check_token(parse_listen(args.listen)[0], token)
+    except InvalidOptionError as error:
+        parser.error(str(error))
+    if (args.tls_cert is None) != (args.tls_key is None):
+        parser.error("--tls-cert and --tls-key go together: give both or neither")
+    logging.basicConfig(level=logging.INFO, format="spark-queue broker: %(message)s")
+    run_broker(
+        args.broker_path,
+        listen=args.listen,
+        advertise=args.advertise,
+        storage_options=parse_storage_flags(
+            (args.storage_options or []) + (args.broker_storage_options or [])
+        ),
+        policies=args.policies,
+        token=token,
+        max_request_bytes=args.max_request_bytes,
+        tls_files=None if args.tls_cert is None else (args.tls_cert, args.tls_key),
+        announce=lambda line: print(line, flush=True),
+    )
+    return ""
 
 
 def run_command(args: argparse.Namespace) -> str:
@@ -360,12 +437,12 @@ def run_command(args: argparse.Namespace) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.path is None and args.command != "policies":
+    if args.path is None and args.command not in ("policies", "broker"):
         parser.error(f"--path is required by {args.command!r}")
     if args.command == "policies" and not (args.policies or os.environ.get(ENV_VAR)):
         parser.error(f"policies check needs a policies file: --policies FILE or ${ENV_VAR}")
     try:
-        output = run_command(args)
+        output = _run_broker(args, parser) if args.command == "broker" else run_command(args)
     except QueueError as error:
         print(f"spark-queue: {error}", file=sys.stderr)
         return EXIT_REFUSED

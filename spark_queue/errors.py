@@ -70,3 +70,21 @@ class StorageError(QueueError):
 
     The message names the table's URI and the storage option keys given, never their values.
     """
+
+
+class BrokerError(QueueError):
+    """A queue broker (``spark-queue broker``, docs/BROKER.md) could not serve a request.
+
+    Raised where the broker fails in a way the table itself would not (an internal error of
+    the broker); an unreachable or stopped broker raises nothing, as the client commits
+    directly instead. Messages name the broker's address, never its token.
+    """
+
+
+class BrokerAuthenticationError(BrokerError):
+    """The broker refused the client's token (missing or wrong): nothing was done."""
+
+
+class BrokerRequestError(BrokerError, ValueError):
+    """The broker refused a request as malformed or larger than its limit (its
+    ``--max-request-bytes``): nothing was done."""

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_queue.broker_client import BrokerRouter, routed
 from spark_queue.browse import live_rows, plan_partitions, read_partition, settled_states
 from spark_queue.core import (
     COUNTERS,
@@ -76,9 +77,16 @@ class QueueTable:
         storage_options: delta-rs's storage options for an object store
             (``AWS_ENDPOINT_URL``, ``AZURE_STORAGE_ACCOUNT_KEY``, ...; docs/STORAGE.md);
             keys are case-insensitive. None, or a key left out: the process environment.
+        broker: where publish, lease, ack, cancel, expire, extend, release and stats run
+            (docs/BROKER.md): ``"auto"`` at the live queue broker the table records, else
+            here; ``"off"`` here; ``"host:port"`` (``"tls://host:port"``) at that broker.
+            Wherever a broker cannot be reached, here. None: ``$SPARK_QUEUE_BROKER``, else
+            ``"auto"``.
+        broker_token: the broker's token; None: ``$SPARK_QUEUE_BROKER_TOKEN``, if set.
 
     Raises:
-        InvalidOptionError: a storage option is not a string (named by its key).
+        InvalidOptionError: a storage option is not a string (named by its key), or an
+            invalid ``broker``.
         PolicyError: the policies file cannot be read or is invalid.
     """
 
@@ -87,13 +95,18 @@ class QueueTable:
         path: str,
         policies: str | os.PathLike[str] | Policies | None = None,
         storage_options: Mapping[str, str] | None = None,
+        *,
+        broker: str | None = None,
+        broker_token: str | None = None,
     ) -> None:
         self.store = QueueStore(path, storage_options)
         self.path = self.store.uri
         self.policies = load_policies(policies)
+        self.router = BrokerRouter(self.store.location, broker, broker_token)
 
     # -- producing -----------------------------------------------------------------------------
 
+    @routed
     def publish(
         self,
         queue: str,
@@ -387,6 +400,7 @@ class QueueTable:
 
     # -- consuming ---------------------------------------------------------------------------
 
+    @routed
     def lease(
         self,
         queue: str,
@@ -464,6 +478,7 @@ class QueueTable:
         leased = run(self.store, work, create=False, policies=self.policies)
         return self._delivered(queue, leased)
 
+    @routed
     def ack(self, queue: str, seqs: list[int], consumer: str | None = None) -> int:
         """Acknowledge leased messages: they leave the queue (outcome ``acked``).
 
@@ -489,6 +504,7 @@ class QueueTable:
             consumer,
         )
 
+    @routed
     def cancel(
         self,
         queue: str,
@@ -534,6 +550,7 @@ class QueueTable:
             consumer,
         )
 
+    @routed
     def expire(self, queue: str, seqs: list[int], consumer: str | None = None) -> int:
         """Remove leased messages now as ``expired`` (dead-lettered if the queue has a
         dead-letter queue).
@@ -549,6 +566,7 @@ class QueueTable:
             consumer,
         )
 
+    @routed
     def extend(self, queue: str, seqs: list[int], consumer: str, period: str | int) -> int:
         """Extend leases for slow work: each of ``consumer``'s leases of ``seqs`` now runs
         out ``period`` from now (JetStream ``AckProgress``, SQS ``ChangeMessageVisibility``).
@@ -595,6 +613,7 @@ class QueueTable:
 
         return run(self.store, work, create=False, policies=self.policies)
 
+    @routed
     def release(self, consumer: str, queue: str | None = None) -> int:
         """Return everything ``consumer`` holds, as a closed Artemis consumer does: ready
         at once (a release hands work over; it is not a failure, so no backoff applies).
@@ -725,6 +744,7 @@ class QueueTable:
             )
         return self.policies.resolve(name, {**explicit, **given})
 
+    @routed
     def stats(self, name: str) -> dict[str, Any]:
         """Gauges and counters of SEMANTICS §4, as of now (due scheduled messages
         counted as the next commit would).

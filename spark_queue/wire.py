@@ -1,0 +1,176 @@
+"""How a :class:`~spark_queue.QueueTable` call travels to a queue broker and back, over
+Arrow Flight (docs/BROKER.md "Wire format").
+
+- A request is one JSON object: ``{"protocol": 1, "table": <uri>, "method": <name>,
+  "arguments": {...}}``, the call's arguments by name. ``publish`` sends it as the
+  ``do_put`` descriptor's command and its messages as Arrow record batches; every other
+  method sends it as the body of a ``do_action`` whose type is the method's name.
+- A result: ``lease`` answers with its messages as one Arrow IPC stream; ``publish`` with
+  the :class:`PublishResult` as JSON (``do_put``'s metadata); the rest with
+  ``{"result": ...}`` as JSON.
+- An error raised by the table travels as a Flight error whose ``extra_info`` is
+  ``{"error": <class name>, "message": <str(error)>, ...}``, so the client raises the same
+  named class with the same message.
+
+Pure functions, no I/O; safe from any thread.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import asdict
+from typing import Any
+
+import pyarrow as pa
+
+from spark_queue import errors
+from spark_queue.enqueue import PublishResult
+from spark_queue.errors import BrokerRequestError, QueueError
+
+PROTOCOL = 1
+# The Flight header that carries the token (``Bearer <token>``).
+TOKEN_HEADER = "authorization"
+# A ``do_action`` type that reports on the broker itself (id, table, requests served).
+STATUS_ACTION = "broker-status"
+# How the message of a request for another table starts: the client then commits directly
+# (its record of the broker was stale, and another broker now has that address).
+WRONG_TABLE = "wrong table"
+# The QueueTable methods a broker runs. A request names its arguments as the method takes
+# them (publish's queue arguments, its ``**arguments``, under "arguments"); the broker binds
+# them to the method's signature, so a request fits whatever version of the method it runs.
+ROUTED_METHODS = ("publish", "lease", "ack", "cancel", "expire", "extend", "release", "stats")
+# Errors of the standard library the table raises for a bad value (``np.asarray`` of
+# seqs that are not numbers, say), carried back as themselves.
+_BUILTIN_ERRORS: dict[str, type[Exception]] = {"ValueError": ValueError, "TypeError": TypeError}
+
+
+def same_table(first: str, second: str) -> bool:
+    """Whether two table URIs name one table (local paths compared with links resolved)."""
+    if "://" in first or "://" in second:
+        return first.rstrip("/") == second.rstrip("/")
+    return _resolved(first) == _resolved(second)
+
+
+@functools.lru_cache(maxsize=256)
+def _resolved(path: str) -> str:
+    """A local path with its links resolved; cached, as a broker checks every request's
+    table (a few system calls each) and its clients name the same few paths."""
+    return os.path.realpath(path)
+
+
+def encode_request(table: str, method: str, arguments: Mapping[str, Any]) -> bytes:
+    """The request for ``method`` with ``arguments`` (JSON values) on ``table``.
+
+    Raises:
+        TypeError: an argument is not a JSON value (the caller then commits directly, so
+            the table judges the value as it would without a broker).
+    """
+    return json.dumps(
+        {"protocol": PROTOCOL, "table": table, "method": method, "arguments": dict(arguments)},
+        allow_nan=False,
+    ).encode()
+
+
+def decode_request(body: bytes, table: str) -> tuple[str, dict[str, Any]]:
+    """The method and arguments of a request to the broker of ``table``.
+
+    Raises:
+        BrokerRequestError: the body is not a request of this protocol for this table, or
+            names a method the broker does not serve (its arguments are checked by binding
+            them to the method, :class:`~spark_queue.broker.QueueBroker`).
+    """
+    try:
+        request = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise BrokerRequestError(f"malformed request: not a JSON object ({error})") from None
+    if not isinstance(request, dict):
+        raise BrokerRequestError("malformed request: not a JSON object")
+    if request.get("protocol") != PROTOCOL:
+        raise BrokerRequestError(
+            f"malformed request: protocol {request.get('protocol')!r}, this broker speaks "
+            f"{PROTOCOL}"
+        )
+    given_table = request.get("table")
+    if not isinstance(given_table, str) or not same_table(given_table, table):
+        raise BrokerRequestError(
+            f"{WRONG_TABLE}: this broker serves {table}, the request is for {given_table!r}"
+        )
+    method = request.get("method")
+    if method not in ROUTED_METHODS:
+        raise BrokerRequestError(
+            f"malformed request: method {method!r} is not one of {', '.join(ROUTED_METHODS)}"
+        )
+    arguments = request.get("arguments")
+    if not isinstance(arguments, dict):
+        raise BrokerRequestError("malformed request: 'arguments' is not a JSON object")
+    if "rows" in arguments or "self" in arguments:
+        raise BrokerRequestError(f"malformed request: {method} takes no argument 'rows'/'self'")
+    if method == "publish" and not isinstance(arguments.get("arguments", {}), dict):
+        raise BrokerRequestError("malformed request: publish's 'arguments' is not an object")
+    return method, arguments
+
+
+def encode_result(method: str, result: Any) -> bytes:
+    """A call's result as the broker sends it (see the module's docstring)."""
+    if method == "lease":
+        return table_to_ipc(result)
+    if method == "publish":
+        return json.dumps(asdict(result)).encode()
+    return json.dumps({"result": result}).encode()
+
+
+def decode_result(method: str, body: bytes) -> Any:
+    """The result :func:`encode_result` encoded, as the QueueTable method returns it."""
+    if method == "lease":
+        return ipc_to_table(body)
+    if method == "publish":
+        return PublishResult(**json.loads(body))
+    return json.loads(body)["result"]
+
+
+def table_to_ipc(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def ipc_to_table(body: bytes) -> pa.Table:
+    return pa.ipc.open_stream(pa.py_buffer(body)).read_all()
+
+
+def encode_error(error: BaseException) -> bytes | None:
+    """``error`` as the broker sends it back, or None where it is not the table's to report
+    (an internal failure of the broker)."""
+    name = type(error).__name__
+    if isinstance(error, QueueError) and getattr(errors, name, None) is type(error):
+        payload: dict[str, Any] = {"error": name, "message": str(error)}
+        if isinstance(error, errors.QueueNotFoundError):
+            payload["queue"] = error.queue
+        return json.dumps(payload).encode()
+    if _BUILTIN_ERRORS.get(name) is type(error):
+        return json.dumps({"error": name, "message": str(error)}).encode()
+    return None
+
+
+def decode_error(extra_info: bytes) -> Exception | None:
+    """The error :func:`encode_error` encoded, of the same class with the same message;
+    None where ``extra_info`` is not one."""
+    try:
+        payload = json.loads(extra_info)
+        name, message = payload["error"], payload["message"]
+    except (ValueError, TypeError, KeyError):
+        return None
+    kind = _BUILTIN_ERRORS.get(name) or getattr(errors, name, None)
+    if not (isinstance(kind, type) and issubclass(kind, Exception)) or not isinstance(message, str):
+        return None
+    if kind is errors.QueueNotFoundError:
+        # Its constructor builds the message from the table's queues: set it as it came.
+        error = kind.__new__(kind)
+        Exception.__init__(error, message)
+        error.queue = payload.get("queue")
+        return error
+    return kind(message)

@@ -1,0 +1,97 @@
+"""Queue brokers as the tests run them: real ``spark-queue broker`` processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from spark_queue.broker_client import BrokerClient
+
+START_TIMEOUT = 60.0
+
+
+class BrokerProcess:
+    """``spark-queue broker PATH FLAGS...`` in a process of its own, on a free port of
+    127.0.0.1 unless ``--listen`` says otherwise; its log (stderr) goes to ``log_path``.
+    Starting returns once it has announced its address (it then listens and has written its
+    record)."""
+
+    def __init__(
+        self,
+        path: str,
+        *flags: str,
+        log_path: Path,
+        env: dict[str, str] | None = None,
+        token: str | None = None,
+    ) -> None:
+        self.path = path
+        self.log_path = log_path
+        self.token = token
+        self._log = open(log_path, "w")  # noqa: SIM115 (closed by stop/kill)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "spark_queue.cli", "broker", path, *flags],
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
+        assert self.process.stdout is not None
+        self.announcement = self.process.stdout.readline()
+        if " at " not in self.announcement:
+            self.process.wait(timeout=START_TIMEOUT)
+            raise RuntimeError(f"the broker did not start: {log_path.read_text()}")
+        self.address = self.announcement.split(" at ", 1)[1].split()[0]
+        self.id = self.announcement.split()[2].rstrip(":")
+        # What a client is given to reach it: over TLS where it serves TLS.
+        self.target = f"tls://{self.address}" if "(TLS, " in self.announcement else self.address
+
+    def client(self) -> BrokerClient:
+        return BrokerClient(self.target, self.path, self.token)
+
+    def status(self) -> dict[str, Any]:
+        return self.client().status()
+
+    def stop(self) -> int:
+        """SIGTERM; its exit code."""
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(timeout=START_TIMEOUT)
+        self._close()
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL: no clean stop, its record stays."""
+        self.process.kill()
+        self.process.wait(timeout=START_TIMEOUT)
+        self._close()
+
+    def output(self) -> str:
+        """What it printed and logged (after it stopped)."""
+        return self.announcement + self.log_path.read_text()
+
+    def _close(self) -> None:
+        if self.process.stdout is not None:
+            self.process.stdout.close()
+        self._log.close()
+
+    def __enter__(self) -> BrokerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.process.poll() is None:
+            self.kill()
+        self._close()
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 120.0, what: str = "") -> None:
+    """Poll ``condition`` until it holds; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what or condition}")
+        time.sleep(0.02)
