@@ -70,3 +70,8 @@ class StorageError(QueueError):
 
     The message names the table's URI and the storage option keys given, never their values.
     """
+
+
+class ClientClosedError(QueueError):
+    """A :class:`~spark_queue.clients.Consumer` or :class:`~spark_queue.clients.Publisher`
+    was used after :meth:`close`."""

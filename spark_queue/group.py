@@ -62,11 +62,19 @@ class CommitGroup:
         self._lock = threading.Condition()
         self._pending: deque[Queued] = deque()
         self._leader: threading.Thread | None = None
-        # The last version this process committed, for waiting consumers (long polling).
-        self._committed = threading.Condition()
-        self.version = -1
+        self._listening = threading.Lock()
         self.rounds = 0  # commits made, for tests and benchmarks
         self.budget = COMMIT_BUDGET
+        self._listeners: list[Callable[[], None]] = []
+
+    def listen(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (quickly, without raising) after every commit of the group."""
+        with self._listening:
+            self._listeners.append(callback)
+
+    def unlisten(self, callback: Callable[[], None]) -> None:
+        with self._listening:
+            self._listeners.remove(callback)
 
     def submit(self, request: Request) -> Future:
         """Queue ``request`` for the next round; its future holds what
@@ -82,14 +90,6 @@ class CommitGroup:
             else:
                 self._lock.notify()
         return future
-
-    def wait_for_commit(self, after: int, timeout: float) -> int:
-        """Wait until this process committed a version above ``after`` or ``timeout``
-        seconds passed; returns the last version it committed (-1: none yet)."""
-        with self._committed:
-            if self.version <= after:
-                self._committed.wait(timeout)
-            return self.version
 
     # -- the leader ------------------------------------------------------------------------
 
@@ -177,9 +177,10 @@ class CommitGroup:
                 raise
             if transaction.committed:
                 self.rounds += 1
-                with self._committed:
-                    self.version = snapshot.version + 1
-                    self._committed.notify_all()
+                with self._listening:
+                    listeners = list(self._listeners)
+                for listener in listeners:
+                    listener()
             for item, result in zip(candidates[:taken], results, strict=True):
                 item.future.set_result(result)
             if transaction.committed:

@@ -156,9 +156,7 @@ class PublishRequest(Request):
             assert self.sequence is not None
             round.app_versions[self.app_id] = self.sequence
         old = before.get(self.queue, {})
-        changes = {
-            c: n - old.get(c, 0) for c, n in transaction.states[self.queue].counters.items()
-        }
+        changes = {c: n - old.get(c, 0) for c, n in transaction.states[self.queue].counters.items()}
         seqs = transaction.accepted[self.queue].to_pylist()
         accepted = np.zeros(rows, bool)
         accepted[np.asarray(seqs, np.int64) - self.batch.base] = True

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -65,6 +65,9 @@ from spark_queue.policies import ENV_VAR, Policies, Resolution, load_policies
 from spark_queue.store import QueueStore, Snapshot, now_micros, require_queue
 from spark_queue.transaction import QueueTransaction, run
 
+if TYPE_CHECKING:
+    from spark_queue.clients import Consumer, Publisher
+
 COMPACT_ATTEMPTS = 10
 
 
@@ -110,6 +113,9 @@ class QueueTable:
     ) -> PublishResult:
         """Enqueue ``rows`` to ``queue`` in one Delta commit, without Spark.
 
+        Concurrent calls of this process's threads go into one commit where they can
+        (:mod:`spark_queue.group`); each gets its own result or error.
+
         Messages are stored and limited exactly as the sink stores them; concurrent
         producers (this one's other threads, other processes, Spark queries) are fine: a
         publish that loses a commit race is planned again and, if another producer of the
@@ -146,6 +152,24 @@ class QueueTable:
             RejectedMessagesError: ``on_reject='fail'`` and a reject policy refused messages.
             CommitConflictError: every commit attempt lost to another writer.
         """
+        return self.publish_outcome(
+            queue, rows, producer=producer, sequence=sequence, on_reject=on_reject, **arguments
+        ).result
+
+    def publish_outcome(
+        self,
+        queue: str,
+        rows: Any,
+        *,
+        producer: str | None = None,
+        sequence: int | None = None,
+        on_reject: str = "drop",
+        **arguments: Any,
+    ) -> PublishOutcome:
+        """:meth:`publish`, also saying which rows were stored (``accepted[i]`` for row
+        ``i``: False where a reject policy refused it or its ``message_id`` was a duplicate),
+        as a :class:`~spark_queue.clients.Publisher` needs to answer each message. Args and
+        Raises: as for :meth:`publish`."""
         check_queue_name("queue", queue)
         if (producer is None) != (sequence is None):
             raise InvalidOptionError("producer and sequence go together: give both or neither")
@@ -162,7 +186,8 @@ class QueueTable:
         given = validate_arguments(arguments)
         table = as_input_table(rows)
         if not table.num_rows:
-            return PublishResult(queue, [], 0, 0, 0, duplicate=False, version=None, attempts=0)
+            result = PublishResult(queue, [], 0, 0, 0, duplicate=False, version=None, attempts=0)
+            return PublishOutcome(result, np.zeros(0, bool))
         batch = PendingBatch(queue, normalise(table, 0, now_micros(), queue))
         request = PublishRequest(
             queue,
@@ -173,8 +198,7 @@ class QueueTable:
             on_reject=on_reject,
             policies=self.policies,
         )
-        outcome: PublishOutcome = self._call(request)
-        return outcome.result
+        return self._call(request)
 
     def last_sequence(self, producer: str) -> int | None:
         """The last ``sequence`` committed by ``producer`` with :meth:`publish`, where a
@@ -531,6 +555,48 @@ class QueueTable:
         wanted = None if seqs is None else np.asarray(seqs, np.int64)
         planner = release_planner(consumer)
         return self._call(ChangeRequest("RELEASE", queue, planner, wanted, consumer))
+
+    # -- clients for services ----------------------------------------------------------------
+
+    def consumer(self, queue: str, name: str, **options: Any) -> Consumer:
+        """A :class:`~spark_queue.clients.Consumer` of ``queue`` named ``name``: messages one
+        at a time or in batches, with prefetch, batched acknowledgements, lease extension
+        and long polling. Close it (or use it as a context manager) to release what it
+        prefetched.
+
+        Args:
+            queue: an existing queue.
+            name: the consumer name its leases carry (workers may share one).
+            **options: ``max_prefetch``, ``lease_period``, ``ack_batch``, ``ack_interval``,
+                ``max_poll_interval``, ``idle_lease_interval``, ``hoard_after``,
+                ``max_deliveries``, ``max_cancels``, ``filter`` (see the class).
+
+        Raises:
+            InvalidOptionError: an invalid option.
+        """
+        from spark_queue.clients import Consumer
+
+        return Consumer(self, queue, name, **options)
+
+    def publisher(
+        self, queue: str, *, linger: float = 0.005, max_batch: int = 1000, **options: Any
+    ) -> Publisher:
+        """A :class:`~spark_queue.clients.Publisher` to ``queue``: single messages of many
+        threads, published in batches of up to ``max_batch`` after at most ``linger``
+        seconds; ``send`` returns a future per message.
+
+        Args:
+            queue: the queue (declared on first use, as by :meth:`publish`).
+            linger: seconds a batch waits for more messages after its first.
+            max_batch: messages per batch at most.
+            **options: ``on_reject`` and queue arguments, as for :meth:`publish`.
+
+        Raises:
+            InvalidOptionError: an invalid ``linger`` or ``max_batch``.
+        """
+        from spark_queue.clients import Publisher
+
+        return Publisher(self, queue, linger=linger, max_batch=max_batch, **options)
 
     def _call(self, request: Request) -> Any:
         """Run ``request`` in this process's group commit of the table (:mod:`spark_queue.
