@@ -13,6 +13,7 @@ neither survives a fork.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import deque
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from spark_queue.table import QueueTable
 
 DEFAULT_LEASE_PERIOD = "30 seconds"
+GROWTH = 32  # a prefetch that ran dry grows this many times: a fast handler is fed soon
 
 
 @dataclass
@@ -98,8 +100,8 @@ class Consumer:
         *,
         max_prefetch: int = 1000,
         lease_period: str | int = DEFAULT_LEASE_PERIOD,
-        ack_batch: int = 100,
-        ack_interval: float = 0.1,
+        ack_batch: int = 1000,
+        ack_interval: float = 1.0,
         max_poll_interval: float = 0.05,
         idle_lease_interval: float = 1.0,
         hoard_after: float = 1.0,
@@ -179,7 +181,7 @@ class Consumer:
                 if self._buffer:
                     break
                 if self._last_full:  # the handler outran the leases: lease more at a time
-                    self.target = min(self.max_prefetch, self.target * 2)
+                    self.target = min(self.max_prefetch, self.target * GROWTH)
                     self._last_full = False
                 self._cond.notify_all()
                 left = None if deadline is None else deadline - time.monotonic()
@@ -297,7 +299,9 @@ class Consumer:
 
     # -- the background thread --------------------------------------------------------------
 
-    def _wake(self) -> None:
+    def _wake(self, operations: list[str]) -> None:
+        if not may_feed(self.queue, operations, [self.queue]):
+            return
         with self._cond:
             self._woken = True
             self._cond.notify_all()
@@ -338,7 +342,7 @@ class Consumer:
                     acks, self._acks = (self._acks, []) if (flush_due or fetch) else ([], [])
                 # Where the queue may be drained, the version is taken before the lease, so a
                 # publish committed during the lease still wakes the idle wait after it.
-                before = _LogWatch(self.table) if want and not self._last_full else None
+                before = _LogWatch(self.table, self.queue) if want and not self._last_full else None
                 self._exchange(want, acks, renew)
                 if want:
                     with self._cond:
@@ -347,7 +351,7 @@ class Consumer:
                         idle_since, watched, interval = None, None, 0.005
                     else:
                         idle_since = time.monotonic()
-                        watched = before or _LogWatch(self.table)
+                        watched = before or _LogWatch(self.table, self.queue)
                     with self._cond:
                         self._idle = not got
                         self._cond.notify_all()
@@ -430,13 +434,29 @@ class Consumer:
         ]
 
 
-class _LogWatch:
-    """Whether the table has a version after the one it had when made: one stat of the
-    next log entry per check (local disk: a system call; object stores: one HEAD)."""
+# Operations after which a queue may have messages to deliver that it had not before: every
+# one but these (a lease that returned expired leases is caught by the idle lease interval).
+NOT_FEEDING = frozenset({"LEASE", "ACK", "EXTEND", "EXPIRE", "COMPACT", "CONSUME"})
 
-    def __init__(self, table: QueueTable) -> None:
+
+def may_feed(queue: str, operations: list[str], queues: list[str] | None) -> bool:
+    """Whether a commit of ``operations`` (its commitInfo's, split at ``; ``) touching
+    ``queues`` (None: not recorded) may have made messages of ``queue`` ready: an idle
+    consumer wakes for those only, not for every other consumer's lease and ack."""
+    if queues is not None and queue not in queues:
+        return False
+    return any(op.split(" ", 1)[0] not in NOT_FEEDING for op in operations)
+
+
+class _LogWatch:
+    """Whether the table has a version after the one it had when made that may feed
+    ``queue`` (:func:`may_feed`): one stat of the next log entry per check (local disk: a
+    system call; object stores: one HEAD), and a read of each new entry."""
+
+    def __init__(self, table: QueueTable, queue: str) -> None:
         store = table.store
         opened = store.open()
+        self.queue = queue
         self.version = -1 if opened is None else opened.version()
         self.fs = store.fs
         self.log = f"{store.base.rstrip('/')}/_delta_log"
@@ -444,8 +464,34 @@ class _LogWatch:
     def moved(self) -> bool:
         import pyarrow.fs as pafs
 
-        info = self.fs.get_file_info(f"{self.log}/{self.version + 1:020d}.json")
-        return info.type != pafs.FileType.NotFound
+        while True:
+            entry = f"{self.log}/{self.version + 1:020d}.json"
+            if self.fs.get_file_info(entry).type == pafs.FileType.NotFound:
+                return False
+            try:
+                with self.fs.open_input_stream(entry) as stream:
+                    text = stream.read().decode()
+            except OSError:
+                return True  # unreadable: lease and see
+            self.version += 1
+            if self._feeds(text):
+                return True
+
+    def _feeds(self, entry: str) -> bool:
+        for line in entry.splitlines():
+            if '"commitInfo"' not in line:
+                continue
+            info = json.loads(line)["commitInfo"]
+            summary = info.get("spark_queue")
+            if summary is None:
+                return True  # not a connector commit: it may be anything
+            operation = json.loads(summary)
+            return may_feed(
+                self.queue,
+                str(operation.get("operation", "")).split("; "),
+                operation.get("queues"),
+            )
+        return True
 
 
 class _Listening:

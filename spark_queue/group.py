@@ -24,6 +24,9 @@ Nothing here survives a fork (delta-rs's runtime does not either).
 
 from __future__ import annotations
 
+import hashlib
+import os
+import tempfile
 import threading
 import time
 from collections import deque
@@ -32,15 +35,46 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
+try:
+    import fcntl
+except ImportError:  # not on Windows: no host lock there
+    fcntl = None  # type: ignore[assignment]
+
 from spark_queue.errors import CommitConflictError, QueueError
 from spark_queue.maintenance import after_commit
-from spark_queue.operations import Request, Round
+from spark_queue.operations import PublishRun, Request, Round, Unmergeable, mergeable
 from spark_queue.storage import Location
 from spark_queue.store import QueueStore
 from spark_queue.transaction import COMMIT_BUDGET, QueueTransaction, backoff
 
 IDLE_SECONDS = 30.0  # a leader with nothing to do for this long ends (a new one starts)
 MAX_ROUND = 2048  # requests in one round, at most: a commit's size stays bounded
+
+
+class HostLock:
+    """An exclusive lock (``flock``) that the group commits of every process of this host
+    take, per table, around planning and committing a round: they then take turns instead
+    of losing races to each other, which wastes a whole planned round each. It only spares
+    work; correctness stays with Delta's optimistic commits (other hosts, Spark jobs, and
+    systems without ``fcntl``, where it does nothing). The kernel drops it with its
+    process, so a killed process never holds it."""
+
+    def __init__(self, location: Location) -> None:
+        digest = hashlib.sha256(location.uri.encode()).hexdigest()[:32]
+        self.path = os.path.join(tempfile.gettempdir(), "spark-queue-locks", f"{digest}.lock")
+        self._file: Any = None
+
+    def __enter__(self) -> None:
+        if fcntl is None:
+            return
+        if self._file is None:
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            self._file = open(self.path, "a")
+        fcntl.flock(self._file.fileno(), fcntl.LOCK_EX)
+
+    def __exit__(self, *exc: object) -> None:
+        if fcntl is not None:
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
 
 
 @dataclass
@@ -59,20 +93,22 @@ class CommitGroup:
 
     def __init__(self, location: Location) -> None:
         self.store = QueueStore(location)
+        self._host_lock = HostLock(location)
         self._lock = threading.Condition()
         self._pending: deque[Queued] = deque()
         self._leader: threading.Thread | None = None
         self._listening = threading.Lock()
         self.rounds = 0  # commits made, for tests and benchmarks
         self.budget = COMMIT_BUDGET
-        self._listeners: list[Callable[[], None]] = []
+        self._listeners: list[Callable[[list[str]], None]] = []
 
-    def listen(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` (quickly, without raising) after every commit of the group."""
+    def listen(self, callback: Callable[[list[str]], None]) -> None:
+        """Call ``callback`` with the operations of every commit of the group, after it
+        landed (quickly, without raising: it runs on the leader thread)."""
         with self._listening:
             self._listeners.append(callback)
 
-    def unlisten(self, callback: Callable[[], None]) -> None:
+    def unlisten(self, callback: Callable[[list[str]], None]) -> None:
         with self._listening:
             self._listeners.remove(callback)
 
@@ -126,38 +162,52 @@ class CommitGroup:
 
         deadline = time.monotonic() + self.budget
         attempt = 0
+        merge = True
         while True:
             attempt += 1
             store = self.store
-            table = store.open()
-            if table is None and any(item.request.creates for item in candidates):
-                table = store.create()
-            if table is None:
-                error = QueueError(f"no queue table at {store.uri}")
-                for item in candidates:
-                    item.future.set_exception(error)
-                return []
-            snapshot = store.snapshot(table)
-            assert snapshot is not None
-            transaction = QueueTransaction(store, snapshot, attempt=attempt)
-            round = Round(transaction)
-            results: list[Any] = []
-            try:
-                taken = self._plan(round, candidates, results)
-                if round.changed:
-                    transaction.commit(
-                        operation="; ".join(round.operations),
-                        app_transactions=round.app_versions,
-                    )
-            except RoundFailed:
-                transaction.discard()
-                candidates[:] = [item for item in candidates if not item.future.done()]
-                for item in candidates:
-                    item.request.forget(store)
-                attempt -= 1  # not a lost race
-                continue
-            except CommitFailedError:
-                transaction.discard()
+            units = self._units(candidates, merge)
+            with self._host_lock:
+                table = store.open()
+                if table is None and any(item.request.creates for item in candidates):
+                    table = store.create()
+                if table is None:
+                    error = QueueError(f"no queue table at {store.uri}")
+                    for item in candidates:
+                        item.future.set_exception(error)
+                    return []
+                snapshot = store.snapshot(table)
+                assert snapshot is not None
+                transaction = QueueTransaction(store, snapshot, attempt=attempt)
+                round = Round(transaction)
+                results: list[Any] = []
+                try:
+                    taken = self._plan(round, units, results)
+                    if round.changed:
+                        transaction.commit(
+                            operation="; ".join(round.operations),
+                            app_transactions=round.app_versions,
+                        )
+                except (RoundFailed, Unmergeable) as error:
+                    transaction.discard()
+                    discard_runs(units, store)
+                    merge = merge and not isinstance(error, Unmergeable)
+                    candidates[:] = [item for item in candidates if not item.future.done()]
+                    for item in candidates:
+                        item.request.forget(store)
+                    attempt -= 1  # not a lost race
+                    continue
+                except CommitFailedError:
+                    transaction.discard()
+                    discard_runs(units, store)
+                    lost = True
+                except BaseException:
+                    transaction.discard()
+                    discard_runs(units, store)
+                    raise
+                else:
+                    lost = False
+            if lost:
                 pause = backoff(attempt + 1)
                 if time.monotonic() + pause > deadline:
                     error = CommitConflictError(
@@ -172,40 +222,67 @@ class CommitGroup:
                 with self._lock:  # what arrived meanwhile joins the next attempt
                     candidates += self._take(MAX_ROUND - len(candidates))
                 continue
-            except BaseException:
-                transaction.discard()
-                raise
             if transaction.committed:
                 self.rounds += 1
                 with self._listening:
                     listeners = list(self._listeners)
                 for listener in listeners:
-                    listener()
+                    listener(round.operations)
             for item, result in zip(candidates[:taken], results, strict=True):
                 item.future.set_result(result)
             if transaction.committed:
                 after_commit(store, snapshot)
             return candidates[taken:]
 
-    def _plan(self, round: Round, candidates: list[Queued], results: list[Any]) -> int:
-        """Apply candidates in order until one waits for this round's commit; returns how
-        many were applied. A failing one gets its error and raises :class:`RoundFailed`."""
-        for index, item in enumerate(candidates):
-            request = item.request
+    def _units(self, candidates: list[Queued], merge: bool) -> list[tuple[list[Queued], Request]]:
+        """The candidates as units of planning: alone, or, with ``merge``, neighbouring
+        publishes of one queue and the same arguments as one :class:`PublishRun`."""
+        runs: list[list[Queued]] = []
+        for item in candidates:
+            if merge and runs and mergeable(runs[-1][0].request, item.request):
+                runs[-1].append(item)
+            else:
+                runs.append([item])
+        return [
+            (run, PublishRun([i.request for i in run]) if len(run) > 1 else run[0].request)
+            for run in runs
+        ]
+
+    def _plan(
+        self, round: Round, units: list[tuple[list[Queued], Request]], results: list[Any]
+    ) -> int:
+        """Apply units in order until one waits for this round's commit; returns how many
+        requests were applied. A failing one gets its error (every request of a run the
+        same) and raises :class:`RoundFailed`; a run that cannot share out its result
+        raises :class:`Unmergeable`."""
+        from deltalake.exceptions import CommitFailedError
+
+        taken = 0
+        for index, (items, request) in enumerate(units):
             if index and request.waits(round):
-                return index
+                return taken
             round.transaction.policies = request.policies
             try:
-                results.append(request.apply(round))
+                result = request.apply(round)
+            except (CommitFailedError, Unmergeable):
+                raise
             except Exception as error:
-                from deltalake.exceptions import CommitFailedError
-
-                if isinstance(error, CommitFailedError):
-                    raise
                 request.discard(self.store)
-                item.future.set_exception(error)
+                for item in items:
+                    item.request.discard(self.store)
+                    item.future.set_exception(error)
                 raise RoundFailed from error
-        return len(candidates)
+            results.extend(result if isinstance(request, PublishRun) else [result])
+            taken += len(items)
+        return taken
+
+
+def discard_runs(units: list[tuple[list[Queued], Request]], store: QueueStore) -> None:
+    """Delete the files of the publish runs of an attempt that did not commit (the next
+    attempt makes its runs again)."""
+    for _, request in units:
+        if isinstance(request, PublishRun):
+            request.discard(store)
 
 
 _GROUPS: dict[tuple[int, str, tuple[tuple[str, str], ...]], CommitGroup] = {}
@@ -214,8 +291,6 @@ _GROUPS_LOCK = threading.Lock()
 
 def group_of(location: Location) -> CommitGroup:
     """The process's commit group of the table at ``location`` (made on first use)."""
-    import os
-
     key = (os.getpid(), location.uri, tuple(sorted(location.options.items())))
     with _GROUPS_LOCK:
         group = _GROUPS.get(key)

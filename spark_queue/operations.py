@@ -13,10 +13,12 @@ which plan each operation makes and what its caller gets back.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from spark_queue.core import (
     Leases,
@@ -179,6 +181,84 @@ class PublishRequest(Request):
 
     def discard(self, store: QueueStore) -> None:
         self.batch.discard(store)
+
+
+class Unmergeable(Exception):
+    """A :class:`PublishRun` did something whose share per publish is not known (it
+    evicted, rejected, dead-lettered or cut duplicates): plan the round publish by publish."""
+
+
+def mergeable(first: Request, other: Request) -> bool:
+    """Whether ``other`` may join ``first``'s :class:`PublishRun`."""
+    return (
+        isinstance(first, PublishRequest)
+        and isinstance(other, PublishRequest)
+        and first.app_id is None
+        and other.app_id is None
+        and first.queue == other.queue
+        and first.arguments == other.arguments
+        and first.on_reject == other.on_reject
+        and first.policies is other.policies
+    )
+
+
+class PublishRun(Request):
+    """Publishes of one queue with the same arguments, next to each other in a round, as one
+    enqueue and one message file (a round of many single-message publishes would otherwise
+    write a file each, and compaction would follow). Where every message was stored and
+    nothing evicted, each publish's result is its share; otherwise :class:`Unmergeable`."""
+
+    creates = True
+
+    def __init__(self, requests: list[PublishRequest]) -> None:
+        first = requests[0]
+        self.sizes = [r.batch.rows.num_rows for r in requests]
+        parts, offset = [], 0
+        for request, size in zip(requests, self.sizes, strict=True):
+            rows = request.batch.rows
+            seqs = pc.add(rows["seq"], pa.scalar(offset, pa.int64()))
+            parts.append(rows.set_column(rows.schema.get_field_index("seq"), "seq", seqs))
+            offset += size
+        self.inner = PublishRequest(
+            first.queue,
+            PendingBatch(first.queue, pa.concat_tables(parts)),
+            first.arguments,
+            producer=None,
+            sequence=None,
+            on_reject=first.on_reject,
+            policies=first.policies,
+        )
+        self.policies = first.policies
+
+    def waits(self, round: Round) -> bool:
+        return self.inner.waits(round)
+
+    def apply(self, round: Round) -> list[PublishOutcome]:
+        try:
+            outcome = self.inner.apply(round)
+        except RejectedMessagesError:
+            raise Unmergeable from None
+        whole = outcome.result
+        if (
+            whole.rejected
+            or whole.evicted
+            or whole.dead_lettered
+            or whole.duplicates
+            or not outcome.accepted.all()
+        ):
+            raise Unmergeable
+        shares, start = [], 0
+        for size in self.sizes:
+            result = replace(whole, seqs=whole.seqs[start : start + size])
+            shares.append(PublishOutcome(result, np.ones(size, bool)))
+            start += size
+        return shares
+
+    def forget(self, store: QueueStore) -> None:
+        self.inner.forget(store)
+
+    def discard(self, store: QueueStore) -> None:
+        self.inner.discard(store)
 
 
 @dataclass(frozen=True)

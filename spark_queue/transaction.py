@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
@@ -62,6 +62,9 @@ from spark_queue.store import (
 # A commit that loses races is planned again for this long (seconds) before it fails.
 COMMIT_BUDGET = 120.0
 _CHECKS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="spark-queue-ids")
+# Writes of a commit's files; shared, since starting threads for every commit cost more than
+# a small commit's writes (about 1.5 ms of 15).
+_WRITES = ThreadPoolExecutor(max_workers=8, thread_name_prefix="spark-queue-writes")
 BACKOFF_BASE = 0.02  # seconds before the second attempt, at most
 BACKOFF_CAP = 1.0  # seconds between two attempts, at most
 INCOMING_COLUMNS = ["seq", "size", "priority", "deliver_at", "enqueued_at", "expires_at"]
@@ -480,8 +483,8 @@ class QueueTransaction:
         are written at once: pyarrow releases the GIL while it encodes, and a large batch's
         removal rows and lease index are a million rows each."""
         writes = [(record, rows) for record, rows in parts if rows is not None and rows.num_rows]
-        with ThreadPoolExecutor(max_workers=max(1, len(writes))) as pool:
-            futures = [pool.submit(write_file, self.store.location, *write) for write in writes]
+        futures = [_WRITES.submit(write_file, self.store.location, *write) for write in writes]
+        wait(futures)
         staged = [future.result() for future in futures if future.exception() is None]
         self.written.extend(staged)  # discarded on failure, whichever part failed
         self.adds.extend(staged)
