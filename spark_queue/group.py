@@ -17,8 +17,10 @@ hands each caller its own result or its own error:
   call returns late rather than failing.
 
 The leader keeps its Delta table open and updates it incrementally (one log entry per
-round), and after each commit runs the table's upkeep (checkpoints, compaction) as any
-writer does. It is a daemon thread that ends after :data:`IDLE_SECONDS` without requests.
+round), and after each commit runs the table's upkeep as any writer does (checkpoints,
+compaction; while other requests wait, compaction runs in a thread of its own and rounds go
+on meanwhile). It is a daemon thread that
+ends after :data:`IDLE_SECONDS` without requests.
 Nothing here survives a fork (delta-rs's runtime does not either).
 """
 
@@ -41,7 +43,12 @@ except ImportError:  # not on Windows: no host lock there
     fcntl = None  # type: ignore[assignment]
 
 from spark_queue.errors import CommitConflictError, QueueError
-from spark_queue.maintenance import after_commit
+from spark_queue.maintenance import (
+    after_commit,
+    checkpoint_after,
+    compact_if_needed,
+    needs_compaction,
+)
 from spark_queue.operations import PublishRun, Request, Round, Unmergeable, mergeable
 from spark_queue.storage import Location
 from spark_queue.store import QueueStore
@@ -101,6 +108,7 @@ class CommitGroup:
         self.rounds = 0  # commits made, for tests and benchmarks
         self.budget = COMMIT_BUDGET
         self._listeners: list[Callable[[list[str]], None]] = []
+        self._compacting = False
 
     def listen(self, callback: Callable[[list[str]], None]) -> None:
         """Call ``callback`` with the operations of every commit of the group, after it
@@ -228,11 +236,37 @@ class CommitGroup:
                     listeners = list(self._listeners)
                 for listener in listeners:
                     listener(round.operations)
+            with self._lock:
+                waiting = bool(self._pending)
+            if transaction.committed and not waiting:
+                after_commit(store, snapshot)  # as any writer's call, before it returns
             for item, result in zip(candidates[:taken], results, strict=True):
                 item.future.set_result(result)
-            if transaction.committed:
-                after_commit(store, snapshot)
+            if transaction.committed and waiting:
+                self._upkeep(snapshot)
             return candidates[taken:]
+
+    def _upkeep(self, planned_on: Any) -> None:
+        """The work after a commit (:func:`maintenance.after_commit`) while other requests
+        wait: compaction in a thread of its own, one at a time, since it takes hundreds of
+        milliseconds in which the leader commits rounds on (a compaction overtaken by them
+        still lands, as its files are still there; a round it overtakes is planned again)."""
+        checkpoint_after(self.store.location, planned_on.table)
+        if not needs_compaction(planned_on):
+            return
+        with self._lock:
+            if self._compacting:
+                return
+            self._compacting = True
+
+        def compaction() -> None:
+            try:
+                compact_if_needed(QueueStore(self.store.location))
+            finally:
+                with self._lock:
+                    self._compacting = False
+
+        threading.Thread(target=compaction, name="spark-queue-compaction", daemon=True).start()
 
     def _units(self, candidates: list[Queued], merge: bool) -> list[tuple[list[Queued], Request]]:
         """The candidates as units of planning: alone, or, with ``merge``, neighbouring

@@ -247,3 +247,32 @@ def test_publisher_futures_of_many_threads_and_refused_messages(table):
         assert seqs == sorted(seqs)  # one thread's messages in send order
         assert [bytes(by_seq[s]).decode() for s in seqs] == [f"t{n}-{i}" for i in range(per_thread)]
     assert table.stats("q")["added"] == threads * per_thread
+
+
+def test_threads_and_a_consumer_on_the_s3_server(s3_table, s3_options):
+    """On object storage: 16 threads publish one message a call through the group commit,
+    while a consumer of another QueueTable of the same table handles them all."""
+    table = QueueTable(s3_table, storage_options=s3_options)
+    table.declare("q")
+    threads, calls = 16, 5
+    handled: list[str] = []
+    with QueueTable(s3_table, storage_options=s3_options).consumer("q", "c") as consumer:
+        workers = [
+            threading.Thread(
+                target=lambda n=n: [table.publish("q", [f"t{n}-{i}"]) for i in range(calls)]
+            )
+            for n in range(threads)
+        ]
+        for worker in workers:
+            worker.start()
+        while len(handled) < threads * calls:
+            for message in consumer.receive(100, timeout=PATIENCE):
+                handled.append(message.body.decode())
+                message.ack()
+        for worker in workers:
+            worker.join()
+    expected = [f"t{n}-{i}" for n in range(threads) for i in range(calls)]
+    assert sorted(handled) == sorted(expected)
+    stats = table.stats("q")
+    assert (stats["acked"], stats["ready"], stats["leased"]) == (len(expected), 0, 0)
+    assert identity_holds(stats)
