@@ -1,7 +1,9 @@
 """Many small clients on one queue table (issue #23), direct (each process's group commit).
 
 - **workers**: W processes, each one ``QueueTable.consumer`` whose handler does nothing,
-  drain ``--messages`` messages; the aggregate rate is messages / time to drain;
+  drain ``--messages`` messages; the aggregate rate is messages / time to drain (each
+  worker's prefetch starts at one message and grows, so this includes the ramp);
+- **steady**: the same for ``--seconds`` on a queue that never runs dry;
 - **slow**: W processes whose handler takes ``--handler-ms`` a message, for ``--seconds``;
   the aggregate rate against the ideal W x 1000 / handler-ms, with per-worker counts;
 - **publishers**: P clients making single-message ``publish`` calls for ``--seconds``: P
@@ -86,10 +88,31 @@ def run_workers(path, options, count, handler_s=0.0, seconds=0.0):
     return start, results
 
 
+def bench_steady(path_of, options, counts, seconds, messages):
+    """W workers for ``seconds`` on a queue deep enough that none runs dry: the rate once
+    every worker's prefetch has grown, with per-worker counts."""
+    from spark_queue import QueueTable
+
+    print(f"\n| workers W, steady ({seconds:g} s) | msg/s | errors | per worker |")
+    print("|---|---|---|---|")
+    for count in counts:
+        path = path_of(f"steady-{count}")
+        fill(path, options, messages)
+        _, results = run_workers(path, options, count, 0.0, seconds)
+        handled = [r[0] for r in results]
+        stats = QueueTable(path, storage_options=options).stats(QUEUE)
+        assert stats["acked"] == sum(handled) and stats["leased"] == 0, stats
+        assert stats["ready"] > 0, "the queue ran dry: raise --steady-messages"
+        print(
+            f"| {count} | {sum(handled) / seconds:,.0f} | {sum(r[1] for r in results)} | "
+            f"{min(handled)}-{max(handled)} |"
+        )
+
+
 def bench_workers(path_of, options, counts, messages):
     from spark_queue import QueueTable
 
-    print("\n| workers W | messages | seconds | msg/s | errors |")
+    print("\n| workers W, drain | messages | seconds | msg/s | errors |")
     print("|---|---|---|---|---|")
     rates = []
     for count in counts:
@@ -273,9 +296,12 @@ def bench_latency(path_of, options, count):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", choices=["local", "s3"], default="local")
-    parser.add_argument("--only", nargs="+", default=["workers", "slow", "publishers", "latency"])
+    parser.add_argument(
+        "--only", nargs="+", default=["workers", "steady", "slow", "publishers", "latency"]
+    )
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 4, 8, 32])
     parser.add_argument("--messages", type=int, default=50_000)
+    parser.add_argument("--steady-messages", type=int, default=400_000)
     parser.add_argument("--slow-workers", type=int, default=16)
     parser.add_argument("--handler-ms", type=int, default=50)
     parser.add_argument("--publishers", type=int, default=32)
@@ -303,6 +329,8 @@ def main() -> None:
     try:
         if "workers" in args.only:
             bench_workers(path_of, options, args.workers, args.messages)
+        if "steady" in args.only:
+            bench_steady(path_of, options, args.workers, args.seconds, args.steady_messages)
         if "slow" in args.only:
             bench_slow(path_of, options, args.slow_workers, args.handler_ms, args.seconds)
         if "publishers" in args.only:

@@ -14,6 +14,7 @@ neither survives a fork.
 from __future__ import annotations
 
 import json
+import math
 import threading
 import time
 from collections import deque
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from spark_queue.table import QueueTable
 
 DEFAULT_LEASE_PERIOD = "30 seconds"
+RECEIVERS_SEEN = 5.0  # seconds: threads that received within this long share the handling
 GROWTH = 32  # a prefetch that ran dry grows this many times: a fast handler is fed soon
 
 
@@ -67,12 +69,17 @@ class Consumer:
     acknowledgements, lease extension and long polling. Made by :meth:`QueueTable.consumer`.
 
     - **Prefetch**: leases are taken ahead of the handler, sized to keep it busy without
-      hoarding. The size starts at 1 and doubles whenever the handler asks for a message,
-      none is prefetched and the last lease was full (the handler outran the leases); it
-      halves when a message waited ``hoard_after`` seconds in the prefetch buffer (the
-      handler is slow). Messages prefetched and in hand (delivered, not acked or nacked) are
-      never more than ``max_prefetch``, as pika's ``prefetch_count``, so a slow handler holds
-      few messages and other workers get the rest.
+      hoarding. The consumer measures how long a lease takes (``r``) and how long the
+      handler takes a message (``h``: from a message's delivery to the same thread's next
+      :meth:`receive`, over the threads receiving), so ``need = ceil(r / h)`` messages are
+      handled while a lease is in flight: it leases again once fewer than ``need`` are
+      prefetched, up to ``need + need // 2``. A handler slower than a lease holds one message
+      in hand and at most one ahead; a fast one is fed by leases of up to ``max_prefetch``.
+      Before both are measured the size starts at 1 and grows 32-fold whenever the handler
+      finds nothing prefetched after a full lease. Messages prefetched and in hand
+      (delivered, not acked or nacked) are never more than ``max_prefetch``, as pika's
+      ``prefetch_count``, so a slow handler holds few messages and other workers get the
+      rest.
     - **Acknowledgements** are batched: flushed once ``ack_batch`` are pending, once the
       oldest has waited ``ack_interval`` seconds, and on :meth:`flush` and :meth:`close`;
       a flush and a lease go to the table together (one commit, where the group commit can).
@@ -104,7 +111,6 @@ class Consumer:
         ack_interval: float = 1.0,
         max_poll_interval: float = 0.05,
         idle_lease_interval: float = 1.0,
-        hoard_after: float = 1.0,
         max_deliveries: int = 0,
         max_cancels: int = 0,
         filter: str | None = None,
@@ -119,7 +125,6 @@ class Consumer:
             ("ack_interval", ack_interval),
             ("max_poll_interval", max_poll_interval),
             ("idle_lease_interval", idle_lease_interval),
-            ("hoard_after", hoard_after),
         ):
             if not isinstance(seconds, int | float) or seconds <= 0:
                 raise InvalidOptionError(f"{label} must be seconds > 0; got {seconds!r}")
@@ -132,7 +137,6 @@ class Consumer:
         self.ack_interval = ack_interval
         self.max_poll_interval = max_poll_interval
         self.idle_lease_interval = idle_lease_interval
-        self.hoard_after = hoard_after
         self._lease_options: dict[str, Any] = {
             "lease_period": period_ms,
             "max_deliveries": max_deliveries,
@@ -140,12 +144,17 @@ class Consumer:
             "filter": filter,
         }
         self._cond = threading.Condition()
-        self._buffer: deque[tuple[Message, float]] = deque()  # with when it was prefetched
+        self._buffer: deque[Message] = deque()  # prefetched, not delivered yet
         self._in_hand: dict[int, Message] = {}
         self._renew_at: dict[int, float] = {}  # seq -> when its lease is extended next
         self._acks: list[int] = []
         self._acks_since = 0.0
-        self.target = 1  # the size of the next lease (grows and shrinks, see above)
+        self.target = 1  # messages to hold prefetched, at most (see above)
+        self._low = 0  # lease again once no more than this many are prefetched
+        self._lease_s: float | None = None  # how long a lease takes (moving average)
+        self._handler_s: float | None = None  # how long a thread handles a message (same)
+        self._receivers: dict[int, float] = {}  # thread id -> when it last received
+        self._taken = threading.local()  # this thread's last delivery: when, how many
         self._last_full = False  # the last lease got all it asked: the queue may have more
         self._woken = False  # a commit of this process happened while idle
         self._error: BaseException | None = None
@@ -173,6 +182,7 @@ class Consumer:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
+            self._handled(time.monotonic())
             while True:
                 if self._error is not None:
                     raise self._error
@@ -180,24 +190,46 @@ class Consumer:
                     raise ClientClosedError(f"consumer {self.name!r} of {self.queue!r} is closed")
                 if self._buffer:
                     break
-                if self._last_full:  # the handler outran the leases: lease more at a time
+                if self._last_full and self._handler_s is None:
+                    # Not measured yet, and the handler outran the leases: lease more at once.
                     self.target = min(self.max_prefetch, self.target * GROWTH)
+                    self._low = self.target // 2
                     self._last_full = False
                 self._cond.notify_all()
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return []
                 self._cond.wait(left)
-            now = time.monotonic()
             taken = []
             while self._buffer and len(taken) < max_messages:
-                message, since = self._buffer.popleft()
-                if now - since > self.hoard_after:  # the handler is slow: lease fewer
-                    self.target = max(1, self.target // 2)
+                message = self._buffer.popleft()
                 self._in_hand[message.seq] = message
                 taken.append(message)
+            self._taken.at, self._taken.count = time.monotonic(), len(taken)
             self._cond.notify_all()  # the fetcher may lease more now
             return taken
+
+    def _handled(self, now: float) -> None:
+        """This thread is back for more: measure how long it took a message, and size the
+        prefetch again (under the lock)."""
+        thread = threading.get_ident()
+        self._receivers[thread] = now
+        at = getattr(self._taken, "at", None)
+        if at is None:
+            return
+        self._taken.at = None
+        per_message = (now - at) / max(1, self._taken.count)
+        self._handler_s = _average(self._handler_s, per_message)
+        self._resize(now)
+
+    def _resize(self, now: float) -> None:
+        if self._handler_s is None or self._lease_s is None:
+            return
+        receivers = sum(1 for seen in self._receivers.values() if now - seen < RECEIVERS_SEEN)
+        interval = max(self._handler_s, 1e-6) / max(1, receivers)  # between two deliveries
+        need = max(1, math.ceil(self._lease_s / interval))
+        self.target = min(self.max_prefetch, need + need // 2)
+        self._low = min(need - 1, self.target // 2)
 
     def __iter__(self) -> Iterator[Message]:
         """Messages one at a time, until the consumer is closed."""
@@ -284,7 +316,7 @@ class Consumer:
         self._listening.close()
         self.flush()
         with self._cond:
-            unhandled = [m.seq for m, _ in self._buffer] + list(self._in_hand)
+            unhandled = [m.seq for m in self._buffer] + list(self._in_hand)
             self._buffer.clear()
             self._in_hand.clear()
         if unhandled:
@@ -318,7 +350,7 @@ class Consumer:
                     now = time.monotonic()
                     held = len(self._buffer) + len(self._in_hand)
                     room = self.max_prefetch - held
-                    low = len(self._buffer) <= self.target // 2
+                    low = len(self._buffer) <= self._low
                     flush_due = bool(self._acks) and (
                         len(self._acks) >= self.ack_batch
                         or now - self._acks_since >= self.ack_interval
@@ -394,9 +426,13 @@ class Consumer:
         leased = None
         if want:
             self.leases += 1
+            started = time.monotonic()
             leased = self.table.lease(
                 self.queue, self.name, max_messages=want, **self._lease_options
             )
+            with self._cond:
+                self._lease_s = _average(self._lease_s, time.monotonic() - started)
+                self._resize(time.monotonic())
         for call in calls:
             call.result()
         if leased is None:
@@ -406,7 +442,7 @@ class Consumer:
             now = time.monotonic()
             renew_at = now + self.lease_period / 2
             for message in messages:
-                self._buffer.append((message, now))
+                self._buffer.append(message)
                 self._renew_at[message.seq] = renew_at
             self._last_got = len(messages)
             self._last_full = len(messages) == want
@@ -446,6 +482,11 @@ def may_feed(queue: str, operations: list[str], queues: list[str] | None) -> boo
     if queues is not None and queue not in queues:
         return False
     return any(op.split(" ", 1)[0] not in NOT_FEEDING for op in operations)
+
+
+def _average(old: float | None, new: float) -> float:
+    """A moving average that follows a change within a few samples."""
+    return new if old is None else 0.7 * old + 0.3 * new
 
 
 class _LogWatch:
