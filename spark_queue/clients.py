@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -32,7 +32,38 @@ from spark_queue.messages import as_input_table
 from spark_queue.options import parse_duration_ms
 
 if TYPE_CHECKING:
-    from spark_queue.table import QueueTable
+    from spark_queue.operations import PublishOutcome
+    from spark_queue.store import QueueStore
+
+
+class QueueOperations(Protocol):
+    """What the clients use of a table: :class:`~spark_queue.table.QueueTable`'s
+    operations, with their signatures (anything serving them, a broker's stub say, serves
+    the clients); ``store`` is read for long polling."""
+
+    store: QueueStore
+
+    def lease(self, queue: str, consumer: str = ..., **options: Any) -> pa.Table: ...
+
+    def ack(self, queue: str, seqs: list[int], consumer: str | None = ...) -> int: ...
+
+    def cancel(
+        self,
+        queue: str,
+        seqs: list[int],
+        consumer: str | None = ...,
+        *,
+        delay: str | int | None = ...,
+    ) -> int: ...
+
+    def extend(self, queue: str, seqs: list[int], consumer: str, period: str | int) -> int: ...
+
+    def release(
+        self, consumer: str, queue: str | None = ..., *, seqs: list[int] | None = ...
+    ) -> int: ...
+
+    def publish_outcome(self, queue: str, rows: Any, **options: Any) -> PublishOutcome: ...
+
 
 DEFAULT_LEASE_PERIOD = "30 seconds"
 RECEIVERS_SEEN = 5.0  # seconds: threads that received within this long share the handling
@@ -101,7 +132,7 @@ class Consumer:
 
     def __init__(
         self,
-        table: QueueTable,
+        table: QueueOperations,
         queue: str,
         name: str,
         *,
@@ -494,7 +525,7 @@ class _LogWatch:
     ``queue`` (:func:`may_feed`): one stat of the next log entry per check (local disk: a
     system call; object stores: one HEAD), and a read of each new entry."""
 
-    def __init__(self, table: QueueTable, queue: str) -> None:
+    def __init__(self, table: QueueOperations, queue: str) -> None:
         store = table.store
         opened = store.open()
         self.queue = queue
@@ -544,7 +575,7 @@ class _Listening:
         self.group.unlisten(self.callback)
 
 
-def _listen(table: QueueTable, callback: Any) -> _Listening:
+def _listen(table: QueueOperations, callback: Any) -> _Listening:
     """Call ``callback`` after every commit this process makes to ``table``."""
     from spark_queue.group import group_of
 
@@ -574,7 +605,7 @@ class Publisher:
 
     def __init__(
         self,
-        table: QueueTable,
+        table: QueueOperations,
         queue: str,
         *,
         linger: float = 0.005,
