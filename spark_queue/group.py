@@ -55,6 +55,8 @@ from spark_queue.store import QueueStore
 from spark_queue.transaction import COMMIT_BUDGET, QueueTransaction, backoff
 
 IDLE_SECONDS = 30.0  # a leader with nothing to do for this long ends (a new one starts)
+HOST_LOCK_WAIT = 5.0  # seconds a round waits for the host lock before going on without it
+COMPACTION_CHECK_ROUNDS = 8  # while requests wait, small files are counted every 8th round
 MAX_ROUND = 2048  # requests in one round, at most: a commit's size stays bounded
 
 
@@ -64,24 +66,52 @@ class HostLock:
     of losing races to each other, which wastes a whole planned round each. It only spares
     work; correctness stays with Delta's optimistic commits (other hosts, Spark jobs, and
     systems without ``fcntl``, where it does nothing). The kernel drops it with its
-    process, so a killed process never holds it."""
+    process, so a killed process never holds it; one that holds it and hangs (stopped, or
+    stuck on storage) delays the others by :data:`HOST_LOCK_WAIT` a round at most, after
+    which they go on without it. Used by one thread at a time (the leader)."""
 
     def __init__(self, location: Location) -> None:
         digest = hashlib.sha256(location.uri.encode()).hexdigest()[:32]
         self.path = os.path.join(tempfile.gettempdir(), "spark-queue-locks", f"{digest}.lock")
-        self._file: Any = None
+        self._held: Any = None  # the open file whose lock this process holds
 
     def __enter__(self) -> None:
         if fcntl is None:
             return
-        if self._file is None:
-            os.makedirs(os.path.dirname(self.path), exist_ok=True)
-            self._file = open(self.path, "a")
-        fcntl.flock(self._file.fileno(), fcntl.LOCK_EX)
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        opened = open(self.path, "a")
+        try:
+            fcntl.flock(opened.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._held = opened
+            return
+        except BlockingIOError:
+            pass
+        # Wait in the kernel's queue, in a thread, for HOST_LOCK_WAIT at most; a lock it
+        # gets after this round gave up is released at once (closing its file).
+        decided = threading.Lock()
+        got = threading.Event()
+        abandoned = False
+
+        def wait() -> None:
+            fcntl.flock(opened.fileno(), fcntl.LOCK_EX)
+            with decided:
+                if abandoned:
+                    opened.close()
+                else:
+                    got.set()
+
+        threading.Thread(target=wait, name="spark-queue-host-lock", daemon=True).start()
+        got.wait(HOST_LOCK_WAIT)
+        with decided:
+            if got.is_set():
+                self._held = opened
+            else:
+                abandoned = True
 
     def __exit__(self, *exc: object) -> None:
-        if fcntl is not None:
-            fcntl.flock(self._file.fileno(), fcntl.LOCK_UN)
+        if self._held is not None:
+            self._held.close()  # closing the file releases its lock
+            self._held = None
 
 
 @dataclass
@@ -252,7 +282,9 @@ class CommitGroup:
         milliseconds in which the leader commits rounds on (a compaction overtaken by them
         still lands, as its files are still there; a round it overtakes is planned again)."""
         checkpoint_after(self.store.location, planned_on.table)
-        if not needs_compaction(planned_on):
+        # Looking for small files costs a few ms over the file list: every few rounds is
+        # enough, as compaction waits for 32 of them.
+        if self.rounds % COMPACTION_CHECK_ROUNDS or not needs_compaction(planned_on):
             return
         with self._lock:
             if self._compacting:

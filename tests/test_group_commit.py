@@ -257,3 +257,20 @@ def test_asyncio_callers_through_threads(table):
     stored = table.peek("q", 100)
     by_seq = dict(zip(stored["seq"].to_pylist(), texts(stored), strict=True))
     assert [by_seq[r.seqs[0]] for r in results] == [f"a{i}" for i in range(16)]
+
+
+def test_a_hung_holder_of_the_host_lock_delays_a_round_only_so_long(table, monkeypatch):
+    """The host lock spares lost races; a process that holds it and hangs (here: this test
+    holding it) makes a round wait HOST_LOCK_WAIT, then go on without it."""
+    import fcntl
+
+    from spark_queue import group
+
+    monkeypatch.setattr(group, "HOST_LOCK_WAIT", 0.2)
+    table.declare("q")
+    lock = group.group_of(table.store.location)._host_lock
+    with open(lock.path, "a") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        assert table.publish("q", ["despite the lock"]).seqs
+    assert table.publish("q", ["after it"]).seqs  # the abandoned waiter let go of it
+    assert texts(table.peek("q", 10)) == ["despite the lock", "after it"]
