@@ -66,6 +66,8 @@ class QueueOperations(Protocol):
 
 
 DEFAULT_LEASE_PERIOD = "30 seconds"
+LOCAL_POLL = 0.025  # seconds between two log checks of an idle consumer, at most: local disk
+OBJECT_STORE_POLL = 0.1  # and on an object store, where each is a request
 RECEIVERS_SEEN = 5.0  # seconds: threads that received within this long share the handling
 GROWTH = 32  # a prefetch that ran dry grows this many times: a fast handler is fed soon
 
@@ -119,7 +121,8 @@ class Consumer:
       redelivered while it is handled, however slow the handler, as long as this process
       lives. A killed process's leases run out and their messages are delivered again.
     - **Long polling**: a consumer that finds nothing waits for a new table version (a stat
-      of the next log entry, every ``max_poll_interval`` seconds at most, starting at 5 ms;
+      of the next log entry, every ``max_poll_interval`` seconds at most (None: 25 ms on a
+      local disk, 100 ms on an object store, where each check is a request), starting at 5 ms;
       commits of this process wake it at once), and leases again at least every
       ``idle_lease_interval`` seconds (scheduled messages falling due, leases running out
       make no version).
@@ -140,7 +143,7 @@ class Consumer:
         lease_period: str | int = DEFAULT_LEASE_PERIOD,
         ack_batch: int = 1000,
         ack_interval: float = 1.0,
-        max_poll_interval: float = 0.05,
+        max_poll_interval: float | None = None,
         idle_lease_interval: float = 1.0,
         max_deliveries: int = 0,
         max_cancels: int = 0,
@@ -154,7 +157,6 @@ class Consumer:
                 raise InvalidOptionError(f"{label} must be a whole number >= 1; got {value!r}")
         for label, seconds in (
             ("ack_interval", ack_interval),
-            ("max_poll_interval", max_poll_interval),
             ("idle_lease_interval", idle_lease_interval),
         ):
             if not isinstance(seconds, int | float) or seconds <= 0:
@@ -166,6 +168,13 @@ class Consumer:
         self.lease_period = period_ms / 1000
         self.ack_batch = ack_batch
         self.ack_interval = ack_interval
+        if max_poll_interval is None:
+            local = table.store.location.scheme in ("", "file")
+            max_poll_interval = LOCAL_POLL if local else OBJECT_STORE_POLL
+        if not isinstance(max_poll_interval, int | float) or max_poll_interval <= 0:
+            raise InvalidOptionError(
+                f"max_poll_interval must be seconds > 0; got {max_poll_interval!r}"
+            )
         self.max_poll_interval = max_poll_interval
         self.idle_lease_interval = idle_lease_interval
         self._lease_options: dict[str, Any] = {

@@ -568,7 +568,7 @@ class QueueTable:
             queue: an existing queue.
             name: the consumer name its leases carry (workers may share one).
             **options: ``max_prefetch``, ``lease_period``, ``ack_batch``, ``ack_interval``,
-                ``max_poll_interval``, ``idle_lease_interval``, ``hoard_after``,
+                ``max_poll_interval``, ``idle_lease_interval``,
                 ``max_deliveries``, ``max_cancels``, ``filter`` (see the class).
 
         Raises:
