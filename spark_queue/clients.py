@@ -187,6 +187,7 @@ class Consumer:
         self._buffer: deque[Message] = deque()  # prefetched, not delivered yet
         self._in_hand: dict[int, Message] = {}
         self._renew_at: dict[int, float] = {}  # seq -> when its lease is extended next
+        self._next_renew = math.inf  # the earliest of them, or earlier (never later)
         self._acks: list[int] = []
         self._acks_since = 0.0
         self.target = 1  # messages to hold prefetched, at most (see above)
@@ -395,7 +396,7 @@ class Consumer:
                         len(self._acks) >= self.ack_batch
                         or now - self._acks_since >= self.ack_interval
                     )
-                    renew = [s for s, at in self._renew_at.items() if at <= now]
+                    renew = self._due_renewals(now)
                     idle = idle_since is not None
                     woken, self._woken = self._woken, False
                     poll_due = idle and (
@@ -432,6 +433,16 @@ class Consumer:
                 self._error = error
                 self._cond.notify_all()
 
+    def _due_renewals(self, now: float) -> list[int]:
+        """Seqs whose lease is due for extension (under the lock); the scan runs only once
+        the earliest is due, not at every wake-up of the background thread."""
+        if now < self._next_renew:
+            return []
+        due = [seq for seq, at in self._renew_at.items() if at <= now]
+        if not due:  # the earliest was acked or nacked since
+            self._next_renew = min(self._renew_at.values(), default=math.inf)
+        return due
+
     def _next_wait(self, now: float, idle: bool, interval: float) -> float:
         waits = [self.idle_lease_interval]
         if idle:
@@ -439,7 +450,7 @@ class Consumer:
         if self._acks:
             waits.append(self._acks_since + self.ack_interval - now)
         if self._renew_at:
-            waits.append(min(self._renew_at.values()) - now)
+            waits.append(self._next_renew - now)
         return max(0.0, min(waits))
 
     def _exchange(self, want: int, acks: list[int], renew: list[int]) -> None:
@@ -463,6 +474,7 @@ class Consumer:
                 for seq in renew:
                     if seq in self._renew_at:
                         self._renew_at[seq] = later
+                self._next_renew = min(self._renew_at.values(), default=math.inf)
         leased = None
         if want:
             self.leases += 1
@@ -484,6 +496,7 @@ class Consumer:
             for message in messages:
                 self._buffer.append(message)
                 self._renew_at[message.seq] = renew_at
+            self._next_renew = min(self._next_renew, renew_at)
             self._last_got = len(messages)
             self._last_full = len(messages) == want
             self._cond.notify_all()
