@@ -4,6 +4,8 @@
   drain ``--messages`` messages; the aggregate rate is messages / time to drain (each
   worker's prefetch starts at one message and grows, so this includes the ramp);
 - **steady**: the same for ``--seconds`` on a queue that never runs dry;
+- **raw**: the issue's baseline, W processes looping ``lease(max_messages=10)`` then
+  ``ack`` (two commits per 10 messages), for ``--seconds``;
 - **slow**: W processes whose handler takes ``--handler-ms`` a message, for ``--seconds``;
   the aggregate rate against the ideal W x 1000 / handler-ms, with per-worker counts;
 - **publishers**: P clients making single-message ``publish`` calls for ``--seconds``: P
@@ -61,7 +63,7 @@ def worker(path: str, options: dict | None, name: str, handler_s: float, seconds
         while stop is None or time.time() < stop:
             try:
                 got = consumer.receive(100, timeout=3.0 if stop is None else 0.5)
-            except Exception:
+            except Exception:  # counted: the goal is none
                 errors += 1
                 continue
             if not got and stop is None:
@@ -130,6 +132,43 @@ def bench_workers(path_of, options, counts, messages):
     return rates
 
 
+def raw_loop(path, options, name, seconds, go):
+    """A worker process of the issue's baseline: ``lease(max_messages=10)`` then ``ack``."""
+    from spark_queue import QueueTable
+
+    table = QueueTable(path, storage_options=options)
+    table.lease(QUEUE, name, max_messages=0)  # warm: the table opened, its state read
+    acked = errors = 0
+    go.wait()
+    stop = time.time() + seconds
+    while time.time() < stop:
+        try:
+            seqs = table.lease(QUEUE, name, max_messages=10)["seq"].to_pylist()
+            acked += table.ack(QUEUE, seqs, name)
+        except Exception:  # counted: the goal is none
+            errors += 1
+    return acked, errors
+
+
+def bench_raw(path_of, options, counts, seconds):
+    print(f"\n| raw `lease(max_messages=10)` + `ack` loops, W ({seconds:g} s) | msg/s | errors |")
+    print("|---|---|---|")
+    for count in counts:
+        path = path_of(f"raw-{count}")
+        fill(path, options, 40_000)
+        context = multiprocessing.get_context("spawn")
+        with context.Manager() as manager, context.Pool(count) as pool:
+            go = manager.Barrier(count + 1)
+            pending = [
+                pool.apply_async(raw_loop, (path, options, f"w{n}", seconds, go))
+                for n in range(count)
+            ]
+            go.wait()
+            results = [p.get(timeout=3600) for p in pending]
+        acked, errors = sum(r[0] for r in results), sum(r[1] for r in results)
+        print(f"| {count} | {acked / seconds:,.0f} | {errors} |")
+
+
 def bench_slow(path_of, options, count, handler_ms, seconds):
     path = path_of("slow")
     fill(path, options, int(count * seconds * 1000 / handler_ms * 2))
@@ -158,7 +197,7 @@ def publish_loop(path, options, name, seconds, go):
         try:
             table.publish(QUEUE, [f"{name}-{sent}"])
             sent += 1
-        except Exception:
+        except Exception:  # counted: the goal is none
             errors += 1
     return sent, errors
 
@@ -225,7 +264,7 @@ def bench_publishers(path_of, options, count, seconds):
                 try:
                     publisher.send(f"s{n}-{counts[n]}").result()
                     counts[n] += 1
-                except Exception:
+                except Exception:  # counted: the goal is none
                     failures[0] += 1
 
         threads = [threading.Thread(target=sender, args=(n,)) for n in range(count)]
@@ -292,7 +331,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", choices=["local", "s3"], default="local")
     parser.add_argument(
-        "--only", nargs="+", default=["workers", "steady", "slow", "publishers", "latency"]
+        "--only", nargs="+", default=["workers", "steady", "raw", "slow", "publishers", "latency"]
     )
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 4, 8, 32])
     parser.add_argument("--messages", type=int, default=50_000)
@@ -326,6 +365,8 @@ def main() -> None:
             bench_workers(path_of, options, args.workers, args.messages)
         if "steady" in args.only:
             bench_steady(path_of, options, args.workers, args.seconds, args.steady_messages)
+        if "raw" in args.only:
+            bench_raw(path_of, options, args.workers, args.seconds)
         if "slow" in args.only:
             bench_slow(path_of, options, args.slow_workers, args.handler_ms, args.seconds)
         if "publishers" in args.only:

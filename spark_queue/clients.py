@@ -428,7 +428,7 @@ class Consumer:
                     with self._cond:
                         self._idle = not got
                         self._cond.notify_all()
-        except BaseException as error:
+        except BaseException as error:  # raised to the receivers, who would wait forever
             with self._cond:
                 self._error = error
                 self._cond.notify_all()
@@ -760,7 +760,7 @@ class Publisher:
             outcome = self.table.publish_outcome(
                 self.queue, rows, on_reject=self.on_reject, **self.arguments
             )
-        except BaseException as error:
+        except BaseException as error:  # each message's future holds the batch's error
             for item in batch:
                 item.future.set_exception(error)
             return

@@ -178,7 +178,7 @@ class CommitGroup:
                 batch = self._take(MAX_ROUND)
             try:
                 left = self._round(batch)
-            except BaseException as error:
+            except BaseException as error:  # an unexpected failure: every caller hears of it
                 for item in batch:
                     if not item.future.done():
                         item.request.discard(self.store)
