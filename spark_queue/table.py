@@ -1,7 +1,12 @@
 """``QueueTable``: the Python API of a queue table, for jobs, notebooks and services.
 
 Runs in the calling process with no SparkSession: it reads and commits through delta-rs.
-Do not call it in a process that later forks (delta-rs's runtime does not survive a fork).
+Thread-safe: the queue operations (``publish``, ``lease``, ``ack``, ``cancel``, ``expire``,
+``extend``, ``release``) of every thread, and of every ``QueueTable`` of the same table in
+the process, share commits (:mod:`spark_queue.group`: one commit per round, each caller
+with its own result or error); ``declare``, ``alter``, ``purge`` and maintenance commit
+alone. Do not call it in a process that later forks (delta-rs's runtime does not survive a
+fork).
 """
 
 from __future__ import annotations
