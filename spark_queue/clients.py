@@ -30,6 +30,7 @@ import pyarrow as pa
 from spark_queue.errors import ClientClosedError, InvalidOptionError
 from spark_queue.messages import as_input_table
 from spark_queue.options import parse_duration_ms
+from spark_queue.schema import LEASE_VERSION_KEY
 
 if TYPE_CHECKING:
     from spark_queue.operations import PublishOutcome
@@ -201,6 +202,7 @@ class Consumer:
         self._error: BaseException | None = None
         self._closed = False
         self._last_got = 0  # messages the last lease delivered
+        self._planned_on: int | None = None  # the table version the last lease planned on
         self._idle = False
         self.polls = 0  # log checks made while idle, for tests and benchmarks
         self.leases = 0  # lease calls made, for tests and benchmarks
@@ -413,9 +415,6 @@ class Consumer:
                         continue
                     want = min(room, max(1, self.target - len(self._buffer))) if fetch else 0
                     acks, self._acks = (self._acks, []) if (flush_due or fetch) else ([], [])
-                # Where the queue may be drained, the version is taken before the lease, so a
-                # publish committed during the lease still wakes the idle wait after it.
-                before = _LogWatch(self.table, self.queue) if want and not self._last_full else None
                 self._exchange(want, acks, renew)
                 if want:
                     with self._cond:
@@ -424,7 +423,9 @@ class Consumer:
                         idle_since, watched, interval = None, None, 0.005
                     else:
                         idle_since = time.monotonic()
-                        watched = before or _LogWatch(self.table, self.queue)
+                        # From the version the lease planned on: a publish committed
+                        # while the lease was in flight still wakes the wait.
+                        watched = _LogWatch(self.table, self.queue, self._planned_on)
                     with self._cond:
                         self._idle = not got
                         self._cond.notify_all()
@@ -498,6 +499,8 @@ class Consumer:
                 self._renew_at[message.seq] = renew_at
             self._next_renew = min(self._next_renew, renew_at)
             self._last_got = len(messages)
+            version = (leased.schema.metadata or {}).get(LEASE_VERSION_KEY)
+            self._planned_on = None if version is None else int(version)
             self._last_full = len(messages) == want
             self._cond.notify_all()
 
@@ -547,11 +550,13 @@ class _LogWatch:
     ``queue`` (:func:`may_feed`): one stat of the next log entry per check (local disk: a
     system call; object stores: one HEAD), and a read of each new entry."""
 
-    def __init__(self, table: QueueOperations, queue: str) -> None:
+    def __init__(self, table: QueueOperations, queue: str, version: int | None) -> None:
         store = table.store
-        opened = store.open()
+        if version is None:  # a table object that does not say: load the log (no cache,
+            # so that this thread holds no delta-rs object the interpreter's exit would meet)
+            version = store.location.delta_table().version()
         self.queue = queue
-        self.version = -1 if opened is None else opened.version()
+        self.version = version
         self.fs = store.fs
         self.log = f"{store.base.rstrip('/')}/_delta_log"
 

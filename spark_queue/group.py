@@ -26,6 +26,7 @@ Nothing here survives a fork (delta-rs's runtime does not either).
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import tempfile
@@ -139,6 +140,8 @@ class CommitGroup:
         self.budget = COMMIT_BUDGET
         self._listeners: list[Callable[[list[str]], None]] = []
         self._compacting = False
+        self._compaction: threading.Thread | None = None
+        self._closed = False
 
     def listen(self, callback: Callable[[list[str]], None]) -> None:
         """Call ``callback`` with the operations of every commit of the group, after it
@@ -155,6 +158,10 @@ class CommitGroup:
         :meth:`Request.apply` returned once the commit holding it has landed, or its error."""
         future: Future = Future()
         with self._lock:
+            if self._closed:
+                raise QueueError(
+                    f"the commit group of {self.store.uri} is closed: the process exits"
+                )
             self._pending.append(Queued(request, future, time.monotonic()))
             if self._leader is None:
                 self._leader = threading.Thread(
@@ -170,7 +177,7 @@ class CommitGroup:
     def _lead(self) -> None:
         while True:
             with self._lock:
-                if not self._pending:
+                if not self._pending and not self._closed:
                     self._lock.wait(IDLE_SECONDS)
                 if not self._pending:
                     self._leader = None
@@ -298,7 +305,24 @@ class CommitGroup:
                 with self._lock:
                     self._compacting = False
 
-        threading.Thread(target=compaction, name="spark-queue-compaction", daemon=True).start()
+        self._compaction: threading.Thread | None = None
+        self._closed = False
+
+        self._compaction = threading.Thread(
+            target=compaction, name="spark-queue-compaction", daemon=True
+        )
+        self._compaction.start()
+
+    def close(self) -> None:
+        """Let the leader finish what is queued, and end it and any compaction: delta-rs
+        objects held by threads still running when the interpreter finalises crash it (a
+        segmentation fault at exit). Called at exit; later requests raise ``QueueError``."""
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+            threads = [t for t in (self._leader, self._compaction) if t is not None]
+        for thread in threads:
+            thread.join()
 
     def _units(self, candidates: list[Queued], merge: bool) -> list[tuple[list[Queued], Request]]:
         """The candidates as units of planning: alone, or, with ``merge``, neighbouring
@@ -353,6 +377,14 @@ def discard_runs(units: list[tuple[list[Queued], Request]], store: QueueStore) -
 
 _GROUPS: dict[tuple[int, str, tuple[tuple[str, str], ...]], CommitGroup] = {}
 _GROUPS_LOCK = threading.Lock()
+
+
+@atexit.register
+def _close_groups() -> None:
+    with _GROUPS_LOCK:
+        groups = [g for (pid, _, _), g in _GROUPS.items() if pid == os.getpid()]
+    for group in groups:
+        group.close()
 
 
 def group_of(location: Location) -> CommitGroup:

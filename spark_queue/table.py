@@ -67,6 +67,7 @@ from spark_queue.options import (
     validate_arguments,
 )
 from spark_queue.policies import ENV_VAR, Policies, Resolution, load_policies
+from spark_queue.schema import LEASE_VERSION_KEY
 from spark_queue.store import QueueStore, Snapshot, now_micros, require_queue
 from spark_queue.transaction import QueueTransaction, run
 
@@ -423,7 +424,8 @@ class QueueTable:
                 leased, the rest stay for others.
 
         Returns:
-            The leased messages, in delivery order, with their ``delivery_count``.
+            The leased messages, in delivery order, with their ``delivery_count``; the
+            schema's metadata ``spark_queue.version`` is the table version it planned on.
 
         Raises:
             QueueNotFoundError: no queue ``queue``.
@@ -445,7 +447,9 @@ class QueueTable:
         )
 
         outcome: LeaseOutcome = self._call(LeaseRequest(queue, limits, filter))
-        return self._delivered(queue, outcome.leased, outcome.view)
+        rows = self._delivered(queue, outcome.leased, outcome.view)
+        # Where a consumer's long polling starts (a lease that found nothing commits nothing).
+        return rows.replace_schema_metadata({LEASE_VERSION_KEY: str(outcome.view.version)})
 
     def ack(self, queue: str, seqs: list[int], consumer: str | None = None) -> int:
         """Acknowledge leased messages: they leave the queue (outcome ``acked``).
