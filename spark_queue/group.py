@@ -58,6 +58,7 @@ from spark_queue.transaction import COMMIT_BUDGET, QueueTransaction, backoff
 IDLE_SECONDS = 30.0  # a leader with nothing to do for this long ends (a new one starts)
 HOST_LOCK_WAIT = 5.0  # seconds a round waits for the host lock before going on without it
 COMPACTION_CHECK_ROUNDS = 8  # while requests wait, small files are counted every 8th round
+GATHER_SECONDS = 0.002  # a round waits this long at most for as many requests as the last had
 MAX_ROUND = 2048  # requests in one round, at most: a commit's size stays bounded
 
 
@@ -142,6 +143,7 @@ class CommitGroup:
         self._compacting = False
         self._compaction: threading.Thread | None = None
         self._closed = False
+        self._last_round = 0  # requests in the last round taken
 
     def listen(self, callback: Callable[[list[str]], None]) -> None:
         """Call ``callback`` with the operations of every commit of the group, after it
@@ -182,7 +184,17 @@ class CommitGroup:
                 if not self._pending:
                     self._leader = None
                     return
+                # Callers of the last round are still coming back with their next request
+                # (each needs the GIL for a moment): a round as large waits for them a
+                # little, as a commit costs far more than the wait.
+                gather_until = time.monotonic() + GATHER_SECONDS
+                while len(self._pending) < self._last_round and not self._closed:
+                    left = gather_until - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._lock.wait(left)
                 batch = self._take(MAX_ROUND)
+                self._last_round = len(batch)
             try:
                 left = self._round(batch)
             except BaseException as error:  # an unexpected failure: every caller hears of it
@@ -307,6 +319,7 @@ class CommitGroup:
 
         self._compaction: threading.Thread | None = None
         self._closed = False
+        self._last_round = 0  # requests in the last round taken
 
         self._compaction = threading.Thread(
             target=compaction, name="spark-queue-compaction", daemon=True
