@@ -66,7 +66,7 @@ def worker(path: str, options: dict | None, name: str, handler_s: float, seconds
             except Exception:  # counted: the goal is none
                 errors += 1
                 continue
-            if not got and stop is None:
+            if not got and stop is None and consumer.idle:  # its last lease found nothing
                 break
             for message in got:
                 if handler_s:
