@@ -120,7 +120,6 @@ class HostLock:
 class Queued:
     request: Request
     future: Future
-    arrived: float  # time.monotonic()
 
 
 class RoundFailed(Exception):
@@ -137,7 +136,7 @@ class CommitGroup:
         self._pending: deque[Queued] = deque()
         self._leader: threading.Thread | None = None
         self._listening = threading.Lock()
-        self.rounds = 0  # commits made, for tests and benchmarks
+        self.rounds = 0  # commits made (paces the checks for small files)
         self.budget = COMMIT_BUDGET
         self._listeners: list[Callable[[list[str]], None]] = []
         self._compacting = False
@@ -164,7 +163,7 @@ class CommitGroup:
                 raise QueueError(
                     f"the commit group of {self.store.uri} is closed: the process exits"
                 )
-            self._pending.append(Queued(request, future, time.monotonic()))
+            self._pending.append(Queued(request, future))
             if self._leader is None:
                 self._leader = threading.Thread(
                     target=self._lead, name=f"spark-queue-group {self.store.uri}", daemon=True
