@@ -76,6 +76,14 @@ class HostLock:
         digest = hashlib.sha256(location.uri.encode()).hexdigest()[:32]
         self.path = os.path.join(tempfile.gettempdir(), "spark-queue-locks", f"{digest}.lock")
         self._held: Any = None  # the open file whose lock this process holds
+        # A child forked meanwhile shares the open file, and with it the lock, until it
+        # closes its copy: it does at once.
+        os.register_at_fork(after_in_child=self._forget_in_child)
+
+    def _forget_in_child(self) -> None:
+        if self._held is not None:
+            self._held.close()
+            self._held = None
 
     def __enter__(self) -> None:
         if fcntl is None:
