@@ -177,7 +177,8 @@ def test_a_lease_reads_rows_published_in_its_own_round(table):
             lease_request("ring", "w", 10),
         ],
     )
-    assert futures[1].result().result.evicted == 1
+    # Planned as one enqueue, the two would have evicted together: each gets its own share.
+    assert [f.result().result.evicted for f in futures[:2]] == [0, 1]
     outcome = futures[2].result()
     rows = table._delivered("ring", outcome.leased, outcome.view)
     assert texts(rows) == ["b", "c"]
