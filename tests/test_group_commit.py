@@ -275,3 +275,20 @@ def test_a_hung_holder_of_the_host_lock_delays_a_round_only_so_long(table, monke
         assert table.publish("q", ["despite the lock"]).seqs
     assert table.publish("q", ["after it"]).seqs  # the abandoned waiter let go of it
     assert texts(table.peek("q", 10)) == ["despite the lock", "after it"]
+
+
+def test_a_round_of_single_message_publishes_writes_one_file(table):
+    table.declare("q")
+
+    def message_files() -> int:
+        files = table.store.snapshot().files
+        return sum(1 for record in files["record"].to_pylist() if record == "message")
+
+    before = message_files()
+    group = group_of(table.store.location)
+    futures = one_round(group, [publish_request(table, "q", [f"m{i}"]) for i in range(10)])
+    seqs = [f.result().result.seqs for f in futures]
+    assert [len(s) for s in seqs] == [1] * 10 and sorted(sum(seqs, [])) == sum(seqs, [])
+    assert len({f.result().result.version for f in futures}) == 1
+    assert message_files() == before + 1
+    assert texts(table.peek("q", 10)) == [f"m{i}" for i in range(10)]
