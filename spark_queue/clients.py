@@ -69,6 +69,7 @@ class QueueOperations(Protocol):
 DEFAULT_LEASE_PERIOD = "30 seconds"
 LOCAL_POLL = 0.025  # seconds between two log checks of an idle consumer, at most: local disk
 OBJECT_STORE_POLL = 0.1  # and on an object store, where each is a request
+DEFAULT_ACK_INTERVAL = 1.0  # seconds; a quarter of the lease period where that is shorter
 RECEIVERS_SEEN = 5.0  # seconds: threads that received within this long share the handling
 GROWTH = 32  # a prefetch that ran dry grows this many times: a fast handler is fed soon
 
@@ -115,7 +116,9 @@ class Consumer:
       ``prefetch_count``, so a slow handler holds few messages and other workers get the
       rest.
     - **Acknowledgements** are batched: flushed once ``ack_batch`` are pending, once the
-      oldest has waited ``ack_interval`` seconds, and on :meth:`flush` and :meth:`close`;
+      oldest has waited ``ack_interval`` seconds (None: 1 s, or a quarter of the lease
+      period where shorter; it must stay below half of it, since an acknowledged message's
+      lease is no longer extended), and on :meth:`flush` and :meth:`close`;
       a flush and a lease go to the table together (one commit, where the group commit can).
     - **Lease extension**: every lease runs for ``lease_period``; the leases of messages
       prefetched or in hand are extended once half of it has passed, so a message is never
@@ -143,7 +146,7 @@ class Consumer:
         max_prefetch: int = 1000,
         lease_period: str | int = DEFAULT_LEASE_PERIOD,
         ack_batch: int = 1000,
-        ack_interval: float = 1.0,
+        ack_interval: float | None = None,
         max_poll_interval: float | None = None,
         idle_lease_interval: float = 1.0,
         max_deliveries: int = 0,
@@ -156,6 +159,8 @@ class Consumer:
         for label, value in (("max_prefetch", max_prefetch), ("ack_batch", ack_batch)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidOptionError(f"{label} must be a whole number >= 1; got {value!r}")
+        if ack_interval is None:
+            ack_interval = min(DEFAULT_ACK_INTERVAL, period_ms / 1000 / 4)
         for label, seconds in (
             ("ack_interval", ack_interval),
             ("idle_lease_interval", idle_lease_interval),
@@ -167,6 +172,13 @@ class Consumer:
         self.name = name
         self.max_prefetch = max_prefetch
         self.lease_period = period_ms / 1000
+        if ack_interval >= self.lease_period / 2:
+            # An acknowledged message's lease is no longer extended: its flush must land
+            # before the lease runs out, or the message is delivered again.
+            raise InvalidOptionError(
+                f"ack_interval ({ack_interval:g} s) must be below half the lease_period "
+                f"({self.lease_period:g} s)"
+            )
         self.ack_batch = ack_batch
         self.ack_interval = ack_interval
         if max_poll_interval is None:

@@ -102,7 +102,7 @@ def test_prefetch_never_exceeds_its_bound_and_a_slow_handler_holds_few(table):
 
 def test_acknowledgements_are_batched_and_flushed_by_count_time_and_close(table):
     table.publish("q", [f"m{i}" for i in range(5)])
-    slow = {"ack_interval": 3600.0, "idle_lease_interval": 3600.0}
+    slow = {"ack_interval": 3600.0, "idle_lease_interval": 3600.0, "lease_period": 3 * 3600_000}
     with table.consumer("q", "c", ack_batch=1000, **slow) as consumer:
         taken = receive_all(consumer, 5)
         wait_until(lambda: consumer.idle, "the consumer found the queue drained")
