@@ -7,9 +7,11 @@ it with :func:`register` on a session, or build a local one with :func:`local_se
 
 from typing import Any
 
+from spark_queue.clients import Consumer, Message, Publisher
 from spark_queue.enqueue import PublishResult
 from spark_queue.errors import (
     ArgumentMismatchError,
+    ClientClosedError,
     CommitConflictError,
     InvalidInputError,
     InvalidOptionError,
@@ -44,12 +46,16 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [
     "ArgumentMismatchError",
+    "ClientClosedError",
     "CommitConflictError",
+    "Consumer",
     "InvalidInputError",
     "InvalidOptionError",
+    "Message",
     "NotAQueueTableError",
     "PolicyError",
     "PublishResult",
+    "Publisher",
     "QueueArguments",
     "QueueError",
     "QueueNotFoundError",

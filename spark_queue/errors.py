@@ -88,3 +88,8 @@ class BrokerAuthenticationError(BrokerError):
 class BrokerRequestError(BrokerError, ValueError):
     """The broker refused a request as malformed or larger than its limit (its
     ``--max-request-bytes``): nothing was done."""
+
+
+class ClientClosedError(QueueError):
+    """A :class:`~spark_queue.clients.Consumer` or :class:`~spark_queue.clients.Publisher`
+    was used after :meth:`close`."""

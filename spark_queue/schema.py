@@ -171,3 +171,8 @@ BROWSE_ARROW_SCHEMA = pa.schema(
     ]
 )
 BROWSE_COLUMNS = BROWSE_ARROW_SCHEMA.names
+
+# The schema metadata key of QueueTable.lease's rows holding the table version the lease
+# planned on: where a consumer's long polling starts (a lease that found nothing commits
+# nothing, so the table stays at that version until someone else commits).
+LEASE_VERSION_KEY = b"spark_queue.version"

@@ -135,6 +135,31 @@ def _flatten_files(table: Any) -> pa.Table:
     )
 
 
+def staged_file_rows(staged: list[StagedFile]) -> pa.Table:
+    """Rows as :func:`_flatten_files` makes them for files not in the log yet, their
+    statistics from the JSON they will be committed with."""
+    stats = [json.loads(f.stats) for f in staged]
+
+    def bound(kind: str, column: str, of: pa.DataType) -> pa.Array:
+        return pa.array([s.get(kind, {}).get(column) for s in stats], of)
+
+    return pa.table(
+        {
+            "path": pa.array([f.path for f in staged], pa.string()),
+            "size": pa.array([f.size for f in staged], pa.int64()),
+            "modified": pa.array([int(time.time() * 1000)] * len(staged), pa.int64()),
+            "rows": pa.array([f.rows for f in staged], pa.int64()),
+            "record": pa.array([f.record for f in staged], pa.string()),
+            "min_queue": bound("minValues", "queue", pa.string()),
+            "max_queue": bound("maxValues", "queue", pa.string()),
+            "min_seq": bound("minValues", "seq", pa.int64()),
+            "max_seq": bound("maxValues", "seq", pa.int64()),
+            "min_priority": bound("minValues", "priority", pa.int32()),
+            "max_priority": bound("maxValues", "priority", pa.int32()),
+        }
+    )
+
+
 class QueueStore:
     """A queue table at ``path``: opening, reading state, reading heads, committing.
 
@@ -454,8 +479,12 @@ class QueueStore:
         app_id: str | None = None,
         app_version: int | None = None,
         operation: dict[str, Any] | None = None,
+        app_transactions: Mapping[str, int] | None = None,
     ) -> None:
         """Publish files in one Delta commit; raises ``CommitFailedError`` on a conflict.
+
+        The commit records the application transaction ``(app_id, app_version)`` and every
+        one of ``app_transactions`` (id -> version; a group commit's idempotent publishes).
 
         delta-rs would rebase a conflicting commit onto the winner by itself; a queue commit
         was planned from the state it read, so it must be planned again instead
@@ -477,11 +506,10 @@ class QueueStore:
             RemoveAction(path, True, stamp, size, {PARTITION: record})
             for path, size, record in removes
         ]
-        transactions = (
-            [Transaction(app_id, app_version)]
-            if app_id is not None and app_version is not None
-            else None
-        )
+        versions = dict(app_transactions or {})
+        if app_id is not None and app_version is not None:
+            versions[app_id] = app_version
+        transactions = [Transaction(i, v) for i, v in sorted(versions.items())] or None
         table.create_write_transaction(
             actions,
             mode="append",

@@ -1,15 +1,20 @@
 """``QueueTable``: the Python API of a queue table, for jobs, notebooks and services.
 
 Runs in the calling process with no SparkSession: it reads and commits through delta-rs.
-Do not call it in a process that later forks (delta-rs's runtime does not survive a fork).
+Thread-safe: the queue operations (``publish``, ``lease``, ``ack``, ``cancel``, ``expire``,
+``extend``, ``release``) of every thread, and of every ``QueueTable`` of the same table in
+the process, share commits (:mod:`spark_queue.group`: one commit per round, each caller
+with its own result or error); ``declare``, ``alter``, ``purge`` and maintenance commit
+alone. Do not call it in a process that later forks (delta-rs's runtime does not survive a
+fork).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -20,27 +25,18 @@ from spark_queue.browse import live_rows, plan_partitions, read_partition, settl
 from spark_queue.core import (
     COUNTERS,
     Leases,
-    QueuePlan,
-    QueueState,
     gauges,
     identity_holds,
     leased_by_consumer,
     member,
-    plan_ack,
-    plan_expire,
-    plan_extend,
-    plan_lease,
-    plan_return,
-    settles,
 )
-from spark_queue.enqueue import PRODUCER_APP_PREFIX, PendingBatch, PublishResult, commit_enqueue
+from spark_queue.enqueue import PRODUCER_APP_PREFIX, PendingBatch, PublishResult
 from spark_queue.errors import (
-    InvalidInputError,
     InvalidOptionError,
     PolicyError,
     QueueError,
 )
-from spark_queue.filters import filter_matcher
+from spark_queue.group import group_of
 from spark_queue.maintenance import (
     DEFAULT_VACUUM_HOURS,
     Progress,
@@ -50,6 +46,19 @@ from spark_queue.maintenance import (
 )
 from spark_queue.maintenance import vacuum as vacuum_files
 from spark_queue.messages import as_input_table, normalise
+from spark_queue.operations import (
+    ChangeRequest,
+    ExtendRequest,
+    LeaseOutcome,
+    LeaseRequest,
+    PublishOutcome,
+    PublishRequest,
+    Request,
+    ack_planner,
+    cancel_planner,
+    expire_planner,
+    release_planner,
+)
 from spark_queue.options import (
     ON_REJECT_ACTIONS,
     QueueArguments,
@@ -59,8 +68,12 @@ from spark_queue.options import (
     validate_arguments,
 )
 from spark_queue.policies import ENV_VAR, Policies, Resolution, load_policies
+from spark_queue.schema import LEASE_VERSION_KEY
 from spark_queue.store import QueueStore, Snapshot, now_micros, require_queue
 from spark_queue.transaction import QueueTransaction, run
+
+if TYPE_CHECKING:
+    from spark_queue.clients import Consumer, Publisher
 
 COMPACT_ATTEMPTS = 10
 
@@ -119,6 +132,9 @@ class QueueTable:
     ) -> PublishResult:
         """Enqueue ``rows`` to ``queue`` in one Delta commit, without Spark.
 
+        Concurrent calls of this process's threads go into one commit where they can
+        (:mod:`spark_queue.group`); each gets its own result or error.
+
         Messages are stored and limited exactly as the sink stores them; concurrent
         producers (this one's other threads, other processes, Spark queries) are fine: a
         publish that loses a commit race is planned again and, if another producer of the
@@ -155,6 +171,24 @@ class QueueTable:
             RejectedMessagesError: ``on_reject='fail'`` and a reject policy refused messages.
             CommitConflictError: every commit attempt lost to another writer.
         """
+        return self.publish_outcome(
+            queue, rows, producer=producer, sequence=sequence, on_reject=on_reject, **arguments
+        ).result
+
+    def publish_outcome(
+        self,
+        queue: str,
+        rows: Any,
+        *,
+        producer: str | None = None,
+        sequence: int | None = None,
+        on_reject: str = "drop",
+        **arguments: Any,
+    ) -> PublishOutcome:
+        """:meth:`publish`, also saying which rows were stored (``accepted[i]`` for row
+        ``i``: False where a reject policy refused it or its ``message_id`` was a duplicate),
+        as a :class:`~spark_queue.clients.Publisher` needs to answer each message. Args and
+        Raises: as for :meth:`publish`."""
         check_queue_name("queue", queue)
         if (producer is None) != (sequence is None):
             raise InvalidOptionError("producer and sequence go together: give both or neither")
@@ -171,47 +205,19 @@ class QueueTable:
         given = validate_arguments(arguments)
         table = as_input_table(rows)
         if not table.num_rows:
-            return PublishResult(queue, [], 0, 0, 0, duplicate=False, version=None, attempts=0)
-        store = self.store
+            result = PublishResult(queue, [], 0, 0, 0, duplicate=False, version=None, attempts=0)
+            return PublishOutcome(result, np.zeros(0, bool))
         batch = PendingBatch(queue, normalise(table, 0, now_micros(), queue))
-        try:
-            outcome = commit_enqueue(
-                store,
-                batch,
-                arguments=given,
-                policies=self.policies,
-                on_reject=on_reject,
-                operation=f"PUBLISH {queue}",
-                app_id=None if producer is None else f"{PRODUCER_APP_PREFIX}{producer}",
-                app_version=sequence,
-            )
-        except BaseException:
-            batch.discard(store)
-            raise
-        if outcome.replayed:
-            batch.discard(store)
-            assert sequence is not None and outcome.committed is not None
-            if sequence < outcome.committed:
-                raise InvalidInputError(
-                    f"sequence {sequence} is lower than {outcome.committed}, the last one "
-                    f"committed by producer {producer!r}; nothing was committed"
-                )
-            return PublishResult(
-                queue, [], 0, 0, 0, duplicate=True, version=None, attempts=outcome.attempt
-            )
-        changes = outcome.changes.get(queue, {})
-        accepted = outcome.accepted.get(queue)
-        return PublishResult(
+        request = PublishRequest(
             queue,
-            [] if accepted is None else accepted.to_pylist(),
-            outcome.rejected.get(queue, 0),
-            changes.get("replaced", 0) + changes.get("dropped", 0),
-            changes.get("dead_lettered", 0),
-            duplicate=False,
-            version=outcome.snapshot.version + 1,
-            attempts=outcome.attempt,
-            duplicates=changes.get("duplicates", 0),
+            batch,
+            given,
+            producer=producer,
+            sequence=sequence,
+            on_reject=on_reject,
+            policies=self.policies,
         )
+        return self._call(request)
 
     def last_sequence(self, producer: str) -> int | None:
         """The last ``sequence`` committed by ``producer`` with :meth:`publish`, where a
@@ -432,7 +438,8 @@ class QueueTable:
                 leased, the rest stay for others.
 
         Returns:
-            The leased messages, in delivery order, with their ``delivery_count``.
+            The leased messages, in delivery order, with their ``delivery_count``; the
+            schema's metadata ``spark_queue.version`` is the table version it planned on.
 
         Raises:
             QueueNotFoundError: no queue ``queue``.
@@ -453,30 +460,10 @@ class QueueTable:
             zero_messages_ok=True,
         )
 
-        def work(transaction: QueueTransaction) -> Leases:
-            self._require(transaction.snapshot, queue)
-            plan = plan_lease(
-                transaction.states[queue],
-                transaction.store.head_reader(transaction.snapshot),
-                transaction.now,
-                consumer,
-                max_messages=limits.max_messages,
-                max_bytes=limits.max_bytes,
-                lease_period=limits.lease_period,
-                max_deliveries=limits.max_deliveries,
-                max_cancels=limits.max_cancels,
-                matches=None
-                if filter is None
-                else filter_matcher(transaction.snapshot, queue, filter),
-            )
-            if not len(plan.leased) and not settles(transaction.states[queue], plan.state):
-                return plan.leased  # nothing to commit: an idle poll leaves no version
-            transaction.apply_plan(queue, plan)
-            transaction.commit(operation=f"LEASE {queue} {consumer}")
-            return plan.leased
-
-        leased = run(self.store, work, create=False, policies=self.policies)
-        return self._delivered(queue, leased)
+        outcome: LeaseOutcome = self._call(LeaseRequest(queue, limits, filter))
+        rows = self._delivered(queue, outcome.leased, outcome.view)
+        # Where a consumer's long polling starts (a lease that found nothing commits nothing).
+        return rows.replace_schema_metadata({LEASE_VERSION_KEY: str(outcome.view.version)})
 
     @routed
     def ack(self, queue: str, seqs: list[int], consumer: str | None = None) -> int:
@@ -496,13 +483,7 @@ class QueueTable:
             CommitConflictError: every commit attempt lost to another writer.
         """
         wanted = np.asarray(seqs, np.int64)
-        return self._change(
-            queue,
-            "ACK",
-            lambda t, s: plan_ack(s, t.store.head_reader(t.snapshot), t.now, wanted, consumer),
-            wanted,
-            consumer,
-        )
+        return self._call(ChangeRequest("ACK", queue, ack_planner(consumer), wanted, consumer))
 
     @routed
     def cancel(
@@ -534,21 +515,8 @@ class QueueTable:
         """
         wait = None if delay is None else (parse_duration_ms("delay", delay) or 0) * 1000
         wanted = np.asarray(seqs, np.int64)
-        return self._change(
-            queue,
-            "CANCEL",
-            lambda t, s: plan_return(
-                s,
-                t.store.head_reader(t.snapshot),
-                t.now,
-                seqs=wanted,
-                consumer=consumer,
-                cancel=True,
-                delay=wait,
-            ),
-            wanted,
-            consumer,
-        )
+        planner = cancel_planner(consumer, wait)
+        return self._call(ChangeRequest("CANCEL", queue, planner, wanted, consumer))
 
     @routed
     def expire(self, queue: str, seqs: list[int], consumer: str | None = None) -> int:
@@ -558,13 +526,8 @@ class QueueTable:
         Args, Returns and Raises: as for :meth:`ack`.
         """
         wanted = np.asarray(seqs, np.int64)
-        return self._change(
-            queue,
-            "EXPIRE",
-            lambda t, s: plan_expire(s, t.store.head_reader(t.snapshot), t.now, wanted, consumer),
-            wanted,
-            consumer,
-        )
+        planner = expire_planner(consumer)
+        return self._call(ChangeRequest("EXPIRE", queue, planner, wanted, consumer))
 
     @routed
     def extend(self, queue: str, seqs: list[int], consumer: str, period: str | int) -> int:
@@ -594,33 +557,21 @@ class QueueTable:
             raise InvalidOptionError(f"period must be a duration > 0; got {period!r}")
         limits = parse_consumer_limits({"consumer": consumer}, camel=False)
         wanted = np.asarray(seqs, np.int64)
-
-        def work(transaction: QueueTransaction) -> int:
-            state = self._require(transaction.snapshot, queue)
-            plan, extended = plan_extend(
-                state,
-                transaction.store.head_reader(transaction.snapshot),
-                transaction.now,
-                wanted,
-                limits.consumer,
-                millis * 1000,
-            )
-            if not extended and not settles(state, plan.state):
-                return 0  # nothing to commit
-            transaction.apply_plan(queue, plan)
-            transaction.commit(operation=f"EXTEND {queue} {limits.consumer}")
-            return extended
-
-        return run(self.store, work, create=False, policies=self.policies)
+        return self._call(ExtendRequest(queue, wanted, limits.consumer, millis * 1000))
 
     @routed
-    def release(self, consumer: str, queue: str | None = None) -> int:
+    def release(
+        self, consumer: str, queue: str | None = None, *, seqs: list[int] | None = None
+    ) -> int:
         """Return everything ``consumer`` holds, as a closed Artemis consumer does: ready
-        at once (a release hands work over; it is not a failure, so no backoff applies).
+        at once (a release hands work over; it is not a failure, so no backoff applies and
+        no cancel is counted).
 
         Args:
             consumer: the consumer's name.
-            queue: only this queue (None: every queue).
+            queue: only this queue (None: every queue, in one commit).
+            seqs: only these of its leases (a client closing hands back what it prefetched
+                while other clients of the same name keep theirs); None: all.
 
         Returns:
             How many leases ended.
@@ -629,51 +580,67 @@ class QueueTable:
             QueueNotFoundError: no queue ``queue``.
             CommitConflictError: every commit attempt lost to another writer.
         """
-        names = [queue] if queue is not None else self.queues()
-        return sum(
-            self._change(
-                name,
-                "RELEASE",
-                lambda t, s: plan_return(
-                    s, t.store.head_reader(t.snapshot), t.now, consumer=consumer, delay=0
-                ),
-                None,
-                consumer,
-            )
-            for name in names
-        )
+        wanted = None if seqs is None else np.asarray(seqs, np.int64)
+        planner = release_planner(consumer)
+        return self._call(ChangeRequest("RELEASE", queue, planner, wanted, consumer))
 
-    def _change(
-        self,
-        queue: str,
-        operation: str,
-        planner: Callable[[QueueTransaction, QueueState], QueuePlan],
-        seqs: np.ndarray | None,
-        consumer: str | None,
-    ) -> int:
-        """Commit ``planner``'s plan; returns how many of the leases it targets (``seqs``
-        of ``consumer``, any if None) it ended. Leases whose period ran out are returned by
-        the same commit but not counted: their period ended them, not this call."""
+    # -- clients for services ----------------------------------------------------------------
 
-        def work(transaction: QueueTransaction) -> int:
-            self._require(transaction.snapshot, queue)
-            leases = transaction.states[queue].leases
-            targeted = int((leases.held(seqs, consumer) & (leases.until > transaction.now)).sum())
-            plan = planner(transaction, transaction.states[queue])
-            transaction.apply_plan(queue, plan)
-            transaction.commit(operation=f"{operation} {queue}")
-            return targeted - int(plan.state.leases.held(seqs, consumer).sum())
+    def consumer(self, queue: str, name: str, **options: Any) -> Consumer:
+        """A :class:`~spark_queue.clients.Consumer` of ``queue`` named ``name``: messages one
+        at a time or in batches, with prefetch, batched acknowledgements, lease extension
+        and long polling. Close it (or use it as a context manager) to release what it
+        prefetched.
 
-        return run(self.store, work, create=False, policies=self.policies)
+        Args:
+            queue: an existing queue.
+            name: the consumer name its leases carry (workers may share one).
+            **options: ``max_prefetch``, ``lease_period``, ``ack_batch``, ``ack_interval``,
+                ``max_poll_interval``, ``idle_lease_interval``,
+                ``max_deliveries``, ``max_cancels``, ``filter`` (see the class).
 
-    def _delivered(self, queue: str, leased: Leases) -> pa.Table:
-        """The leased messages' rows, in delivery order, with their delivery count."""
+        Raises:
+            InvalidOptionError: an invalid option.
+        """
+        from spark_queue.clients import Consumer
+
+        return Consumer(self, queue, name, **options)
+
+    def publisher(
+        self, queue: str, *, linger: float = 0.005, max_batch: int = 1000, **options: Any
+    ) -> Publisher:
+        """A :class:`~spark_queue.clients.Publisher` to ``queue``: single messages of many
+        threads, published in batches of up to ``max_batch`` after at most ``linger``
+        seconds; ``send`` returns a future per message.
+
+        Args:
+            queue: the queue (declared on first use, as by :meth:`publish`).
+            linger: seconds a batch waits for more messages after its first.
+            max_batch: messages per batch at most.
+            **options: ``on_reject`` and queue arguments, as for :meth:`publish`.
+
+        Raises:
+            InvalidOptionError: an invalid ``linger`` or ``max_batch``.
+        """
+        from spark_queue.clients import Publisher
+
+        return Publisher(self, queue, linger=linger, max_batch=max_batch, **options)
+
+    def _call(self, request: Request) -> Any:
+        """Run ``request`` in this process's group commit of the table (:mod:`spark_queue.
+        group`): one Delta commit with the requests of other threads queued meanwhile. Blocks
+        until the commit holding it has landed; raises its own error only."""
+        request.policies = self.policies
+        return group_of(self.store.location).submit(request).result()
+
+    def _delivered(self, queue: str, leased: Leases, snapshot: Snapshot) -> pa.Table:
+        """The leased messages' rows, in delivery order, with their delivery count, read
+        from ``snapshot``, the table as the lease's commit saw it."""
         from spark_queue.schema import BROWSE_ARROW_SCHEMA
 
         schema = BROWSE_ARROW_SCHEMA
         if not len(leased):
             return schema.empty_table()
-        snapshot = self._snapshot()
         seqs = leased.seq
         rows = self.store.read_messages(snapshot, queue, seqs)
         # Delivery order is the lease order: put the rows in it.

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
 
@@ -51,10 +51,20 @@ from spark_queue.maintenance import after_commit
 from spark_queue.options import QueueArguments, option_name
 from spark_queue.policies import Policies, Resolution, resolve_without_policies
 from spark_queue.schema import UTC_MICROS
-from spark_queue.store import QueueStore, Snapshot, now_micros
+from spark_queue.store import (
+    FileHeadReader,
+    QueueStore,
+    Snapshot,
+    now_micros,
+    staged_file_rows,
+)
 
-COMMIT_ATTEMPTS = 20
+# A commit that loses races is planned again for this long (seconds) before it fails.
+COMMIT_BUDGET = 120.0
 _CHECKS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="spark-queue-ids")
+# Writes of a commit's files; shared, since starting threads for every commit cost more than
+# a small commit's writes (about 1.5 ms of 15).
+_WRITES = ThreadPoolExecutor(max_workers=8, thread_name_prefix="spark-queue-writes")
 BACKOFF_BASE = 0.02  # seconds before the second attempt, at most
 BACKOFF_CAP = 1.0  # seconds between two attempts, at most
 INCOMING_COLUMNS = ["seq", "size", "priority", "deliver_at", "enqueued_at", "expires_at"]
@@ -110,6 +120,27 @@ class QueueTransaction:
     def __post_init__(self) -> None:
         self.states = {name: state.copy() for name, state in self.snapshot.states.items()}
         self.next_seq = max((s.next_seq for s in self.states.values()), default=0)
+        self._view: tuple[int, Snapshot] | None = None
+
+    def view(self) -> Snapshot:
+        """The snapshot with the message files this transaction has staged so far: what a
+        later operation of the same commit reads (a group commit leases, after a publish of
+        the same round, messages that are not in the log yet). Commit from :attr:`snapshot`."""
+        staged = [f for f in self.adds if f.record == MESSAGE]
+        if not staged:
+            return self.snapshot
+        if self._view is None or self._view[0] != len(self.adds):
+            files = pa.concat_tables([self.snapshot.files, staged_file_rows(staged)])
+            view = Snapshot(
+                self.snapshot.table, self.snapshot.version, files, self.snapshot.states,
+                self.snapshot.state_files,
+            )  # fmt: skip
+            self._view = (len(self.adds), view)
+        return self._view[1]
+
+    def head_reader(self) -> FileHeadReader:
+        """Heads of the queues as this transaction sees them (:meth:`view`)."""
+        return self.store.head_reader(self.view())
 
     # -- declaring -------------------------------------------------------------------------
 
@@ -214,7 +245,7 @@ class QueueTransaction:
         rejected_counts: dict[str, int] = {}
         pending = set(incoming)
         planned: set[str] = set()
-        reader = self.store.head_reader(self.snapshot)
+        reader = self.head_reader()
         while pending:
             name = self._next_to_plan(pending)
             pending.discard(name)
@@ -381,7 +412,7 @@ class QueueTransaction:
         reason_of = {seq: reason for reason, seqs in reasons.items() for seq in seqs.tolist()}
         seqs = np.array(sorted(reason_of), dtype=np.int64)
         wanted = pa.array(seqs, type=pa.int64())
-        parts = [self.store.read_messages(self.snapshot, name, seqs)]
+        parts = [self.store.read_messages(self.view(), name, seqs)]
         for f in staged:
             if f.rows:
                 rows = self.store.read_rows(f.path)
@@ -452,8 +483,8 @@ class QueueTransaction:
         are written at once: pyarrow releases the GIL while it encodes, and a large batch's
         removal rows and lease index are a million rows each."""
         writes = [(record, rows) for record, rows in parts if rows is not None and rows.num_rows]
-        with ThreadPoolExecutor(max_workers=max(1, len(writes))) as pool:
-            futures = [pool.submit(write_file, self.store.location, *write) for write in writes]
+        futures = [_WRITES.submit(write_file, self.store.location, *write) for write in writes]
+        wait(futures)
         staged = [future.result() for future in futures if future.exception() is None]
         self.written.extend(staged)  # discarded on failure, whichever part failed
         self.adds.extend(staged)
@@ -474,9 +505,15 @@ class QueueTransaction:
         )
 
     def commit(
-        self, *, app_id: str | None = None, app_version: int | None = None, operation: str
+        self,
+        *,
+        app_id: str | None = None,
+        app_version: int | None = None,
+        operation: str,
+        app_transactions: dict[str, int] | None = None,
     ) -> None:
-        """Write removals and states and publish everything in one Delta commit."""
+        """Write removals and states and publish everything in one Delta commit, with the
+        application transaction ``(app_id, app_version)`` and ``app_transactions``."""
         written = self._add_rows(
             *((SEEN, rows) for _, rows, _, _ in self.recording),
             (REMOVAL, pa.concat_tables(self.removal_rows) if self.removal_rows else None),
@@ -489,6 +526,7 @@ class QueueTransaction:
             [*self.snapshot.state_files, *self.expired_seen],
             app_id=app_id,
             app_version=app_version,
+            app_transactions=app_transactions,
             operation={
                 "operation": operation,
                 "attempt": self.attempt,
@@ -530,12 +568,20 @@ def _incoming_of(rows: pa.Table) -> pa.Table:
     )
 
 
+def backoff(attempt: int) -> float:
+    """Seconds to wait before attempt ``attempt`` (2 and up): a random time below a bound
+    that doubles from :data:`BACKOFF_BASE` up to :data:`BACKOFF_CAP` ("full jitter"), so
+    writers that collided do not collide again in lockstep."""
+    return random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (attempt - 2)))
+
+
 def run(
     store: QueueStore,
     work: Callable[[QueueTransaction], T],
     *,
     create: bool = True,
-    attempts: int = COMMIT_ATTEMPTS,
+    attempts: int | None = None,
+    budget: float = COMMIT_BUDGET,
     policies: Policies | None = None,
     what: str = "the queue table",
 ) -> T:
@@ -547,24 +593,31 @@ def run(
     After a commit it runs the post-commit work (:func:`maintenance.after_commit`: a log
     checkpoint at the interval, compaction when small files piled up), whoever committed.
 
-    Between attempts it waits a random time below an exponentially growing bound ("full
-    jitter"), so writers that collided do not collide again in lockstep.
+    Lost races are retried after :func:`backoff` for ``budget`` seconds (a busy table makes
+    a call late rather than failed), or for ``attempts`` attempts where that is given.
 
     Raises:
-        CommitConflictError: every one of ``attempts`` commits lost to another writer
-            (the message names ``what``, e.g. the queue, and the number of attempts).
+        CommitConflictError: every commit lost to another writer until the budget (or the
+            attempts) ran out; the message names ``what``, e.g. the queue, and the attempts.
     """
     from deltalake.exceptions import CommitFailedError
 
-    for attempt in range(attempts):
-        if attempt:
-            time.sleep(random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (attempt - 1))))
+    deadline = time.monotonic() + budget
+    attempt = 0
+    while attempt < attempts if attempts is not None else True:
+        attempt += 1
+        if attempt > 1:
+            pause = backoff(attempt)
+            if attempts is None and time.monotonic() + pause > deadline:
+                attempt -= 1  # not made
+                break
+            time.sleep(pause)
         table = store.create() if create else store.open()
         if table is None:
             raise QueueError(f"no queue table at {store.uri}")
         snapshot = store.snapshot(table)
         assert snapshot is not None
-        transaction = QueueTransaction(store, snapshot, policies=policies, attempt=attempt + 1)
+        transaction = QueueTransaction(store, snapshot, policies=policies, attempt=attempt)
         try:
             result = work(transaction)
         except CommitFailedError:
@@ -578,5 +631,5 @@ def run(
         return result
     raise CommitConflictError(
         f"could not commit to {what} in {store.uri}: another writer committed first in each "
-        f"of {attempts} attempts"
+        f"of {attempt} attempts"
     )

@@ -1,0 +1,788 @@
+"""Clients for services: a :class:`Consumer` (SQS, Kafka, pika consumers as models) and a
+:class:`Publisher` (Kafka's producer: linger and batch size), on a :class:`QueueTable`.
+
+Both run in the calling process and commit through its group commit (:mod:`spark_queue.
+group`), so many clients of one table in one process share commits. They use only the
+table's public operations (``lease``, ``ack``, ``cancel``, ``extend``, ``release``,
+``publish``), from threads of their own, so whatever serves those operations serves them.
+
+The consumer's background thread prefetches, flushes acknowledgements, extends leases and
+long-polls; the publisher's sends batches. Both are thread-safe and context managers;
+neither survives a fork.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+
+from spark_queue.errors import ClientClosedError, InvalidOptionError
+from spark_queue.messages import as_input_table
+from spark_queue.options import parse_duration_ms
+from spark_queue.schema import LEASE_VERSION_KEY
+
+if TYPE_CHECKING:
+    from spark_queue.operations import PublishOutcome
+    from spark_queue.store import QueueStore
+
+
+class QueueOperations(Protocol):
+    """What the clients use of a table: :class:`~spark_queue.table.QueueTable`'s
+    operations, with their signatures (anything serving them, a broker's stub say, serves
+    the clients); ``store`` is read for long polling."""
+
+    store: QueueStore
+
+    def lease(self, queue: str, consumer: str = ..., **options: Any) -> pa.Table: ...
+
+    def ack(self, queue: str, seqs: list[int], consumer: str | None = ...) -> int: ...
+
+    def cancel(
+        self,
+        queue: str,
+        seqs: list[int],
+        consumer: str | None = ...,
+        *,
+        delay: str | int | None = ...,
+    ) -> int: ...
+
+    def extend(self, queue: str, seqs: list[int], consumer: str, period: str | int) -> int: ...
+
+    def release(
+        self, consumer: str, queue: str | None = ..., *, seqs: list[int] | None = ...
+    ) -> int: ...
+
+    def publish_outcome(self, queue: str, rows: Any, **options: Any) -> PublishOutcome: ...
+
+
+DEFAULT_LEASE_PERIOD = "30 seconds"
+LOCAL_POLL = 0.025  # seconds between two log checks of an idle consumer, at most: local disk
+OBJECT_STORE_POLL = 0.1  # and on an object store, where each is a request
+DEFAULT_ACK_INTERVAL = 1.0  # seconds; a quarter of the lease period where that is shorter
+RECEIVERS_SEEN = 5.0  # seconds: threads that received within this long share the handling
+GROWTH = 32  # a prefetch that ran dry grows this many times: a fast handler is fed soon
+
+
+@dataclass
+class Message:
+    """A message a :class:`Consumer` delivered: ack it, or nack it, once handled."""
+
+    queue: str
+    seq: int
+    body: bytes
+    key: str | None
+    headers: dict[str, str] | None
+    message_id: str | None
+    priority: int
+    delivery_count: int  # 1 on the first delivery
+    enqueued_at: datetime | None
+    consumer: Consumer = field(repr=False, compare=False)
+
+    def ack(self) -> None:
+        """Acknowledge it (batched: see :class:`Consumer`)."""
+        self.consumer.ack(self)
+
+    def nack(self, delay: str | int | None = None) -> None:
+        """Return it to the queue now (see :meth:`Consumer.nack`)."""
+        self.consumer.nack(self, delay)
+
+
+class Consumer:
+    """Messages of ``queue`` for consumer ``name``, one at a time (iterate, or
+    :meth:`receive`) or in batches (:meth:`batches`), with prefetch, batched
+    acknowledgements, lease extension and long polling. Made by :meth:`QueueTable.consumer`.
+
+    - **Prefetch**: leases are taken ahead of the handler, sized to keep it busy without
+      hoarding. The consumer measures how long a lease takes (``r``) and how long the
+      handler takes a message (``h``: from a message's delivery to the same thread's next
+      :meth:`receive`, over the threads receiving), so ``need = ceil(r / h)`` messages are
+      handled while a lease is in flight: it leases again once fewer than ``need`` are
+      prefetched, up to ``need + need // 2``. A handler slower than a lease holds one message
+      in hand and at most one ahead; a fast one is fed by leases of up to ``max_prefetch``.
+      Before both are measured the size starts at 1 and grows 32-fold whenever the handler
+      finds nothing prefetched after a full lease. Messages prefetched and in hand
+      (delivered, not acked or nacked) are never more than ``max_prefetch``, as pika's
+      ``prefetch_count``, so a slow handler holds few messages and other workers get the
+      rest.
+    - **Acknowledgements** are batched: flushed once ``ack_batch`` are pending, once the
+      oldest has waited ``ack_interval`` seconds (None: 1 s, or a quarter of the lease
+      period where shorter; it must stay below half of it, since an acknowledged message's
+      lease is no longer extended), and on :meth:`flush` and :meth:`close`;
+      a flush and a lease go to the table together (one commit, where the group commit can).
+    - **Lease extension**: every lease runs for ``lease_period``; the leases of messages
+      prefetched or in hand are extended once half of it has passed, so a message is never
+      redelivered while it is handled, however slow the handler, as long as this process
+      lives. A killed process's leases run out and their messages are delivered again.
+    - **Long polling**: a consumer that finds nothing waits for a new table version (a stat
+      of the next log entry, every ``max_poll_interval`` seconds at most (None: 25 ms on a
+      local disk, 100 ms on an object store, where each check is a request), starting at 5 ms;
+      commits of this process wake it at once), and leases again at least every
+      ``idle_lease_interval`` seconds (scheduled messages falling due, leases running out
+      make no version).
+    - :meth:`close` flushes acknowledgements and releases every message prefetched or in
+      hand and not acknowledged (ready at once; no delivery limit counted).
+
+    Thread-safe: many threads may receive from one consumer. Errors of the background
+    thread (an unknown queue, say) are raised by the next :meth:`receive`.
+    """
+
+    def __init__(
+        self,
+        table: QueueOperations,
+        queue: str,
+        name: str,
+        *,
+        max_prefetch: int = 1000,
+        lease_period: str | int = DEFAULT_LEASE_PERIOD,
+        ack_batch: int = 1000,
+        ack_interval: float | None = None,
+        max_poll_interval: float | None = None,
+        idle_lease_interval: float = 1.0,
+        max_deliveries: int = 0,
+        max_cancels: int = 0,
+        filter: str | None = None,
+    ) -> None:
+        period_ms = parse_duration_ms("lease_period", lease_period)
+        if not period_ms:
+            raise InvalidOptionError(f"lease_period must be a duration > 0; got {lease_period!r}")
+        for label, value in (("max_prefetch", max_prefetch), ("ack_batch", ack_batch)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidOptionError(f"{label} must be a whole number >= 1; got {value!r}")
+        if ack_interval is None:
+            ack_interval = min(DEFAULT_ACK_INTERVAL, period_ms / 1000 / 4)
+        for label, seconds in (
+            ("ack_interval", ack_interval),
+            ("idle_lease_interval", idle_lease_interval),
+        ):
+            if not isinstance(seconds, int | float) or seconds <= 0:
+                raise InvalidOptionError(f"{label} must be seconds > 0; got {seconds!r}")
+        self.table = table
+        self.queue = queue
+        self.name = name
+        self.max_prefetch = max_prefetch
+        self.lease_period = period_ms / 1000
+        if ack_interval >= self.lease_period / 2:
+            # An acknowledged message's lease is no longer extended: its flush must land
+            # before the lease runs out, or the message is delivered again.
+            raise InvalidOptionError(
+                f"ack_interval ({ack_interval:g} s) must be below half the lease_period "
+                f"({self.lease_period:g} s)"
+            )
+        self.ack_batch = ack_batch
+        self.ack_interval = ack_interval
+        if max_poll_interval is None:
+            local = table.store.location.scheme in ("", "file")
+            max_poll_interval = LOCAL_POLL if local else OBJECT_STORE_POLL
+        if not isinstance(max_poll_interval, int | float) or max_poll_interval <= 0:
+            raise InvalidOptionError(
+                f"max_poll_interval must be seconds > 0; got {max_poll_interval!r}"
+            )
+        self.max_poll_interval = max_poll_interval
+        self.idle_lease_interval = idle_lease_interval
+        self._lease_options: dict[str, Any] = {
+            "lease_period": period_ms,
+            "max_deliveries": max_deliveries,
+            "max_cancels": max_cancels,
+            "filter": filter,
+        }
+        self._cond = threading.Condition()
+        self._buffer: deque[Message] = deque()  # prefetched, not delivered yet
+        self._in_hand: dict[int, Message] = {}
+        self._renew_at: dict[int, float] = {}  # seq -> when its lease is extended next
+        self._next_renew = math.inf  # the earliest of them, or earlier (never later)
+        self._acks: list[int] = []
+        self._acks_since = 0.0
+        self.target = 1  # messages to hold prefetched, at most (see above)
+        self._low = 0  # lease again once no more than this many are prefetched
+        self._lease_s: float | None = None  # how long a lease takes (moving average)
+        self._handler_s: float | None = None  # how long a thread handles a message (same)
+        self._receivers: dict[int, float] = {}  # thread id -> when it last received
+        self._taken = threading.local()  # this thread's last delivery: when, how many
+        self._last_full = False  # the last lease got all it asked: the queue may have more
+        self._woken = False  # a commit of this process happened while idle
+        self._error: BaseException | None = None
+        self._closed = False
+        self._last_got = 0  # messages the last lease delivered
+        self._planned_on: int | None = None  # the table version the last lease planned on
+        self._idle = False
+        self.polls = 0  # log checks made while idle, for tests and benchmarks
+        self.leases = 0  # lease calls made, for tests and benchmarks
+        self._calls = ThreadPoolExecutor(max_workers=2, thread_name_prefix="spark-queue-consumer")
+        self._listening = _listen(table, self._wake)
+        self._thread = threading.Thread(
+            target=self._run, name=f"spark-queue-consumer {queue} {name}", daemon=True
+        )
+        self._thread.start()
+
+    # -- receiving ---------------------------------------------------------------------------
+
+    def receive(self, max_messages: int = 1, timeout: float | None = None) -> list[Message]:
+        """Up to ``max_messages`` messages, waiting up to ``timeout`` seconds (None: until
+        one arrives) for the first; an empty list when none came in time.
+
+        Raises:
+            ClientClosedError: the consumer is closed.
+            QueueError: the background thread failed (say, the queue does not exist).
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            self._handled(time.monotonic())
+            while True:
+                if self._error is not None:
+                    raise self._error
+                if self._closed:
+                    raise ClientClosedError(f"consumer {self.name!r} of {self.queue!r} is closed")
+                if self._buffer:
+                    break
+                if self._last_full and self._handler_s is None:
+                    # Not measured yet, and the handler outran the leases: lease more at once.
+                    self.target = min(self.max_prefetch, self.target * GROWTH)
+                    self._low = self.target // 2
+                    self._last_full = False
+                self._cond.notify_all()
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return []
+                self._cond.wait(left)
+            taken = []
+            while self._buffer and len(taken) < max_messages:
+                message = self._buffer.popleft()
+                self._in_hand[message.seq] = message
+                taken.append(message)
+            self._taken.at, self._taken.count = time.monotonic(), len(taken)
+            self._cond.notify_all()  # the fetcher may lease more now
+            return taken
+
+    def _handled(self, now: float) -> None:
+        """This thread is back for more: measure how long it took a message, and size the
+        prefetch again (under the lock)."""
+        thread = threading.get_ident()
+        self._receivers[thread] = now
+        at = getattr(self._taken, "at", None)
+        if at is None:
+            return
+        self._taken.at = None
+        per_message = (now - at) / max(1, self._taken.count)
+        self._handler_s = _average(self._handler_s, per_message)
+        self._resize(now)
+
+    def _resize(self, now: float) -> None:
+        if self._handler_s is None or self._lease_s is None:
+            return
+        receivers = sum(1 for seen in self._receivers.values() if now - seen < RECEIVERS_SEEN)
+        interval = max(self._handler_s, 1e-6) / max(1, receivers)  # between two deliveries
+        need = max(1, math.ceil(self._lease_s / interval))
+        self.target = min(self.max_prefetch, need + need // 2)
+        self._low = min(need - 1, self.target // 2)
+
+    def __iter__(self) -> Iterator[Message]:
+        """Messages one at a time, until the consumer is closed."""
+        while True:
+            try:
+                yield self.receive(1)[0]
+            except ClientClosedError:
+                return
+
+    def batches(self, max_messages: int = 100) -> Iterator[list[Message]]:
+        """Lists of up to ``max_messages`` messages (what is prefetched, at least one),
+        until the consumer is closed."""
+        while True:
+            try:
+                yield self.receive(max_messages)
+            except ClientClosedError:
+                return
+
+    # -- settling ----------------------------------------------------------------------------
+
+    def ack(self, message: Message | int) -> None:
+        """Acknowledge a delivered message (or its seq); committed with the next flush.
+
+        Raises:
+            ClientClosedError: the consumer is closed (its leases were released).
+        """
+        seq = message if isinstance(message, int) else message.seq
+        with self._cond:
+            if self._closed:
+                raise ClientClosedError(f"consumer {self.name!r} of {self.queue!r} is closed")
+            if self._in_hand.pop(seq, None) is None:
+                return  # not in hand: acked or nacked before
+            self._renew_at.pop(seq, None)
+            if not self._acks:
+                self._acks_since = time.monotonic()
+            self._acks.append(seq)
+            self._cond.notify_all()
+
+    def nack(self, message: Message | int, delay: str | int | None = None) -> None:
+        """Return a delivered message to the queue now, counted as a cancel
+        (``max_cancels``); ready again after ``delay`` (``30 seconds``, ``5m``,
+        milliseconds; None: the queue's redelivery backoff). Commits before it returns.
+
+        Raises:
+            ClientClosedError: the consumer is closed.
+        """
+        seq = message if isinstance(message, int) else message.seq
+        with self._cond:
+            if self._closed:
+                raise ClientClosedError(f"consumer {self.name!r} of {self.queue!r} is closed")
+            if self._in_hand.pop(seq, None) is None:
+                return
+            self._renew_at.pop(seq, None)
+            self._cond.notify_all()
+        self.table.cancel(self.queue, [seq], self.name, delay=delay)
+
+    def flush(self) -> None:
+        """Commit the pending acknowledgements now."""
+        with self._cond:
+            seqs, self._acks = self._acks, []
+        if seqs:
+            self.table.ack(self.queue, seqs, self.name)
+
+    @property
+    def idle(self) -> bool:
+        """Whether it is long-polling: its last lease found nothing."""
+        with self._cond:
+            return self._idle
+
+    def held(self) -> int:
+        """Messages prefetched or in hand: never above ``max_prefetch``."""
+        with self._cond:
+            return len(self._buffer) + len(self._in_hand)
+
+    def close(self) -> None:
+        """Stop: flush acknowledgements, release what was prefetched or is in hand and not
+        acknowledged. Idempotent."""
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join()
+        self._listening.close()
+        self.flush()
+        with self._cond:
+            unhandled = [m.seq for m in self._buffer] + list(self._in_hand)
+            self._buffer.clear()
+            self._in_hand.clear()
+        if unhandled:
+            self.table.release(self.name, self.queue, seqs=unhandled)
+        self._calls.shutdown()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the background thread --------------------------------------------------------------
+
+    def _wake(self, operations: list[str]) -> None:
+        if not may_feed(self.queue, operations, [self.queue]):
+            return
+        with self._cond:
+            self._woken = True
+            self._cond.notify_all()
+
+    def _run(self) -> None:
+        try:
+            idle_since: float | None = None
+            watched: _LogWatch | None = None
+            interval = 0.005
+            while True:
+                with self._cond:
+                    if self._closed:
+                        return
+                    now = time.monotonic()
+                    held = len(self._buffer) + len(self._in_hand)
+                    room = self.max_prefetch - held
+                    low = len(self._buffer) <= self._low
+                    flush_due = bool(self._acks) and (
+                        len(self._acks) >= self.ack_batch
+                        or now - self._acks_since >= self.ack_interval
+                    )
+                    renew = self._due_renewals(now)
+                    idle = idle_since is not None
+                    woken, self._woken = self._woken, False
+                    poll_due = idle and (
+                        woken or now - idle_since >= self.idle_lease_interval  # type: ignore[operator]
+                    )
+                    fetch = room > 0 and low and (not idle or poll_due)
+                    if not (fetch or flush_due or renew):
+                        self._cond.wait(self._next_wait(now, idle, interval))
+                        if idle and watched is not None and not self._woken:
+                            self.polls += 1
+                            if watched.moved():
+                                self._woken = True
+                            interval = min(interval * 2, self.max_poll_interval)
+                        continue
+                    want = min(room, max(1, self.target - len(self._buffer))) if fetch else 0
+                    acks, self._acks = (self._acks, []) if (flush_due or fetch) else ([], [])
+                self._exchange(want, acks, renew)
+                if want:
+                    with self._cond:
+                        got = self._last_got
+                    if got:
+                        idle_since, watched, interval = None, None, 0.005
+                    else:
+                        idle_since = time.monotonic()
+                        # From the version the lease planned on: a publish committed
+                        # while the lease was in flight still wakes the wait.
+                        watched = _LogWatch(self.table, self.queue, self._planned_on)
+                    with self._cond:
+                        self._idle = not got
+                        self._cond.notify_all()
+        except BaseException as error:  # raised to the receivers, who would wait forever
+            with self._cond:
+                self._error = error
+                self._cond.notify_all()
+
+    def _due_renewals(self, now: float) -> list[int]:
+        """Seqs whose lease is due for extension (under the lock); the scan runs only once
+        the earliest is due, not at every wake-up of the background thread."""
+        if now < self._next_renew:
+            return []
+        due = [seq for seq, at in self._renew_at.items() if at <= now]
+        if not due:  # the earliest was acked or nacked since
+            self._next_renew = min(self._renew_at.values(), default=math.inf)
+        return due
+
+    def _next_wait(self, now: float, idle: bool, interval: float) -> float:
+        waits = [self.idle_lease_interval]
+        if idle:
+            waits.append(interval)
+        if self._acks:
+            waits.append(self._acks_since + self.ack_interval - now)
+        if self._renew_at:
+            waits.append(self._next_renew - now)
+        return max(0.0, min(waits))
+
+    def _exchange(self, want: int, acks: list[int], renew: list[int]) -> None:
+        """Flush ``acks``, extend ``renew`` and lease ``want`` messages, concurrently, so
+        the group commit can put them in one commit."""
+        calls = []
+        if acks:
+            calls.append(self._calls.submit(self.table.ack, self.queue, acks, self.name))
+        if renew:
+            calls.append(
+                self._calls.submit(
+                    self.table.extend,
+                    self.queue,
+                    renew,
+                    self.name,
+                    self._lease_options["lease_period"],
+                )
+            )
+            with self._cond:
+                later = time.monotonic() + self.lease_period / 2
+                for seq in renew:
+                    if seq in self._renew_at:
+                        self._renew_at[seq] = later
+                self._next_renew = min(self._renew_at.values(), default=math.inf)
+        leased = None
+        if want:
+            self.leases += 1
+            started = time.monotonic()
+            leased = self.table.lease(
+                self.queue, self.name, max_messages=want, **self._lease_options
+            )
+            with self._cond:
+                self._lease_s = _average(self._lease_s, time.monotonic() - started)
+                self._resize(time.monotonic())
+        for call in calls:
+            call.result()
+        if leased is None:
+            return
+        messages = self._messages(leased)
+        with self._cond:
+            now = time.monotonic()
+            renew_at = now + self.lease_period / 2
+            for message in messages:
+                self._buffer.append(message)
+                self._renew_at[message.seq] = renew_at
+            self._next_renew = min(self._next_renew, renew_at)
+            self._last_got = len(messages)
+            version = (leased.schema.metadata or {}).get(LEASE_VERSION_KEY)
+            self._planned_on = None if version is None else int(version)
+            self._last_full = len(messages) == want
+            self._cond.notify_all()
+
+    def _messages(self, leased: pa.Table) -> list[Message]:
+        columns = leased.select(
+            ["queue", "seq", "body", "key", "headers", "message_id", "priority",
+             "delivery_count", "enqueued_at"]
+        ).to_pydict()  # fmt: skip
+        return [
+            Message(
+                queue=columns["queue"][i],
+                seq=columns["seq"][i],
+                body=columns["body"][i],
+                key=columns["key"][i],
+                headers=None if columns["headers"][i] is None else dict(columns["headers"][i]),
+                message_id=columns["message_id"][i],
+                priority=columns["priority"][i],
+                delivery_count=columns["delivery_count"][i],
+                enqueued_at=columns["enqueued_at"][i],
+                consumer=self,
+            )
+            for i in range(leased.num_rows)
+        ]
+
+
+# Operations after which a queue may have messages to deliver that it had not before: every
+# one but these (a lease that returned expired leases is caught by the idle lease interval).
+NOT_FEEDING = frozenset({"LEASE", "ACK", "EXTEND", "EXPIRE", "COMPACT", "CONSUME"})
+
+
+def may_feed(queue: str, operations: list[str], queues: list[str] | None) -> bool:
+    """Whether a commit of ``operations`` (its commitInfo's, split at ``; ``) touching
+    ``queues`` (None: not recorded) may have made messages of ``queue`` ready: an idle
+    consumer wakes for those only, not for every other consumer's lease and ack."""
+    if queues is not None and queue not in queues:
+        return False
+    return any(op.split(" ", 1)[0] not in NOT_FEEDING for op in operations)
+
+
+def _average(old: float | None, new: float) -> float:
+    """A moving average that follows a change within a few samples."""
+    return new if old is None else 0.7 * old + 0.3 * new
+
+
+class _LogWatch:
+    """Whether the table has a version after the one it had when made that may feed
+    ``queue`` (:func:`may_feed`): one stat of the next log entry per check (local disk: a
+    system call; object stores: one HEAD), and a read of each new entry."""
+
+    def __init__(self, table: QueueOperations, queue: str, version: int | None) -> None:
+        store = table.store
+        if version is None:  # a table object that does not say: load the log (no cache,
+            # so that this thread holds no delta-rs object the interpreter's exit would meet)
+            version = store.location.delta_table().version()
+        self.queue = queue
+        self.version = version
+        self.fs = store.fs
+        self.log = f"{store.base.rstrip('/')}/_delta_log"
+
+    def moved(self) -> bool:
+        import pyarrow.fs as pafs
+
+        while True:
+            entry = f"{self.log}/{self.version + 1:020d}.json"
+            if self.fs.get_file_info(entry).type == pafs.FileType.NotFound:
+                return False
+            try:
+                with self.fs.open_input_stream(entry) as stream:
+                    text = stream.read().decode()
+            except OSError:
+                return True  # unreadable: lease and see
+            self.version += 1
+            if self._feeds(text):
+                return True
+
+    def _feeds(self, entry: str) -> bool:
+        for line in entry.splitlines():
+            if '"commitInfo"' not in line:
+                continue
+            info = json.loads(line)["commitInfo"]
+            summary = info.get("spark_queue")
+            if summary is None:
+                return True  # not a connector commit: it may be anything
+            operation = json.loads(summary)
+            return may_feed(
+                self.queue,
+                str(operation.get("operation", "")).split("; "),
+                operation.get("queues"),
+            )
+        return True
+
+
+class _Listening:
+    def __init__(self, group: Any, callback: Any) -> None:
+        self.group, self.callback = group, callback
+        group.listen(callback)
+
+    def close(self) -> None:
+        self.group.unlisten(self.callback)
+
+
+def _listen(table: QueueOperations, callback: Any) -> _Listening:
+    """Call ``callback`` after every commit this process makes to ``table``."""
+    from spark_queue.group import group_of
+
+    return _Listening(group_of(table.store.location), callback)
+
+
+@dataclass
+class _Pending:
+    row: dict[str, Any]
+    future: Future
+
+
+class Publisher:
+    """Single messages of many threads, published to ``queue`` in batches, as Kafka's
+    producer: a batch goes when it holds ``max_batch`` messages or its first message has
+    waited ``linger`` seconds, and the next collects while it commits (the wait for a
+    commit batches by itself under load). Made by :meth:`QueueTable.publisher`.
+
+    :meth:`send` returns a future per message: its seq once the commit holding it has
+    landed, None where the queue's reject policy refused it or its ``message_id`` was a
+    duplicate within the queue's window; or the batch's error (an argument mismatch, say).
+    Messages of one publisher are stored in the order :meth:`send` was called.
+
+    Thread-safe. :meth:`flush` waits for every message sent before it; :meth:`close`
+    flushes and stops.
+    """
+
+    def __init__(
+        self,
+        table: QueueOperations,
+        queue: str,
+        *,
+        linger: float = 0.005,
+        max_batch: int = 1000,
+        on_reject: str = "drop",
+        **arguments: Any,
+    ) -> None:
+        if not isinstance(linger, int | float) or linger < 0:
+            raise InvalidOptionError(f"linger must be seconds >= 0; got {linger!r}")
+        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
+            raise InvalidOptionError(f"max_batch must be a whole number >= 1; got {max_batch!r}")
+        self.table = table
+        self.queue = queue
+        self.linger = linger
+        self.max_batch = max_batch
+        self.on_reject = on_reject
+        self.arguments = arguments
+        self.batches = 0  # batches published, for tests and benchmarks
+        self._cond = threading.Condition()
+        self._pending: deque[_Pending] = deque()
+        self._first_at = 0.0  # when the oldest pending message was sent
+        self._in_flight = 0
+        self._flushing = 0
+        self._closed = False
+        self._thread = threading.Thread(
+            target=self._run, name=f"spark-queue-publisher {queue}", daemon=True
+        )
+        self._thread.start()
+
+    def send(
+        self,
+        body: bytes | str,
+        *,
+        key: str | None = None,
+        headers: dict[str, str] | None = None,
+        message_id: str | None = None,
+        priority: int | None = None,
+        deliver_at: datetime | None = None,
+        expires_at: datetime | None = None,
+    ) -> Future:
+        """Queue one message for the next batch; returns its future (see the class).
+
+        Raises:
+            InvalidInputError: a value of the wrong type (checked here, so it fails alone).
+            ClientClosedError: the publisher is closed.
+        """
+        row: dict[str, Any] = {"body": body.encode() if isinstance(body, str) else body}
+        for name, value in (
+            ("key", key),
+            ("headers", headers),
+            ("message_id", message_id),
+            ("priority", priority),
+            ("deliver_at", deliver_at),
+            ("expires_at", expires_at),
+        ):
+            if value is not None:
+                row[name] = value
+        as_input_table([row])  # its own errors, now, not its batch's
+        future: Future = Future()
+        with self._cond:
+            if self._closed:
+                raise ClientClosedError(f"publisher of {self.queue!r} is closed")
+            if not self._pending:
+                self._first_at = time.monotonic()
+            self._pending.append(_Pending(row, future))
+            if len(self._pending) >= self.max_batch or len(self._pending) == 1:
+                self._cond.notify_all()
+        return future
+
+    def flush(self) -> None:
+        """Publish what is pending now and wait until every message sent so far landed."""
+        with self._cond:
+            self._flushing += 1
+            self._cond.notify_all()
+            while self._pending or self._in_flight:
+                self._cond.wait()
+            self._flushing -= 1
+
+    def close(self) -> None:
+        """Flush and stop. Idempotent."""
+        with self._cond:
+            if self._closed:
+                return
+        self.flush()
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join()
+
+    def __enter__(self) -> Publisher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if self._closed and not self._pending:
+                        return
+                    if self._pending:
+                        left = self._first_at + self.linger - time.monotonic()
+                        if (
+                            left <= 0
+                            or len(self._pending) >= self.max_batch
+                            or self._flushing
+                            or self._closed
+                        ):
+                            break
+                        self._cond.wait(left)
+                    else:
+                        self._cond.wait()
+                batch = [
+                    self._pending.popleft() for _ in range(min(self.max_batch, len(self._pending)))
+                ]
+                if self._pending:
+                    self._first_at = time.monotonic()
+                self._in_flight += len(batch)
+            try:
+                self._publish(batch)
+            finally:
+                with self._cond:
+                    self._in_flight -= len(batch)
+                    self._cond.notify_all()
+
+    def _publish(self, batch: list[_Pending]) -> None:
+        rows = [item.row for item in batch]
+        try:
+            outcome = self.table.publish_outcome(
+                self.queue, rows, on_reject=self.on_reject, **self.arguments
+            )
+        except BaseException as error:  # each message's future holds the batch's error
+            for item in batch:
+                item.future.set_exception(error)
+            return
+        self.batches += 1
+        seqs = iter(outcome.result.seqs)
+        stored = np.asarray(outcome.accepted, bool)
+        for item, accepted in zip(batch, stored, strict=True):
+            item.future.set_result(next(seqs) if accepted else None)

@@ -1,0 +1,291 @@
+"""Group commit (issue #23): the operations of many threads on one table, one commit per
+round, each caller with exactly its own result or its own error."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import random
+import threading
+from concurrent.futures import Future
+
+import numpy as np
+import pytest
+
+from spark_queue import (
+    ArgumentMismatchError,
+    InvalidInputError,
+    QueueNotFoundError,
+    QueueTable,
+    RejectedMessagesError,
+)
+from spark_queue.core import identity_holds
+from spark_queue.enqueue import PendingBatch
+from spark_queue.group import CommitGroup, group_of
+from spark_queue.messages import as_input_table, normalise
+from spark_queue.operations import ChangeRequest, LeaseRequest, PublishRequest, ack_planner
+from spark_queue.options import parse_consumer_limits
+from spark_queue.store import now_micros
+
+THREADS, CALLS = 8, 12
+CLIENTS = 32  # of the issue: no conflict error reaches a caller
+PROCESSES, PROCESS_CALLS = 3, 10
+
+
+@pytest.fixture
+def table(tmp_path) -> QueueTable:
+    return QueueTable(str(tmp_path / "queues"))
+
+
+def texts(rows) -> list[str]:
+    return [bytes(b).decode() for b in rows["body"].to_pylist()]
+
+
+def run_threads(count: int, target) -> list[BaseException]:
+    """Start ``count`` threads of ``target(n)`` together; the errors that reached them."""
+    errors: list[BaseException] = []
+    go = threading.Barrier(count)
+
+    def body(n: int) -> None:
+        try:
+            go.wait()
+            target(n)
+        except BaseException as error:
+            errors.append(error)
+
+    threads = [threading.Thread(target=body, args=(n,)) for n in range(count)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return errors
+
+
+def one_round(group: CommitGroup, requests: list) -> list[Future]:
+    """Queue ``requests`` while the leader cannot take any, so they form one round."""
+    with group._lock:
+        return [group.submit(request) for request in requests]
+
+
+def publish_request(table: QueueTable, queue: str, bodies: list[str], **options) -> PublishRequest:
+    rows = normalise(as_input_table(bodies), 0, now_micros(), queue)
+    arguments = options.pop("arguments", {})
+    options.setdefault("producer", None)
+    options.setdefault("sequence", None)
+    options.setdefault("on_reject", "drop")
+    return PublishRequest(
+        queue, PendingBatch(queue, rows), arguments, policies=table.policies, **options
+    )
+
+
+def lease_request(queue: str, consumer: str, count: int) -> LeaseRequest:
+    limits = parse_consumer_limits(
+        {"consumer": consumer, "max_messages": count}, camel=False, zero_messages_ok=True
+    )
+    return LeaseRequest(queue, limits, None)
+
+
+def test_threads_get_exactly_their_own_seqs_and_messages(table, seed):
+    """N threads x M publishes, then N threads x M lease-and-ack: every publish's seqs hold
+    its own bodies, every message is leased by one thread and acked once."""
+    rng = random.Random(seed)
+    sizes = [[rng.randint(1, 3) for _ in range(CALLS)] for _ in range(THREADS)]
+    table.declare("q")
+    published: dict[int, list[tuple[list[str], list[int]]]] = {n: [] for n in range(THREADS)}
+
+    def publisher(n: int) -> None:
+        for call, size in enumerate(sizes[n]):
+            bodies = [f"t{n}-c{call}-m{i}" for i in range(size)]
+            published[n].append((bodies, table.publish("q", bodies).seqs))
+
+    assert run_threads(THREADS, publisher) == []
+    total = sum(map(sum, sizes))
+    stored = table.peek("q", total)
+    by_seq = dict(zip(stored["seq"].to_pylist(), texts(stored), strict=True))
+    assert len(by_seq) == total
+    for calls in published.values():
+        for bodies, seqs in calls:
+            assert [by_seq[s] for s in seqs] == bodies
+        flat = [s for _, seqs in calls for s in seqs]
+        assert flat == sorted(flat)  # one thread's calls commit in call order
+
+    acked: dict[int, list[int]] = {n: [] for n in range(THREADS)}
+
+    def worker(n: int) -> None:
+        for _ in range(CALLS):
+            leased = table.lease("q", f"w{n}", max_messages=rng_counts[n].pop())
+            seqs = leased["seq"].to_pylist()
+            assert [by_seq[s] for s in seqs] == texts(leased)  # its own rows, its own order
+            assert table.ack("q", seqs, f"w{n}") == len(seqs)
+            acked[n] += seqs
+
+    rng_counts = {n: [rng.randint(1, 4) for _ in range(CALLS)] for n in range(THREADS)}
+    assert run_threads(THREADS, worker) == []
+    flat = [s for seqs in acked.values() for s in seqs]
+    assert len(flat) == len(set(flat))  # nobody got another's message
+    stats = table.stats("q")
+    assert stats["acked"] == len(flat) and stats["leased"] == 0
+    assert stats["ready"] == total - len(flat)
+    assert identity_holds(stats)
+
+
+def test_one_round_is_one_commit_and_a_bad_request_fails_alone(table):
+    table.declare("q")
+    table.declare("full", max_length=1, overflow="reject-publish")
+    table.publish("full", ["in"])
+    table.publish("q", ["a", "b"])
+    group = group_of(table.store.location)
+    before = table.store.open().version()
+    futures = one_round(
+        group,
+        [
+            publish_request(table, "q", ["c"]),
+            ChangeRequest("ACK", "nowhere", ack_planner(None), np.array([1]), None),
+            publish_request(table, "q", ["d"], arguments={"max_length": 7}),
+            publish_request(table, "full", ["out"], on_reject="fail"),
+            lease_request("q", "w", 10),
+            publish_request(table, "q", ["e"]),
+        ],
+    )
+    with pytest.raises(QueueNotFoundError, match="nowhere"):
+        futures[1].result()
+    with pytest.raises(ArgumentMismatchError, match="maxLength"):
+        futures[2].result()
+    with pytest.raises(RejectedMessagesError, match="full"):
+        futures[3].result()
+    first, last = futures[0].result().result, futures[5].result().result
+    assert first.version == last.version == before + 1  # one commit for the round
+    assert table.store.open().version() == before + 1
+    outcome = futures[4].result()  # after the round's first publish, it saw its message
+    assert texts(table._delivered("q", outcome.leased, outcome.view)) == ["a", "b", "c"]
+    assert texts(table.peek("q", 10)) == ["e"]
+    assert (table.stats("full")["ready"], table.stats("q")["leased"]) == (1, 3)
+    assert identity_holds(table.stats("q")) and identity_holds(table.stats("full"))
+
+
+def test_a_lease_reads_rows_published_in_its_own_round(table):
+    table.declare("ring", ring_size=2)
+    group = group_of(table.store.location)
+    futures = one_round(
+        group,
+        [
+            publish_request(table, "ring", ["a", "b"]),
+            publish_request(table, "ring", ["c"]),  # evicts "a", staged in the same round
+            lease_request("ring", "w", 10),
+        ],
+    )
+    # Planned as one enqueue, the two would have evicted together: each gets its own share.
+    assert [f.result().result.evicted for f in futures[:2]] == [0, 1]
+    outcome = futures[2].result()
+    rows = table._delivered("ring", outcome.leased, outcome.view)
+    assert texts(rows) == ["b", "c"]
+    stats = table.stats("ring")
+    assert (stats["replaced"], stats["leased"]) == (1, 2) and identity_holds(stats)
+
+
+def test_idempotent_publishes_in_one_round(table):
+    table.publish("q", ["zero"], producer="p", sequence=1)
+    group = group_of(table.store.location)
+    futures = one_round(
+        group,
+        [
+            publish_request(table, "q", ["one"], producer="p", sequence=2),
+            publish_request(table, "q", ["one again"], producer="p", sequence=2),
+            publish_request(table, "q", ["old"], producer="p", sequence=1),
+            publish_request(table, "q", ["two"], producer="p", sequence=3),
+        ],
+    )
+    assert futures[1].result().result.duplicate
+    with pytest.raises(InvalidInputError, match="sequence 1 is lower than 2"):
+        futures[2].result()
+    assert not futures[3].result().result.duplicate
+    assert texts(table.peek("q", 10)) == ["zero", "one", "two"]
+    assert table.last_sequence("p") == 3
+
+
+def test_thirty_two_threads_and_processes_see_no_conflict_error(table):
+    """32 threads of one process and 3 other processes, each publishing, leasing and
+    acknowledging one message at a time: no error reaches a caller, nothing is lost."""
+    table.declare("q")
+    counts: dict[int, int] = {}
+
+    def client(n: int) -> None:
+        done = 0
+        for call in range(CALLS):
+            table.publish("q", [f"t{n}-{call}"])
+            leased = table.lease("q", f"c{n}", max_messages=1)
+            done += table.ack("q", leased["seq"].to_pylist(), f"c{n}")
+        counts[n] = done
+
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(PROCESSES) as pool:
+        others = [pool.apply_async(process_client, (table.path, p)) for p in range(PROCESSES)]
+        assert run_threads(CLIENTS, client) == []
+        assert [o.get(timeout=600) for o in others] == [PROCESS_CALLS] * PROCESSES
+    published = CLIENTS * CALLS + PROCESSES * PROCESS_CALLS
+    stats = table.stats("q")
+    assert stats["added"] == published
+    assert stats["acked"] == sum(counts.values()) + PROCESSES * PROCESS_CALLS
+    assert stats["acked"] + stats["ready"] == published and stats["leased"] == 0
+    assert identity_holds(stats)
+
+
+def process_client(path: str, n: int) -> int:
+    """Another OS process's client: publish, then lease and ack one message at a time; it
+    leases until it has acked as many as it published (others' messages count too)."""
+    table = QueueTable(path)
+    acked = 0
+    for call in range(PROCESS_CALLS):
+        table.publish("q", [f"p{n}-{call}"])
+    while acked < PROCESS_CALLS:
+        leased = table.lease("q", f"p{n}", max_messages=1)
+        acked += table.ack("q", leased["seq"].to_pylist(), f"p{n}")
+    return acked
+
+
+def test_asyncio_callers_through_threads(table):
+    """Coroutines await ``asyncio.to_thread`` calls: the event loop keeps running while the
+    group commit serves them, and each gets its own seqs."""
+
+    async def publish_all() -> list:
+        calls = [asyncio.to_thread(table.publish, "q", [f"a{i}"]) for i in range(16)]
+        return await asyncio.gather(*calls)
+
+    results = asyncio.run(publish_all())
+    stored = table.peek("q", 100)
+    by_seq = dict(zip(stored["seq"].to_pylist(), texts(stored), strict=True))
+    assert [by_seq[r.seqs[0]] for r in results] == [f"a{i}" for i in range(16)]
+
+
+def test_a_hung_holder_of_the_host_lock_delays_a_round_only_so_long(table, monkeypatch):
+    """The host lock spares lost races; a process that holds it and hangs (here: this test
+    holding it) makes a round wait HOST_LOCK_WAIT, then go on without it."""
+    import fcntl
+
+    from spark_queue import group
+
+    monkeypatch.setattr(group, "HOST_LOCK_WAIT", 0.2)
+    table.declare("q")
+    lock = group.group_of(table.store.location)._host_lock
+    with open(lock.path, "a") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_EX)
+        assert table.publish("q", ["despite the lock"]).seqs
+    assert table.publish("q", ["after it"]).seqs  # the abandoned waiter let go of it
+    assert texts(table.peek("q", 10)) == ["despite the lock", "after it"]
+
+
+def test_a_round_of_single_message_publishes_writes_one_file(table):
+    table.declare("q")
+
+    def message_files() -> int:
+        files = table.store.snapshot().files
+        return sum(1 for record in files["record"].to_pylist() if record == "message")
+
+    before = message_files()
+    group = group_of(table.store.location)
+    futures = one_round(group, [publish_request(table, "q", [f"m{i}"]) for i in range(10)])
+    seqs = [seq for f in futures for seq in f.result().result.seqs]
+    assert len(seqs) == 10 and seqs == sorted(seqs)  # one each, in arrival order
+    assert len({f.result().result.version for f in futures}) == 1
+    assert message_files() == before + 1
+    assert texts(table.peek("q", 10)) == [f"m{i}" for i in range(10)]
