@@ -11,11 +11,12 @@ PY     := $(VENV)/bin/python
 setup: $(VENV)/.installed jars
 	$(PY) -m compileall -q spark_queue jobs
 
-# The pinned set (conf/constraints.txt) of the package with Spark and the test tools.
+# The pinned set (conf/constraints.txt) of the package with Spark, its Spark Connect client
+# and the test tools.
 $(VENV)/.installed: pyproject.toml conf/constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c conf/constraints.txt -e ".[spark,dev]"
+	$(PY) -m pip install -q -c conf/constraints.txt -e ".[spark,connect,dev]"
 	touch $@
 
 # Delta's JARs into jars/ and hadoop-aws's into jars/s3/, from Maven Central (git-ignored;
