@@ -8,10 +8,7 @@ starts, so a bad option or column fails the query with nothing written.
 
 from __future__ import annotations
 
-import importlib
-import operator
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
@@ -26,6 +23,7 @@ from spark_queue.options import (
     parse_sink_options,
     parse_source_options,
 )
+from spark_queue.portable import Portable
 from spark_queue.schema import BROWSE_ARROW_SCHEMA, INPUT_TYPES, check_input_columns
 from spark_queue.sink import RingQueueBatchWriter, RingQueueStreamWriter
 from spark_queue.source import RingQueueStreamReader
@@ -58,7 +56,7 @@ def _arrow_type(kind: DataType) -> pa.DataType | None:
         return None
 
 
-class BrowseReader(DataSourceReader):
+class BrowseReader(Portable, DataSourceReader):
     """``spark.read.format("ringqueue")``: the messages now in a queue table; commits
     nothing.
 
@@ -77,19 +75,7 @@ class BrowseReader(DataSourceReader):
         yield from read_partition(partition.value).to_batches()
 
 
-class _Call:
-    """Pickles as ``function(*args)``, evaluated when unpickled: a pickle of these holds only
-    the standard library's functions, so loading it needs nothing of ``spark_queue``."""
-
-    def __init__(self, function: Callable[..., object], *args: object) -> None:
-        self.function = function
-        self.args = args
-
-    def __reduce__(self) -> tuple:
-        return (self.function, self.args)
-
-
-class RingQueueDataSource(DataSource):
+class RingQueueDataSource(Portable, DataSource):
     """Bounded queues in a Delta table: ``format("ringqueue")``.
 
     - ``df.writeStream.format("ringqueue")`` / ``df.write.format("ringqueue")`` enqueue.
@@ -115,26 +101,6 @@ class RingQueueDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> RingQueueStreamWriter:
         return RingQueueStreamWriter(*self._sink(schema, overwrite))
-
-    def __reduce__(self) -> tuple:
-        """Pickle as a rebuild that first puts this copy of ``spark_queue`` on the path.
-
-        Spark pickles the data source in a planner worker and unpickles it in the streaming
-        source's driver-side runner (``python_streaming_source_runner``). The planner worker
-        imports ``spark_queue`` from the session's Python files (``--py-files``, or a Spark
-        Connect artifact) when it is not installed, but PySpark 4.2 starts the runner without
-        them, so unpickling the class by name failed there with "No module named
-        'spark_queue'". Both run on the driver, so the folder (or zip) this copy was imported
-        from is the runner's too. Where the package is importable it is imported as usual.
-        """
-        root = str(Path(__file__).resolve().parent.parent)
-        sys_path = _Call(getattr, _Call(importlib.import_module, "sys"), "path")
-        # sys.path.append(root) returns None: import_module's ``package``, unused for an
-        # absolute name. Appended, so that an importable copy still wins.
-        appended = _Call(operator.methodcaller("append", root), sys_path)
-        module = _Call(importlib.import_module, type(self).__module__, appended)
-        cls = _Call(getattr, module, type(self).__qualname__)
-        return (operator.methodcaller("__call__", self.options), (cls,))
 
     def _sink(self, schema: StructType, overwrite: bool) -> tuple:
         if overwrite:
