@@ -29,8 +29,12 @@ jars/.fetched: pom.xml
 demo: setup
 	$(PY) jobs/produce.py --path /tmp/spark-queue-demo/queues
 
+# Two passes: classic sessions (the whole suite), then a Spark Connect session (the tests
+# marked connect or connect_only; one local Connect server). PySpark runs one kind of session
+# per process.
 test: setup
 	$(PY) -m pytest -q
+	SPARK_QUEUE_TEST_SESSION=connect $(PY) -m pytest -q
 
 lint: setup
 	$(VENV)/bin/ruff check .
