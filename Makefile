@@ -11,11 +11,12 @@ PY     := $(VENV)/bin/python
 setup: $(VENV)/.installed jars
 	$(PY) -m compileall -q spark_queue jobs
 
-# The pinned set (conf/constraints.txt) of the package with Spark and the test tools.
+# The pinned set (conf/constraints.txt) of the package with Spark, its Spark Connect client
+# and the test tools.
 $(VENV)/.installed: pyproject.toml conf/constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c conf/constraints.txt -e ".[spark,dev]"
+	$(PY) -m pip install -q -c conf/constraints.txt -e ".[spark,connect,dev]"
 	touch $@
 
 # Delta's JARs into jars/ and hadoop-aws's into jars/s3/, from Maven Central (git-ignored;
@@ -28,8 +29,12 @@ jars/.fetched: pom.xml
 demo: setup
 	$(PY) jobs/produce.py --path /tmp/spark-queue-demo/queues
 
+# Two passes: classic sessions (the whole suite), then a Spark Connect session (the tests
+# marked connect or connect_only; one local Connect server). PySpark runs one kind of session
+# per process.
 test: setup
 	$(PY) -m pytest -q
+	SPARK_QUEUE_TEST_SESSION=connect $(PY) -m pytest -q
 
 # By hand, never in CI: the randomised tests (chaos, many clients, Hypothesis) again and
 # again under new seeds (SPARK_QUEUE_TEST_SEED=random), STRESS_RUNS times, one run at a time.

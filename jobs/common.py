@@ -6,7 +6,12 @@ Each job runs both ways:
   Delta configured from ``jars/`` or ``SPARK_QUEUE_JARS``, ``ringqueue`` registered);
 - ``spark-submit [--master ...] jobs/<job>.py ...``: the session spark-submit configured (its
   master, ``--jars``/``--packages``, ``--conf``, ``--properties-file``); the job only registers
-  ``ringqueue`` and, where the submitter set none, Delta's SQL extension and catalog.
+  ``ringqueue`` and, where the submitter set none, Delta's SQL extension and catalog;
+- ``python jobs/<job>.py --remote sc://HOST:PORT ...`` (or with ``SPARK_REMOTE`` set): a Spark
+  Connect session of that server, which must have Delta configured; ``ringqueue`` is
+  registered on it, shipping ``spark_queue`` to the server's Python workers where they lack
+  it. ``--remote local`` (``local[N]``) starts a local Connect server instead
+  (``local_session(remote=True)``).
 """
 
 from __future__ import annotations
@@ -38,7 +43,7 @@ def import_path() -> None:
 import_path()
 
 from pyspark import SparkConf  # noqa: E402
-from pyspark.errors.exceptions.captured import CapturedException  # noqa: E402
+from pyspark.errors import PySparkException  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener  # noqa: E402
 from pyspark.sql.streaming.listener import (  # noqa: E402
@@ -49,6 +54,7 @@ from pyspark.sql.streaming.listener import (  # noqa: E402
 )
 
 from spark_queue import local_session, register  # noqa: E402
+from spark_queue.session import configure_s3a  # noqa: E402
 from spark_queue.storage import parse_storage_flags  # noqa: E402
 
 DELTA_CONF = {
@@ -66,9 +72,20 @@ def under_spark_submit() -> bool:
     return "PYSPARK_GATEWAY_PORT" in os.environ
 
 
-def job_session(app_name: str, storage: dict[str, str] | None = None) -> SparkSession:
-    """The session a job runs in: spark-submit's (master and JARs left to it), else local,
-    its S3A configured from the job's ``--storage-option`` flags (checkpoints, outputs)."""
+def job_session(
+    app_name: str, storage: dict[str, str] | None = None, remote: str | None = None
+) -> SparkSession:
+    """The session a job runs in: a Spark Connect session when ``remote`` is given
+    (``sc://HOST:PORT``, or ``local``/``local[N]`` for a local Connect server), else
+    spark-submit's (master and JARs left to it), else local; its S3A configured from the job's
+    ``--storage-option`` flags (checkpoints, outputs)."""
+    if remote and remote.startswith("local"):
+        return local_session(app_name, master=remote, storage_options=storage, remote=True)
+    if remote:
+        spark = SparkSession.builder.remote(remote).getOrCreate()
+        if storage:
+            configure_s3a(spark, storage)
+        return register(spark)
     if not under_spark_submit():
         return local_session(app_name=app_name, storage_options=storage)
     submitted = SparkConf()  # spark-submit's --conf, --properties-file, --master ...
@@ -77,6 +94,27 @@ def job_session(app_name: str, storage: dict[str, str] | None = None) -> SparkSe
         if not submitted.contains(key):
             builder = builder.config(key, value)
     return register(builder.getOrCreate())
+
+
+def add_remote_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--remote",
+        default=os.environ.get("SPARK_REMOTE") or None,
+        type=_remote_flag,
+        metavar="sc://HOST:PORT",
+        help="run on this Spark Connect server (default: $SPARK_REMOTE when set); 'local' or "
+        "'local[N]' starts a local one with Delta configured. Without it: spark-submit's "
+        "session, else a local classic one",
+    )
+
+
+def _remote_flag(text: str) -> str:
+    """argparse type: a Spark Connect URL, or ``local[N]``."""
+    if not text.startswith(("sc://", "local")):
+        raise argparse.ArgumentTypeError(
+            f"must be a Spark Connect URL sc://HOST:PORT or local[N], got {text!r}"
+        )
+    return text
 
 
 def add_storage_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -152,7 +190,7 @@ def explain(error: Exception) -> str:
     found = CONNECTOR_ERROR.search(text)
     if found:
         return f"{found.group(1)}: {found.group(2).strip()}"
-    message = error.getMessage() if isinstance(error, CapturedException) else text
+    message = error.getMessage() if isinstance(error, PySparkException) else text
     return next((line.strip() for line in message.splitlines() if line.strip()), text)
 
 
@@ -184,17 +222,15 @@ class Progress(StreamingQueryListener):
         self.terminated.set()
 
 
-def run_query(prog: str, start: Callable[[], StreamingQuery]) -> Progress:
-    """Start a streaming query, wait for it to end (availableNow) or fail, and return what it
-    did. A failure exits with status 1 and :func:`explain`'s line, not a JVM stack trace."""
-    spark = SparkSession.getActiveSession()
-    if spark is None:
-        raise RuntimeError("run_query needs the job's session to be active")
+def run_query(prog: str, spark: SparkSession, start: Callable[[], StreamingQuery]) -> Progress:
+    """Start a streaming query of ``spark``, wait for it to end (availableNow) or fail, and
+    return what it did. A failure exits with status 1 and :func:`explain`'s line, not a JVM
+    stack trace (classic) or a gRPC error (Connect)."""
     progress = Progress()
     spark.streams.addListener(progress)
     try:
         start().awaitTermination()
-    except CapturedException as error:
+    except PySparkException as error:
         fail(prog, explain(error))
     # Listener events arrive asynchronously: the last progress comes before the termination.
     progress.terminated.wait(timeout=60)

@@ -33,6 +33,7 @@ import argparse
 import json
 
 from common import (
+    add_remote_option,
     add_storage_options,
     add_trigger_options,
     explain,
@@ -43,7 +44,7 @@ from common import (
     storage_options,
     trigger_kwargs,
 )
-from pyspark.errors.exceptions.captured import CapturedException
+from pyspark.errors import PySparkException
 
 from spark_queue import QueueTable
 from spark_queue.schema import BROWSE_COLUMNS
@@ -62,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--path", required=True, help="queue table location (path or URI)")
     add_storage_options(parser)
+    add_remote_option(parser)
     parser.add_argument("--queue", required=True, help="the queue to consume")
     parser.add_argument(
         "--consumer", default="default", help="consumer name, one query each (default: default)"
@@ -124,7 +126,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict[str, object]:
     args = parse_args(argv)
     storage = storage_options(args)
-    spark = job_session("spark-queue-consume", storage)
+    spark = job_session("spark-queue-consume", storage, args.remote)
     reader = (
         spark.readStream.format("ringqueue")
         .option("queue", args.queue)
@@ -142,7 +144,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
             reader = reader.option(option, value)
     try:
         messages = reader.load(args.path)
-    except CapturedException as error:  # a bad option or queue, named by the connector
+    except PySparkException as error:  # a bad option or queue, named by the connector
         fail(PROG, explain(error))
     if args.body_type == "string":
         messages = messages.withColumn("body", messages["body"].cast("string"))
@@ -152,7 +154,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         .option("checkpointLocation", args.checkpoint)
         .trigger(**trigger_kwargs(args))
     )
-    progress = run_query(PROG, lambda: writer.start(args.output))
+    progress = run_query(PROG, spark, lambda: writer.start(args.output))
     report: dict[str, object] = {
         "queue": args.queue,
         "consumer": args.consumer,

@@ -36,6 +36,7 @@ import json
 import tempfile
 
 from common import (
+    add_remote_option,
     add_storage_options,
     add_trigger_options,
     explain,
@@ -96,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="queue table location, a local path or URI (default: %(default)s)",
     )
     add_storage_options(where)
+    add_remote_option(parser)
     where.add_argument(
         "--queue",
         default=DEMO_QUEUE,
@@ -278,7 +280,7 @@ def message_columns(stream: DataFrame, args: argparse.Namespace) -> DataFrame:
 def main(argv: list[str] | None = None) -> dict[str, object]:
     args = parse_args(argv)
     storage = storage_options(args)
-    spark = job_session("spark-queue-produce", storage)
+    spark = job_session("spark-queue-produce", storage, args.remote)
     with tempfile.TemporaryDirectory(prefix="spark-queue-produce-") as scratch:
         stream = message_columns(input_stream(spark, args, scratch), args)
         writer = stream.writeStream.format("ringqueue").option("queue", args.queue)
@@ -290,7 +292,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         writer = writer.option(
             "checkpointLocation", args.checkpoint or f"{scratch}/checkpoint"
         ).trigger(**trigger_kwargs(args))
-        batches = run_query(PROG, lambda: writer.start(args.path)).batches
+        batches = run_query(PROG, spark, lambda: writer.start(args.path)).batches
     table = QueueTable(args.path, storage_options=storage)
     stats = table.stats(args.queue)
     print(f"queue {args.queue!r} in {table.path} after {batches} micro-batches:")

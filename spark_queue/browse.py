@@ -18,13 +18,14 @@ import pyarrow.compute as pc
 
 from spark_queue.core import QueueState, below_heads, live_mask, member, plan_settle
 from spark_queue.errors import QueueError
+from spark_queue.portable import Portable
 from spark_queue.schema import BROWSE_ARROW_SCHEMA, BROWSE_COLUMNS, FILE_SCHEMA
 from spark_queue.storage import Location
 from spark_queue.store import QueueStore, Snapshot, file_runs, now_micros, require_queue
 
 
 @dataclass
-class BrowsePartition:
+class BrowsePartition(Portable):
     """One queue level over files whose seq ranges do not overlap other partitions'.
 
     Planned on the driver side (the browse reader's ``partitions``, ``QueueTable.peek``) and,

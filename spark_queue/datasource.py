@@ -23,6 +23,7 @@ from spark_queue.options import (
     parse_sink_options,
     parse_source_options,
 )
+from spark_queue.portable import Portable
 from spark_queue.schema import BROWSE_ARROW_SCHEMA, INPUT_TYPES, check_input_columns
 from spark_queue.sink import RingQueueBatchWriter, RingQueueStreamWriter
 from spark_queue.source import RingQueueStreamReader
@@ -55,7 +56,7 @@ def _arrow_type(kind: DataType) -> pa.DataType | None:
         return None
 
 
-class BrowseReader(DataSourceReader):
+class BrowseReader(Portable, DataSourceReader):
     """``spark.read.format("ringqueue")``: the messages now in a queue table; commits
     nothing.
 
@@ -74,7 +75,7 @@ class BrowseReader(DataSourceReader):
         yield from read_partition(partition.value).to_batches()
 
 
-class RingQueueDataSource(DataSource):
+class RingQueueDataSource(Portable, DataSource):
     """Bounded queues in a Delta table: ``format("ringqueue")``.
 
     - ``df.writeStream.format("ringqueue")`` / ``df.write.format("ringqueue")`` enqueue.

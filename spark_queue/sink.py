@@ -49,6 +49,7 @@ from spark_queue.files import (
 from spark_queue.messages import normalise
 from spark_queue.options import SinkOptions
 from spark_queue.policies import load_policies
+from spark_queue.portable import Portable
 from spark_queue.schema import FILE_SCHEMA
 from spark_queue.storage import Location
 from spark_queue.store import QueueStore, now_micros
@@ -59,7 +60,7 @@ log = logging.getLogger("spark_queue")
 
 
 @dataclass
-class StagedPartition(WriterCommitMessage):
+class StagedPartition(Portable, WriterCommitMessage):
     """What one task staged: its files per queue, and the reservation it used.
 
     Made by :meth:`_QueueWriter.write` in an executor task and pickled back to the driver,
@@ -71,7 +72,7 @@ class StagedPartition(WriterCommitMessage):
     files: list[StagedQueueFile] = field(default_factory=list)
 
 
-class _QueueWriter:
+class _QueueWriter(Portable):
     """Shared by the batch and the streaming writer."""
 
     def __init__(self, options: SinkOptions, columns: list[str]) -> None:

@@ -51,6 +51,7 @@ from spark_queue.core import (
 from spark_queue.errors import QueueError
 from spark_queue.filters import filter_matcher
 from spark_queue.options import SourceOptions
+from spark_queue.portable import Portable
 from spark_queue.schema import BROWSE_ARROW_SCHEMA, BROWSE_COLUMNS
 from spark_queue.storage import Location
 from spark_queue.store import QueueStore, require_queue
@@ -160,7 +161,7 @@ def is_initial(offset: dict) -> bool:
 
 
 @dataclass
-class LeasedRange(InputPartition):
+class LeasedRange(Portable, InputPartition):
     """The messages of one lease that one task reads: files, seq ranges, delivery counts.
 
     Made by ``partitions`` on the driver side and pickled into one executor task, which needs
@@ -225,7 +226,7 @@ def _as_delivered(rows: pa.Table, seqs: np.ndarray, consumer: str, runs: np.ndar
     return rows.select(BROWSE_COLUMNS)
 
 
-class RingQueueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAvailableNow):
     """A consumer of one queue: ``spark.readStream.format("ringqueue")``.
 
     Made from the options in a driver-side Python worker that keeps it for the whole query

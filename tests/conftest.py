@@ -1,10 +1,19 @@
-"""Fixtures: one real local SparkSession (Delta + ringqueue) for the whole test session."""
+"""Fixtures: one real local SparkSession (Delta + ringqueue) for the whole test session.
+
+The session is classic unless ``SPARK_QUEUE_TEST_SESSION=connect``: then ``spark`` is a Spark
+Connect session of one local Connect server (``connect_server``), and only the tests marked
+``connect`` (a representative subset, run in both passes) and ``connect_only`` run. PySpark
+runs one kind of session per process (a Connect session turns the process's functions to
+Connect mode), so ``make test`` runs the two passes as two pytest processes.
+"""
 
 from __future__ import annotations
 
 import os
 import random
+import subprocess
 import sys
+import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -35,28 +44,6 @@ else:
 REPLAY = pytest.StashKey[str]()
 
 
-def pytest_report_header() -> str:
-    if SEED_MODE is None:
-        return f"seeds: fixed per test ({ENV_VAR} unset); hypothesis profile 'ci'"
-    return (
-        f"seeds: {ENV_VAR}={os.environ[ENV_VAR]}; hypothesis seed "
-        f"{hypothesis_core.global_force_seed} (replay: {ENV_VAR}="
-        f"{hypothesis_core.global_force_seed})"
-    )
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark every randomised test (a ``seed`` user, or a Hypothesis test) ``randomised``
-    (``make stress`` selects them), and every user of the ``spark`` fixture ``spark``, so
-    that ``-m "not spark"`` never starts a SparkSession."""
-    for item in items:
-        fixtures = getattr(item, "fixturenames", ())
-        if "seed" in fixtures or getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
-            item.add_marker(pytest.mark.randomised)
-        if "spark" in fixtures:
-            item.add_marker(pytest.mark.spark)
-
-
 @pytest.fixture
 def seed(request: pytest.FixtureRequest) -> int:
     """This test's seed (tests/seeds.py), printed; a failure prints how to replay it."""
@@ -74,13 +61,85 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> pytes
     return report
 
 
-@pytest.fixture(scope="session")
-def spark():
-    from spark_queue import local_session
+SESSION_ENV = "SPARK_QUEUE_TEST_SESSION"
+CONNECT_PASS = os.environ.get(SESSION_ENV, "classic") == "connect"
 
-    session = local_session(app_name="spark-queue-tests")
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every randomised test (a ``seed`` user, or a Hypothesis test) ``randomised``
+    (``make stress`` selects them), and every user of the ``spark`` fixture ``spark``, so
+    that ``-m "not spark"`` never starts a SparkSession. Then keep this pass's tests: the
+    Connect pass runs the ``connect`` and ``connect_only`` tests, the classic pass all but
+    ``connect_only``."""
+    for item in items:
+        fixtures = getattr(item, "fixturenames", ())
+        if "seed" in fixtures or getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+            item.add_marker(pytest.mark.randomised)
+        if "spark" in fixtures:
+            item.add_marker(pytest.mark.spark)
+
+    def selected(item: pytest.Item) -> bool:
+        if item.get_closest_marker("connect_only"):
+            return CONNECT_PASS
+        return not CONNECT_PASS or item.get_closest_marker("connect") is not None
+
+    kept = [item for item in items if selected(item)]
+    if len(kept) < len(items):
+        config.hook.pytest_deselected(items=[item for item in items if not selected(item)])
+        items[:] = kept
+
+
+def pytest_report_header() -> list[str]:
+    session = f"session: {'connect' if CONNECT_PASS else 'classic'} ({SESSION_ENV})"
+    if SEED_MODE is None:
+        return [session, f"seeds: fixed per test ({ENV_VAR} unset); hypothesis profile 'ci'"]
+    seed = hypothesis_core.global_force_seed
+    return [
+        session,
+        f"seeds: {ENV_VAR}={os.environ[ENV_VAR]}; hypothesis seed {seed} (replay: "
+        f"{ENV_VAR}={seed})",
+    ]
+
+
+@pytest.fixture(scope="session")
+def spark(request: pytest.FixtureRequest):
+    from spark_queue import local_session, register
+    from spark_queue.session import connect_session
+
+    if CONNECT_PASS:
+        session = register(connect_session(request.getfixturevalue("connect_server").url))
+    else:
+        session = local_session(app_name="spark-queue-tests")
     yield session
     session.stop()
+
+
+def interpreter_without_the_package(folder: Path) -> str:
+    """A Python of this environment's packages but not of ``spark_queue``: a venv whose one
+    ``.pth`` line adds this environment's site-packages as a plain path, so the editable
+    install's own ``.pth`` hook there never runs."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(folder)], check=True)
+    python = str(folder / "bin" / "python")
+    site = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True, capture_output=True, text=True,
+    ).stdout.strip()  # fmt: skip
+    (Path(site) / "environment.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    return python
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory: pytest.TempPathFactory):
+    """The test session's local Spark Connect server (``local_conf``'s settings), started by
+    the first test that needs it. Its Python workers cannot import ``spark_queue`` unless a
+    session ships it, as on a server where it is not installed: every Connect session's
+    ``register`` ships it."""
+    from spark_queue.session import local_conf, start_connect_server
+
+    python = interpreter_without_the_package(tmp_path_factory.mktemp("python"))
+    server = start_connect_server(local_conf("spark-queue-connect-tests"), python=python)
+    yield server
+    server.stop()
 
 
 @pytest.fixture

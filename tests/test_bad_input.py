@@ -64,6 +64,7 @@ def test_bad_option_fails_the_spark_write_and_writes_nothing(
     assert QueueTable(queue_path).store.open().version() == version
 
 
+@pytest.mark.connect
 def test_missing_body_unknown_column_and_wrong_type(spark, queue_path):
     QueueTable(queue_path).declare("q")
     version = QueueTable(queue_path).store.open().version()

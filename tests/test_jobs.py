@@ -56,13 +56,14 @@ def last_json(result: subprocess.CompletedProcess[str]) -> dict:
         (
             "produce",
             ["--source", "--input", "--format", "--schema", "--body", "--key", "--headers",
-             "--ring-size", "--max-length", "--overflow", "--trigger", "--checkpoint"],
+             "--ring-size", "--max-length", "--overflow", "--trigger", "--checkpoint",
+             "--remote"],
         ),
         (
             "consume",
             ["--path", "--queue", "--consumer", "--output", "--checkpoint",
              "--max-messages-per-trigger", "--max-bytes-per-trigger", "--lease-period",
-             "--filter", "--trigger"],
+             "--filter", "--trigger", "--remote"],
         ),
         ("maintain", ["--path", "--queue", "--steps", "--retention-hours", "--dry-run", "--json"]),
     ],
@@ -84,6 +85,8 @@ def test_help_explains_every_option(job, options):
         ("consume", ["--path", "p", "--queue", "q", "--output", "o", "--checkpoint", "c",
                      "--columns", "body,nope"], "--columns"),
         ("maintain", ["--path", "p", "--steps", "expire,shrink"], "--steps"),
+        ("consume", ["--path", "p", "--queue", "q", "--output", "o", "--checkpoint", "c",
+                     "--remote", "http://host:15002"], "--remote"),
     ],
 )  # fmt: skip
 def test_bad_flags_exit_2_naming_the_flag(tmp_path, job, args, named):
@@ -333,3 +336,36 @@ def test_produce_files_without_a_schema_or_files_asks_for_schema(tmp_path):
     assert error.startswith("produce.py: error: cannot infer a schema from --input")
     assert error.endswith("give --schema")
     assert not (tmp_path / "queues").exists()
+
+
+@pytest.mark.spark
+@pytest.mark.connect_only
+def test_produce_and_consume_on_a_connect_server(spark, connect_server, tmp_path, monkeypatch):
+    """``--remote`` and ``SPARK_REMOTE``: each job is a Connect client of the test session's
+    server, whose workers lack the package until the job's session ships it."""
+    queues = tmp_path / "queues"
+    produced = run_job(
+        "produce", "--path", queues, "--messages", 200, "--files", 2, "--ring-size", 100,
+        "--remote", connect_server.url,
+    )  # fmt: skip
+    stats = last_json(produced)
+    assert (stats["added"], stats["replaced"], stats["ready"]) == (200, 100, 100)
+    assert "after 2 micro-batches" in produced.stdout
+    peeked = QueueTable(str(queues)).peek("demo", 200)
+    ready = [bytes(body).decode() for body in peeked["body"].to_pylist()]
+
+    monkeypatch.setenv("SPARK_REMOTE", connect_server.url)
+    output = tmp_path / "out"
+    report = last_json(
+        run_job(
+            "consume", "--path", queues, "--queue", "demo", "--output", output,
+            "--checkpoint", tmp_path / "chk", "--max-messages-per-trigger", 40,
+            "--body-type", "string",
+        )
+    )  # fmt: skip
+    assert (report["messages"], report["batches"]) == (100, 3)
+    assert (report["stats"]["acked"], report["stats"]["ready"]) == (100, 0)
+    consumed = spark.read.format("delta").load(str(output)).select("body")
+    expected = spark.createDataFrame([(body,) for body in ready], "body string")
+    assert_df_equality(consumed, expected, ignore_row_order=True, ignore_nullable=True)
+    assert_identity(str(queues))

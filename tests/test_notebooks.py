@@ -1,11 +1,12 @@
 """The notebooks in notebooks/ run end to end, and are valid Databricks source files.
 
 Each notebook is executed in this process with the shared ``spark`` session predefined, as
-Databricks predefines it: the notebook's code is the code users run, cell by cell, and the
-test reads the notebook's own variables (what it produced, consumed, charted) to check them.
-One run uses stand-ins for Databricks' ``dbutils.widgets`` and ``display`` to cover the
-notebook's Databricks branch; one runs a notebook as a script in its own process, as
-``python notebooks/monitoring.py`` does, to cover the branch that builds a local session.
+Databricks predefines it (in the Connect pass a Spark Connect session, as on serverless):
+the notebook's code is the code users run, cell by cell, and the test reads the notebook's
+own variables (what it produced, consumed, charted) to check them. One run uses stand-ins
+for Databricks' ``dbutils.widgets`` and ``display`` to cover the notebook's Databricks
+branch; one runs a notebook as a script in its own process, as ``python
+notebooks/monitoring.py`` does, to cover the branch that builds a local session.
 """
 
 from __future__ import annotations
@@ -77,6 +78,7 @@ def test_notebooks_are_databricks_source_files(name):
     compile(text, name, "exec")
 
 
+@pytest.mark.connect
 @pytest.mark.spark
 def test_quickstart_produces_consumes_and_reads_the_table(spark, tmp_path, monkeypatch):
     monkeypatch.setenv(PATH_ENV, str(tmp_path))
@@ -122,6 +124,7 @@ def test_quickstart_on_databricks_needs_its_base_path(spark, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.connect
 @pytest.mark.spark
 def test_monitoring_charts_depth_and_losses_from_the_history(spark, tmp_path):
     queues = str(tmp_path / "queues")

@@ -469,6 +469,7 @@ def test_cli_policies_errors_exit_non_zero_and_name_the_problem(tmp_path, queue_
 # -- the sink (Spark) ------------------------------------------------------------------------------
 
 
+@pytest.mark.connect
 @pytest.mark.spark
 def test_sink_option_policies_defaults_and_caps_queues(spark, tmp_path, queue_path):
     from tests.helpers import messages, write_batch, write_stream

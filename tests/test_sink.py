@@ -13,6 +13,7 @@ pytestmark = pytest.mark.spark
 MODES = ["batch", "stream"]
 
 
+@pytest.mark.connect
 @pytest.mark.parametrize("mode", MODES)
 def test_ring_of_three_receiving_a_b_c_d_keeps_b_c_d(spark, queue_path, tmp_path, mode):
     enqueue(

@@ -46,6 +46,7 @@ def fail_once_then_rerun(
     run_query().awaitTermination()
 
 
+@pytest.mark.connect
 def test_consume_in_bounded_batches_and_ack_after_commit(spark, queue_path, tmp_path):
     write_batch(messages(spark, [f"m{i}" for i in range(10)]), queue_path, queue="q")
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
