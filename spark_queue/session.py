@@ -255,6 +255,7 @@ def local_session(
 
 
 CONNECT_SERVER_CLASS = "org.apache.spark.sql.connect.service.SparkConnectServer"
+SERVER_START_ATTEMPTS = 3
 
 
 class LocalConnectServer:
@@ -309,35 +310,40 @@ def start_connect_server(
             log.
     """
     settings = dict(local_conf() if settings is None else settings)
-    port = _free_port()
     settings["spark.connect.grpc.binding.address"] = "127.0.0.1"
-    settings["spark.connect.grpc.binding.port"] = str(port)
     settings.setdefault("spark.log.level", "ERROR")
     home = os.environ.get("SPARK_HOME") or str(Path(pyspark.__file__).resolve().parent)
-    command = [str(Path(home) / "bin" / "spark-submit"), "--class", CONNECT_SERVER_CLASS]
-    for key, value in settings.items():
-        command += ["--conf", f"{key}={value}"]
     # A client's own settings must not turn the server into a client.
     hidden = {"SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED", "PYSPARK_GATEWAY_PORT"}
     env = {k: v for k, v in os.environ.items() if k not in hidden}
     env["PYSPARK_PYTHON"] = python or sys.executable
-    folder = Path(tempfile.mkdtemp(prefix="spark-queue-connect-"))
-    log = folder / "server.log"
-    with log.open("wb") as output:
-        process = subprocess.Popen(
-            command, env=env, cwd=folder, stdout=output, stderr=subprocess.STDOUT
-        )
-    server = LocalConnectServer(process, port, log)
     deadline = time.monotonic() + timeout
-    while not _listening(port):
-        if not server.running() or time.monotonic() > deadline:
-            server.stop()
-            raise RuntimeError(
-                f"the Spark Connect server did not start (log {log}):\n"
-                + log.read_text(errors="replace")[-4000:]
+    for attempt in range(1, SERVER_START_ATTEMPTS + 1):
+        # A port probed free may be taken before the server binds it: the server then
+        # exits, and another port is tried.
+        port = _free_port()
+        settings["spark.connect.grpc.binding.port"] = str(port)
+        command = [str(Path(home) / "bin" / "spark-submit"), "--class", CONNECT_SERVER_CLASS]
+        for key, value in settings.items():
+            command += ["--conf", f"{key}={value}"]
+        folder = Path(tempfile.mkdtemp(prefix="spark-queue-connect-"))
+        log = folder / "server.log"
+        with log.open("wb") as output:
+            process = subprocess.Popen(
+                command, env=env, cwd=folder, stdout=output, stderr=subprocess.STDOUT
             )
-        time.sleep(0.2)
-    return server
+        server = LocalConnectServer(process, port, log)
+        while server.running() and time.monotonic() < deadline and not _listening(port):
+            time.sleep(0.2)
+        if server.running() and _listening(port):
+            return server
+        server.stop()
+        if time.monotonic() >= deadline or attempt == SERVER_START_ATTEMPTS:
+            break
+    raise RuntimeError(
+        f"the Spark Connect server did not start (log {log}):\n"
+        + log.read_text(errors="replace")[-4000:]
+    )
 
 
 def connect_session(url: str) -> SparkSession:
