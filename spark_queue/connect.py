@@ -49,7 +49,9 @@ def workers_import_package(spark: SparkSession) -> bool:
     """
     from pyspark.sql.connect.functions import udf
 
-    def importable(_: int) -> bool:
+    # No type hints: Connect's udf reads them to pick an Arrow or pandas kind, and warns
+    # ("Cannot infer the eval type") on plain ones.
+    def importable(_):  # type: ignore[no-untyped-def]
         import importlib.util
 
         return importlib.util.find_spec(PACKAGE_NAME) is not None
