@@ -55,6 +55,11 @@ from spark_queue.wire import (
 )
 
 PUBLISH_KEYWORDS = frozenset({"queue", "rows", "producer", "sequence", "on_reject"})
+# A stopping broker, once its requests in flight are answered, stays up this long before it
+# closes its connections: a socket closed while its peer still writes to it is reset, and a
+# reset can discard an answer the client has received but not yet read.
+STOP_LINGER_SECONDS = 2.0
+STOPPING = "the broker is stopping"
 
 log = logging.getLogger("spark_queue.broker")
 
@@ -149,10 +154,11 @@ class QueueBroker(flight.FlightServerBase):
         self.id = uuid.uuid4().hex[:16]
         self.max_request_bytes = max_request_bytes
         self.started_at = time.time()
-        self._counts_lock = threading.Lock()
+        self._counts_lock = threading.Condition()
         # Requests answered (served), refused with the table's or a request error, failed
         # in the broker; and those under way now.
         self._counts = {"served": 0, "failed": 0, "refused": 0, "in_flight": 0}
+        self._stopping = False
 
     # -- Flight methods ----------------------------------------------------------------------
 
@@ -260,20 +266,38 @@ class QueueBroker(flight.FlightServerBase):
 
     @contextlib.contextmanager
     def _in_flight(self) -> Iterator[None]:
-        self._count("in_flight")
+        """Count a request under way; once :meth:`drain` began, refuse it instead (the
+        client, told nothing was done, runs it directly)."""
+        with self._counts_lock:
+            if self._stopping:
+                raise flight.FlightUnavailableError(f"{STOPPING}: nothing was done")
+            self._counts["in_flight"] += 1
         try:
             yield
         finally:
-            self._count("in_flight", -1)
+            with self._counts_lock:
+                self._counts["in_flight"] -= 1
+                self._counts_lock.notify_all()
+
+    def drain(self, linger_seconds: float = STOP_LINGER_SECONDS) -> None:
+        """Refuse new requests, wait until those in flight are answered, then
+        ``linger_seconds`` more, for their clients to read the answers (see
+        :data:`STOP_LINGER_SECONDS`). Call before :meth:`shutdown`."""
+        with self._counts_lock:
+            self._stopping = True
+            self._counts_lock.wait_for(lambda: self._counts["in_flight"] == 0)
+        time.sleep(linger_seconds)
 
     def status(self) -> dict[str, Any]:
         with self._counts_lock:
             counts = dict(self._counts)
+            stopping = self._stopping
         return {
             "id": self.id,
             "table": self.table.path,
             "started_at": self.started_at,
             "max_request_bytes": self.max_request_bytes,
+            "stopping": stopping,
             **counts,
         }
 
@@ -387,5 +411,6 @@ def run_broker(
         try:
             remove_record(location, server.id)
         finally:
+            server.drain()
             server.shutdown()
     log.info("broker %s stopped: %s", server.id, server.status())

@@ -161,16 +161,7 @@ class BrokerClient:
                 action = flight.Action(method, request)
                 body = next(iter(self._client.do_action(action, self._options))).body
             else:
-                descriptor = flight.FlightDescriptor.for_command(request)
-                writer, answers = self._client.do_put(descriptor, rows.schema, self._options)
-                try:
-                    writer.write_table(rows, max_chunksize=PUBLISH_BATCH_ROWS)
-                    writer.done_writing()
-                    body = answers.read()
-                finally:
-                    writer.close()
-                if body is None:
-                    raise BrokerUnreachable(f"the broker at {self.address} sent no result")
+                body = self._put(request, rows)
         except flight.FlightUnauthenticatedError:
             raise BrokerAuthenticationError(
                 f"the broker at {self.address} refused this client's token (missing or "
@@ -187,6 +178,36 @@ class BrokerClient:
         except pa.ArrowException as error:  # an answer cut short
             raise BrokerUnreachable(f"the broker at {self.address}: {error}") from None
         return decode_result(method, body.to_pybytes())
+
+    def _put(self, request: bytes, rows: pa.Table) -> pa.Buffer:
+        """Send a publish by ``do_put``; the broker's answer.
+
+        Raises:
+            BrokerUnreachable: the call ended without an answer.
+            pyarrow.flight.FlightError, pyarrow.ArrowException: as :meth:`call` handles.
+        """
+        import pyarrow.flight as flight
+
+        descriptor = flight.FlightDescriptor.for_command(request)
+        writer, answers = self._client.do_put(descriptor, rows.schema, self._options)
+        try:
+            writer.write_table(rows, max_chunksize=PUBLISH_BATCH_ROWS)
+            writer.done_writing()
+            body = answers.read()
+        except BaseException:
+            writer.close()  # raises the broker's error, where it sent one
+            raise
+        if body is None:
+            writer.close()  # raises the broker's error, where it sent one
+            raise BrokerUnreachable(f"the broker at {self.address} sent no result")
+        try:
+            writer.close()
+        except (flight.FlightError, pa.ArrowException) as error:
+            # The broker answers only once the publish has committed: an answer in hand is
+            # the result, whatever closing the call says (a stopping broker may have closed
+            # the connection by then). Running it again here would enqueue it twice.
+            log.debug("the broker at %s answered, then: %s", self.address, _short(error))
+        return body
 
     def status(self) -> dict[str, Any]:
         """The broker's own report: id, table, requests served and failed."""

@@ -92,9 +92,17 @@ def test_a_broker_beats_and_a_stale_record_is_ignored_then_removed(tmp_path):
         assert broker.stop() == 0
 
 
+def stopping_or_gone(broker: BrokerProcess) -> bool:
+    try:
+        return broker.status()["stopping"]
+    except flight.FlightUnavailableError:
+        return True
+
+
 def test_sigterm_lets_the_requests_in_flight_finish(tmp_path):
     """A broker told to stop answers what it has started (here a publish of 500,000
-    messages) before it exits."""
+    messages) before it exits, and refuses what comes after, which its client then commits
+    directly: each publish enqueued once."""
     path = str(tmp_path / "queues")
     rows = pa.table({"body": pa.array([b"m" * 16] * 500_000, pa.binary())})
     with BrokerProcess(path, log_path=tmp_path / "broker.log") as broker:
@@ -104,11 +112,13 @@ def test_sigterm_lets_the_requests_in_flight_finish(tmp_path):
         thread.start()
         wait_until(lambda: broker.status()["in_flight"] == 1, what="the publish under way")
         broker.process.send_signal(signal.SIGTERM)
+        wait_until(lambda: stopping_or_gone(broker), what="the broker stopping")
+        late = QueueTable(path, broker=broker.address).publish("jobs", ["late"])
         thread.join()
         assert broker.process.wait(timeout=60) == 0
-    assert len(published[0].seqs) == 500_000
+    assert len(published[0].seqs) == 500_000 and len(late.seqs) == 1
     assert "'served': 1," in broker.output()  # answered by the broker, not run again here
-    assert QueueTable(path, broker="off").stats("jobs")["added"] == 500_000
+    assert QueueTable(path, broker="off").stats("jobs")["added"] == 500_001
 
 
 def test_an_unreachable_broker_is_passed_over_and_calls_commit_directly(tmp_path):
