@@ -253,7 +253,8 @@ class QueueBroker(flight.FlightServerBase):
             named = {**named, **queue_arguments, "rows": rows()}
         else:
             named = arguments
-        call = getattr(self.table, method)
+        # publish answers with publish_outcome's result (which rows were stored).
+        call = getattr(self.table, "publish_outcome" if method == "publish" else method)
         try:
             inspect.signature(call).bind(**named)
         except TypeError as error:

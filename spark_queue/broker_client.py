@@ -49,6 +49,7 @@ from spark_queue.wire import (
     ROUTED_METHODS,
     STATUS_ACTION,
     TOKEN_HEADER,
+    WIRE_NAMES,
     WRONG_TABLE,
     decode_error,
     decode_result,
@@ -366,7 +367,7 @@ def _request_bytes(arguments: dict[str, Any], rows: pa.Table | None) -> int:
 
 def routed(method: Callable[..., T]) -> Callable[..., T]:
     """Mark a ``QueueTable`` method as one a broker may run for it (``self.router``)."""
-    name = method.__name__
+    name = WIRE_NAMES.get(method.__name__, method.__name__)
     if name not in ROUTED_METHODS:
         raise TypeError(f"{name} is not a method the broker serves")
 

@@ -119,7 +119,6 @@ class QueueTable:
 
     # -- producing -----------------------------------------------------------------------------
 
-    @routed
     def publish(
         self,
         queue: str,
@@ -175,6 +174,7 @@ class QueueTable:
             queue, rows, producer=producer, sequence=sequence, on_reject=on_reject, **arguments
         ).result
 
+    @routed
     def publish_outcome(
         self,
         queue: str,

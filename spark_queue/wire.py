@@ -6,7 +6,9 @@ Arrow Flight (docs/BROKER.md "Wire format").
   ``do_put`` descriptor's command and its messages as Arrow record batches; every other
   method sends it as the body of a ``do_action`` whose type is the method's name.
 - A result: ``lease`` answers with its messages as one Arrow IPC stream; ``publish`` with
-  the :class:`PublishResult` as JSON (``do_put``'s metadata); the rest with
+  the :class:`PublishResult` as JSON (``do_put``'s metadata), plus ``"rows"`` (how many
+  came) and ``"not_stored"`` (the indices of those not stored: refused by a reject policy,
+  duplicate ids, or all of an idempotent publish found committed); the rest with
   ``{"result": ...}`` as JSON.
 - An error raised by the table travels as a Flight error whose ``extra_info`` is
   ``{"error": <class name>, "message": <str(error)>, ...}``, so the client raises the same
@@ -24,11 +26,13 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from spark_queue import errors
 from spark_queue.enqueue import PublishResult
 from spark_queue.errors import BrokerRequestError, QueueError
+from spark_queue.operations import PublishOutcome
 
 PROTOCOL = 1
 # The Flight header that carries the token (``Bearer <token>``).
@@ -42,6 +46,8 @@ WRONG_TABLE = "wrong table"
 # them (publish's queue arguments, its ``**arguments``, under "arguments"); the broker binds
 # them to the method's signature, so a request fits whatever version of the method it runs.
 ROUTED_METHODS = ("publish", "lease", "ack", "cancel", "expire", "extend", "release", "stats")
+# QueueTable methods that travel as another: ``publish`` returns ``publish_outcome``'s result.
+WIRE_NAMES = {"publish_outcome": "publish"}
 # Errors of the standard library the table raises for a bad value (``np.asarray`` of
 # seqs that are not numbers, say), carried back as themselves.
 _BUILTIN_ERRORS: dict[str, type[Exception]] = {"ValueError": ValueError, "TypeError": TypeError}
@@ -114,11 +120,15 @@ def decode_request(body: bytes, table: str) -> tuple[str, dict[str, Any]]:
 
 
 def encode_result(method: str, result: Any) -> bytes:
-    """A call's result as the broker sends it (see the module's docstring)."""
+    """A call's result as the broker sends it (see the module's docstring); ``publish``'s
+    is ``publish_outcome``'s."""
     if method == "lease":
         return table_to_ipc(result)
     if method == "publish":
-        return json.dumps(asdict(result)).encode()
+        accepted = np.asarray(result.accepted, bool)
+        not_stored = np.flatnonzero(~accepted).tolist()
+        answer = {**asdict(result.result), "rows": len(accepted), "not_stored": not_stored}
+        return json.dumps(answer).encode()
     return json.dumps({"result": result}).encode()
 
 
@@ -127,7 +137,10 @@ def decode_result(method: str, body: bytes) -> Any:
     if method == "lease":
         return ipc_to_table(body)
     if method == "publish":
-        return PublishResult(**json.loads(body))
+        answer = json.loads(body)
+        accepted = np.ones(answer.pop("rows"), bool)
+        accepted[answer.pop("not_stored")] = False
+        return PublishOutcome(PublishResult(**answer), accepted)
     return json.loads(body)["result"]
 
 

@@ -278,3 +278,35 @@ def test_errors_have_the_same_class_and_message(table, q, shared, case):
         assert isinstance(got.value, ArgumentMismatchError)
     if case in ("bad-argument", "bad-consumer", "bad-limit"):
         assert isinstance(got.value, InvalidOptionError)
+
+
+def test_the_publisher_and_consumer_clients(table, q, shared):
+    """The service clients: the publisher's batches answer each message (its seq, or None
+    where a reject policy refused it or its id was a duplicate), the consumer's leases and
+    batched acks."""
+    table.declare(f"{q}.small", max_length=3, overflow="reject-publish")
+    served = shared[1].status()["served"]
+    with table.publisher(f"{q}.small", linger=3600.0, max_batch=5) as publisher:
+        futures = [publisher.send(f"s{i}") for i in range(5)]
+    through_broker = table.router.mode != "off"
+    assert shared[1].status()["served"] == served + through_broker  # its one batch
+    seqs = [f.result(timeout=0) for f in futures]
+    assert seqs[3:] == [None, None] and seqs[:3] == sorted(seqs[:3])
+    assert table.peek(f"{q}.small", 10)["seq"].to_pylist() == seqs[:3]
+    table.declare(f"{q}.ids", duplicate_window="2 minutes")
+    with table.publisher(f"{q}.ids", linger=3600.0, max_batch=3) as publisher:
+        sent = [("a", "1"), ("b", "1"), ("c", "2")]
+        futures = [publisher.send(body, message_id=id) for body, id in sent]
+    seqs = [f.result(timeout=0) for f in futures]
+    assert seqs[1] is None and table.peek(f"{q}.ids", 10)["seq"].to_pylist() == seqs[::2]
+
+    received: list[str] = []
+    with table.consumer(f"{q}.small", "w", max_prefetch=2) as consumer:
+        while len(received) < 3:
+            for message in consumer.receive(max_messages=3, timeout=30):
+                received.append(bytes(message.body).decode())
+                consumer.ack(message)
+    assert received == ["s0", "s1", "s2"]
+    stats = table.stats(f"{q}.small")
+    assert (stats["acked"], stats["rejected"], stats["ready"]) == (3, 2, 0)
+    assert identity_holds(stats)
