@@ -14,7 +14,9 @@ neither survives a fork.
 from __future__ import annotations
 
 import json
+import logging
 import math
+import random
 import threading
 import time
 from collections import deque
@@ -27,7 +29,15 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import pyarrow as pa
 
-from spark_queue.errors import ClientClosedError, InvalidOptionError
+from spark_queue.errors import (
+    BrokerAuthenticationError,
+    BrokerError,
+    BrokerRequestError,
+    ClientClosedError,
+    CommitConflictError,
+    InvalidOptionError,
+    StorageError,
+)
 from spark_queue.messages import as_input_table
 from spark_queue.options import parse_duration_ms
 from spark_queue.schema import LEASE_VERSION_KEY
@@ -72,6 +82,22 @@ OBJECT_STORE_POLL = 0.1  # and on an object store, where each is a request
 DEFAULT_ACK_INTERVAL = 1.0  # seconds; a quarter of the lease period where that is shorter
 RECEIVERS_SEEN = 5.0  # seconds: threads that received within this long share the handling
 GROWTH = 32  # a prefetch that ran dry grows this many times: a fast handler is fed soon
+FIRST_POLL_INTERVAL = 0.005  # seconds: an idle consumer's first log check comes this soon
+# A consumer's background thread tries again after a transient failure, waiting from the
+# first delay, doubled each time up to the last (jittered down by up to half).
+FIRST_RETRY_DELAY = 0.1
+MAX_RETRY_DELAY = 5.0
+
+log = logging.getLogger(__name__)
+
+
+def transient(error: BaseException) -> bool:
+    """Whether a consumer's background thread tries again after ``error``: the store or a
+    broker failed, or every commit attempt lost its race; not a missing queue, a bad option
+    or a refused token, which trying again would not mend."""
+    if isinstance(error, BrokerAuthenticationError | BrokerRequestError):
+        return False
+    return isinstance(error, StorageError | CommitConflictError | BrokerError | OSError)
 
 
 @dataclass
@@ -133,8 +159,15 @@ class Consumer:
     - :meth:`close` flushes acknowledgements and releases every message prefetched or in
       hand and not acknowledged (ready at once; no delivery limit counted).
 
-    Thread-safe: many threads may receive from one consumer. Errors of the background
-    thread (an unknown queue, say) are raised by the next :meth:`receive`.
+    - **Transient failures** of the background thread (the store cannot be reached, a
+      broker failed, every commit attempt lost its race) are waited out: it tries again
+      with a jittered backoff from 0.1 s up to 5 s apart, acknowledgements and extensions
+      kept for the next try, and logs a warning when a streak starts and when it ends.
+      Leases run on meanwhile: an outage longer than ``lease_period`` lets another worker
+      have the messages in hand (acknowledging them then ends nothing).
+
+    Thread-safe: many threads may receive from one consumer. Other errors of the background
+    thread (an unknown queue, a refused token, say) are raised by the next :meth:`receive`.
     """
 
     def __init__(
@@ -218,6 +251,7 @@ class Consumer:
         self._idle = False
         self.polls = 0  # log checks made while idle, for tests and benchmarks
         self.leases = 0  # lease calls made, for tests and benchmarks
+        self.retries = 0  # transient failures the background thread waited out
         self._calls = ThreadPoolExecutor(max_workers=2, thread_name_prefix="spark-queue-consumer")
         self._listening = _listen(table, self._wake)
         self._thread = threading.Thread(
@@ -394,57 +428,102 @@ class Consumer:
             self._cond.notify_all()
 
     def _run(self) -> None:
+        poll = _Poll()
+        failures = 0  # transient failures in a row
         try:
-            idle_since: float | None = None
-            watched: _LogWatch | None = None
-            interval = 0.005
             while True:
-                with self._cond:
-                    if self._closed:
+                step = _Step()
+                try:
+                    if not self._step(poll, step):
                         return
-                    now = time.monotonic()
-                    held = len(self._buffer) + len(self._in_hand)
-                    room = self.max_prefetch - held
-                    low = len(self._buffer) <= self._low
-                    flush_due = bool(self._acks) and (
-                        len(self._acks) >= self.ack_batch
-                        or now - self._acks_since >= self.ack_interval
-                    )
-                    renew = self._due_renewals(now)
-                    idle = idle_since is not None
-                    woken, self._woken = self._woken, False
-                    poll_due = idle and (
-                        woken or now - idle_since >= self.idle_lease_interval  # type: ignore[operator]
-                    )
-                    fetch = room > 0 and low and (not idle or poll_due)
-                    if not (fetch or flush_due or renew):
-                        self._cond.wait(self._next_wait(now, idle, interval))
-                        if idle and watched is not None and not self._woken:
-                            self.polls += 1
-                            if watched.moved():
-                                self._woken = True
-                            interval = min(interval * 2, self.max_poll_interval)
-                        continue
-                    want = min(room, max(1, self.target - len(self._buffer))) if fetch else 0
-                    acks, self._acks = (self._acks, []) if (flush_due or fetch) else ([], [])
-                self._exchange(want, acks, renew)
-                if want:
-                    with self._cond:
-                        got = self._last_got
-                    if got:
-                        idle_since, watched, interval = None, None, 0.005
-                    else:
-                        idle_since = time.monotonic()
-                        # From the version the lease planned on: a publish committed
-                        # while the lease was in flight still wakes the wait.
-                        watched = _LogWatch(self.table, self.queue, self._planned_on)
-                    with self._cond:
-                        self._idle = not got
-                        self._cond.notify_all()
+                except Exception as error:
+                    if not transient(error):
+                        raise
+                    failures += 1
+                    self._retry_later(error, failures, step)
+                    continue
+                if failures:
+                    log.warning("consumer %r of %r: the table answers again", self.name, self.queue)
+                    failures = 0
         except BaseException as error:  # raised to the receivers, who would wait forever
             with self._cond:
                 self._error = error
                 self._cond.notify_all()
+
+    def _step(self, poll: _Poll, step: _Step) -> bool:
+        """One turn of the background thread: wait for work, or flush, extend and lease
+        (what it takes to send goes in ``step``). False once the consumer is closed."""
+        with self._cond:
+            if self._closed:
+                return False
+            now = time.monotonic()
+            held = len(self._buffer) + len(self._in_hand)
+            room = self.max_prefetch - held
+            low = len(self._buffer) <= self._low
+            flush_due = bool(self._acks) and (
+                len(self._acks) >= self.ack_batch or now - self._acks_since >= self.ack_interval
+            )
+            step.renew = self._due_renewals(now)
+            idle = poll.idle_since is not None
+            woken, self._woken = self._woken, False
+            poll_due = idle and (
+                woken or now - poll.idle_since >= self.idle_lease_interval  # type: ignore[operator]
+            )
+            fetch = room > 0 and low and (not idle or poll_due)
+            if not (fetch or flush_due or step.renew):
+                self._cond.wait(self._next_wait(now, idle, poll.interval))
+                if idle and poll.watched is not None and not self._woken:
+                    self.polls += 1
+                    if poll.watched.moved():
+                        self._woken = True
+                    poll.interval = min(poll.interval * 2, self.max_poll_interval)
+                return True
+            want = min(room, max(1, self.target - len(self._buffer))) if fetch else 0
+            if flush_due or fetch:
+                step.acks, self._acks = self._acks, []
+        self._exchange(want, step.acks, step.renew)
+        if want:
+            with self._cond:
+                got = self._last_got
+            if got:
+                poll.idle_since, poll.watched, poll.interval = None, None, FIRST_POLL_INTERVAL
+            else:
+                poll.idle_since = time.monotonic()
+                # From the version the lease planned on: a publish committed while the
+                # lease was in flight still wakes the wait.
+                poll.watched = _LogWatch(self.table, self.queue, self._planned_on)
+            with self._cond:
+                self._idle = not got
+                self._cond.notify_all()
+        return True
+
+    def _retry_later(self, error: Exception, failures: int, step: _Step) -> None:
+        """After a transient failure: put back what ``step`` took (acks and extensions are
+        sent again: acking or extending twice ends or extends nothing more), then wait a
+        jittered backoff (``close`` cuts it short)."""
+        delay = min(MAX_RETRY_DELAY, FIRST_RETRY_DELAY * 2 ** (failures - 1))
+        delay *= random.uniform(0.5, 1.0)
+        if failures == 1:
+            log.warning(
+                "consumer %r of %r: %s: %s; trying again with backoff",
+                self.name,
+                self.queue,
+                type(error).__name__,
+                error,
+            )
+        with self._cond:
+            self.retries += 1
+            now = time.monotonic()
+            if step.acks:
+                self._acks[:0] = step.acks
+                self._acks_since = now - self.ack_interval  # due again after the backoff
+            for seq in step.renew:
+                if seq in self._renew_at:
+                    self._renew_at[seq] = now
+                    self._next_renew = now
+            until = now + delay
+            while not self._closed and (left := until - time.monotonic()) > 0:
+                self._cond.wait(left)
 
     def _due_renewals(self, now: float) -> list[int]:
         """Seqs whose lease is due for extension (under the lock); the scan runs only once
@@ -468,7 +547,8 @@ class Consumer:
 
     def _exchange(self, want: int, acks: list[int], renew: list[int]) -> None:
         """Flush ``acks``, extend ``renew`` and lease ``want`` messages, concurrently, so
-        the group commit can put them in one commit."""
+        the group commit can put them in one commit. A lease that returned is kept before
+        the first error of the three is raised."""
         calls = []
         if acks:
             calls.append(self._calls.submit(self.table.ack, self.queue, acks, self.name))
@@ -489,19 +569,31 @@ class Consumer:
                         self._renew_at[seq] = later
                 self._next_renew = min(self._renew_at.values(), default=math.inf)
         leased = None
+        failure: Exception | None = None
         if want:
             self.leases += 1
             started = time.monotonic()
-            leased = self.table.lease(
-                self.queue, self.name, max_messages=want, **self._lease_options
-            )
+            try:
+                leased = self.table.lease(
+                    self.queue, self.name, max_messages=want, **self._lease_options
+                )
+            except Exception as error:
+                failure = error
             with self._cond:
                 self._lease_s = _average(self._lease_s, time.monotonic() - started)
                 self._resize(time.monotonic())
-        for call in calls:
-            call.result()
-        if leased is None:
-            return
+        for call in calls:  # every call ends before a failure is raised
+            try:
+                call.result()
+            except Exception as error:
+                failure = failure or error
+        if leased is not None:
+            self._keep(leased, want)
+        if failure is not None:
+            raise failure
+
+    def _keep(self, leased: pa.Table, want: int) -> None:
+        """Buffer the messages a lease of ``want`` returned."""
         messages = self._messages(leased)
         with self._cond:
             now = time.monotonic()
@@ -555,6 +647,24 @@ def may_feed(queue: str, operations: list[str], queues: list[str] | None) -> boo
 def _average(old: float | None, new: float) -> float:
     """A moving average that follows a change within a few samples."""
     return new if old is None else 0.7 * old + 0.3 * new
+
+
+@dataclass
+class _Poll:
+    """A consumer's long-polling state, kept by its background thread."""
+
+    idle_since: float | None = None  # when a lease last found nothing; None: not idle
+    watched: _LogWatch | None = None  # the log, watched from the version that lease saw
+    interval: float = FIRST_POLL_INTERVAL  # the next wait between two log checks
+
+
+@dataclass
+class _Step:
+    """What one turn of a consumer's background thread took to send: put back if it
+    fails."""
+
+    acks: list[int] = field(default_factory=list)
+    renew: list[int] = field(default_factory=list)
 
 
 class _LogWatch:

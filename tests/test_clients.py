@@ -5,6 +5,7 @@ futures), on real tables. Waits are for conditions, with generous time limits.""
 from __future__ import annotations
 
 import random
+import signal
 import subprocess
 import sys
 import threading
@@ -15,6 +16,7 @@ import pytest
 
 from spark_queue import ClientClosedError, QueueTable
 from spark_queue.core import identity_holds
+from tests.object_store import new_bucket, server_options, start_s3_server
 
 PATIENCE = 60.0  # seconds a condition may take on a loaded machine before a test fails
 
@@ -273,3 +275,46 @@ def test_threads_and_a_consumer_on_the_s3_server(s3_table, s3_options):
     stats = table.stats("q")
     assert (stats["acked"], stats["ready"], stats["leased"]) == (len(expected), 0, 0)
     assert identity_holds(stats)
+
+
+def test_a_consumer_waits_out_a_store_that_stops_answering(tmp_path):
+    """The store stops answering under a consumer (its S3 server stopped with SIGSTOP):
+    the background thread tries again with backoff instead of failing; once the store
+    answers again (SIGCONT), it delivers what was published before and flushes the acks it
+    kept."""
+    server, endpoint = start_s3_server()
+    try:
+        options = server_options(endpoint)
+        path = f"s3://{new_bucket(options, 'outage')}/lake/queues"
+        # delta-rs's own retries (10, over up to 3 minutes, by default) cut short, so that
+        # the outage reaches the consumer within the test.
+        impatient = {**options, "timeout": "1s", "max_retries": "1", "retry_timeout": "2s"}
+        table = QueueTable(path, storage_options=impatient)
+        table.declare("q")
+        table.publish("q", ["a", "b", "c", "d"])
+        # Leases that outlast the outage: the messages in hand stay this consumer's.
+        with table.consumer(
+            "q", "c", max_prefetch=2, idle_lease_interval=0.2, lease_period="1 hour"
+        ) as consumer:
+            first = receive_all(consumer, 2)
+            server.send_signal(signal.SIGSTOP)
+            try:
+                for message in first:
+                    consumer.ack(message)  # kept by the consumer until the store answers
+                # Each try waits out delta-rs's own retries (seconds to tens of seconds).
+                deadline = time.monotonic() + 10 * PATIENCE
+                while consumer.retries < 2:
+                    assert time.monotonic() < deadline, "the consumer did not try again"
+                    time.sleep(0.1)
+            finally:
+                server.send_signal(signal.SIGCONT)
+            later = receive_all(consumer, 2)
+            for message in later:
+                consumer.ack(message)
+        assert [m.body for m in first + later] == [b"a", b"b", b"c", b"d"]
+        stats = table.stats("q")
+        assert (stats["acked"], stats["ready"], stats["leased"]) == (4, 0, 0)
+        assert identity_holds(stats)
+    finally:
+        server.kill()
+        server.wait()
