@@ -55,9 +55,9 @@ from spark_queue.wire import (
 )
 
 PUBLISH_KEYWORDS = frozenset({"queue", "rows", "producer", "sequence", "on_reject"})
-# A stopping broker, once its requests in flight are answered, stays up this long before it
-# closes its connections: a socket closed while its peer still writes to it is reset, and a
-# reset can discard an answer the client has received but not yet read.
+# A stopping broker, once its requests in flight are answered, stays up until its last answer
+# is this old before it closes its connections: a socket closed while its peer still writes
+# to it is reset, and a reset can discard an answer the client has received but not read.
 STOP_LINGER_SECONDS = 2.0
 STOPPING = "the broker is stopping"
 
@@ -159,6 +159,7 @@ class QueueBroker(flight.FlightServerBase):
         # in the broker; and those under way now.
         self._counts = {"served": 0, "failed": 0, "refused": 0, "in_flight": 0}
         self._stopping = False
+        self._last_answered = -float("inf")  # time.monotonic() when a request last ended
 
     # -- Flight methods ----------------------------------------------------------------------
 
@@ -278,16 +279,19 @@ class QueueBroker(flight.FlightServerBase):
         finally:
             with self._counts_lock:
                 self._counts["in_flight"] -= 1
+                self._last_answered = time.monotonic()
                 self._counts_lock.notify_all()
 
     def drain(self, linger_seconds: float = STOP_LINGER_SECONDS) -> None:
-        """Refuse new requests, wait until those in flight are answered, then
-        ``linger_seconds`` more, for their clients to read the answers (see
-        :data:`STOP_LINGER_SECONDS`). Call before :meth:`shutdown`."""
+        """Refuse new requests, wait until those in flight are answered, then until the
+        last answer is ``linger_seconds`` old, for its client to read it (see
+        :data:`STOP_LINGER_SECONDS`; an idle broker stops at once). Call before
+        :meth:`shutdown`."""
         with self._counts_lock:
             self._stopping = True
             self._counts_lock.wait_for(lambda: self._counts["in_flight"] == 0)
-        time.sleep(linger_seconds)
+            until = self._last_answered + linger_seconds
+        time.sleep(max(0.0, until - time.monotonic()))
 
     def status(self) -> dict[str, Any]:
         with self._counts_lock:
