@@ -271,6 +271,7 @@ class Consumer:
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
+            sizes = (self.target, self._low)
             self._handled(time.monotonic())
             while True:
                 if self._error is not None:
@@ -284,7 +285,11 @@ class Consumer:
                     self.target = min(self.max_prefetch, self.target * GROWTH)
                     self._low = self.target // 2
                     self._last_full = False
-                self._cond.notify_all()
+                if (self.target, self._low) != sizes:
+                    # The background thread may lease more now. Only then: a notify on
+                    # every pass would have idle receivers wake each other without end.
+                    sizes = (self.target, self._low)
+                    self._cond.notify_all()
                 left = None if deadline is None else deadline - time.monotonic()
                 if left is not None and left <= 0:
                     return []
@@ -369,18 +374,36 @@ class Consumer:
         with self._cond:
             if self._closed:
                 raise ClientClosedError(f"consumer {self.name!r} of {self.queue!r} is closed")
-            if self._in_hand.pop(seq, None) is None:
+            held = self._in_hand.pop(seq, None)
+            if held is None:
                 return
-            self._renew_at.pop(seq, None)
+            renew_at = self._renew_at.pop(seq, None)
             self._cond.notify_all()
-        self.table.cancel(self.queue, [seq], self.name, delay=delay)
+        try:
+            self.table.cancel(self.queue, [seq], self.name, delay=delay)
+        except BaseException:  # still in hand: nack again, ack it, or close releases it
+            with self._cond:
+                self._in_hand[seq] = held
+                if renew_at is not None:
+                    self._renew_at[seq] = renew_at
+                    self._next_renew = min(self._next_renew, renew_at)
+            raise
 
     def flush(self) -> None:
-        """Commit the pending acknowledgements now."""
+        """Commit the pending acknowledgements now; where that fails, they stay pending
+        (for the background thread's next flush) and the error is raised."""
         with self._cond:
             seqs, self._acks = self._acks, []
-        if seqs:
+        if not seqs:
+            return
+        try:
             self.table.ack(self.queue, seqs, self.name)
+        except BaseException:
+            with self._cond:
+                if not self._acks:
+                    self._acks_since = time.monotonic()
+                self._acks[:0] = seqs
+            raise
 
     @property
     def idle(self) -> bool:
@@ -403,14 +426,18 @@ class Consumer:
             self._cond.notify_all()
         self._thread.join()
         self._listening.close()
-        self.flush()
-        with self._cond:
-            unhandled = [m.seq for m in self._buffer] + list(self._in_hand)
-            self._buffer.clear()
-            self._in_hand.clear()
-        if unhandled:
-            self.table.release(self.name, self.queue, seqs=unhandled)
-        self._calls.shutdown()
+        try:
+            self.flush()
+        finally:  # release what is unhandled even where the flush failed
+            with self._cond:
+                unhandled = [m.seq for m in self._buffer] + list(self._in_hand)
+                self._buffer.clear()
+                self._in_hand.clear()
+            try:
+                if unhandled:
+                    self.table.release(self.name, self.queue, seqs=unhandled)
+            finally:
+                self._calls.shutdown()
 
     def __enter__(self) -> Consumer:
         return self
@@ -451,8 +478,9 @@ class Consumer:
                 self._cond.notify_all()
 
     def _step(self, poll: _Poll, step: _Step) -> bool:
-        """One turn of the background thread: wait for work, or flush, extend and lease
-        (what it takes to send goes in ``step``). False once the consumer is closed."""
+        """One turn of the background thread: wait for work (checking the log when idle),
+        or flush, extend and lease (what it takes to send goes in ``step``). False once
+        the consumer is closed."""
         with self._cond:
             if self._closed:
                 return False
@@ -471,31 +499,55 @@ class Consumer:
             )
             fetch = room > 0 and low and (not idle or poll_due)
             if not (fetch or flush_due or step.renew):
-                self._cond.wait(self._next_wait(now, idle, poll.interval))
-                if idle and poll.watched is not None and not self._woken:
+                self._cond.wait(self._next_wait(now, idle, poll))
+                check_log = (
+                    idle
+                    and poll.watched is not None
+                    and not self._woken
+                    and time.monotonic() >= poll.check_at
+                )
+                if check_log:
                     self.polls += 1
-                    if poll.watched.moved():
-                        self._woken = True
-                    poll.interval = min(poll.interval * 2, self.max_poll_interval)
-                return True
-            want = min(room, max(1, self.target - len(self._buffer))) if fetch else 0
-            if flush_due or fetch:
-                step.acks, self._acks = self._acks, []
-        self._exchange(want, step.acks, step.renew)
-        if want:
-            with self._cond:
-                got = self._last_got
-            if got:
-                poll.idle_since, poll.watched, poll.interval = None, None, FIRST_POLL_INTERVAL
             else:
-                poll.idle_since = time.monotonic()
-                # From the version the lease planned on: a publish committed while the
-                # lease was in flight still wakes the wait.
-                poll.watched = _LogWatch(self.table, self.queue, self._planned_on)
-            with self._cond:
-                self._idle = not got
-                self._cond.notify_all()
+                check_log = False
+                want = min(room, max(1, self.target - len(self._buffer))) if fetch else 0
+                if flush_due or fetch:
+                    step.acks, self._acks = self._acks, []
+        if check_log:
+            self._check_log(poll)
+        elif fetch or flush_due or step.renew:
+            self._exchange(want, step.acks, step.renew)
+            if want:
+                self._after_lease(poll)
         return True
+
+    def _check_log(self, poll: _Poll) -> None:
+        """An idle consumer's look at the log for a commit that may feed its queue. I/O (a
+        stat; a request on an object store), so outside the lock, which receivers and this
+        process's commits (``_wake``) take."""
+        assert poll.watched is not None
+        moved = poll.watched.moved()
+        with self._cond:
+            self._woken = self._woken or moved
+            poll.interval = min(poll.interval * 2, self.max_poll_interval)
+            poll.check_at = time.monotonic() + poll.interval
+
+    def _after_lease(self, poll: _Poll) -> None:
+        """Start or end the idle wait, as the lease just made found messages or not."""
+        with self._cond:
+            got = self._last_got
+        if got:
+            poll.idle_since, poll.watched = None, None
+            poll.interval = FIRST_POLL_INTERVAL
+        else:
+            poll.idle_since = time.monotonic()
+            # From the version the lease planned on: a publish committed while the lease
+            # was in flight still wakes the wait.
+            poll.watched = _LogWatch(self.table, self.queue, self._planned_on)
+            poll.check_at = poll.idle_since + poll.interval
+        with self._cond:
+            self._idle = not got
+            self._cond.notify_all()
 
     def _retry_later(self, error: Exception, failures: int, step: _Step) -> None:
         """After a transient failure: put back what ``step`` took (acks and extensions are
@@ -535,10 +587,10 @@ class Consumer:
             self._next_renew = min(self._renew_at.values(), default=math.inf)
         return due
 
-    def _next_wait(self, now: float, idle: bool, interval: float) -> float:
+    def _next_wait(self, now: float, idle: bool, poll: _Poll) -> float:
         waits = [self.idle_lease_interval]
         if idle:
-            waits.append(interval)
+            waits.append(poll.check_at - now)
         if self._acks:
             waits.append(self._acks_since + self.ack_interval - now)
         if self._renew_at:
@@ -598,8 +650,13 @@ class Consumer:
         with self._cond:
             now = time.monotonic()
             renew_at = now + self.lease_period / 2
+            # A message whose lease ran out while this consumer held it (an extension that
+            # could not land in time) may come back to it: it is leased again, not
+            # delivered a second time to a receiver of this consumer.
+            held = {m.seq for m in self._buffer} | set(self._in_hand)
             for message in messages:
-                self._buffer.append(message)
+                if message.seq not in held:
+                    self._buffer.append(message)
                 self._renew_at[message.seq] = renew_at
             self._next_renew = min(self._next_renew, renew_at)
             self._last_got = len(messages)
@@ -656,6 +713,7 @@ class _Poll:
     idle_since: float | None = None  # when a lease last found nothing; None: not idle
     watched: _LogWatch | None = None  # the log, watched from the version that lease saw
     interval: float = FIRST_POLL_INTERVAL  # the next wait between two log checks
+    check_at: float = 0.0  # time.monotonic() of the next log check, while idle
 
 
 @dataclass
@@ -746,7 +804,8 @@ class Publisher:
     :meth:`send` returns a future per message: its seq once the commit holding it has
     landed, None where the queue's reject policy refused it or its ``message_id`` was a
     duplicate within the queue's window; or the batch's error (an argument mismatch, say).
-    Messages of one publisher are stored in the order :meth:`send` was called.
+    Messages of one publisher are stored in the order :meth:`send` was called. A future
+    cancelled before its batch is taken is not published; after, it cannot be cancelled.
 
     Thread-safe. :meth:`flush` waits for every message sent before it; :meth:`close`
     flushes and stops.
@@ -851,6 +910,19 @@ class Publisher:
         self.close()
 
     def _run(self) -> None:
+        try:
+            self._send_batches()
+        except BaseException as error:  # unexpected: no future may wait for ever
+            with self._cond:
+                self._closed = True
+                while self._pending:
+                    future = self._pending.popleft().future
+                    if future.set_running_or_notify_cancel():
+                        future.set_exception(error)
+                self._cond.notify_all()
+            raise
+
+    def _send_batches(self) -> None:
         while True:
             with self._cond:
                 while True:
@@ -868,14 +940,17 @@ class Publisher:
                         self._cond.wait(left)
                     else:
                         self._cond.wait()
-                batch = [
+                taken = [
                     self._pending.popleft() for _ in range(min(self.max_batch, len(self._pending)))
                 ]
                 if self._pending:
                     self._first_at = time.monotonic()
+                # A future cancelled by its sender is left out: from here on it cannot be.
+                batch = [item for item in taken if item.future.set_running_or_notify_cancel()]
                 self._in_flight += len(batch)
             try:
-                self._publish(batch)
+                if batch:
+                    self._publish(batch)
             finally:
                 with self._cond:
                     self._in_flight -= len(batch)

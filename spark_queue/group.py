@@ -312,10 +312,6 @@ class CommitGroup:
         # enough, as compaction waits for 32 of them.
         if self.rounds % COMPACTION_CHECK_ROUNDS or not needs_compaction(planned_on):
             return
-        with self._lock:
-            if self._compacting:
-                return
-            self._compacting = True
 
         def compaction() -> None:
             try:
@@ -324,14 +320,14 @@ class CommitGroup:
                 with self._lock:
                     self._compacting = False
 
-        self._compaction: threading.Thread | None = None
-        self._closed = False
-        self._last_round = 0  # requests in the last round taken
-
-        self._compaction = threading.Thread(
-            target=compaction, name="spark-queue-compaction", daemon=True
-        )
-        self._compaction.start()
+        with self._lock:
+            if self._compacting or self._closed:  # closed: close() may be joining already
+                return
+            self._compacting = True
+            self._compaction = threading.Thread(
+                target=compaction, name="spark-queue-compaction", daemon=True
+            )
+            self._compaction.start()
 
     def close(self) -> None:
         """Let the leader finish what is queued, and end it and any compaction: delta-rs
@@ -340,9 +336,13 @@ class CommitGroup:
         with self._lock:
             self._closed = True
             self._lock.notify_all()
-            threads = [t for t in (self._leader, self._compaction) if t is not None]
-        for thread in threads:
-            thread.join()
+            leader = self._leader
+        if leader is not None:
+            leader.join()
+        with self._lock:  # a compaction the leader started before it saw the close
+            compaction = self._compaction
+        if compaction is not None:
+            compaction.join()
 
     def _units(self, candidates: list[Queued], merge: bool) -> list[tuple[list[Queued], Request]]:
         """The candidates as units of planning: alone, or, with ``merge``, neighbouring

@@ -4,15 +4,17 @@ futures), on real tables. Waits are for conditions, with generous time limits.""
 
 from __future__ import annotations
 
+import contextlib
 import random
 import signal
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
+from deltalake import DeltaTable
 
 from spark_queue import ClientClosedError, QueueTable
 from spark_queue.core import identity_holds
@@ -152,11 +154,18 @@ def test_nack_with_delay_and_without(table):
 
 def test_an_idle_consumer_polls_cheaply_and_wakes_on_a_publish(table):
     """Publishes from this process (the commit wakes it) and from another process (a new
-    log entry does); while idle it checks the log at most every max_poll_interval."""
+    log entry does); while idle, with two threads waiting in ``receive``, it checks the log
+    at most every max_poll_interval."""
     with table.consumer("q", "c", max_poll_interval=0.05) as consumer:
         wait_until(lambda: consumer.idle, "the consumer found the queue empty")
         polls, leases, start = consumer.polls, consumer.leases, time.monotonic()
-        time.sleep(1.0)  # idle on purpose: count what waiting costs
+        # Idle on purpose, count what waiting costs: two receivers that find nothing must
+        # not wake each other (nor the log checks) over and over.
+        receivers = [threading.Thread(target=consumer.receive, args=(1, 1.0)) for _ in "ab"]
+        for receiver in receivers:
+            receiver.start()
+        for receiver in receivers:
+            receiver.join()
         elapsed = time.monotonic() - start
         assert consumer.polls - polls <= elapsed / 0.05 + 2
         assert consumer.leases - leases <= elapsed / 1.0 + 1  # idle_lease_interval: 1 s
@@ -219,6 +228,17 @@ def test_publisher_batches_by_size_and_linger_and_flushes_on_close(table):
         publisher.send("after close")
 
 
+def test_a_cancelled_publisher_future_is_not_published_and_the_rest_are(table):
+    publisher = table.publisher("q", linger=3600.0, max_batch=10)
+    first, second, third = (publisher.send(body) for body in ("a", "b", "c"))
+    assert second.cancel()
+    publisher.close()  # flushes: the batch goes without "b"
+    assert second.cancelled()
+    seqs = [first.result(timeout=0), third.result(timeout=0)]
+    rows = table.peek("q", 10)
+    assert rows["body"].to_pylist() == [b"a", b"c"] and rows["seq"].to_pylist() == seqs
+
+
 def test_publisher_futures_of_many_threads_and_refused_messages(table):
     table.declare("small", max_length=3, overflow="reject-publish")
     with table.publisher("small", linger=3600.0, max_batch=5) as publisher:
@@ -277,19 +297,38 @@ def test_threads_and_a_consumer_on_the_s3_server(s3_table, s3_options):
     assert identity_holds(stats)
 
 
-def test_a_consumer_waits_out_a_store_that_stops_answering(tmp_path):
+@contextlib.contextmanager
+def stoppable_store(label: str) -> Iterator[tuple[subprocess.Popen, str, dict[str, str]]]:
+    """An S3 server of the test's own (SIGSTOP stops it answering, SIGCONT resumes it),
+    a table URI in a bucket of it, and storage options that give up on it in seconds:
+    delta-rs's own retries (10, over up to 3 minutes, by default) cut short, so that an
+    outage reaches the consumer within the test."""
+    server, endpoint = start_s3_server()
+    try:
+        options = server_options(endpoint)
+        path = f"s3://{new_bucket(options, label)}/lake/queues"
+        yield server, path, {**options, "timeout": "1s", "max_retries": "1", "retry_timeout": "2s"}
+    finally:
+        server.send_signal(signal.SIGCONT)
+        server.kill()
+        server.wait()
+
+
+def wait_for_retries(consumer, count: int) -> None:
+    """Each try waits out delta-rs's own retries: seconds to tens of seconds."""
+    deadline = time.monotonic() + 10 * PATIENCE
+    while consumer.retries < count:
+        assert time.monotonic() < deadline, "the consumer did not try again"
+        time.sleep(0.1)
+
+
+def test_a_consumer_waits_out_a_store_that_stops_answering():
     """The store stops answering under a consumer (its S3 server stopped with SIGSTOP):
     the background thread tries again with backoff instead of failing; once the store
     answers again (SIGCONT), it delivers what was published before and flushes the acks it
     kept."""
-    server, endpoint = start_s3_server()
-    try:
-        options = server_options(endpoint)
-        path = f"s3://{new_bucket(options, 'outage')}/lake/queues"
-        # delta-rs's own retries (10, over up to 3 minutes, by default) cut short, so that
-        # the outage reaches the consumer within the test.
-        impatient = {**options, "timeout": "1s", "max_retries": "1", "retry_timeout": "2s"}
-        table = QueueTable(path, storage_options=impatient)
+    with stoppable_store("outage") as (server, path, options):
+        table = QueueTable(path, storage_options=options)
         table.declare("q")
         table.publish("q", ["a", "b", "c", "d"])
         # Leases that outlast the outage: the messages in hand stay this consumer's.
@@ -298,16 +337,10 @@ def test_a_consumer_waits_out_a_store_that_stops_answering(tmp_path):
         ) as consumer:
             first = receive_all(consumer, 2)
             server.send_signal(signal.SIGSTOP)
-            try:
-                for message in first:
-                    consumer.ack(message)  # kept by the consumer until the store answers
-                # Each try waits out delta-rs's own retries (seconds to tens of seconds).
-                deadline = time.monotonic() + 10 * PATIENCE
-                while consumer.retries < 2:
-                    assert time.monotonic() < deadline, "the consumer did not try again"
-                    time.sleep(0.1)
-            finally:
-                server.send_signal(signal.SIGCONT)
+            for message in first:
+                consumer.ack(message)  # kept by the consumer until the store answers
+            wait_for_retries(consumer, 2)
+            server.send_signal(signal.SIGCONT)
             later = receive_all(consumer, 2)
             for message in later:
                 consumer.ack(message)
@@ -315,6 +348,32 @@ def test_a_consumer_waits_out_a_store_that_stops_answering(tmp_path):
         stats = table.stats("q")
         assert (stats["acked"], stats["ready"], stats["leased"]) == (4, 0, 0)
         assert identity_holds(stats)
-    finally:
-        server.kill()
-        server.wait()
+
+
+def delivery_counts(path: str, options: dict[str, str]) -> list[int]:
+    """The delivery counts of the messages leased now, from the table's lease index."""
+    leases = DeltaTable(path, storage_options=options).to_pyarrow_table(
+        filters=[("record", "=", "lease")], columns=["delivery_count"]
+    )
+    return leases["delivery_count"].to_pylist()
+
+
+def test_a_message_whose_lease_ran_out_in_hand_is_not_delivered_twice():
+    """An outage longer than the lease period: the lease of the message in hand runs out
+    (its extension cannot land), and the consumer's next lease takes it again. It is not
+    handed to a second receiver of the same consumer, and its ack still counts."""
+    with stoppable_store("re-leased") as (server, path, options):
+        table = QueueTable(path, storage_options=options)
+        table.publish("q", ["a"])
+        with table.consumer(
+            "q", "c", max_prefetch=2, idle_lease_interval=0.2, lease_period="2 seconds"
+        ) as consumer:
+            (message,) = receive_all(consumer, 1)
+            server.send_signal(signal.SIGSTOP)
+            wait_for_retries(consumer, 1)  # the outage outlasts the 2 s lease
+            server.send_signal(signal.SIGCONT)
+            wait_until(lambda: delivery_counts(path, options) == [2], "the message leased again")
+            assert consumer.receive(1, timeout=1.0) == []
+            consumer.ack(message)
+        stats = table.stats("q")
+        assert (stats["acked"], stats["ready"], stats["leased"]) == (1, 0, 0)
