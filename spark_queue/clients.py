@@ -448,7 +448,11 @@ class Consumer:
     # -- the background thread --------------------------------------------------------------
 
     def _wake(self, operations: list[str]) -> None:
-        if not may_feed(self.queue, operations, [self.queue]):
+        """A commit of this process landed: wake if it may have fed this queue. Its
+        operations name their queue second (``PUBLISH orders``); a commit of another
+        queue wakes nothing."""
+        feeding = [op for op in operations if op.split(" ", 1)[0] not in NOT_FEEDING]
+        if not any(op.split(" ")[1:2] in ([], [self.queue]) for op in feeding):
             return
         with self._cond:
             self._woken = True

@@ -189,6 +189,23 @@ def test_an_idle_consumer_polls_cheaply_and_wakes_on_a_publish(table):
     assert stats["acked"] == 2 and identity_holds(stats)
 
 
+def test_an_idle_consumer_wakes_for_its_own_queue_only(table):
+    """Commits of this process to another queue of the table do not wake an idle consumer
+    into a lease; a publish to its queue does."""
+    table.declare("other")
+    with table.consumer("q", "c", idle_lease_interval=3600.0) as consumer:
+        wait_until(lambda: consumer.idle, "the consumer found the queue empty")
+        leases = consumer.leases
+        for n in range(5):
+            table.publish("other", [f"x{n}"])
+        table.publish("q", ["mine"])
+        (message,) = consumer.receive(1, timeout=PATIENCE)
+        assert message.body == b"mine"
+        # The lease that got it, and perhaps the one that follows a delivery: none for
+        # the other queue's commits (no idle lease is due in an hour).
+        assert consumer.leases - leases <= 2
+
+
 def test_close_releases_what_was_prefetched_and_not_handled(table):
     table.publish("q", [f"m{i}" for i in range(10)])
     consumer = table.consumer("q", "c", max_prefetch=10)
