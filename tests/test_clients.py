@@ -356,7 +356,7 @@ def test_a_consumer_waits_out_a_store_that_stops_answering():
             server.send_signal(signal.SIGSTOP)
             for message in first:
                 consumer.ack(message)  # kept by the consumer until the store answers
-            wait_for_retries(consumer, 2)
+            wait_for_retries(consumer, 1)  # failed, kept, and waits to try again
             server.send_signal(signal.SIGCONT)
             later = receive_all(consumer, 2)
             for message in later:
