@@ -1,4 +1,5 @@
-"""Many small clients on one queue table (issue #23), direct (each process's group commit).
+"""Many small clients on one queue table (issue #23): direct (each process's group commit)
+and through a queue broker (one group commit for every client), side by side.
 
 - **workers**: W processes, each one ``QueueTable.consumer`` whose handler does nothing,
   drain ``--messages`` messages; the aggregate rate is messages / time to drain (each
@@ -15,16 +16,21 @@
   message every 0.2 s: time from the publish call's return (and from the call) to the
   message in the handler.
 
+Each measure runs once per ``--via``: ``direct`` (``broker="off"``: every process commits
+its own requests) and ``broker`` (a ``spark-queue broker`` process on loopback serves the
+measure's table, started after the table is filled; every client is given its address).
 Every run counts the errors that reached callers (the goal is none) and checks that each
 message was acknowledged once. ``--store s3`` runs on a local moto S3 server (as the
-suite's ``s3_table``). Results are printed as Markdown rows.
+suite's ``s3_table``). Results are printed as Markdown rows, one per measure and ``via``.
 
-    .venv/bin/python benchmarks/bench_clients.py [--store local|s3] [--only workers ...]
+    .venv/bin/python benchmarks/bench_clients.py [--store local|s3] [--via direct broker]
+        [--only workers ...]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import multiprocessing
 import os
 import statistics
@@ -32,28 +38,59 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
 QUEUE = "q"
+VIAS = ("direct", "broker")
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where a measure's clients go: the table, its storage options, and the broker they
+    are given (``"off"``: commit directly). Pickled into the client processes."""
+
+    path: str
+    options: dict | None
+    broker: str
+
+    def table(self):
+        from spark_queue import QueueTable
+
+        return QueueTable(self.path, storage_options=self.options, broker=self.broker)
+
+
+@contextlib.contextmanager
+def serving(path: str, options: dict | None, via: str, log_dir: Path) -> Iterator[Target]:
+    """The measure's target: direct, or a broker process serving ``path`` for its span."""
+    if via == "direct":
+        yield Target(path, options, "off")
+        return
+    from tests.brokers import BrokerProcess
+
+    flags = [f"--storage-option={k}={v}" for k, v in (options or {}).items()]
+    log = log_dir / f"broker-{os.path.basename(path.rstrip('/'))}-{time.time_ns()}.log"
+    with BrokerProcess(path, *flags, log_path=log) as broker:
+        yield Target(path, options, broker.target)
+        broker.stop()
 
 
 def fill(path: str, options: dict | None, messages: int) -> None:
     from spark_queue import QueueTable
 
-    table = QueueTable(path, storage_options=options)
+    table = QueueTable(path, storage_options=options, broker="off")
     table.declare(QUEUE)
     for start in range(0, messages, 10_000):
         table.publish(QUEUE, [os.urandom(200) for _ in range(min(10_000, messages - start))])
 
 
-def worker(path: str, options: dict | None, name: str, handler_s: float, seconds: float, go):
+def worker(target: Target, name: str, handler_s: float, seconds: float, go):
     """A worker process: returns (handled, errors, time of its last handled message)."""
-    from spark_queue import QueueTable
-
-    table = QueueTable(path, storage_options=options)
+    table = target.table()
     table.lease(QUEUE, name, max_messages=0)  # warm: the table opened, its state read
     handled = errors = 0
     last = 0.0
@@ -77,66 +114,61 @@ def worker(path: str, options: dict | None, name: str, handler_s: float, seconds
     return handled, errors, last
 
 
-def run_workers(path, options, count, handler_s=0.0, seconds=0.0):
+def run_processes(function: Callable, arguments: list[tuple]) -> tuple:
+    """A process per tuple of ``arguments`` running ``function(*args, go)``, released
+    together by the barrier ``go``; returns the time of the release and their results."""
     context = multiprocessing.get_context("spawn")
-    with context.Manager() as manager, context.Pool(count) as pool:
-        go = manager.Barrier(count + 1)
-        pending = [
-            pool.apply_async(worker, (path, options, f"w{n}", handler_s, seconds, go))
-            for n in range(count)
-        ]
+    with context.Manager() as manager, context.Pool(len(arguments)) as pool:
+        go = manager.Barrier(len(arguments) + 1)
+        pending = [pool.apply_async(function, (*args, go)) for args in arguments]
         go.wait()
         start = time.time()
         results = [p.get(timeout=3600) for p in pending]
     return start, results
 
 
-def bench_steady(path_of, options, counts, seconds, messages):
+def run_workers(target: Target, count: int, handler_s: float = 0.0, seconds: float = 0.0):
+    return run_processes(worker, [(target, f"w{n}", handler_s, seconds) for n in range(count)])
+
+
+def bench_steady(serve, counts, seconds, messages):
     """W workers for ``seconds`` on a queue deep enough that none runs dry: the rate once
     every worker's prefetch has grown, with per-worker counts."""
-    from spark_queue import QueueTable
-
-    print(f"\n| workers W, steady ({seconds:g} s) | msg/s | errors | per worker |")
-    print("|---|---|---|---|")
-    for count in counts:
-        path = path_of(f"steady-{count}")
-        fill(path, options, messages)
-        _, results = run_workers(path, options, count, 0.0, seconds)
-        handled = [r[0] for r in results]
-        stats = QueueTable(path, storage_options=options).stats(QUEUE)
-        assert stats["acked"] == sum(handled) and stats["leased"] == 0, stats
-        assert stats["ready"] > 0, "the queue ran dry: raise --steady-messages"
-        print(
-            f"| {count} | {sum(handled) / seconds:,.0f} | {sum(r[1] for r in results)} | "
-            f"{min(handled)}-{max(handled)} |"
-        )
-
-
-def bench_workers(path_of, options, counts, messages):
-    from spark_queue import QueueTable
-
-    print("\n| workers W, drain | messages | seconds | msg/s | errors |")
+    print(f"\n| workers W, steady ({seconds:g} s) | via | msg/s | errors | per worker |")
     print("|---|---|---|---|---|")
-    rates = []
     for count in counts:
-        path = path_of(f"workers-{count}")
-        fill(path, options, messages)
-        start, results = run_workers(path, options, count)
-        handled = sum(r[0] for r in results)
-        errors = sum(r[1] for r in results)
-        elapsed = max(r[2] for r in results) - start
-        stats = QueueTable(path, storage_options=options).stats(QUEUE)
-        assert handled == messages == stats["acked"], (handled, stats)
-        rates.append(messages / elapsed)
-        print(f"| {count} | {messages} | {elapsed:.2f} | {messages / elapsed:,.0f} | {errors} |")
-    return rates
+        for via, target in serve(f"steady-{count}", messages):
+            _, results = run_workers(target, count, 0.0, seconds)
+            handled = [r[0] for r in results]
+            stats = Target(target.path, target.options, "off").table().stats(QUEUE)
+            assert stats["acked"] == sum(handled) and stats["leased"] == 0, stats
+            assert stats["ready"] > 0, "the queue ran dry: raise --steady-messages"
+            print(
+                f"| {count} | {via} | {sum(handled) / seconds:,.0f} | "
+                f"{sum(r[1] for r in results)} | {min(handled)}-{max(handled)} |"
+            )
 
 
-def raw_loop(path, options, name, seconds, go):
+def bench_workers(serve, counts, messages):
+    print("\n| workers W, drain | via | messages | seconds | msg/s | errors |")
+    print("|---|---|---|---|---|---|")
+    for count in counts:
+        for via, target in serve(f"workers-{count}", messages):
+            start, results = run_workers(target, count)
+            handled = sum(r[0] for r in results)
+            errors = sum(r[1] for r in results)
+            elapsed = max(r[2] for r in results) - start
+            stats = Target(target.path, target.options, "off").table().stats(QUEUE)
+            assert handled == messages == stats["acked"], (handled, stats)
+            print(
+                f"| {count} | {via} | {messages} | {elapsed:.2f} | "
+                f"{messages / elapsed:,.0f} | {errors} |"
+            )
+
+
+def raw_loop(target: Target, name: str, seconds: float, go):
     """A worker process of the issue's baseline: ``lease(max_messages=10)`` then ``ack``."""
-    from spark_queue import QueueTable
-
-    table = QueueTable(path, storage_options=options)
+    table = target.table()
     table.lease(QUEUE, name, max_messages=0)  # warm: the table opened, its state read
     acked = errors = 0
     go.wait()
@@ -150,45 +182,40 @@ def raw_loop(path, options, name, seconds, go):
     return acked, errors
 
 
-def bench_raw(path_of, options, counts, seconds):
-    print(f"\n| raw `lease(max_messages=10)` + `ack` loops, W ({seconds:g} s) | msg/s | errors |")
-    print("|---|---|---|")
-    for count in counts:
-        path = path_of(f"raw-{count}")
-        fill(path, options, 40_000)
-        context = multiprocessing.get_context("spawn")
-        with context.Manager() as manager, context.Pool(count) as pool:
-            go = manager.Barrier(count + 1)
-            pending = [
-                pool.apply_async(raw_loop, (path, options, f"w{n}", seconds, go))
-                for n in range(count)
-            ]
-            go.wait()
-            results = [p.get(timeout=3600) for p in pending]
-        acked, errors = sum(r[0] for r in results), sum(r[1] for r in results)
-        print(f"| {count} | {acked / seconds:,.0f} | {errors} |")
-
-
-def bench_slow(path_of, options, count, handler_ms, seconds):
-    path = path_of("slow")
-    fill(path, options, int(count * seconds * 1000 / handler_ms * 2))
-    _, results = run_workers(path, options, count, handler_ms / 1000, seconds)
-    counts = [r[0] for r in results]
-    rate = sum(counts) / seconds
-    ideal = count * 1000 / handler_ms
-    print("\n| slow handler | W | msg/s | ideal | ratio | errors | per worker |")
-    print("|---|---|---|---|---|---|---|")
+def bench_raw(serve, counts, seconds):
     print(
-        f"| {handler_ms} ms | {count} | {rate:.0f} | {ideal:.0f} | {rate / ideal:.2f} | "
-        f"{sum(r[1] for r in results)} | {min(counts)}-{max(counts)} "
-        f"(median {statistics.median(counts):.0f}) |"
+        f"\n| raw `lease(max_messages=10)` + `ack` loops, W ({seconds:g} s) | via | msg/s "
+        "| errors | per worker |"
     )
+    print("|---|---|---|---|---|")
+    for count in counts:
+        for via, target in serve(f"raw-{count}", 40_000):
+            arguments = [(target, f"w{n}", seconds) for n in range(count)]
+            _, results = run_processes(raw_loop, arguments)
+            acked = [r[0] for r in results]
+            print(
+                f"| {count} | {via} | {sum(acked) / seconds:,.0f} | "
+                f"{sum(r[1] for r in results)} | {min(acked)}-{max(acked)} |"
+            )
 
 
-def publish_loop(path, options, name, seconds, go):
-    from spark_queue import QueueTable
+def bench_slow(serve, count, handler_ms, seconds):
+    print("\n| slow handler | W | via | msg/s | ideal | ratio | errors | per worker |")
+    print("|---|---|---|---|---|---|---|---|")
+    for via, target in serve("slow", int(count * seconds * 1000 / handler_ms * 2)):
+        _, results = run_workers(target, count, handler_ms / 1000, seconds)
+        counts = [r[0] for r in results]
+        rate = sum(counts) / seconds
+        ideal = count * 1000 / handler_ms
+        print(
+            f"| {handler_ms} ms | {count} | {via} | {rate:.0f} | {ideal:.0f} | "
+            f"{rate / ideal:.2f} | {sum(r[1] for r in results)} | {min(counts)}-{max(counts)} "
+            f"(median {statistics.median(counts):.0f}) |"
+        )
 
-    table = QueueTable(path, storage_options=options)
+
+def publish_loop(target: Target, name: str, seconds: float, go):
+    table = target.table()
     table.lease(QUEUE, name, max_messages=0)  # warm: the table opened, its state read
     sent = errors = 0
     go.wait()
@@ -202,93 +229,92 @@ def publish_loop(path, options, name, seconds, go):
     return sent, errors
 
 
-def bench_publishers(path_of, options, count, seconds):
-    from spark_queue import QueueTable
+def send_loop(publisher, n: int, seconds: float, go) -> tuple[int, int]:
+    """A thread sending one message at a time through ``publisher``, awaiting each."""
+    sent = errors = 0
+    go.wait()
+    stop = time.time() + seconds
+    while time.time() < stop:
+        try:
+            publisher.send(f"s{n}-{sent}").result()
+            sent += 1
+        except Exception:  # counted: the goal is none
+            errors += 1
+    return sent, errors
 
-    print("\n| single-message publish calls | P | msg/s | errors | commits |")
-    print("|---|---|---|---|---|")
-    # Threads of one process: its group commit.
-    path = path_of("publish-threads")
-    table = QueueTable(path, storage_options=options)
-    table.declare(QUEUE)
-    before = table.store.open().version()
+
+def run_threads(count: int, function: Callable) -> list:
+    """``count`` threads running ``function(n, go)``, released together by the barrier
+    ``go``; their results."""
     go = threading.Barrier(count + 1)
-    results: list = []
-    threads = [
-        threading.Thread(
-            target=lambda n=n: results.append(publish_loop(path, options, f"t{n}", seconds, go))
-        )
-        for n in range(count)
-    ]
+    results: list = [None] * count
+
+    def run(n: int) -> None:
+        results[n] = function(n, go)
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in range(count)]
     for thread in threads:
         thread.start()
     go.wait()
     for thread in threads:
         thread.join()
-    sent, errors = sum(r[0] for r in results), sum(r[1] for r in results)
-    commits = table.store.open().version() - before
+    return results
+
+
+def published(target: Target, before: int, sent: int) -> int:
+    """Commits since version ``before``, once checked that ``sent`` messages were added."""
+    table = Target(target.path, target.options, "off").table()
     assert table.stats(QUEUE)["added"] == sent
-    print(f"| `publish`, threads | {count} | {sent / seconds:,.0f} | {errors} | {commits} |")
-    # Processes: a group commit each, contending for the table.
-    path = path_of("publish-processes")
-    table = QueueTable(path, storage_options=options)
-    table.declare(QUEUE)
-    before = table.store.open().version()
-    context = multiprocessing.get_context("spawn")
-    with context.Manager() as manager, context.Pool(count) as pool:
-        go = manager.Barrier(count + 1)
-        pending = [
-            pool.apply_async(publish_loop, (path, options, f"p{n}", seconds, go))
-            for n in range(count)
-        ]
-        go.wait()
-        results = [p.get(timeout=3600) for p in pending]
-    sent, errors = sum(r[0] for r in results), sum(r[1] for r in results)
-    commits = table.store.open().version() - before
-    assert table.stats(QUEUE)["added"] == sent
-    print(f"| `publish`, processes | {count} | {sent / seconds:,.0f} | {errors} | {commits} |")
+    return table.store.open().version() - before
+
+
+def version_of(target: Target) -> int:
+    return Target(target.path, target.options, "off").table().store.open().version()
+
+
+def bench_publishers(serve, count, seconds):
+    print("\n| single-message publish calls | P | via | msg/s | errors | commits |")
+    print("|---|---|---|---|---|---|")
+    # Threads of one process: its group commit.
+    for via, target in serve("publish-threads", 0):
+        before = version_of(target)
+        results = run_threads(
+            count, lambda n, go, target=target: publish_loop(target, f"t{n}", seconds, go)
+        )
+        sent, errors = sum(r[0] for r in results), sum(r[1] for r in results)
+        commits = published(target, before, sent)
+        print(
+            f"| `publish`, threads | {count} | {via} | {sent / seconds:,.0f} | {errors} | "
+            f"{commits} |"
+        )
+    # Processes: a group commit each (direct), or the broker's for all.
+    for via, target in serve("publish-processes", 0):
+        before = version_of(target)
+        arguments = [(target, f"p{n}", seconds) for n in range(count)]
+        _, results = run_processes(publish_loop, arguments)
+        sent, errors = sum(r[0] for r in results), sum(r[1] for r in results)
+        commits = published(target, before, sent)
+        print(
+            f"| `publish`, processes | {count} | {via} | {sent / seconds:,.0f} | {errors} | "
+            f"{commits} |"
+        )
     # Threads sending through one Publisher (linger 5 ms).
-    path = path_of("publisher")
-    table = QueueTable(path, storage_options=options)
-    table.declare(QUEUE)
-    before = table.store.open().version()
-    counts = [0] * count
-    failures = [0]
-    with table.publisher(QUEUE) as publisher:
-        go = threading.Barrier(count + 1)
-
-        def sender(n: int) -> None:
-            go.wait()
-            stop = time.time() + seconds
-            while time.time() < stop:
-                try:
-                    publisher.send(f"s{n}-{counts[n]}").result()
-                    counts[n] += 1
-                except Exception:  # counted: the goal is none
-                    failures[0] += 1
-
-        threads = [threading.Thread(target=sender, args=(n,)) for n in range(count)]
-        for thread in threads:
-            thread.start()
-        go.wait()
-        for thread in threads:
-            thread.join()
-    commits = table.store.open().version() - before
-    sent = sum(counts)
-    assert table.stats(QUEUE)["added"] == sent
-    print(
-        f"| `Publisher.send(...).result()`, threads | {count} | {sent / seconds:,.0f} | "
-        f"{failures[0]} | {commits} |"
-    )
+    for via, target in serve("publisher", 0):
+        before = version_of(target)
+        with target.table().publisher(QUEUE) as publisher:
+            results = run_threads(count, lambda n, go: send_loop(publisher, n, seconds, go))
+        sent, errors = sum(r[0] for r in results), sum(r[1] for r in results)
+        commits = published(target, before, sent)
+        print(
+            f"| `Publisher.send(...).result()`, threads | {count} | {via} | "
+            f"{sent / seconds:,.0f} | {errors} | {commits} |"
+        )
 
 
-def latency_consumer(path, options, count, ready, out):
+def latency_consumer(target: Target, count: int, ready, out):
     """Another process: a consumer on the idle queue; puts (seq, time in the handler)."""
-    from spark_queue import QueueTable
-
-    table = QueueTable(path, storage_options=options)
     received = []
-    with table.consumer(QUEUE, "timer") as consumer:
+    with target.table().consumer(QUEUE, "timer") as consumer:
         ready.set()
         for message in consumer:
             received.append((message.seq, time.time()))
@@ -298,38 +324,38 @@ def latency_consumer(path, options, count, ready, out):
     out.put(received)
 
 
-def bench_latency(path_of, options, count):
-    from spark_queue import QueueTable
-
-    path = path_of("latency")
-    table = QueueTable(path, storage_options=options)
-    table.declare(QUEUE)
-    context = multiprocessing.get_context("spawn")
-    ready, out = context.Event(), context.Queue()
-    process = context.Process(target=latency_consumer, args=(path, options, count, ready, out))
-    process.start()
-    ready.wait()
-    time.sleep(2)  # idle: the consumer is long-polling
-    called, returned = {}, {}
-    for _ in range(count):
-        start = time.time()
-        (seq,) = table.publish(QUEUE, ["x"]).seqs
-        called[seq], returned[seq] = start, time.time()
-        time.sleep(0.2)
-    received = dict(out.get(timeout=600))
-    process.join()
-    from_call = sorted((received[s] - called[s]) * 1000 for s in called)
-    from_return = sorted((received[s] - returned[s]) * 1000 for s in returned)
-    print("\n| publish -> handler, idle queue, another process | p50 ms | p90 ms |")
-    print("|---|---|---|")
-    rows = (("from the publish call's return", from_return), ("from the call", from_call))
-    for label, ms in rows:
-        print(f"| {label} | {statistics.median(ms):.0f} | {ms[int(len(ms) * 0.9)]:.0f} |")
+def bench_latency(serve, count):
+    print("\n| publish -> handler, idle queue, another process | via | p50 ms | p90 ms |")
+    print("|---|---|---|---|")
+    for via, target in serve("latency", 0):
+        table = target.table()
+        context = multiprocessing.get_context("spawn")
+        ready, out = context.Event(), context.Queue()
+        process = context.Process(target=latency_consumer, args=(target, count, ready, out))
+        process.start()
+        ready.wait()
+        time.sleep(2)  # idle: the consumer is long-polling
+        called, returned = {}, {}
+        for _ in range(count):
+            start = time.time()
+            (seq,) = table.publish(QUEUE, ["x"]).seqs
+            called[seq], returned[seq] = start, time.time()
+            time.sleep(0.2)
+        received = dict(out.get(timeout=600))
+        process.join()
+        from_call = sorted((received[s] - called[s]) * 1000 for s in called)
+        from_return = sorted((received[s] - returned[s]) * 1000 for s in returned)
+        rows = (("from the publish call's return", from_return), ("from the call", from_call))
+        for label, ms in rows:
+            print(
+                f"| {label} | {via} | {statistics.median(ms):.0f} | {ms[int(len(ms) * 0.9)]:.0f} |"
+            )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", choices=["local", "s3"], default="local")
+    parser.add_argument("--via", choices=VIAS, nargs="+", default=list(VIAS))
     parser.add_argument(
         "--only", nargs="+", default=["workers", "steady", "raw", "slow", "publishers", "latency"]
     )
@@ -344,8 +370,8 @@ def main() -> None:
     args = parser.parse_args()
     options = None
     server = None
+    base = Path(tempfile.mkdtemp(prefix="bench-clients-"))
     if args.store == "s3":
-        sys.path.insert(0, str(ROOT))
         from tests.object_store import new_bucket, server_options, start_s3_server
 
         server, endpoint = start_s3_server()
@@ -354,25 +380,32 @@ def main() -> None:
         def path_of(name: str) -> str:
             return f"s3://{new_bucket(options, name)}/queues"
     else:
-        base = tempfile.mkdtemp(prefix="bench-clients-")
 
         def path_of(name: str) -> str:
             return f"{base}/{name}"
 
-    print(f"store: {args.store}; {os.cpu_count()} cores")
+    def serve(name: str, messages: int) -> Iterator[tuple[str, Target]]:
+        """For each ``--via``, a fresh table of ``messages`` and its target."""
+        for via in args.via:
+            path = path_of(f"{name}-{via}")
+            fill(path, options, messages)
+            with serving(path, options, via, base) as target:
+                yield via, target
+
+    print(f"store: {args.store}; via: {', '.join(args.via)}; {os.cpu_count()} cores")
     try:
         if "workers" in args.only:
-            bench_workers(path_of, options, args.workers, args.messages)
+            bench_workers(serve, args.workers, args.messages)
         if "steady" in args.only:
-            bench_steady(path_of, options, args.workers, args.seconds, args.steady_messages)
+            bench_steady(serve, args.workers, args.seconds, args.steady_messages)
         if "raw" in args.only:
-            bench_raw(path_of, options, args.workers, args.seconds)
+            bench_raw(serve, args.workers, args.seconds)
         if "slow" in args.only:
-            bench_slow(path_of, options, args.slow_workers, args.handler_ms, args.seconds)
+            bench_slow(serve, args.slow_workers, args.handler_ms, args.seconds)
         if "publishers" in args.only:
-            bench_publishers(path_of, options, args.publishers, args.seconds)
+            bench_publishers(serve, args.publishers, args.seconds)
         if "latency" in args.only:
-            bench_latency(path_of, options, args.latency_messages)
+            bench_latency(serve, args.latency_messages)
     finally:
         if server is not None:
             server.terminate()
