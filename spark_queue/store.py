@@ -49,6 +49,7 @@ from spark_queue.index import (
     read_columnar,
     read_leases,
 )
+from spark_queue.rowgroups import DataFile
 from spark_queue.schema import (
     FILE_SCHEMA,
     FORMAT_DESCRIPTION,
@@ -59,6 +60,7 @@ from spark_queue.schema import (
 from spark_queue.storage import Location
 
 _HEAD_READ = ("queue", "seq", "size", "priority", "deliver_at", "enqueued_at", "expires_at")
+FIRST_HEAD_SLICE = 1024  # rows of a level's first slice of a row group (then doubling)
 
 
 def now_micros() -> int:
@@ -82,12 +84,17 @@ class Snapshot:
     files: pa.Table  # flattened add actions
     states: dict[str, QueueState]
     state_files: list[tuple[str, int, str]] = field(default_factory=list)  # path, size, record
+    _messages: pa.Table | None = field(default=None, init=False, repr=False, compare=False)
 
     def message_files(
         self, queue: str, *, priority: int | None = None, from_seq: int = 0
     ) -> pa.Table:
-        """Message files that may hold ``queue`` rows (of ``priority``) at or after a seq."""
-        files = self.files.filter(pc.equal(self.files["record"], MESSAGE))
+        """Message files that may hold ``queue`` rows (of ``priority``) at or after a seq,
+        by ``min_seq``."""
+        if self._messages is None:  # asked by every lease and ack: sorted once per version
+            files = self.files.filter(pc.equal(self.files["record"], MESSAGE))
+            self._messages = files.sort_by("min_seq")
+        files = self._messages
 
         def may(condition: pa.ChunkedArray) -> pa.ChunkedArray:
             return pc.fill_null(condition, True)  # a file without statistics may hold anything
@@ -100,7 +107,7 @@ class Snapshot:
         if priority is not None:
             mask = pc.and_(mask, may(pc.less_equal(files["min_priority"], priority)))
             mask = pc.and_(mask, may(pc.greater_equal(files["max_priority"], priority)))
-        return files.filter(mask).sort_by("min_seq")
+        return files.filter(mask)
 
     def seen_files(self, queue: str) -> pa.Table:
         """``queue``'s files of recorded ids (de-duplication), oldest first."""
@@ -400,12 +407,10 @@ class QueueStore:
         files = files.filter(pc.fill_null(pc.less_equal(files["min_seq"], high), True))
         parts = []
         for path in files["path"].to_pylist():
-            # Row groups outside the seqs' range are skipped by their statistics.
-            bounds = [("queue", "=", queue), ("seq", ">=", low), ("seq", "<=", high)]
-            rows = self.read_rows(path, columns, filters=bounds)
-            rows = rows.filter(pc.is_in(rows["seq"], wanted))
-            if rows.num_rows:
-                parts.append(rows)
+            for rows in self._row_groups_between(path, queue, low, high, columns):
+                rows = rows.filter(pc.is_in(rows["seq"], wanted))
+                if rows.num_rows:
+                    parts.append(rows)
         if not parts:
             return (
                 FILE_SCHEMA.empty_table()
@@ -414,59 +419,72 @@ class QueueStore:
             )
         return pa.concat_tables(parts)
 
+    def _row_groups_between(
+        self, relative: str, queue: str, low: int, high: int, columns: list[str] | None
+    ) -> Iterator[pa.Table]:
+        """The row groups of a message file that may hold ``queue`` rows with seqs from
+        ``low`` to ``high`` (by their statistics), as :data:`FILE_SCHEMA` (or its
+        ``columns``), through :mod:`spark_queue.rowgroups`: consumers lease from the same
+        few row groups at the head one after another, and each lease's rows are read back."""
+        source = DataFile(self.fs, f"{self.base.rstrip('/')}/{relative}")
+        metadata = source.metadata
+        wanted = (
+            FILE_SCHEMA if columns is None else pa.schema([FILE_SCHEMA.field(c) for c in columns])
+        )
+        if not set(wanted.names) <= set(metadata.schema.to_arrow_schema().names):
+            # Written without some columns: read as nulls.
+            bounds = [("queue", "=", queue), ("seq", ">=", low), ("seq", "<=", high)]
+            yield self.read_rows(relative, columns, filters=bounds)
+            return
+        names = metadata.schema.names  # of the leaf columns, as the row groups' statistics
+        seq_column, queue_column = names.index("seq"), names.index("queue")
+        for index in range(metadata.num_row_groups):
+            group = metadata.row_group(index)
+            seqs, queues = (
+                group.column(seq_column).statistics,
+                group.column(queue_column).statistics,
+            )
+            if seqs is not None and seqs.has_min_max and (seqs.max < low or seqs.min > high):
+                continue
+            if queues is not None and queues.has_min_max and not queues.min <= queue <= queues.max:
+                continue
+            if _only(queues, queue):
+                rows = source.row_group(index, wanted.names)
+            else:
+                read = wanted.names + ["queue"] * ("queue" not in wanted.names)
+                rows = source.row_group(index, read)
+                rows = rows.filter(pc.equal(rows["queue"], queue)).select(wanted.names)
+            yield rows.cast(wanted)
+
     def read_head_rows(
         self, relative: str, queue: str, priority: int, from_seq: int
     ) -> Iterator[pa.Table]:
-        """One file's rows of a queue level from a seq, as :data:`HEAD_SCHEMA`, in seq order,
-        a row group at a time: row groups wholly below ``from_seq`` are skipped by their
-        statistics and later ones are only read if the caller asks, so the cost follows
-        the rows needed, not the file's size."""
-        source = pq.ParquetFile(
-            f"{self.base.rstrip('/')}/{relative}",
-            filesystem=self.fs,
-            read_dictionary=["queue"],  # compared, never needed as text
-            pre_buffer=True,  # a row group's column chunks in one coalesced read (S3)
-        )
+        """One file's rows of a queue level from a seq, as :data:`HEAD_SCHEMA`, in seq order.
+
+        Row groups wholly below ``from_seq`` are skipped by their statistics, and the rows
+        of the others come in slices that start small and double (:data:`FIRST_HEAD_SLICE`
+        rows, then twice as many, ...), each only if the caller asks: a lease of ten
+        messages looks at about a thousand rows, a lease of a million at a few dozen slices.
+        A row group's level rows, once decoded, filtered and sorted, are kept for the next
+        read (:mod:`spark_queue.rowgroups`): leases after leases read the same head."""
+        source = DataFile(self.fs, f"{self.base.rstrip('/')}/{relative}")
         metadata = source.metadata
-        names = metadata.schema.names
-        seq_column = names.index("seq")
-        queue_column, priority_column = names.index("queue"), names.index("priority")
+        seq_column = metadata.schema.names.index("seq")
         for index in range(metadata.num_row_groups):
-            group = metadata.row_group(index)
-            stats = group.column(seq_column).statistics
+            stats = metadata.row_group(index).column(seq_column).statistics
             if stats is not None and stats.has_min_max and stats.max < from_seq:
                 continue
-            rows = source.read_row_group(index, columns=list(_HEAD_READ))
-            # Files are written in seq order with one queue and level each, as a rule: then
-            # the statistics say every row is wanted, and neither a filter nor a sort runs.
-            wanted = (
-                _only(group.column(queue_column).statistics, queue)
-                and _only(group.column(priority_column).statistics, priority)
-                and stats is not None
-                and stats.has_min_max
-                and stats.min >= from_seq
+            rows, seqs = source.derived(
+                index,
+                ("head", queue, priority),
+                lambda index=index: _level_rows(source, index, queue, priority),
             )
-            if not wanted:
-                keep = pc.and_(
-                    pc.and_(pc.equal(rows["queue"], queue), pc.equal(rows["priority"], priority)),
-                    pc.greater_equal(rows["seq"], from_seq),
-                )
-                if not pc.all(keep).as_py():
-                    rows = rows.filter(keep)
-            seqs = rows.column("seq").to_numpy()
-            if len(seqs) > 1 and bool((seqs[1:] < seqs[:-1]).any()):
-                rows = rows.sort_by("seq")
-            if rows.num_rows:
-                yield pa.table(
-                    {
-                        "seq": rows.column("seq"),
-                        "size": rows.column("size"),
-                        "deliver_at": rows.column("deliver_at").cast(pa.int64()),
-                        "enqueued_at": rows.column("enqueued_at").cast(pa.int64()),
-                        "expires_at": rows.column("expires_at").cast(pa.int64()),
-                    },
-                    schema=HEAD_SCHEMA,
-                )
+            start = int(np.searchsorted(seqs, from_seq))
+            size = FIRST_HEAD_SLICE
+            while start < rows.num_rows:
+                yield rows.slice(start, size)
+                start += size
+                size *= 2
 
     # -- committing ------------------------------------------------------------------------
 
@@ -524,6 +542,42 @@ class QueueStore:
                 create_checkpoint=False, cleanup_expired_logs=False
             ),
         )
+
+
+def _level_rows(
+    source: DataFile, index: int, queue: str, priority: int
+) -> tuple[tuple[pa.Table, np.ndarray], int]:
+    """Row group ``index``'s rows of one queue level as :data:`HEAD_SCHEMA` in seq order
+    (one chunk), with their seqs as an array, and the bytes they hold."""
+    metadata = source.metadata
+    names = metadata.schema.names  # of the leaf columns, as the row groups' statistics
+    group = metadata.row_group(index)
+    # The queue is compared, never needed as text.
+    rows = source.read(index, _HEAD_READ, read_dictionary=("queue",))
+    # Files are written in seq order with one queue and level each, as a rule: then the
+    # statistics say every row is wanted, and neither a filter nor a sort runs.
+    if not (
+        _only(group.column(names.index("queue")).statistics, queue)
+        and _only(group.column(names.index("priority")).statistics, priority)
+    ):
+        rows = rows.filter(
+            pc.and_(pc.equal(rows["queue"], queue), pc.equal(rows["priority"], priority))
+        )
+    seqs = rows.column("seq").to_numpy()
+    if len(seqs) > 1 and bool((seqs[1:] < seqs[:-1]).any()):
+        rows = rows.sort_by("seq")
+    level = pa.table(
+        {
+            "seq": rows.column("seq"),
+            "size": rows.column("size"),
+            "deliver_at": rows.column("deliver_at").cast(pa.int64()),
+            "enqueued_at": rows.column("enqueued_at").cast(pa.int64()),
+            "expires_at": rows.column("expires_at").cast(pa.int64()),
+        },
+        schema=HEAD_SCHEMA,
+    ).combine_chunks()
+    seqs = level.column("seq").to_numpy()
+    return (level, seqs), level.nbytes + seqs.nbytes
 
 
 def _only(stats: Any, value: Any) -> bool:
