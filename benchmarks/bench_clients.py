@@ -41,11 +41,13 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
 
 QUEUE = "q"
+WARM_UP = "warm-up"  # each publishing client's first publish, outside the measure
 VIAS = ("direct", "broker")
 
 
@@ -114,21 +116,42 @@ def worker(target: Target, name: str, handler_s: float, seconds: float, go):
     return handled, errors, last
 
 
-def run_processes(function: Callable, arguments: list[tuple]) -> tuple:
+def run_processes(
+    function: Callable, arguments: list[tuple], on_release: Callable[[], Any] | None = None
+) -> tuple:
     """A process per tuple of ``arguments`` running ``function(*args, go)``, released
-    together by the barrier ``go``; returns the time of the release and their results."""
+    together by the barrier ``go`` once each has warmed up; returns the time of the
+    release, their results, and what ``on_release`` returned just before it."""
     context = multiprocessing.get_context("spawn")
     with context.Manager() as manager, context.Pool(len(arguments)) as pool:
         go = manager.Barrier(len(arguments) + 1)
-        pending = [pool.apply_async(function, (*args, go)) for args in arguments]
+        ready = manager.Barrier(len(arguments) + 1)
+        pending = [pool.apply_async(function, (*args, _Released(ready, go))) for args in arguments]
+        ready.wait()  # every process warmed up
+        released = on_release() if on_release is not None else None
         go.wait()
         start = time.time()
         results = [p.get(timeout=3600) for p in pending]
-    return start, results
+    return start, results, released
+
+
+class _Released:
+    """What a client process waits on: ``wait()`` says it is ready, then waits for the
+    release of all."""
+
+    def __init__(self, ready, go) -> None:
+        self.ready, self.go = ready, go
+
+    def wait(self) -> None:
+        self.ready.wait()
+        self.go.wait()
 
 
 def run_workers(target: Target, count: int, handler_s: float = 0.0, seconds: float = 0.0):
-    return run_processes(worker, [(target, f"w{n}", handler_s, seconds) for n in range(count)])
+    start, results, _ = run_processes(
+        worker, [(target, f"w{n}", handler_s, seconds) for n in range(count)]
+    )
+    return start, results
 
 
 def bench_steady(serve, counts, seconds, messages):
@@ -191,7 +214,7 @@ def bench_raw(serve, counts, seconds):
     for count in counts:
         for via, target in serve(f"raw-{count}", 40_000):
             arguments = [(target, f"w{n}", seconds) for n in range(count)]
-            _, results = run_processes(raw_loop, arguments)
+            _, results, _ = run_processes(raw_loop, arguments)
             acked = [r[0] for r in results]
             print(
                 f"| {count} | {via} | {sum(acked) / seconds:,.0f} | "
@@ -216,7 +239,10 @@ def bench_slow(serve, count, handler_ms, seconds):
 
 def publish_loop(target: Target, name: str, seconds: float, go):
     table = target.table()
-    table.lease(QUEUE, name, max_messages=0)  # warm: the table opened, its state read
+    # Warm: the table opened, and pyarrow's first conversion of Python values done (it
+    # imports pandas: ~0.8 s of CPU per process, which 32 processes starting at once on
+    # two cores would otherwise spend inside the measured seconds).
+    table.publish(WARM_UP, [name])
     sent = errors = 0
     go.wait()
     stop = time.time() + seconds
@@ -243,28 +269,34 @@ def send_loop(publisher, n: int, seconds: float, go) -> tuple[int, int]:
     return sent, errors
 
 
-def run_threads(count: int, function: Callable) -> list:
-    """``count`` threads running ``function(n, go)``, released together by the barrier
-    ``go``; their results."""
-    go = threading.Barrier(count + 1)
+def run_threads(
+    count: int, function: Callable, on_release: Callable[[], Any] | None = None
+) -> tuple[list, Any]:
+    """``count`` threads running ``function(n, go)``, released together by ``go`` once each
+    has warmed up (as :func:`run_processes`); their results and what ``on_release``
+    returned just before the release."""
+    ready, go = threading.Barrier(count + 1), threading.Barrier(count + 1)
     results: list = [None] * count
 
     def run(n: int) -> None:
-        results[n] = function(n, go)
+        results[n] = function(n, _Released(ready, go))
 
     threads = [threading.Thread(target=run, args=(n,)) for n in range(count)]
     for thread in threads:
         thread.start()
+    ready.wait()
+    released = on_release() if on_release is not None else None
     go.wait()
     for thread in threads:
         thread.join()
-    return results
+    return results, released
 
 
-def published(target: Target, before: int, sent: int) -> int:
-    """Commits since version ``before``, once checked that ``sent`` messages were added."""
+def published(target: Target, before: int, sent: int, warm_up: int = 0) -> int:
+    """Commits since version ``before``, once checked that ``sent`` messages were added
+    (and ``warm_up`` more to :data:`QUEUE`)."""
     table = Target(target.path, target.options, "off").table()
-    assert table.stats(QUEUE)["added"] == sent
+    assert table.stats(QUEUE)["added"] == sent + warm_up
     return table.store.open().version() - before
 
 
@@ -277,9 +309,10 @@ def bench_publishers(serve, count, seconds):
     print("|---|---|---|---|---|---|")
     # Threads of one process: its group commit.
     for via, target in serve("publish-threads", 0):
-        before = version_of(target)
-        results = run_threads(
-            count, lambda n, go, target=target: publish_loop(target, f"t{n}", seconds, go)
+        results, before = run_threads(
+            count,
+            lambda n, go, target=target: publish_loop(target, f"t{n}", seconds, go),
+            lambda target=target: version_of(target),
         )
         sent, errors = sum(r[0] for r in results), sum(r[1] for r in results)
         commits = published(target, before, sent)
@@ -289,9 +322,10 @@ def bench_publishers(serve, count, seconds):
         )
     # Processes: a group commit each (direct), or the broker's for all.
     for via, target in serve("publish-processes", 0):
-        before = version_of(target)
         arguments = [(target, f"p{n}", seconds) for n in range(count)]
-        _, results = run_processes(publish_loop, arguments)
+        _, results, before = run_processes(
+            publish_loop, arguments, lambda target=target: version_of(target)
+        )
         sent, errors = sum(r[0] for r in results), sum(r[1] for r in results)
         commits = published(target, before, sent)
         print(
@@ -300,11 +334,15 @@ def bench_publishers(serve, count, seconds):
         )
     # Threads sending through one Publisher (linger 5 ms).
     for via, target in serve("publisher", 0):
-        before = version_of(target)
         with target.table().publisher(QUEUE) as publisher:
-            results = run_threads(count, lambda n, go: send_loop(publisher, n, seconds, go))
+            publisher.send("warm-up").result()  # as publish_loop's warm-up
+            results, before = run_threads(
+                count,
+                lambda n, go: send_loop(publisher, n, seconds, go),
+                lambda target=target: version_of(target),
+            )
         sent, errors = sum(r[0] for r in results), sum(r[1] for r in results)
-        commits = published(target, before, sent)
+        commits = published(target, before, sent, warm_up=1)
         print(
             f"| `Publisher.send(...).result()`, threads | {count} | {via} | "
             f"{sent / seconds:,.0f} | {errors} | {commits} |"

@@ -75,6 +75,54 @@ def require_queue(states: dict[str, QueueState], queue: str, table: str) -> Queu
     return state
 
 
+@dataclass(frozen=True)
+class MessageFiles:
+    """A snapshot's message files by ``min_seq``, with their statistics as arrays: picking
+    the files of a queue level is a few array comparisons, not a compute call per bound
+    (it runs for every lease and ack). Missing statistics bound nothing."""
+
+    files: pa.Table
+    min_seq: np.ndarray
+    max_seq: np.ndarray
+    min_priority: np.ndarray
+    max_priority: np.ndarray
+    min_queue: list[str | None]
+    max_queue: list[str | None]
+
+    @classmethod
+    def of(cls, files: pa.Table) -> MessageFiles:
+        def bound(name: str, missing: int) -> np.ndarray:
+            return files[name].cast(pa.int64()).fill_null(missing).to_numpy()
+
+        low, high = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+        return cls(
+            files,
+            bound("min_seq", low),
+            bound("max_seq", high),
+            bound("min_priority", low),
+            bound("max_priority", high),
+            files["min_queue"].to_pylist(),
+            files["max_queue"].to_pylist(),
+        )
+
+    def holding(self, queue: str, priority: int | None, from_seq: int) -> pa.Table:
+        """The files that may hold ``queue`` rows (of ``priority``) at or after ``from_seq``."""
+        mask = self.max_seq >= from_seq
+        if priority is not None:
+            mask &= (self.min_priority <= priority) & (self.max_priority >= priority)
+        mask &= np.fromiter(
+            (
+                (low is None or low <= queue) and (high is None or high >= queue)
+                for low, high in zip(self.min_queue, self.max_queue, strict=True)
+            ),
+            dtype=bool,
+            count=len(self.min_queue),
+        )
+        if mask.all():
+            return self.files
+        return self.files.take(np.flatnonzero(mask))
+
+
 @dataclass
 class Snapshot:
     """One version of a queue table: its files and its queues' states."""
@@ -84,30 +132,17 @@ class Snapshot:
     files: pa.Table  # flattened add actions
     states: dict[str, QueueState]
     state_files: list[tuple[str, int, str]] = field(default_factory=list)  # path, size, record
-    _messages: pa.Table | None = field(default=None, init=False, repr=False, compare=False)
+    _messages: MessageFiles | None = field(default=None, init=False, repr=False, compare=False)
 
     def message_files(
         self, queue: str, *, priority: int | None = None, from_seq: int = 0
     ) -> pa.Table:
         """Message files that may hold ``queue`` rows (of ``priority``) at or after a seq,
-        by ``min_seq``."""
-        if self._messages is None:  # asked by every lease and ack: sorted once per version
-            files = self.files.filter(pc.equal(self.files["record"], MESSAGE))
-            self._messages = files.sort_by("min_seq")
-        files = self._messages
-
-        def may(condition: pa.ChunkedArray) -> pa.ChunkedArray:
-            return pc.fill_null(condition, True)  # a file without statistics may hold anything
-
-        mask = pc.and_(
-            may(pc.less_equal(files["min_queue"], queue)),
-            may(pc.greater_equal(files["max_queue"], queue)),
-        )
-        mask = pc.and_(mask, may(pc.greater_equal(files["max_seq"], from_seq)))
-        if priority is not None:
-            mask = pc.and_(mask, may(pc.less_equal(files["min_priority"], priority)))
-            mask = pc.and_(mask, may(pc.greater_equal(files["max_priority"], priority)))
-        return files.filter(mask)
+        by ``min_seq``. A file without statistics may hold anything."""
+        if self._messages is None:  # every lease and ack asks: prepared once per version
+            files = self.files.filter(pc.equal(self.files["record"], MESSAGE)).sort_by("min_seq")
+            self._messages = MessageFiles.of(files)
+        return self._messages.holding(queue, priority, from_seq)
 
     def seen_files(self, queue: str) -> pa.Table:
         """``queue``'s files of recorded ids (de-duplication), oldest first."""
