@@ -292,12 +292,23 @@ def run_threads(
     return results, released
 
 
-def published(target: Target, before: int, sent: int, warm_up: int = 0) -> int:
-    """Commits since version ``before``, once checked that ``sent`` messages were added
-    (and ``warm_up`` more to :data:`QUEUE`)."""
+def publish_row(
+    label: str,
+    via: str,
+    target: Target,
+    results: list[tuple[int, int]],
+    before: int,
+    seconds: float,
+    warm_up: int = 0,
+) -> str:
+    """The Markdown row of one publishing measure: its clients' (sent, errors) and the
+    commits since version ``before``, once checked that every message sent was added (and
+    ``warm_up`` more to :data:`QUEUE`)."""
+    sent, errors = sum(r[0] for r in results), sum(r[1] for r in results)
     table = Target(target.path, target.options, "off").table()
     assert table.stats(QUEUE)["added"] == sent + warm_up
-    return table.store.open().version() - before
+    commits = table.store.open().version() - before
+    return f"| {label} | {len(results)} | {via} | {sent / seconds:,.0f} | {errors} | {commits} |"
 
 
 def version_of(target: Target) -> int:
@@ -314,24 +325,14 @@ def bench_publishers(serve, count, seconds):
             lambda n, go, target=target: publish_loop(target, f"t{n}", seconds, go),
             lambda target=target: version_of(target),
         )
-        sent, errors = sum(r[0] for r in results), sum(r[1] for r in results)
-        commits = published(target, before, sent)
-        print(
-            f"| `publish`, threads | {count} | {via} | {sent / seconds:,.0f} | {errors} | "
-            f"{commits} |"
-        )
+        print(publish_row("`publish`, threads", via, target, results, before, seconds))
     # Processes: a group commit each (direct), or the broker's for all.
     for via, target in serve("publish-processes", 0):
         arguments = [(target, f"p{n}", seconds) for n in range(count)]
         _, results, before = run_processes(
             publish_loop, arguments, lambda target=target: version_of(target)
         )
-        sent, errors = sum(r[0] for r in results), sum(r[1] for r in results)
-        commits = published(target, before, sent)
-        print(
-            f"| `publish`, processes | {count} | {via} | {sent / seconds:,.0f} | {errors} | "
-            f"{commits} |"
-        )
+        print(publish_row("`publish`, processes", via, target, results, before, seconds))
     # Threads sending through one Publisher (linger 5 ms).
     for via, target in serve("publisher", 0):
         with target.table().publisher(QUEUE) as publisher:
@@ -341,12 +342,8 @@ def bench_publishers(serve, count, seconds):
                 lambda n, go: send_loop(publisher, n, seconds, go),
                 lambda target=target: version_of(target),
             )
-        sent, errors = sum(r[0] for r in results), sum(r[1] for r in results)
-        commits = published(target, before, sent, warm_up=1)
-        print(
-            f"| `Publisher.send(...).result()`, threads | {count} | {via} | "
-            f"{sent / seconds:,.0f} | {errors} | {commits} |"
-        )
+        label = "`Publisher.send(...).result()`, threads"
+        print(publish_row(label, via, target, results, before, seconds, warm_up=1))
 
 
 def latency_consumer(target: Target, count: int, ready, out):
