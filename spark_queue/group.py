@@ -46,7 +46,8 @@ except ImportError:  # not on Windows: no host lock there
 from spark_queue.errors import CommitConflictError, QueueError
 from spark_queue.maintenance import (
     after_commit,
-    checkpoint_after,
+    checkpoint_at,
+    checkpoint_due,
     compact_if_needed,
     needs_compaction,
 )
@@ -147,8 +148,11 @@ class CommitGroup:
         self.rounds = 0  # commits made (paces the checks for small files)
         self.budget = COMMIT_BUDGET
         self._listeners: list[Callable[[list[str]], None]] = []
-        self._compacting = False
-        self._compaction: threading.Thread | None = None
+        # Upkeep in its own thread (:meth:`_upkeep`): what is due, and whether it runs.
+        self._checkpoint_due: int | None = None
+        self._compaction_due = False
+        self._upkeeping = False
+        self._upkeep_thread: threading.Thread | None = None
         self._closed = False
         self._last_round = 0  # requests in the last round taken
 
@@ -304,30 +308,45 @@ class CommitGroup:
 
     def _upkeep(self, planned_on: Any) -> None:
         """The work after a commit (:func:`maintenance.after_commit`) while other requests
-        wait: compaction in a thread of its own, one at a time, since it takes hundreds of
-        milliseconds in which the leader commits rounds on (a compaction overtaken by them
-        still lands, as its files are still there; a round it overtakes is planned again)."""
-        checkpoint_after(self.store.location, planned_on.table)
+        wait, in a thread of its own, one at a time: a log checkpoint at the interval (it
+        loads the version afresh and writes a Parquet checkpoint, ~100 ms every 100
+        commits) and compaction (hundreds of milliseconds), during which the leader commits
+        rounds on. A compaction overtaken by them still lands, as its files are still
+        there; a round it overtakes is planned again. A checkpoint that falls due while the
+        thread is busy is taken when it is done."""
+        checkpoint = checkpoint_due(planned_on.table)
         # Looking for small files costs a few ms over the file list: every few rounds is
         # enough, as compaction waits for 32 of them.
-        if self.rounds % COMPACTION_CHECK_ROUNDS or not needs_compaction(planned_on):
+        compaction = not self.rounds % COMPACTION_CHECK_ROUNDS and needs_compaction(planned_on)
+        if checkpoint is None and not compaction:
             return
-
-        def compaction() -> None:
-            try:
-                compact_if_needed(QueueStore(self.store.location))
-            finally:
-                with self._lock:
-                    self._compacting = False
-
         with self._lock:
-            if self._compacting or self._closed:  # closed: close() may be joining already
+            if self._closed:  # close() may be joining already
                 return
-            self._compacting = True
-            self._compaction = threading.Thread(
-                target=compaction, name="spark-queue-compaction", daemon=True
+            if checkpoint is not None:
+                self._checkpoint_due = max(self._checkpoint_due or 0, checkpoint)
+            self._compaction_due = self._compaction_due or compaction
+            if self._upkeeping:
+                return  # the running thread takes them
+            self._upkeeping = True
+            self._upkeep_thread = threading.Thread(
+                target=self._upkeep_loop, name="spark-queue-upkeep", daemon=True
             )
-            self._compaction.start()
+            self._upkeep_thread.start()
+
+    def _upkeep_loop(self) -> None:
+        location = self.store.location
+        while True:
+            with self._lock:
+                checkpoint, compaction = self._checkpoint_due, self._compaction_due
+                self._checkpoint_due, self._compaction_due = None, False
+                if checkpoint is None and not compaction:
+                    self._upkeeping = False
+                    return
+            if checkpoint is not None:
+                checkpoint_at(location, checkpoint)
+            if compaction:
+                compact_if_needed(QueueStore(location))
 
     def close(self) -> None:
         """Let the leader finish what is queued, and end it and any compaction: delta-rs
@@ -339,10 +358,10 @@ class CommitGroup:
             leader = self._leader
         if leader is not None:
             leader.join()
-        with self._lock:  # a compaction the leader started before it saw the close
-            compaction = self._compaction
-        if compaction is not None:
-            compaction.join()
+        with self._lock:  # upkeep the leader started before it saw the close
+            upkeep = self._upkeep_thread
+        if upkeep is not None:
+            upkeep.join()
 
     def _units(self, candidates: list[Queued], merge: bool) -> list[tuple[list[Queued], Request]]:
         """The candidates as units of planning: alone, or, with ``merge``, neighbouring

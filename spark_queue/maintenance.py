@@ -261,10 +261,29 @@ def checkpoint_after(location: Location, table: Any) -> None:
     """After a commit made from ``table`` (which delta-rs leaves at the version before the
     commit): checkpoint when the new version is a multiple of the checkpoint interval.
     Never raises: the commit has happened."""
+    version = checkpoint_due(table)
+    if version is not None:
+        checkpoint_at(location, version)
+
+
+def checkpoint_due(table: Any) -> int | None:
+    """The version to checkpoint after a commit made from ``table`` (delta-rs leaves it at
+    the version before the commit; connector commits never rebase onto a winner, so the
+    new one is the next), if it is a multiple of the checkpoint interval; else None. Never
+    raises: the commit has happened."""
     try:
-        before = table.version()  # the new version is before + 1: connector commits never
-        # rebase onto a winner (max_commit_retries=0)
-        checkpoint_if_crossed(location, before, before + 1, table.metadata().configuration)
+        before = table.version()
+        interval = checkpoint_interval(table.metadata().configuration)
+    except Exception as error:  # best effort, as the checkpoint itself
+        log.warning("checkpoint interval of a table unknown, no checkpoint now: %s", error)
+        return None
+    return before + 1 if (before + 1) // interval > before // interval else None
+
+
+def checkpoint_at(location: Location, version: int) -> None:
+    """:func:`checkpoint` ``version``. Never raises: the commit has happened."""
+    try:
+        checkpoint(location, version)
     except Exception as error:  # best effort, as Delta's own post-commit checkpoints
         log.warning("checkpoint of %s failed, the next interval tries again: %s", location, error)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import multiprocessing
+import os
 import random
 import threading
 from concurrent.futures import Future
@@ -21,7 +22,7 @@ from spark_queue import (
 )
 from spark_queue.core import identity_holds
 from spark_queue.enqueue import PendingBatch
-from spark_queue.group import CommitGroup, group_of
+from spark_queue.group import CommitGroup, Queued, group_of
 from spark_queue.messages import as_input_table, normalise
 from spark_queue.operations import ChangeRequest, LeaseRequest, PublishRequest, ack_planner
 from spark_queue.options import parse_consumer_limits
@@ -289,3 +290,73 @@ def test_a_round_of_single_message_publishes_writes_one_file(table):
     assert len({f.result().result.version for f in futures}) == 1
     assert message_files() == before + 1
     assert texts(table.peek("q", 10)) == [f"m{i}" for i in range(10)]
+
+
+def test_a_checkpoint_due_while_requests_wait_is_written_by_the_upkeep_thread(table):
+    """With requests waiting, the work after a commit goes to the upkeep thread: the
+    checkpoint that fell due is written by the time the group is closed."""
+    from deltalake import DeltaTable
+
+    table.declare("q")
+    interval = int(DeltaTable(table.path).metadata().configuration["delta.checkpointInterval"])
+    store = table.store
+    delta = store.open()
+    while delta.version() < interval - 1:  # empty commits: nothing else runs after them
+        store.commit(delta, [], [])
+        delta.update_incremental()
+    planned_on = store.snapshot()
+    store.commit(delta, [], [])  # version `interval`, as if a round planned on it
+    group = CommitGroup(store.location)  # of its own: nothing else runs its upkeep
+    group._upkeep(planned_on)
+    group.close()  # waits for the upkeep thread
+    log = os.listdir(os.path.join(table.path, "_delta_log"))
+    assert f"{interval:020d}.checkpoint.parquet" in log
+
+
+def test_compaction_due_while_requests_wait_runs_in_the_upkeep_thread(table):
+    """Rounds committed while another request waits never compact inline: the upkeep
+    thread compacts their small files, by the time the group is closed."""
+    table.declare("q")
+    group = CommitGroup(table.store.location)  # rounds run here, not by a leader
+    # A request that stays queued: every round sees one waiting.
+    group._pending.append(Queued(publish_request(table, "q", ["never taken"]), Future()))
+    rounds = 40
+    for call in range(rounds):
+        item = Queued(publish_request(table, "q", [f"m{call}"]), Future())
+        assert group._round([item]) == []
+        assert item.future.result().result.seqs == [call]
+    group._pending.clear()
+    group.close()  # waits for the upkeep thread
+    assert table.store.snapshot().message_files("q").num_rows < rounds
+    stats = table.stats("q")
+    assert stats["added"] == rounds and identity_holds(stats)
+
+
+def test_rounds_with_requests_waiting_still_compact_and_checkpoint(table):
+    """Four threads keep requests waiting at every commit (they submit without waiting
+    for the answers): the small files of hundreds of rounds are compacted, the last
+    checkpoint crossed is written, and every message is there once."""
+    from deltalake import DeltaTable
+
+    table.declare("q")
+    interval = int(DeltaTable(table.path).metadata().configuration["delta.checkpointInterval"])
+    group = group_of(table.store.location)
+    futures: list[Future] = []
+
+    def submitter(n: int) -> None:
+        for call in range(150):
+            futures.append(group.submit(publish_request(table, "q", [f"t{n}-c{call}"])))
+            threading.Event().wait(0.02)  # a pace, not a wait for anything
+
+    assert run_threads(4, submitter) == []
+    seqs = [seq for future in futures for seq in future.result().result.seqs]
+    group.close()  # waits for the upkeep thread
+    assert sorted(seqs) == list(range(len(futures)))
+    version = DeltaTable(table.path).version()
+    log = os.listdir(os.path.join(table.path, "_delta_log"))
+    written = sorted(int(name.split(".")[0]) for name in log if ".checkpoint." in name)
+    assert version >= interval and written[-1] == version // interval * interval
+    stats = table.stats("q")
+    assert stats["added"] == 600 and identity_holds(stats)
+    # A round's publishes are one file: without compaction there would be one per round.
+    assert table.store.snapshot().message_files("q").num_rows < version // 2
