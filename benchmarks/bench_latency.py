@@ -10,10 +10,17 @@ returned (one clock: one machine). Two pipelines, in one Spark application, taki
 - **delta**: ``deltalake.write_deltalake(mode="append")`` into a plain Delta table,
   ``readStream.format("delta")``.
 
-Goal (issue #12): p50 and p90 ratios ringqueue / delta <= 1.0.
+With ``--producer spark`` (issue #23's setup) the producer is the consuming session itself:
+a thread writes a DataFrame of ``--messages`` rows (one, in the issue) every ``--interval``
+seconds with ``df.write.format("ringqueue")`` or ``df.write.format("delta")``, and a batch's
+latency runs from the write call's return. Delta's reader then learns of the write from its
+own JVM's log cache, which a Python data source cannot share.
+
+Goal (issue #12): p50 and p90 ratios ringqueue / delta <= 1.0; issue #23 asks the same of
+``--producer spark --messages 1``.
 
     .venv/bin/python benchmarks/bench_latency.py [--seconds 60] [--turns 2]
-        [--interval 0.5] [--messages 100]
+        [--interval 0.5] [--messages 100] [--producer process|spark]
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import os
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -61,6 +69,38 @@ def produce(pipeline: str, path: str, seconds: float, interval: float, messages:
         committed[batch] = time.time()
         batch += 1
     return committed
+
+
+def produce_with_spark(
+    spark, pipeline: str, path: str, seconds: float, interval: float, messages: int
+) -> dict:
+    """The producer as a thread of the consuming application: ``df.write`` of a batch
+    every ``interval`` s; returns {batch: time the write call returned}."""
+    committed: dict[int, float] = {}
+    started = time.monotonic()
+    batch = 0
+    while time.monotonic() - started < seconds:
+        due = started + batch * interval
+        time.sleep(max(0.0, due - time.monotonic()))
+        spark_write(spark, pipeline, path, str(batch), messages)
+        committed[batch] = time.time()
+        batch += 1
+    return committed
+
+
+def spark_write(spark, pipeline: str, path: str, key: str, messages: int) -> None:
+    """``df.write`` of ``messages`` rows with ``key`` into the pipeline's table."""
+    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+    schema = StructType(
+        [StructField("body", BinaryType(), False), StructField("key", StringType(), False)]
+    )
+    frame = spark.createDataFrame([(os.urandom(200), key) for _ in range(messages)], schema)
+    writer = frame.write.mode("append")
+    if pipeline == "ringqueue":
+        writer.format("ringqueue").option("queue", "q").save(path)
+    else:
+        writer.format("delta").save(path)
 
 
 def one_turn(
@@ -103,7 +143,9 @@ def one_turn(
     # One warm-up batch, not counted: a query's first batch starts its Python workers
     # (ringqueue) or its Delta log reader (delta), ~1.5-2.5 s that steady state never pays.
     warm_up = pa.table({"body": pa.array([b"warm-up"], pa.binary()), "key": pa.array(["-1"])})
-    if pipeline == "ringqueue":
+    if args.producer == "spark":  # its writers warmed up too
+        spark_write(spark, pipeline, path, "-1", 1)
+    elif pipeline == "ringqueue":
         QueueTable(path).publish("q", warm_up)
     else:
         write_deltalake(path, warm_up, mode="append")
@@ -111,11 +153,25 @@ def one_turn(
     while -1 not in delivered:
         query.processAllAvailable()
     first_batch = delivered.pop(-1) - warm_up_committed
-    context = multiprocessing.get_context("spawn")
-    with context.Pool(1) as pool:
-        committed = pool.apply(
-            produce, (pipeline, path, args.seconds, args.interval, args.messages)
+    if args.producer == "spark":
+        produced: list[dict] = []
+        writer = threading.Thread(
+            target=lambda: produced.append(
+                produce_with_spark(
+                    spark, pipeline, path, args.seconds, args.interval, args.messages
+                )
+            )
         )
+        writer.start()
+        while writer.is_alive():  # the query runs on its own trigger; this only waits
+            writer.join(0.5)
+        committed = produced[0]
+    else:
+        context = multiprocessing.get_context("spawn")
+        with context.Pool(1) as pool:
+            committed = pool.apply(
+                produce, (pipeline, path, args.seconds, args.interval, args.messages)
+            )
     deadline = time.time() + 60
     while len(delivered) < len(committed) and time.time() < deadline:
         query.processAllAvailable()
@@ -155,6 +211,12 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=2)
     parser.add_argument("--interval", type=float, default=0.5)
     parser.add_argument("--messages", type=int, default=100, help="per producer batch")
+    parser.add_argument(
+        "--producer",
+        choices=["process", "spark"],
+        default="process",
+        help="a process committing with delta-rs and QueueTable, or df.write in this session",
+    )
     args = parser.parse_args()
     os.environ["PYSPARK_PYTHON"] = sys.executable
     sys.path.insert(0, str(ROOT))
@@ -183,7 +245,7 @@ def main() -> None:
     }
     print(
         f"{args.turns} turns x {args.seconds:.0f} s per pipeline; a batch of {args.messages} "
-        f"every {args.interval} s"
+        f"every {args.interval} s, written by {args.producer}"
     )
     print("| pipeline | batches | p50 s | p90 s | p99 s | max s | warm-up batch s |")
     print("|---|---|---|---|---|---|---|")
@@ -198,7 +260,7 @@ def main() -> None:
         f"{ring['p99'] / delta['p99']:.2f} | {ring['max'] / delta['max']:.2f} | |"
     )
     OUT.mkdir(parents=True, exist_ok=True)
-    target = OUT / "latency.json"
+    target = OUT / f"latency-{args.producer}.json"
     target.write_text(
         json.dumps({"arguments": vars(args), "summary": summary, "latencies": latencies})
     )
