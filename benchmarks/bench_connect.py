@@ -27,7 +27,9 @@ the first micro-batch's ``triggerExecution`` (where the per-query cost lands), a
 the first to the end of the last (the rate of a query that is already running, as a
 long-running one is; it needs two micro-batches or more, else ``null``). The best of
 ``--repeats`` runs gives messages/s, and the ratio Connect/classic of those rates is
-reported (1.0 = as fast as classic), end to end and steady. PySpark runs one kind of session
+reported (1.0 = as fast as classic), end to end, steady and warm (``*_warm_msgs_per_s``: from
+the end of the second micro-batch, since on Connect the second still starts executor-side
+Python workers). PySpark runs one kind of session
 per process, so each kind runs in a child process of its own (``--session``):
 ``local_session()`` for classic, ``local_session(remote=True)`` for Connect (a local
 Connect server with the same settings; its Python workers import the installed
@@ -199,24 +201,30 @@ def run_query(key: str, start: Any) -> dict:
 def progress_phases(query: StreamingQuery) -> dict:
     """From the progress reports of a finished query: ``batch0_s``, the first micro-batch's
     ``triggerExecution``; ``steady_msgs_per_s``, the rows of the later micro-batches over the
-    time from the end of the first to the end of the last (``None`` with one micro-batch)."""
+    time from the end of the first to the end of the last (``None`` with one micro-batch);
+    ``warm_msgs_per_s``, the same from the end of the second (``None`` with fewer than
+    three): on Connect the second micro-batch still starts executor-side Python workers
+    (a read task each), which a running query has done once and for all."""
     batches = sorted(
         (p for p in query.recentProgress if p.numInputRows > 0), key=lambda p: p.batchId
     )
     if not batches:
-        return {"batch0_s": None, "steady_msgs_per_s": None}
+        return {"batch0_s": None, "steady_msgs_per_s": None, "warm_msgs_per_s": None}
 
     def end(progress: Any) -> float:
         started = datetime.fromisoformat(progress.timestamp.replace("Z", "+00:00"))
         return started.timestamp() + progress.durationMs["triggerExecution"] / 1000
 
-    steady = None
-    if len(batches) > 1:
-        span = end(batches[-1]) - end(batches[0])
-        steady = sum(p.numInputRows for p in batches[1:]) / span if span > 0 else None
+    def rate_after(first: int) -> float | None:
+        if len(batches) <= first + 1:
+            return None
+        span = end(batches[-1]) - end(batches[first])
+        return sum(p.numInputRows for p in batches[first + 1 :]) / span if span > 0 else None
+
     return {
         "batch0_s": batches[0].durationMs["triggerExecution"] / 1000,
-        "steady_msgs_per_s": steady,
+        "steady_msgs_per_s": rate_after(0),
+        "warm_msgs_per_s": rate_after(1),
     }
 
 
@@ -296,13 +304,15 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 def best_of(runs: list[dict], messages: int, pipelines: list[tuple[str, str]]) -> dict:
-    """Per pipeline: the best end-to-end rate, the best steady rate (``None`` where no run
-    had two micro-batches) and the median start() and first micro-batch seconds."""
+    """Per pipeline: the best end-to-end rate, the best steady and warm rates (``None``
+    where no run had enough micro-batches) and the median start() and first micro-batch
+    seconds."""
     best: dict[str, Any] = {}
     for key, _ in pipelines:
         best[f"{key}_msgs_per_s"] = messages / min(r[f"{key}_s"] for r in runs)
-        steady = [r[f"{key}_steady_msgs_per_s"] for r in runs if r[f"{key}_steady_msgs_per_s"]]
-        best[f"{key}_steady_msgs_per_s"] = max(steady) if steady else None
+        for rate in ("steady_msgs_per_s", "warm_msgs_per_s"):
+            values = [r[f"{key}_{rate}"] for r in runs if r.get(f"{key}_{rate}")]
+            best[f"{key}_{rate}"] = max(values) if values else None
         for phase in ("start_s", "batch0_s"):
             values = sorted(r[f"{key}_{phase}"] for r in runs if r[f"{key}_{phase}"] is not None)
             best[f"{key}_{phase}"] = values[len(values) // 2] if values else None
@@ -324,7 +334,8 @@ def print_summary(results: dict, pipelines: list[tuple[str, str]], count: int) -
     )
     print(
         f"{'':<28} {'classic msg/s':>13} {'connect msg/s':>13} {'ratio':>6} "
-        f"{'steady ratio':>12} {'extra s':>7} {'batch 0 s cl/co':>15} {'start s cl/co':>13}"
+        f"{'steady ratio':>12} {'warm ratio':>10} {'extra s':>7} {'batch 0 s cl/co':>15} "
+        f"{'start s cl/co':>13}"
     )
     for key, label in pipelines:
         classic, connect = best["classic"], best["connect"]
@@ -333,7 +344,8 @@ def print_summary(results: dict, pipelines: list[tuple[str, str]], count: int) -
         print(
             f"{label:<28} {rate(classic[f'{key}_msgs_per_s']):>13} "
             f"{rate(connect[f'{key}_msgs_per_s']):>13} {ratio(f'{key}_msgs_per_s'):>6} "
-            f"{ratio(f'{key}_steady_msgs_per_s'):>12} {results['connect_extra_s'][key]:>7.2f} "
+            f"{ratio(f'{key}_steady_msgs_per_s'):>12} {ratio(f'{key}_warm_msgs_per_s'):>10} "
+            f"{results['connect_extra_s'][key]:>7.2f} "
             f"{batch0:>15} {start:>13}"
         )
     if "noop" in results["connect_extra_s"]:
