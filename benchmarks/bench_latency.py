@@ -34,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -43,6 +44,21 @@ OUT = ROOT / "benchmarks" / "out"
 PIPELINES = ("ringqueue", "delta")
 
 
+def paced(seconds: float, interval: float, write: Callable[[int], None]) -> dict:
+    """``write(batch)`` every ``interval`` s for ``seconds``; returns {batch: the time its
+    write returned}."""
+    committed: dict[int, float] = {}
+    started = time.monotonic()
+    batch = 0
+    while time.monotonic() - started < seconds:
+        due = started + batch * interval
+        time.sleep(max(0.0, due - time.monotonic()))
+        write(batch)
+        committed[batch] = time.time()
+        batch += 1
+    return committed
+
+
 def produce(pipeline: str, path: str, seconds: float, interval: float, messages: int) -> dict:
     """The producer process: one batch every ``interval`` s; returns {batch: commit time}."""
     from deltalake import write_deltalake
@@ -50,12 +66,8 @@ def produce(pipeline: str, path: str, seconds: float, interval: float, messages:
     from spark_queue import QueueTable
 
     table = QueueTable(path) if pipeline == "ringqueue" else None
-    committed: dict[int, float] = {}
-    started = time.monotonic()
-    batch = 0
-    while time.monotonic() - started < seconds:
-        due = started + batch * interval
-        time.sleep(max(0.0, due - time.monotonic()))
+
+    def write(batch: int) -> None:
         rows = pa.table(
             {
                 "body": pa.array([os.urandom(200) for _ in range(messages)], pa.binary()),
@@ -66,9 +78,8 @@ def produce(pipeline: str, path: str, seconds: float, interval: float, messages:
             table.publish("q", rows)
         else:
             write_deltalake(path, rows, mode="append")
-        committed[batch] = time.time()
-        batch += 1
-    return committed
+
+    return paced(seconds, interval, write)
 
 
 def produce_with_spark(
@@ -76,16 +87,9 @@ def produce_with_spark(
 ) -> dict:
     """The producer as a thread of the consuming application: ``df.write`` of a batch
     every ``interval`` s; returns {batch: time the write call returned}."""
-    committed: dict[int, float] = {}
-    started = time.monotonic()
-    batch = 0
-    while time.monotonic() - started < seconds:
-        due = started + batch * interval
-        time.sleep(max(0.0, due - time.monotonic()))
-        spark_write(spark, pipeline, path, str(batch), messages)
-        committed[batch] = time.time()
-        batch += 1
-    return committed
+    return paced(
+        seconds, interval, lambda batch: spark_write(spark, pipeline, path, str(batch), messages)
+    )
 
 
 def spark_write(spark, pipeline: str, path: str, key: str, messages: int) -> None:
