@@ -83,6 +83,7 @@ DEFAULT_ACK_INTERVAL = 1.0  # seconds; a quarter of the lease period where that 
 RECEIVERS_SEEN = 5.0  # seconds: threads that received within this long share the handling
 GROWTH = 32  # a prefetch that ran dry grows this many times: a fast handler is fed soon
 FIRST_POLL_INTERVAL = 0.005  # seconds: an idle consumer's first log check comes this soon
+GATHER_SECONDS = 0.002  # a publisher waits this long at most for a landed batch's senders
 # A consumer's background thread tries again after a transient failure, waiting from the
 # first delay, doubled each time up to the last (jittered down by up to half).
 FIRST_RETRY_DELAY = 0.1
@@ -803,7 +804,9 @@ class Publisher:
     """Single messages of many threads, published to ``queue`` in batches, as Kafka's
     producer: a batch goes when it holds ``max_batch`` messages or its first message has
     waited ``linger`` seconds, and the next collects while it commits (the wait for a
-    commit batches by itself under load). Made by :meth:`QueueTable.publisher`.
+    commit batches by itself under load). Once a batch lands, the next goes as soon as its
+    senders are back (what was waiting plus the batch's own), within
+    :data:`GATHER_SECONDS` or ``linger``, the shorter. Made by :meth:`QueueTable.publisher`.
 
     :meth:`send` returns a future per message: its seq once the commit holding it has
     landed, None where the queue's reject policy refused it or its ``message_id`` was a
@@ -839,6 +842,9 @@ class Publisher:
         self._cond = threading.Condition()
         self._pending: deque[_Pending] = deque()
         self._first_at = 0.0  # when the oldest pending message was sent
+        # After a batch lands: until when the next one gathers, and for how many.
+        self._gather_until = 0.0
+        self._expected = 0
         self._in_flight = 0
         self._flushing = 0
         self._closed = False
@@ -875,7 +881,8 @@ class Publisher:
         ):
             if value is not None:
                 row[name] = value
-        as_input_table([row])  # its own errors, now, not its batch's
+        if len(row) > 1 or not isinstance(body, bytes | str):
+            as_input_table([row])  # its own errors, now, not its batch's
         future: Future = Future()
         with self._cond:
             if self._closed:
@@ -883,7 +890,7 @@ class Publisher:
             if not self._pending:
                 self._first_at = time.monotonic()
             self._pending.append(_Pending(row, future))
-            if len(self._pending) >= self.max_batch or len(self._pending) == 1:
+            if len(self._pending) in (1, self._expected) or len(self._pending) >= self.max_batch:
                 self._cond.notify_all()
         return future
 
@@ -932,18 +939,25 @@ class Publisher:
                 while True:
                     if self._closed and not self._pending:
                         return
-                    if self._pending:
-                        left = self._first_at + self.linger - time.monotonic()
-                        if (
-                            left <= 0
-                            or len(self._pending) >= self.max_batch
-                            or self._flushing
-                            or self._closed
-                        ):
-                            break
-                        self._cond.wait(left)
-                    else:
+                    if not self._pending:
                         self._cond.wait()
+                        continue
+                    if len(self._pending) >= self.max_batch or self._flushing or self._closed:
+                        break
+                    now = time.monotonic()
+                    if now < self._gather_until:
+                        # A batch just landed and its senders are coming back with their
+                        # next messages (each needs the GIL for a moment): the next batch
+                        # waits a little for them, else synchronous senders split into
+                        # cohorts that take turns, each batch half as full.
+                        if len(self._pending) >= self._expected:
+                            break
+                        self._cond.wait(self._gather_until - now)
+                        continue
+                    left = self._first_at + self.linger - now
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
                 taken = [
                     self._pending.popleft() for _ in range(min(self.max_batch, len(self._pending)))
                 ]
@@ -960,17 +974,30 @@ class Publisher:
                     self._in_flight -= len(batch)
                     self._cond.notify_all()
 
+    def _landing(self, batch: list[_Pending]) -> None:
+        """Before ``batch``'s futures are settled: the next batch gathers for what is
+        pending now and for the senders of ``batch``."""
+        with self._cond:
+            self._expected = len(self._pending) + len(batch)
+            self._gather_until = time.monotonic() + min(self.linger, GATHER_SECONDS)
+
     def _publish(self, batch: list[_Pending]) -> None:
-        rows = [item.row for item in batch]
+        rows: list[Any] = [item.row for item in batch]
+        if all(len(row) == 1 for row in rows):  # bodies only: the cheaper list to convert
+            bodies = [row["body"] for row in rows]
+            if all(isinstance(body, bytes) for body in bodies):
+                rows = bodies
         try:
             outcome = self.table.publish_outcome(
                 self.queue, rows, on_reject=self.on_reject, **self.arguments
             )
         except BaseException as error:  # each message's future holds the batch's error
+            self._landing(batch)
             for item in batch:
                 item.future.set_exception(error)
             return
         self.batches += 1
+        self._landing(batch)
         seqs = iter(outcome.result.seqs)
         stored = np.asarray(outcome.accepted, bool)
         for item, accepted in zip(batch, stored, strict=True):

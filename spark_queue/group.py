@@ -17,10 +17,9 @@ hands each caller its own result or its own error:
   call returns late rather than failing.
 
 The leader keeps its Delta table open and updates it incrementally (one log entry per
-round), and after each commit runs the table's upkeep as any writer does (checkpoints,
-compaction; while other requests wait, compaction runs in a thread of its own and rounds go
-on meanwhile). It is a daemon thread that
-ends after :data:`IDLE_SECONDS` without requests.
+round). The table's upkeep after a commit (checkpoints, compaction) runs in a thread of its
+own, after the callers have their answers, and rounds go on meanwhile: a caller never waits
+for it. The leader is a daemon thread that ends after :data:`IDLE_SECONDS` without requests.
 Nothing here survives a fork (delta-rs's runtime does not either).
 """
 
@@ -45,7 +44,6 @@ except ImportError:  # not on Windows: no host lock there
 
 from spark_queue.errors import CommitConflictError, QueueError
 from spark_queue.maintenance import (
-    after_commit,
     checkpoint_at,
     checkpoint_due,
     compact_if_needed,
@@ -58,8 +56,8 @@ from spark_queue.transaction import COMMIT_BUDGET, QueueTransaction, backoff
 
 IDLE_SECONDS = 30.0  # a leader with nothing to do for this long ends (a new one starts)
 HOST_LOCK_WAIT = 5.0  # seconds a round waits for the host lock before going on without it
-COMPACTION_CHECK_ROUNDS = 8  # while requests wait, small files are counted every 8th round
-GATHER_SECONDS = 0.002  # a round waits this long at most for as many requests as the last had
+COMPACTION_CHECK_ROUNDS = 8  # small files are counted every 8th round
+GATHER_SECONDS = 0.002  # a round waits this long at most for the callers of the last
 MAX_ROUND = 2048  # requests in one round, at most: a commit's size stays bounded
 
 
@@ -154,7 +152,7 @@ class CommitGroup:
         self._upkeeping = False
         self._upkeep_thread: threading.Thread | None = None
         self._closed = False
-        self._last_round = 0  # requests in the last round taken
+        self._expected = 0  # requests the next round gathers for (see _lead)
 
     def listen(self, callback: Callable[[list[str]], None]) -> None:
         """Call ``callback`` with the operations of every commit of the group, after it
@@ -196,16 +194,16 @@ class CommitGroup:
                     self._leader = None
                     return
                 # Callers of the last round are still coming back with their next request
-                # (each needs the GIL for a moment): a round as large waits for them a
-                # little, as a commit costs far more than the wait.
+                # (each needs the GIL for a moment): the round waits for them a little, as
+                # a commit costs far more than the wait. Else synchronous callers split
+                # into cohorts that take turns, each round half as full.
                 gather_until = time.monotonic() + GATHER_SECONDS
-                while len(self._pending) < self._last_round and not self._closed:
+                while len(self._pending) < self._expected and not self._closed:
                     left = gather_until - time.monotonic()
                     if left <= 0:
                         break
                     self._lock.wait(left)
                 batch = self._take(MAX_ROUND)
-                self._last_round = len(batch)
             try:
                 left = self._round(batch)
             except BaseException as error:  # an unexpected failure: every caller hears of it
@@ -296,19 +294,17 @@ class CommitGroup:
                     listeners = list(self._listeners)
                 for listener in listeners:
                     listener(round.operations)
-            with self._lock:
-                waiting = bool(self._pending)
-            if transaction.committed and not waiting:
-                after_commit(store, snapshot)  # as any writer's call, before it returns
+            with self._lock:  # the next round gathers for these and their callers
+                self._expected = min(MAX_ROUND, len(self._pending) + taken)
             for item, result in zip(candidates[:taken], results, strict=True):
                 item.future.set_result(result)
-            if transaction.committed and waiting:
+            if transaction.committed:
                 self._upkeep(snapshot)
             return candidates[taken:]
 
     def _upkeep(self, planned_on: Any) -> None:
-        """The work after a commit (:func:`maintenance.after_commit`) while other requests
-        wait, in a thread of its own, one at a time: a log checkpoint at the interval (it
+        """The work after a commit (:func:`maintenance.after_commit`), in a thread of its
+        own, one at a time: a log checkpoint at the interval (it
         loads the version afresh and writes a Parquet checkpoint, ~100 ms every 100
         commits) and compaction (hundreds of milliseconds), during which the leader commits
         rounds on. A compaction overtaken by them still lands, as its files are still

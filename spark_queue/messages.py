@@ -42,7 +42,9 @@ def normalise(
         raise InvalidInputError(
             "column 'body' is null in a row; every message needs a body (binary or string)"
         )
-    if pa.types.is_string(body.type) or pa.types.is_large_string(body.type):
+    if pa.types.is_string(body.type) and isinstance(body, pa.Array):
+        body = body.view(pa.binary())  # the same buffers, without a cast's overhead
+    elif pa.types.is_string(body.type) or pa.types.is_large_string(body.type):
         body = body.cast(pa.binary())
     queue = batch.column("queue") if "queue" in columns_in else None
     if queue is None or queue.null_count:
@@ -53,7 +55,9 @@ def normalise(
             )
         default = pa.array([default_queue] * n, pa.string())
         queue = default if queue is None else pc.coalesce(queue, default)
-    for name in pc.unique(queue).to_pylist():
+    # One queue for every row (a publish's, as a rule) is checked without a pass over them.
+    names = [default_queue] if queue is default else pc.unique(queue).to_pylist()
+    for name in names:
         if not QUEUE_NAME.match(name):
             raise InvalidInputError(
                 f"column 'queue' holds {name!r}, not a queue name (1 to 255 characters "
@@ -64,7 +68,7 @@ def normalise(
         "seq": pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64)),
         "body": body,
         "size": pc.binary_length(body).cast(pa.int64()),
-        "enqueued_at": pa.array(np.full(n, enqueued_at, dtype=np.int64)).cast(UTC_MICROS),
+        "enqueued_at": pa.array(np.full(n, enqueued_at, dtype=np.int64), UTC_MICROS),
         "delivery_count": pa.array(np.zeros(n, dtype=np.int32)),
     }
     for name in ("message_id", "key"):
@@ -84,10 +88,15 @@ def normalise(
         if name in columns_in:
             columns[name] = batch.column(name).cast(UTC_MICROS)
     arrays = [
-        columns[f.name].cast(f.type) if f.name in columns else pa.nulls(n, f.type)
+        _as_type(columns[f.name], f.type) if f.name in columns else pa.nulls(n, f.type)
         for f in FILE_SCHEMA
     ]
     return pa.Table.from_arrays(arrays, schema=FILE_SCHEMA)
+
+
+def _as_type(column: pa.Array | pa.ChunkedArray, type: pa.DataType) -> Any:
+    # A cast to the type a column has already costs as much as one that converts.
+    return column if column.type == type else column.cast(type)
 
 
 def as_input_table(rows: Any) -> pa.Table:

@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from spark_queue.core import (
     Leases,
@@ -213,15 +212,13 @@ class PublishRun(Request):
     def __init__(self, requests: list[PublishRequest]) -> None:
         first = requests[0]
         self.sizes = [r.batch.rows.num_rows for r in requests]
-        parts, offset = [], 0
-        for request, size in zip(requests, self.sizes, strict=True):
-            rows = request.batch.rows
-            seqs = pc.add(rows["seq"], pa.scalar(offset, pa.int64()))
-            parts.append(rows.set_column(rows.schema.get_field_index("seq"), "seq", seqs))
-            offset += size
+        # Each publish's rows are numbered from 0 (normalised): the run's, from 0 on.
+        rows = pa.concat_tables([r.batch.rows for r in requests])
+        seqs = pa.array(np.arange(rows.num_rows, dtype=np.int64))
+        rows = rows.set_column(rows.schema.get_field_index("seq"), "seq", seqs)
         self.inner = PublishRequest(
             first.queue,
-            PendingBatch(first.queue, pa.concat_tables(parts)),
+            PendingBatch(first.queue, rows),
             first.arguments,
             producer=None,
             sequence=None,

@@ -313,20 +313,25 @@ def test_a_checkpoint_due_while_requests_wait_is_written_by_the_upkeep_thread(ta
     assert f"{interval:020d}.checkpoint.parquet" in log
 
 
-def test_compaction_due_while_requests_wait_runs_in_the_upkeep_thread(table):
-    """Rounds committed while another request waits never compact inline: the upkeep
-    thread compacts their small files, by the time the group is closed."""
+@pytest.mark.parametrize("waiting", [True, False], ids=["requests waiting", "a lone caller"])
+def test_compaction_runs_in_the_upkeep_thread(table, waiting):
+    """Rounds never compact inline, whether requests wait or not: what falls due goes to
+    the upkeep thread, which compacts their small files."""
     table.declare("q")
     group = CommitGroup(table.store.location)  # rounds run here, not by a leader
-    # A request that stays queued: every round sees one waiting.
-    group._pending.append(Queued(publish_request(table, "q", ["never taken"]), Future()))
+    if waiting:  # a request that stays queued: every round sees one waiting
+        group._pending.append(Queued(publish_request(table, "q", ["never taken"]), Future()))
+    group._upkeeping = True  # as if the upkeep thread were busy: what falls due waits
     rounds = 40
     for call in range(rounds):
         item = Queued(publish_request(table, "q", [f"m{call}"]), Future())
         assert group._round([item]) == []
         assert item.future.result().result.seqs == [call]
+    assert table.store.snapshot().message_files("q").num_rows == rounds  # none inline
+    assert group._compaction_due
+    group._upkeep_loop()  # the upkeep thread's work, here
     group._pending.clear()
-    group.close()  # waits for the upkeep thread
+    group.close()
     assert table.store.snapshot().message_files("q").num_rows < rounds
     stats = table.stats("q")
     assert stats["added"] == rounds and identity_holds(stats)
