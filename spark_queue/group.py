@@ -294,12 +294,12 @@ class CommitGroup:
                     listeners = list(self._listeners)
                 for listener in listeners:
                     listener(round.operations)
+            if transaction.committed:  # started before the answers: settle() sees it
+                self._upkeep(snapshot)
             with self._lock:  # the next round gathers for these and their callers
                 self._expected = min(MAX_ROUND, len(self._pending) + taken)
             for item, result in zip(candidates[:taken], results, strict=True):
                 item.future.set_result(result)
-            if transaction.committed:
-                self._upkeep(snapshot)
             return candidates[taken:]
 
     def _upkeep(self, planned_on: Any) -> None:
@@ -343,6 +343,16 @@ class CommitGroup:
                 checkpoint_at(location, checkpoint)
             if compaction:
                 compact_if_needed(QueueStore(location))
+
+    def settle(self) -> None:
+        """Wait until the upkeep that fell due so far (a checkpoint, a compaction) has run:
+        for a caller that must see it, as a test does. Rounds go on meanwhile."""
+        while True:
+            with self._lock:
+                thread = self._upkeep_thread if self._upkeeping else None
+            if thread is None:
+                return
+            thread.join()
 
     def close(self) -> None:
         """Let the leader finish what is queued, and end it and any compaction: delta-rs

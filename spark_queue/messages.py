@@ -47,6 +47,7 @@ def normalise(
     elif pa.types.is_string(body.type) or pa.types.is_large_string(body.type):
         body = body.cast(pa.binary())
     queue = batch.column("queue") if "queue" in columns_in else None
+    default: pa.Array | None = None
     if queue is None or queue.null_count:
         if default_queue is None:
             raise InvalidInputError(
@@ -56,8 +57,8 @@ def normalise(
         default = pa.array([default_queue] * n, pa.string())
         queue = default if queue is None else pc.coalesce(queue, default)
     # One queue for every row (a publish's, as a rule) is checked without a pass over them.
-    names = [default_queue] if queue is default else pc.unique(queue).to_pylist()
-    for name in names:
+    names = [default_queue] if default is not None and queue is default else None
+    for name in names or pc.unique(queue).to_pylist():
         if not QUEUE_NAME.match(name):
             raise InvalidInputError(
                 f"column 'queue' holds {name!r}, not a queue name (1 to 255 characters "
