@@ -82,8 +82,6 @@ OBJECT_STORE_POLL = 0.1  # and on an object store, where each is a request
 DEFAULT_ACK_INTERVAL = 1.0  # seconds; a quarter of the lease period where that is shorter
 RECEIVERS_SEEN = 5.0  # seconds: threads that received within this long share the handling
 GROWTH = 32  # a prefetch that ran dry grows this many times: a fast handler is fed soon
-PACE_SAMPLES = 8  # messages whose pace is measured before it sizes the prefetch
-PACE_WINDOW = 2048  # messages the pace is averaged over, about
 FIRST_POLL_INTERVAL = 0.005  # seconds: an idle consumer's first log check comes this soon
 GATHER_SECONDS = 0.002  # a publisher waits this long at most for a landed batch's senders
 # A consumer's background thread tries again after a transient failure, waiting from the
@@ -133,18 +131,14 @@ class Consumer:
     acknowledgements, lease extension and long polling. Made by :meth:`QueueTable.consumer`.
 
     - **Prefetch**: leases are taken ahead of the handler, sized to keep it busy without
-      hoarding. The consumer measures how long a lease takes (``r``) and the interval
-      between two deliveries (``h``): how long the handler takes a message (from its
-      delivery to the same thread's next :meth:`receive`) over the threads receiving, or,
-      where longer, the *pace*: the wall time between takes that found messages waiting,
-      per message (with more processes than cores, a handler also waits its turn on one).
-      ``need = ceil(r / h)`` messages are handled while a lease is in flight: it leases
-      again once fewer than ``need`` are prefetched, up to ``need + need // 2``. A handler
-      slower than a lease holds one message in hand and at most one ahead; a fast one is
-      fed by leases of up to ``max_prefetch``. Before both are measured the size starts at
-      1 and grows 32-fold whenever the handler finds nothing prefetched after a full lease,
-      and until the pace is measured it grows no more than 32-fold at a time. Messages
-      prefetched and in hand
+      hoarding. The consumer measures how long a lease takes (``r``) and how long the
+      handler takes a message (``h``: from a message's delivery to the same thread's next
+      :meth:`receive`, over the threads receiving), so ``need = ceil(r / h)`` messages are
+      handled while a lease is in flight: it leases again once fewer than ``need`` are
+      prefetched, up to ``need + need // 2``. A handler slower than a lease holds one message
+      in hand and at most one ahead; a fast one is fed by leases of up to ``max_prefetch``.
+      Before both are measured the size starts at 1 and grows 32-fold whenever the handler
+      finds nothing prefetched after a full lease. Messages prefetched and in hand
       (delivered, not acked or nacked) are never more than ``max_prefetch``, as pika's
       ``prefetch_count``, so a slow handler holds few messages and other workers get the
       rest.
@@ -249,9 +243,6 @@ class Consumer:
         self._handler_s: float | None = None  # how long a thread handles a message (same)
         self._receivers: dict[int, float] = {}  # thread id -> when it last received
         self._taken = threading.local()  # this thread's last delivery: when, how many
-        self._last_take: tuple[float, int] | None = None  # any thread's: when, how many
-        self._pace_time = 0.0  # wall seconds between takes that found messages waiting
-        self._pace_count = 0.0  # messages taken over them
         self._last_full = False  # the last lease got all it asked: the queue may have more
         self._woken = False  # a commit of this process happened while idle
         self._error: BaseException | None = None
@@ -283,7 +274,6 @@ class Consumer:
         with self._cond:
             sizes = (self.target, self._low)
             self._handled(time.monotonic())
-            supplied = bool(self._buffer)  # no wait for a lease: the gap since the last take
             while True:
                 if self._error is not None:
                     raise self._error
@@ -310,9 +300,7 @@ class Consumer:
                 message = self._buffer.popleft()
                 self._in_hand[message.seq] = message
                 taken.append(message)
-            now = time.monotonic()
-            self._paced(now, len(taken), supplied)
-            self._taken.at, self._taken.count = now, len(taken)
+            self._taken.at, self._taken.count = time.monotonic(), len(taken)
             self._cond.notify_all()  # the fetcher may lease more now
             return taken
 
@@ -329,34 +317,13 @@ class Consumer:
         self._handler_s = _average(self._handler_s, per_message)
         self._resize(now)
 
-    def _paced(self, now: float, count: int, supplied: bool) -> None:
-        """Count the wall time between two takes of any thread, where the later one found
-        messages waiting (a wait for a lease measures the supply, not the handlers), and
-        the messages of the earlier one: the pace at which this process takes messages,
-        CPU shared with other processes included (under the lock)."""
-        if supplied and self._last_take is not None:
-            at, last_count = self._last_take
-            self._pace_time += now - at
-            self._pace_count += last_count
-            if self._pace_count >= PACE_WINDOW:  # a moving window: older takes weigh less
-                self._pace_time /= 2
-                self._pace_count /= 2
-        self._last_take = (now, count)
-
     def _resize(self, now: float) -> None:
         if self._handler_s is None or self._lease_s is None:
             return
         receivers = sum(1 for seen in self._receivers.values() if now - seen < RECEIVERS_SEEN)
         interval = max(self._handler_s, 1e-6) / max(1, receivers)  # between two deliveries
-        if self._pace_count >= PACE_SAMPLES:
-            # The handler time counts only while a thread runs; with more processes than
-            # cores they wait their turn too, and a prefetch sized from it alone hoards.
-            interval = max(interval, self._pace_time / self._pace_count)
-            cap = self.max_prefetch
-        else:  # until the pace is known, grow as before it was measured
-            cap = min(self.max_prefetch, max(1, self.target) * GROWTH)
         need = max(1, math.ceil(self._lease_s / interval))
-        self.target = min(cap, need + need // 2)
+        self.target = min(self.max_prefetch, need + need // 2)
         self._low = min(need - 1, self.target // 2)
 
     def __iter__(self) -> Iterator[Message]:

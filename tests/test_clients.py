@@ -101,26 +101,6 @@ def test_prefetch_never_exceeds_its_bound_and_a_slow_handler_holds_few(table):
             consumer.flush()
 
 
-def test_the_prefetch_is_sized_from_the_pace_where_the_handler_time_is_shorter(table):
-    """The sizing rule on set measures (the consumer's own are timing): a handler of 10 us
-    would want the whole bound, but messages taken 1 ms apart in wall time (a process
-    waiting its turn on a core) need a lease's 30 ms worth; before the pace is known the
-    size grows at most 32-fold at a time."""
-    table.publish("q", ["x"])
-    with table.consumer("q", "sized", max_prefetch=1000) as consumer, consumer._cond:
-        consumer._handler_s, consumer._lease_s = 10e-6, 0.030
-        consumer._receivers = {threading.get_ident(): time.monotonic()}
-        consumer.target, consumer._pace_time, consumer._pace_count = 1, 0.0, 0.0
-        consumer._resize(time.monotonic())
-        assert consumer.target == 32  # the pace unknown: 32-fold, not the bound
-        consumer._pace_time, consumer._pace_count = 0.064, 64  # 1 ms a message
-        consumer._resize(time.monotonic())
-        assert consumer.target == 45 and consumer._low == 22  # need 30, up to 1.5x
-        consumer._pace_time = 0.00064  # 10 us a message: the handler time decides
-        consumer._resize(time.monotonic())
-        assert consumer.target == 1000
-
-
 def test_acknowledgements_are_batched_and_flushed_by_count_time_and_close(table):
     table.publish("q", [f"m{i}" for i in range(5)])
     slow = {"ack_interval": 3600.0, "idle_lease_interval": 3600.0, "lease_period": 3 * 3600_000}
