@@ -19,8 +19,13 @@ own JVM's log cache, which a Python data source cannot share.
 Goal (issue #12): p50 and p90 ratios ringqueue / delta <= 1.0; issue #23 asks the same of
 ``--producer spark --messages 1``.
 
+With ``--source-steps`` it runs no Spark: it times the ringqueue source's own steps, as the
+driver's source worker and a read task call them, on a queue that gets one message per
+micro-batch (an idle ``latestOffset``, one that acknowledges and leases, ``partitions``,
+``read``), so that the part of a batch's latency spent in the connector's code is known.
+
     .venv/bin/python benchmarks/bench_latency.py [--seconds 60] [--turns 2]
-        [--interval 0.5] [--messages 100] [--producer process|spark]
+        [--interval 0.5] [--messages 100] [--producer process|spark] [--source-steps]
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -209,6 +215,61 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
 
 
+def source_steps(batches: int = 100) -> None:
+    """Time the source's steps outside Spark (see the module docstring)."""
+    sys.path.insert(0, str(ROOT))
+    from pyspark.sql.datasource import ReadAllAvailable
+
+    from spark_queue import QueueTable
+    from spark_queue.options import parse_source_options
+    from spark_queue.source import RingQueueStreamReader
+
+    with tempfile.TemporaryDirectory(prefix="bench-latency-steps-") as folder:
+        path = f"{folder}/queues"
+        table = QueueTable(path)
+        table.publish("q", ["warm-up"])
+        options = parse_source_options({"path": path, "queue": "q", "consumer": "c"})
+        reader = RingQueueStreamReader(options)
+        limit = ReadAllAvailable()
+        start = reader.latestOffset(reader.initialOffset(), limit)
+        # As Spark calls them: the trigger after a batch acknowledges it (nothing new yet),
+        # later ones find nothing, and the one after a publish leases it.
+        steps: dict[str, list[float]] = {
+            "latestOffset acknowledging the last batch, nothing new (a commit)": [],
+            "latestOffset, nothing to do (an idle trigger)": [],
+            "latestOffset leasing the new message (a commit)": [],
+            "partitions": [],
+            "read (the task's work)": [],
+        }
+        timings = list(steps.values())
+
+        def timed(index: int, call: Callable[..., Any], *args: Any) -> Any:
+            began = time.perf_counter()
+            result = call(*args)
+            timings[index].append(time.perf_counter() - began)
+            return result
+
+        def read_all(partitions: list) -> int:
+            return sum(b.num_rows for p in partitions for b in reader.read(p))
+
+        for n in range(batches):
+            timed(0, reader.latestOffset, start, limit)
+            timed(1, reader.latestOffset, start, limit)
+            table.publish("q", [f"m{n}"])
+            end = timed(2, reader.latestOffset, start, limit)
+            partitions = timed(3, reader.partitions, start, end)
+            assert timed(4, read_all, partitions) == 1
+            start = end
+    print(f"the source's steps, {batches} micro-batches of one message, local disk")
+    print("| step | p50 ms | p90 ms |")
+    print("|---|---|---|")
+    for step, values in steps.items():
+        print(
+            f"| {step} | {1000 * statistics.median(values):.1f} | "
+            f"{1000 * percentile(values, 0.9):.1f} |"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="per pipeline and turn")
@@ -221,7 +282,13 @@ def main() -> None:
         default="process",
         help="a process committing with delta-rs and QueueTable, or df.write in this session",
     )
+    parser.add_argument(
+        "--source-steps", action="store_true", help="time the source's steps, without Spark"
+    )
     args = parser.parse_args()
+    if args.source_steps:
+        source_steps()
+        return
     os.environ["PYSPARK_PYTHON"] = sys.executable
     sys.path.insert(0, str(ROOT))
     from spark_queue import local_session
