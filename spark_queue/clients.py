@@ -984,9 +984,7 @@ class Publisher:
     def _publish(self, batch: list[_Pending]) -> None:
         rows: list[Any] = [item.row for item in batch]
         if all(len(row) == 1 for row in rows):  # bodies only: the cheaper list to convert
-            bodies = [row["body"] for row in rows]
-            if all(isinstance(body, bytes) for body in bodies):
-                rows = bodies
+            rows = [row["body"] for row in rows]  # binary: send() encoded and checked them
         try:
             outcome = self.table.publish_outcome(
                 self.queue, rows, on_reject=self.on_reject, **self.arguments

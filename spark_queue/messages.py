@@ -57,8 +57,8 @@ def normalise(
         default = pa.array([default_queue] * n, pa.string())
         queue = default if queue is None else pc.coalesce(queue, default)
     # One queue for every row (a publish's, as a rule) is checked without a pass over them.
-    names = [default_queue] if default is not None and queue is default else None
-    for name in names or pc.unique(queue).to_pylist():
+    names = [default_queue] if queue is default else pc.unique(queue).to_pylist()
+    for name in names:
         if not QUEUE_NAME.match(name):
             raise InvalidInputError(
                 f"column 'queue' holds {name!r}, not a queue name (1 to 255 characters "
