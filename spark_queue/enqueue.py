@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 
 from spark_queue.errors import RejectedMessagesError
 from spark_queue.files import MESSAGE, StagedFile, delete_files, write_file
+from spark_queue.messages import Bodies
 from spark_queue.policies import Policies
 from spark_queue.store import QueueStore, Snapshot
 from spark_queue.transaction import QueueTransaction, StagedQueueFile, run
@@ -85,10 +86,27 @@ class PendingBatch(Reservation):
     knows the table's last seq: the file is written inside the attempt, so it is written
     again only when another producer of the queue commits during that attempt."""
 
-    def __init__(self, queue: str, rows: pa.Table) -> None:
+    def __init__(self, queue: str, rows: pa.Table | Bodies) -> None:
         super().__init__(-1, [])
         self.queue = queue
-        self.rows = rows  # normalised, seqs from 0
+        self._rows = rows  # normalised, seqs from 0; or bodies, shaped on first use
+
+    @property
+    def num_rows(self) -> int:
+        return self._rows.num_rows
+
+    @property
+    def bodies(self) -> Bodies | None:
+        """The bodies not yet shaped, where the batch is bodies only."""
+        return self._rows if isinstance(self._rows, Bodies) else None
+
+    @property
+    def rows(self) -> pa.Table:
+        """The stored rows, seqs from 0 (bodies are shaped here, in the thread that
+        plans the commit)."""
+        if isinstance(self._rows, Bodies):
+            self._rows = self._rows.normalised(self.queue)
+        return self._rows
 
     @property
     def queues(self) -> list[str]:

@@ -153,6 +153,7 @@ class CommitGroup:
         self._upkeep_thread: threading.Thread | None = None
         self._closed = False
         self._expected = 0  # requests the next round gathers for (see _lead)
+        self._gathering = False  # the leader waits for them
 
     def listen(self, callback: Callable[[list[str]], None]) -> None:
         """Call ``callback`` with the operations of every commit of the group, after it
@@ -179,7 +180,9 @@ class CommitGroup:
                     target=self._lead, name=f"spark-queue-group {self.store.uri}", daemon=True
                 )
                 self._leader.start()
-            else:
+            elif not self._gathering or len(self._pending) >= self._expected:
+                # A gathering leader is woken once, by the request it waits for last (or
+                # its timeout): each wake-up costs it the GIL, taken from the callers.
                 self._lock.notify()
         return future
 
@@ -198,11 +201,13 @@ class CommitGroup:
                 # a commit costs far more than the wait. Else synchronous callers split
                 # into cohorts that take turns, each round half as full.
                 gather_until = time.monotonic() + GATHER_SECONDS
+                self._gathering = True
                 while len(self._pending) < self._expected and not self._closed:
                     left = gather_until - time.monotonic()
                     if left <= 0:
                         break
                     self._lock.wait(left)
+                self._gathering = False
                 batch = self._take(MAX_ROUND)
             try:
                 left = self._round(batch)
@@ -214,6 +219,17 @@ class CommitGroup:
                 left = []
             with self._lock:
                 self._pending.extendleft(reversed(left))  # first in the next round
+            self._catch_up()
+
+    def _catch_up(self) -> None:
+        """Bring the leader's table to the latest version (the commit just made, at
+        least) while the callers just answered come back with their next requests: delta-rs
+        reads a commit, even its own, back from the log (~4 ms on a local disk, the GIL
+        released), and the next round then finds the table current."""
+        try:
+            self.store.open()
+        except Exception:  # the next round opens the table again, and reports its error
+            return
 
     def _take(self, limit: int) -> list[Queued]:
         taken = []
@@ -234,7 +250,7 @@ class CommitGroup:
             store = self.store
             units = self._units(candidates, merge)
             with self._host_lock:
-                table = store.open()
+                table = store.open_current()  # _catch_up updated it after the last round
                 if table is None and any(item.request.creates for item in candidates):
                     table = store.create()
                 if table is None:

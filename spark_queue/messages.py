@@ -25,11 +25,12 @@ PUBLISH_COLUMNS = [name for name in INPUT_TYPES if name != "queue"]
 def normalise(
     batch: pa.RecordBatch | pa.Table,
     first_seq: int,
-    enqueued_at: int,
+    enqueued_at: int | np.ndarray,
     default_queue: str | None,
 ) -> pa.Table:
     """``batch`` as stored message rows (:data:`FILE_SCHEMA`), numbered from ``first_seq``
-    in row order; rows without a ``queue`` go to ``default_queue``.
+    in row order; rows without a ``queue`` go to ``default_queue``. ``enqueued_at``: one
+    time for every row, or one per row (microseconds since the epoch, UTC).
 
     Raises:
         InvalidInputError: a null body, a row with no queue, an invalid queue name, or a
@@ -69,7 +70,7 @@ def normalise(
         "seq": pa.array(np.arange(first_seq, first_seq + n, dtype=np.int64)),
         "body": body,
         "size": pc.binary_length(body).cast(pa.int64()),
-        "enqueued_at": pa.array(np.full(n, enqueued_at, dtype=np.int64), UTC_MICROS),
+        "enqueued_at": pa.array(np.broadcast_to(np.int64(enqueued_at), n), UTC_MICROS),
         "delivery_count": pa.array(np.zeros(n, dtype=np.int32)),
     }
     for name in ("message_id", "key"):
@@ -93,6 +94,52 @@ def normalise(
         for f in FILE_SCHEMA
     ]
     return pa.Table.from_arrays(arrays, schema=FILE_SCHEMA)
+
+
+class Bodies:
+    """A publish of bodies only (no other column, no null), kept as given until the group
+    commit's leader shapes it (:meth:`normalised`): nothing in it can fail, and the
+    publishes of one round are then shaped together, once, off their callers' threads
+    (shaping costs ~70 us a call, most of it fixed, and 32 callers pay it in turn under the
+    GIL)."""
+
+    def __init__(self, arrays: list[pa.Array], stamps: list[tuple[int, int]]) -> None:
+        self.arrays = arrays  # binary or string, no nulls
+        self.stamps = stamps  # (enqueued_at, rows), in row order
+        self.num_rows = sum(rows for _, rows in stamps)
+
+    @classmethod
+    def of(cls, table: pa.Table, enqueued_at: int) -> Bodies | None:
+        """``table``'s bodies, where it is bodies only (:func:`as_input_table`'s checks
+        passed); else None."""
+        if table.column_names != ["body"]:
+            return None
+        body = table.column("body")
+        if body.null_count or not body.num_chunks:
+            return None
+        return cls(body.chunks, [(enqueued_at, table.num_rows)])
+
+    @classmethod
+    def concat(cls, parts: list[Bodies]) -> Bodies:
+        return cls(
+            [array for part in parts for array in part.arrays],
+            [stamp for part in parts for stamp in part.stamps],
+        )
+
+    def normalised(self, queue: str) -> pa.Table:
+        """The stored rows (:func:`normalise`), numbered from 0, each with its own
+        publish's ``enqueued_at``."""
+        binary = [_as_binary(array) for array in self.arrays]
+        body = binary[0] if len(binary) == 1 else pa.concat_arrays(binary)
+        times, counts = zip(*self.stamps, strict=True)
+        enqueued_at = times[0] if len(times) == 1 else np.repeat(times, counts)
+        return normalise(pa.table({"body": body}), 0, enqueued_at, queue)
+
+
+def _as_binary(array: pa.Array) -> pa.Array:
+    if pa.types.is_string(array.type):
+        return array.view(pa.binary())  # the same buffers, without a cast's overhead
+    return _as_type(array, pa.binary())
 
 
 def _as_type(column: pa.Array | pa.ChunkedArray, type: pa.DataType) -> Any:

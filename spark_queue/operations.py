@@ -33,6 +33,7 @@ from spark_queue.core import (
 from spark_queue.enqueue import PRODUCER_APP_PREFIX, PendingBatch, PublishResult
 from spark_queue.errors import InvalidInputError, RejectedMessagesError
 from spark_queue.filters import filter_matcher
+from spark_queue.messages import Bodies
 from spark_queue.options import ConsumerLimits
 from spark_queue.policies import Policies
 from spark_queue.store import QueueStore, Snapshot, require_queue
@@ -125,7 +126,7 @@ class PublishRequest(Request):
 
     def apply(self, round: Round) -> PublishOutcome:
         transaction = round.transaction
-        rows = self.batch.rows.num_rows
+        rows = self.batch.num_rows
         if self.app_id is not None:
             assert self.sequence is not None
             committed = round.app_versions.get(
@@ -211,14 +212,19 @@ class PublishRun(Request):
 
     def __init__(self, requests: list[PublishRequest]) -> None:
         first = requests[0]
-        self.sizes = [r.batch.rows.num_rows for r in requests]
-        # Each publish's rows are numbered from 0 (normalised): the run's, from 0 on.
-        rows = pa.concat_tables([r.batch.rows for r in requests])
-        seqs = pa.array(np.arange(rows.num_rows, dtype=np.int64))
-        rows = rows.set_column(rows.schema.get_field_index("seq"), "seq", seqs)
+        self.sizes = [r.batch.num_rows for r in requests]
+        bodies = [r.batch.bodies for r in requests]
+        if all(part is not None for part in bodies):  # shaped once, for the whole run
+            batch = PendingBatch(first.queue, Bodies.concat(bodies))
+        else:
+            # Each publish's rows are numbered from 0 (normalised): the run's, from 0 on.
+            rows = pa.concat_tables([r.batch.rows for r in requests])
+            seqs = pa.array(np.arange(rows.num_rows, dtype=np.int64))
+            rows = rows.set_column(rows.schema.get_field_index("seq"), "seq", seqs)
+            batch = PendingBatch(first.queue, rows)
         self.inner = PublishRequest(
             first.queue,
-            PendingBatch(first.queue, rows),
+            batch,
             first.arguments,
             producer=None,
             sequence=None,

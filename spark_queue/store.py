@@ -268,6 +268,19 @@ class QueueStore:
         self._opened.table = table
         return table
 
+    def open_current(self) -> Any | None:
+        """:meth:`open`, without delta-rs's update where the table this thread opened is
+        still the latest version: a probe for the next log entry (a stat on a local disk)
+        costs far less than delta-rs's listing of the whole log folder. A commit planned
+        on it all the same fails where another writer has just committed."""
+        table = getattr(self._opened, "table", None)
+        if table is not None:
+            entry = f"{self.base.rstrip('/')}/_delta_log/{table.version() + 1:020d}.json"
+            with contextlib.suppress(OSError):
+                if self.fs.get_file_info(entry).type == pafs.FileType.NotFound:
+                    return table
+        return self.open()
+
     def _check_format(self, table: Any) -> None:
         metadata = table.metadata()
         columns = set(pa.schema(table.schema()).names)

@@ -45,7 +45,7 @@ from spark_queue.maintenance import (
     no_progress,
 )
 from spark_queue.maintenance import vacuum as vacuum_files
-from spark_queue.messages import as_input_table, normalise
+from spark_queue.messages import Bodies, as_input_table, normalise
 from spark_queue.operations import (
     ChangeRequest,
     ExtendRequest,
@@ -207,7 +207,10 @@ class QueueTable:
         if not table.num_rows:
             result = PublishResult(queue, [], 0, 0, 0, duplicate=False, version=None, attempts=0)
             return PublishOutcome(result, np.zeros(0, bool))
-        batch = PendingBatch(queue, normalise(table, 0, now_micros(), queue))
+        # Bodies only: shaped by the group's leader, with the round's other publishes.
+        now = now_micros()
+        bodies = Bodies.of(table, now)
+        batch = PendingBatch(queue, bodies or normalise(table, 0, now, queue))
         request = PublishRequest(
             queue,
             batch,

@@ -23,7 +23,7 @@ from spark_queue import (
 from spark_queue.core import identity_holds
 from spark_queue.enqueue import PendingBatch
 from spark_queue.group import CommitGroup, Queued, group_of
-from spark_queue.messages import as_input_table, normalise
+from spark_queue.messages import Bodies, as_input_table, normalise
 from spark_queue.operations import ChangeRequest, LeaseRequest, PublishRequest, ack_planner
 from spark_queue.options import parse_consumer_limits
 from spark_queue.store import now_micros
@@ -77,6 +77,36 @@ def publish_request(table: QueueTable, queue: str, bodies: list[str], **options)
     return PublishRequest(
         queue, PendingBatch(queue, rows), arguments, policies=table.policies, **options
     )
+
+
+def bodies_request(table: QueueTable, queue: str, bodies: list, enqueued_at: int) -> PublishRequest:
+    """A publish of bodies only, as ``QueueTable.publish`` makes one: shaped by the leader."""
+    batch = Bodies.of(as_input_table(bodies), enqueued_at)
+    assert batch is not None
+    return PublishRequest(
+        queue,
+        PendingBatch(queue, batch),
+        {},
+        producer=None,
+        sequence=None,
+        on_reject="drop",
+        policies=table.policies,
+    )
+
+
+def stored(table: QueueTable, queue: str) -> dict[int, tuple[bytes, int, str | None]]:
+    """seq -> (body, enqueued_at in microseconds, message_id) of what ``queue`` holds."""
+    rows = table.peek(queue, 100)
+    return {
+        seq: (bytes(body), at, message_id)
+        for seq, body, at, message_id in zip(
+            rows["seq"].to_pylist(),
+            rows["body"].to_pylist(),
+            rows["enqueued_at"].cast("int64").to_pylist(),
+            rows["message_id"].to_pylist(),
+            strict=True,
+        )
+    }
 
 
 def lease_request(queue: str, consumer: str, count: int) -> LeaseRequest:
@@ -290,6 +320,53 @@ def test_a_round_of_single_message_publishes_writes_one_file(table):
     assert len({f.result().result.version for f in futures}) == 1
     assert message_files() == before + 1
     assert texts(table.peek("q", 10)) == [f"m{i}" for i in range(10)]
+
+
+def test_body_only_publishes_of_a_round_keep_their_bodies_and_times(table):
+    """Publishes of bodies only (str or bytes) stay as given until the leader shapes its
+    round's run of them at once: each publish still gets its own seqs, bodies and
+    ``enqueued_at``; a publish with more columns in the same run is shaped as before."""
+    table.declare("q")
+    group = group_of(table.store.location)
+    base = 1_700_000_000_000_000
+    plain = [["a", "b"], [b"c"], ["d"]]
+    requests = [bodies_request(table, "q", bodies, base + n) for n, bodies in enumerate(plain)]
+    with_id = PublishRequest(
+        "q",
+        PendingBatch(
+            "q", normalise(as_input_table([{"body": "e", "message_id": "i"}]), 0, base + 9, "q")
+        ),
+        {},
+        producer=None,
+        sequence=None,
+        on_reject="drop",
+        policies=table.policies,
+    )
+    futures = one_round(group, [*requests[:2], with_id, requests[2]])
+    outcomes = [f.result().result for f in futures]
+    assert len({o.version for o in outcomes}) == 1  # one commit
+    messages = stored(table, "q")
+    expected = [
+        [(b"a", base, None), (b"b", base, None)],
+        [(b"c", base + 1, None)],
+        [(b"e", base + 9, "i")],
+        [(b"d", base + 2, None)],
+    ]
+    assert [[messages[seq] for seq in o.seqs] for o in outcomes] == expected
+    seqs = [seq for o in outcomes for seq in o.seqs]
+    assert seqs == sorted(seqs)  # arrival order
+
+
+def test_bodies_are_shaped_as_normalise_shapes_them():
+    times = [5, 5, 7]
+    parts = [Bodies.of(as_input_table(["x", "yy"]), 5), Bodies.of(as_input_table([b"z"]), 7)]
+    shaped = Bodies.concat(parts).normalised("q")
+    direct = normalise(as_input_table([b"x", b"yy", b"z"]), 0, np.array(times), "q")
+    assert shaped.equals(direct)
+    assert shaped["enqueued_at"].cast("int64").to_pylist() == times
+    # Not bodies only: kept for normalise (a column more, or a null body).
+    assert Bodies.of(as_input_table([{"body": "x", "key": "k"}]), 5) is None
+    assert Bodies.of(as_input_table([{"body": None}, {"body": "x"}]), 5) is None
 
 
 def test_a_checkpoint_due_while_requests_wait_is_written_by_the_upkeep_thread(table):
