@@ -5,6 +5,7 @@ Python work per message, and read back the same way.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -108,6 +109,10 @@ def join_redelivered(parts: list[dict[str, np.ndarray]]) -> Redelivered:
 def _lease_table(states: dict[str, QueueState]) -> pa.Table:
     """Every queue's leases as index rows (the inverse of :func:`read_leases`)."""
     held = [(name, states[name].leases) for name in sorted(states) if len(states[name].leases)]
+    return _lease_rows(held) if held else _no_leases()
+
+
+def _lease_rows(held: list[tuple[str, Leases]]) -> pa.Table:
     leases = Leases.concat([part for _, part in held])
     consumers = pa.DictionaryArray.from_arrays(
         pa.array(leases.consumer_ids, pa.int32()), pa.array(leases.names, pa.string())
@@ -116,6 +121,13 @@ def _lease_table(states: dict[str, QueueState]) -> pa.Table:
     if leases.keys is not None:  # a queue with message groups: each lease's group
         groups["key"] = leases.keys
     return _columnar_table(held, LEASE_COLUMNS, {"consumer": consumers.cast(pa.string()), **groups})
+
+
+@functools.cache
+def _no_leases() -> pa.Table:
+    # Built once: most commits hold no lease, and each of the ~10 Arrow calls it takes
+    # costs the same for no rows as for a few (Arrow tables are immutable: shared safely).
+    return _lease_rows([])
 
 
 def read_leases(rows: pa.Table) -> dict[str, Leases]:
@@ -140,8 +152,20 @@ def index_rows(states: dict[str, QueueState]) -> dict[str, pa.Table]:
     extras = [(n, states[n].extras) for n in sorted(states) if len(states[n].extras)]
     again = [(n, states[n].redelivered) for n in sorted(states) if len(states[n].redelivered)]
     return {
-        SCHEDULED: _columnar_table(waiting, MESSAGE_INDEX_COLUMNS),
-        EXTRA: _columnar_table(extras, MESSAGE_INDEX_COLUMNS),
-        REDELIVERED: _columnar_table(again, REDELIVERED_COLUMNS),
+        SCHEDULED: _columnar_table(waiting, MESSAGE_INDEX_COLUMNS)
+        if waiting
+        else _none(MESSAGE_INDEX_COLUMNS),
+        EXTRA: _columnar_table(extras, MESSAGE_INDEX_COLUMNS)
+        if extras
+        else _none(MESSAGE_INDEX_COLUMNS),
+        REDELIVERED: _columnar_table(again, REDELIVERED_COLUMNS)
+        if again
+        else _none(REDELIVERED_COLUMNS),
         LEASE: _lease_table(states),
     }
+
+
+@functools.cache
+def _none(columns: tuple[tuple[str, str, int], ...]) -> pa.Table:
+    """No index rows of ``columns``, built once (as :func:`_no_leases`)."""
+    return _columnar_table([], columns)

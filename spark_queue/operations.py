@@ -13,7 +13,7 @@ which plan each operation makes and what its caller gets back.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -202,6 +202,9 @@ def mergeable(first: Request, other: Request) -> bool:
     )
 
 
+_RESULT_FIELDS = tuple(f.name for f in fields(PublishResult))
+
+
 class PublishRun(Request):
     """Publishes of one queue with the same arguments, next to each other in a round, as one
     enqueue and one message file (a round of many single-message publishes would otherwise
@@ -250,9 +253,12 @@ class PublishRun(Request):
             or not outcome.accepted.all()
         ):
             raise Unmergeable
+        # The same result but for the seqs, for each publish: built from its fields, as
+        # dataclasses.replace costs ~20 us a call (32 a round).
+        same = {name: getattr(whole, name) for name in _RESULT_FIELDS if name != "seqs"}
         shares, start = [], 0
         for size in self.sizes:
-            result = replace(whole, seqs=whole.seqs[start : start + size])
+            result = PublishResult(seqs=whole.seqs[start : start + size], **same)
             shares.append(PublishOutcome(result, np.ones(size, bool)))
             start += size
         return shares

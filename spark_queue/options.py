@@ -12,7 +12,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from spark_queue.errors import InvalidOptionError
@@ -118,8 +118,13 @@ class QueueArguments:
     # again (JetStream's Duplicates window): SEMANTICS §2 "De-duplication".
     duplicate_window: int | None = None
 
+    def to_dict(self) -> dict[str, Any]:
+        # Every field is a scalar: no deep copy (dataclasses.asdict's) is needed, and a
+        # commit writes each queue's arguments with its state.
+        return {name: getattr(self, name) for name in ARGUMENT_NAMES}
+
     def to_json(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
+        return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> QueueArguments:

@@ -81,7 +81,7 @@ class QueueState:
         stored as rows of their own."""
         return json.dumps(
             {
-                "arguments": json.loads(self.arguments.to_json()),
+                "arguments": self.arguments.to_dict(),
                 "explicit": self.explicit,
                 "policy": self.policy,
                 "counters": self.counters,
