@@ -732,8 +732,9 @@ class _Step:
 
 class _LogWatch:
     """Whether the table has a version after the one it had when made that may feed
-    ``queue`` (:func:`may_feed`): one stat of the next log entry per check (local disk: a
-    system call; object stores: one HEAD), and a read of each new entry."""
+    ``queue`` (:func:`may_feed`): one open of the next log entry per check (local disk: a
+    system call; object stores: one HEAD where it is missing), and a read of each new
+    entry."""
 
     def __init__(self, table: QueueOperations, queue: str, version: int | None) -> None:
         store = table.store
@@ -746,15 +747,15 @@ class _LogWatch:
         self.log = f"{store.base.rstrip('/')}/_delta_log"
 
     def moved(self) -> bool:
-        import pyarrow.fs as pafs
-
         while True:
             entry = f"{self.log}/{self.version + 1:020d}.json"
-            if self.fs.get_file_info(entry).type == pafs.FileType.NotFound:
-                return False
             try:
+                # One request on S3 where the entry is missing (a HEAD), as a rule here;
+                # get_file_info would also list, for a folder of that name.
                 with self.fs.open_input_stream(entry) as stream:
                     text = stream.read().decode()
+            except FileNotFoundError:
+                return False
             except OSError:
                 return True  # unreadable: lease and see
             self.version += 1

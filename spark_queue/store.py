@@ -270,15 +270,20 @@ class QueueStore:
 
     def open_current(self) -> Any | None:
         """:meth:`open`, without delta-rs's update where the table this thread opened is
-        still the latest version: a probe for the next log entry (a stat on a local disk)
-        costs far less than delta-rs's listing of the whole log folder. A commit planned
+        still the latest version: a probe for the next log entry (a local disk: a system
+        call; S3: a HEAD) costs far less than delta-rs's listing of the log folder. A commit planned
         on it all the same fails where another writer has just committed."""
         table = getattr(self._opened, "table", None)
         if table is not None:
             entry = f"{self.base.rstrip('/')}/_delta_log/{table.version() + 1:020d}.json"
-            with contextlib.suppress(OSError):
-                if self.fs.get_file_info(entry).type == pafs.FileType.NotFound:
-                    return table
+            try:
+                # Opening a stream costs one request on S3 (a HEAD; get_file_info lists
+                # too, for a folder, where the object is missing) and reads nothing yet.
+                self.fs.open_input_stream(entry).close()
+            except FileNotFoundError:
+                return table
+            except OSError:
+                pass  # not known: update, as open() does
         return self.open()
 
     def _check_format(self, table: Any) -> None:

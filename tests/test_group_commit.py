@@ -26,7 +26,7 @@ from spark_queue.group import CommitGroup, Queued, group_of
 from spark_queue.messages import Bodies, as_input_table, normalise
 from spark_queue.operations import ChangeRequest, LeaseRequest, PublishRequest, ack_planner
 from spark_queue.options import parse_consumer_limits
-from spark_queue.store import now_micros
+from spark_queue.store import QueueStore, now_micros
 
 THREADS, CALLS = 8, 12
 CLIENTS = 32  # of the issue: no conflict error reaches a caller
@@ -442,3 +442,16 @@ def test_rounds_with_requests_waiting_still_compact_and_checkpoint(table):
     assert stats["added"] == 600 and identity_holds(stats)
     # A round's publishes are one file: without compaction there would be one per round.
     assert table.store.snapshot().message_files("q").num_rows < version // 2
+
+
+def test_a_round_opens_the_table_current_with_one_probe(table):
+    """``open_current`` keeps the table this thread opened where no newer log entry exists,
+    and updates it where another writer committed (the round would otherwise plan on a
+    stale version and lose its commit)."""
+    table.declare("q")
+    store = QueueStore(table.store.location)
+    opened = store.open()
+    version = opened.version()
+    assert store.open_current() is opened and opened.version() == version
+    QueueTable(table.path, broker="off").publish("q", ["from another writer"])
+    assert store.open_current().version() == version + 1
