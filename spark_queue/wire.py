@@ -20,9 +20,10 @@ Pure functions, no I/O; safe from any thread.
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -187,3 +188,11 @@ def decode_error(extra_info: bytes) -> Exception | None:
         error.queue = payload.get("queue")
         return error
     return kind(message)
+
+
+@functools.cache
+def signature_of(method: Callable[..., Any]) -> inspect.Signature:
+    """``inspect.signature(method)``, computed once per method (a bound method: once per
+    object and method): ~0.15 ms a call otherwise, on every request the broker serves and
+    every call a client sends it."""
+    return inspect.signature(method)
