@@ -743,12 +743,12 @@ class _LogWatch:
             version = store.location.delta_table().version()
         self.queue = queue
         self.version = version
+        self.store = store
         self.fs = store.fs
-        self.log = f"{store.base.rstrip('/')}/_delta_log"
 
     def moved(self) -> bool:
         while True:
-            entry = f"{self.log}/{self.version + 1:020d}.json"
+            entry = self.store.log_entry(self.version + 1)
             try:
                 # One request on S3 where the entry is missing (a HEAD), as a rule here;
                 # get_file_info would also list, for a folder of that name.

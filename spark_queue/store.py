@@ -239,6 +239,10 @@ class QueueStore:
         """The table root's path on :attr:`fs`."""
         return self.location.filesystem()[1]
 
+    def log_entry(self, version: int) -> str:
+        """The path on :attr:`fs` of the Delta log entry (commit file) of ``version``."""
+        return f"{self.base.rstrip('/')}/_delta_log/{version:020d}.json"
+
     def remember_states(self, paths: list[str], states: dict[str, QueueState]) -> None:
         """The states just committed in the state files at ``paths``."""
         self._known_states = (frozenset(paths), {n: s.copy() for n, s in states.items()})
@@ -271,15 +275,14 @@ class QueueStore:
     def open_current(self) -> Any | None:
         """:meth:`open`, without delta-rs's update where the table this thread opened is
         still the latest version: a probe for the next log entry (a local disk: a system
-        call; S3: a HEAD) costs far less than delta-rs's listing of the log folder. A commit planned
-        on it all the same fails where another writer has just committed."""
+        call; S3: a HEAD) costs far less than delta-rs's listing of the log folder. A
+        commit planned on it all the same fails where another writer has just committed."""
         table = getattr(self._opened, "table", None)
         if table is not None:
-            entry = f"{self.base.rstrip('/')}/_delta_log/{table.version() + 1:020d}.json"
             try:
                 # Opening a stream costs one request on S3 (a HEAD; get_file_info lists
                 # too, for a folder, where the object is missing) and reads nothing yet.
-                self.fs.open_input_stream(entry).close()
+                self.fs.open_input_stream(self.log_entry(table.version() + 1)).close()
             except FileNotFoundError:
                 return table
             except OSError:
