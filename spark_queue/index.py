@@ -152,20 +152,20 @@ def index_rows(states: dict[str, QueueState]) -> dict[str, pa.Table]:
     extras = [(n, states[n].extras) for n in sorted(states) if len(states[n].extras)]
     again = [(n, states[n].redelivered) for n in sorted(states) if len(states[n].redelivered)]
     return {
-        SCHEDULED: _columnar_table(waiting, MESSAGE_INDEX_COLUMNS)
-        if waiting
-        else _none(MESSAGE_INDEX_COLUMNS),
-        EXTRA: _columnar_table(extras, MESSAGE_INDEX_COLUMNS)
-        if extras
-        else _none(MESSAGE_INDEX_COLUMNS),
-        REDELIVERED: _columnar_table(again, REDELIVERED_COLUMNS)
-        if again
-        else _none(REDELIVERED_COLUMNS),
+        SCHEDULED: _index_table(waiting, MESSAGE_INDEX_COLUMNS),
+        EXTRA: _index_table(extras, MESSAGE_INDEX_COLUMNS),
+        REDELIVERED: _index_table(again, REDELIVERED_COLUMNS),
         LEASE: _lease_table(states),
     }
 
 
+def _index_table(
+    held: list[tuple[str, Any]], columns: tuple[tuple[str, str, int], ...]
+) -> pa.Table:
+    return _columnar_table(held, columns) if held else _no_rows(columns)
+
+
 @functools.cache
-def _none(columns: tuple[tuple[str, str, int], ...]) -> pa.Table:
+def _no_rows(columns: tuple[tuple[str, str, int], ...]) -> pa.Table:
     """No index rows of ``columns``, built once (as :func:`_no_leases`)."""
     return _columnar_table([], columns)
