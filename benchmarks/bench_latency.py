@@ -7,6 +7,8 @@ returned (one clock: one machine). Two pipelines, in one Spark application, taki
 
 - **ringqueue**: ``QueueTable.publish`` into a queue, ``readStream.format("ringqueue")``
   (at-least-once: each micro-batch also acknowledges the one before);
+- **ringqueue-driver**: the same with ``readMode=driver`` (each batch read by the driver's
+  source worker as it is leased; no executor Python worker);
 - **delta**: ``deltalake.write_deltalake(mode="append")`` into a plain Delta table,
   ``readStream.format("delta")``.
 
@@ -19,6 +21,10 @@ own JVM's log cache, which a Python data source cannot share.
 Goal (issue #12): p50 and p90 ratios ringqueue / delta <= 1.0; issue #23 asks the same of
 ``--producer spark --messages 1``.
 
+With ``--reader-paths`` it times Spark's micro-batch phases for two toy sources of one row per
+trigger, one read by executor tasks and one whose rows come with the plan (PySpark's simple
+stream reader, which ``readMode=driver`` uses): what the read path alone costs a batch.
+
 With ``--source-steps`` it runs no Spark: it times the ringqueue source's own steps, as the
 driver's source worker and a read task call them, on a queue that gets one message per
 micro-batch (an idle ``latestOffset``, one that acknowledges and leases, ``partitions``,
@@ -26,6 +32,7 @@ micro-batch (an idle ``latestOffset``, one that acknowledges and leases, ``parti
 
     .venv/bin/python benchmarks/bench_latency.py [--seconds 60] [--turns 2]
         [--interval 0.5] [--messages 100] [--producer process|spark] [--source-steps]
+        [--reader-paths]
 """
 
 from __future__ import annotations
@@ -47,22 +54,25 @@ import pyarrow as pa
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "benchmarks" / "out"
-PIPELINES = ("ringqueue", "delta")
+# ringqueue-driver: the same consumer with ``readMode=driver`` (its batches read in the
+# driver's source worker, no executor Python).
+PIPELINES = ("ringqueue", "ringqueue-driver", "delta")
 
 
 def paced(seconds: float, interval: float, write: Callable[[int], None]) -> dict:
-    """``write(batch)`` every ``interval`` s for ``seconds``; returns {batch: the time its
-    write returned}."""
-    committed: dict[int, float] = {}
+    """``write(batch)`` every ``interval`` s for ``seconds``; returns {batch: (the time its
+    write was called, the time it returned)}."""
+    written: dict[int, tuple[float, float]] = {}
     started = time.monotonic()
     batch = 0
     while time.monotonic() - started < seconds:
         due = started + batch * interval
         time.sleep(max(0.0, due - time.monotonic()))
+        called = time.time()
         write(batch)
-        committed[batch] = time.time()
+        written[batch] = (called, time.time())
         batch += 1
-    return committed
+    return written
 
 
 def produce(pipeline: str, path: str, seconds: float, interval: float, messages: int) -> dict:
@@ -71,7 +81,7 @@ def produce(pipeline: str, path: str, seconds: float, interval: float, messages:
 
     from spark_queue import QueueTable
 
-    table = QueueTable(path) if pipeline == "ringqueue" else None
+    table = QueueTable(path) if pipeline.startswith("ringqueue") else None
 
     def write(batch: int) -> None:
         rows = pa.table(
@@ -107,7 +117,7 @@ def spark_write(spark, pipeline: str, path: str, key: str, messages: int) -> Non
     )
     frame = spark.createDataFrame([(os.urandom(200), key) for _ in range(messages)], schema)
     writer = frame.write.mode("append")
-    if pipeline == "ringqueue":
+    if pipeline.startswith("ringqueue"):
         writer.format("ringqueue").option("queue", "q").save(path)
     else:
         writer.format("delta").save(path)
@@ -115,7 +125,7 @@ def spark_write(spark, pipeline: str, path: str, key: str, messages: int) -> Non
 
 def one_turn(
     spark, pipeline: str, work: Path, turn: int, args: argparse.Namespace
-) -> tuple[float, list[float]]:
+) -> tuple[float, dict[str, list[float]]]:
     """Run one pipeline for ``args.seconds``; returns the warm-up batch's latency and the
     latencies of the producer's batches."""
     from deltalake import write_deltalake
@@ -123,13 +133,14 @@ def one_turn(
     from spark_queue import QueueTable
 
     path = str(work / f"{pipeline}-{turn}")
-    if pipeline == "ringqueue":
+    if pipeline.startswith("ringqueue"):
         QueueTable(path).declare("q")
         reader = (
             spark.readStream.format("ringqueue")
             .option("path", path)
             .option("queue", "q")
             .option("consumer", "latency")
+            .option("readMode", "driver" if pipeline.endswith("driver") else "executors")
         )
     else:
         empty = pa.table({"body": pa.array([], pa.binary()), "key": pa.array([], pa.string())})
@@ -155,7 +166,7 @@ def one_turn(
     warm_up = pa.table({"body": pa.array([b"warm-up"], pa.binary()), "key": pa.array(["-1"])})
     if args.producer == "spark":  # its writers warmed up too
         spark_write(spark, pipeline, path, "-1", 1)
-    elif pipeline == "ringqueue":
+    elif pipeline.startswith("ringqueue"):
         QueueTable(path).publish("q", warm_up)
     else:
         write_deltalake(path, warm_up, mode="append")
@@ -188,13 +199,16 @@ def one_turn(
     query.stop()
     missing = set(committed) - set(delivered)
     assert not missing, f"{pipeline}: batches never delivered: {sorted(missing)[:5]}"
-    if pipeline == "ringqueue":
+    if pipeline.startswith("ringqueue"):
         for operation, attempts in attempts_by_operation(path).items():
             print(
                 f"turn {turn}: {len(attempts)} {operation} commits, "
                 f"{statistics.mean(attempts):.3f} attempts each (max {max(attempts)})"
             )
-    return first_batch, [delivered[b] - committed[b] for b in sorted(committed)]
+    return first_batch, {
+        "return": [delivered[b] - committed[b][1] for b in sorted(committed)],
+        "start": [delivered[b] - committed[b][0] for b in sorted(committed)],
+    }
 
 
 def attempts_by_operation(path: str) -> dict[str, list[int]]:
@@ -270,6 +284,105 @@ def source_steps(batches: int = 100) -> None:
         )
 
 
+def reader_paths(seconds: float = 20.0) -> None:
+    """Spark's micro-batch phases for two toy Python sources that deliver one new row per
+    trigger: one whose rows executor tasks read (``streamReader``), one whose rows come with
+    the plan (``simpleStreamReader``, as ``readMode=driver``). No table: what each path
+    costs Spark alone."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    sys.path.insert(0, str(ROOT))
+    from pyspark.sql.datasource import (
+        DataSource,
+        DataSourceStreamReader,
+        InputPartition,
+        SimpleDataSourceStreamReader,
+    )
+
+    from spark_queue import local_session
+
+    def rows(first: int, stop: int) -> pa.RecordBatch:
+        return pa.RecordBatch.from_pydict({"v": pa.array(range(first, stop), pa.int64())})
+
+    class Span(InputPartition):
+        def __init__(self, first: int, stop: int) -> None:
+            self.first, self.stop = first, stop
+
+    class TaskRead(DataSourceStreamReader):
+        def __init__(self) -> None:
+            self.latest = 0
+
+        def initialOffset(self) -> dict:
+            return {"n": 0}
+
+        def latestOffset(self) -> dict:
+            self.latest += 1
+            return {"n": self.latest}
+
+        def partitions(self, start: dict, end: dict) -> list:
+            return [Span(start["n"], end["n"])]
+
+        def read(self, partition: Span):  # type: ignore[override]
+            yield rows(partition.first, partition.stop)
+
+    class PlanRead(SimpleDataSourceStreamReader):
+        def initialOffset(self) -> dict:
+            return {"n": 0}
+
+        def read(self, start: dict):  # type: ignore[override]
+            return iter([rows(start["n"], start["n"] + 1)]), {"n": start["n"] + 1}
+
+        def readBetweenOffsets(self, start: dict, end: dict):  # type: ignore[override]
+            return iter([rows(start["n"], end["n"])])
+
+    class TaskSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "toy_tasks"
+
+        def schema(self) -> str:
+            return "v long"
+
+        def streamReader(self, schema):  # type: ignore[override]
+            return TaskRead()
+
+    class PlanSource(TaskSource):
+        @classmethod
+        def name(cls) -> str:
+            return "toy_plan"
+
+        def streamReader(self, schema):  # type: ignore[override]
+            from pyspark.errors import PySparkNotImplementedError
+
+            raise PySparkNotImplementedError(
+                errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "streamReader"}
+            )
+
+        def simpleStreamReader(self, schema):  # type: ignore[override]
+            return PlanRead()
+
+    spark = local_session("bench-latency-reader-paths")
+    spark.dataSource.register(TaskSource)
+    spark.dataSource.register(PlanSource)
+    print(f"median ms per micro-batch of one row, {seconds:.0f} s each, first 5 batches left out")
+    print("| source | batches | latestOffset | walCommit | addBatch | commitOffsets | trigger |")
+    print("|---|---|---|---|---|---|---|")
+    for source in ("toy_tasks", "toy_plan") * 2:  # two turns each
+        query = (
+            spark.readStream.format(source)
+            .load()
+            .writeStream.foreachBatch(lambda frame, _id: frame.collect())
+            .trigger(processingTime="0 seconds")
+            .start()
+        )
+        time.sleep(seconds)  # a toy source always has a row: no trigger is idle
+        progress = query.recentProgress[5:]
+        query.stop()
+        phases = ["latestOffset", "walCommit", "addBatch", "commitOffsets", "triggerExecution"]
+        medians = [statistics.median(p["durationMs"][k] for p in progress) for k in phases]
+        print(f"| {source} | {len(progress)} | {' | '.join(f'{m:.0f}' for m in medians)} |")
+    spark.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="per pipeline and turn")
@@ -285,51 +398,74 @@ def main() -> None:
     parser.add_argument(
         "--source-steps", action="store_true", help="time the source's steps, without Spark"
     )
+    parser.add_argument(
+        "--reader-paths",
+        action="store_true",
+        help="Spark's micro-batch phases for toy sources read by tasks or with the plan",
+    )
     args = parser.parse_args()
     if args.source_steps:
         source_steps()
+        return
+    if args.reader_paths:
+        reader_paths()
         return
     os.environ["PYSPARK_PYTHON"] = sys.executable
     sys.path.insert(0, str(ROOT))
     from spark_queue import local_session
 
     spark = local_session("bench-latency")
-    latencies: dict[str, list[float]] = {p: [] for p in PIPELINES}
+    # From the write call's return (the goal's measure), and from its start: a write
+    # may return after its commit is already visible (Delta's did, by up to 0.75 s).
+    latencies: dict[str, dict[str, list[float]]] = {
+        since: {p: [] for p in PIPELINES} for since in ("return", "start")
+    }
     first_batches: dict[str, list[float]] = {p: [] for p in PIPELINES}
     with tempfile.TemporaryDirectory(prefix="bench-latency-") as folder:
         for turn in range(args.turns):
             for pipeline in PIPELINES:
                 first, measured = one_turn(spark, pipeline, Path(folder), turn, args)
                 first_batches[pipeline].append(first)
-                latencies[pipeline] += measured
+                for since, values in measured.items():
+                    latencies[since][pipeline] += values
     spark.stop()
     summary = {
-        p: {
-            "batches": len(values),
-            "p50": statistics.median(values),
-            "p90": percentile(values, 0.90),
-            "p99": percentile(values, 0.99),
-            "max": max(values),
-            "first_batch": first_batches[p],
+        since: {
+            p: {
+                "batches": len(values),
+                "min": min(values),
+                "p50": statistics.median(values),
+                "p90": percentile(values, 0.90),
+                "p99": percentile(values, 0.99),
+                "max": max(values),
+                "first_batch": first_batches[p],
+            }
+            for p, values in by_pipeline.items()
         }
-        for p, values in latencies.items()
+        for since, by_pipeline in latencies.items()
     }
     print(
         f"{args.turns} turns x {args.seconds:.0f} s per pipeline; a batch of {args.messages} "
         f"every {args.interval} s, written by {args.producer}"
     )
-    print("| pipeline | batches | p50 s | p90 s | p99 s | max s | warm-up batch s |")
-    print("|---|---|---|---|---|---|---|")
-    for p, s in summary.items():
-        print(
-            f"| {p} | {s['batches']} | {s['p50']:.3f} | {s['p90']:.3f} | {s['p99']:.3f} | "
-            f"{s['max']:.3f} | {', '.join(f'{v:.2f}' for v in s['first_batch'])} |"
-        )
-    ring, delta = summary["ringqueue"], summary["delta"]
-    print(
-        f"| ratio | | {ring['p50'] / delta['p50']:.2f} | {ring['p90'] / delta['p90']:.2f} | "
-        f"{ring['p99'] / delta['p99']:.2f} | {ring['max'] / delta['max']:.2f} | |"
-    )
+    for since, by_pipeline in summary.items():
+        print(f"\nlatency from the write call's {since}")
+        print("| pipeline | batches | min s | p50 s | p90 s | p99 s | max s | warm-up batch s |")
+        print("|---|---|---|---|---|---|---|---|")
+        for p, s in by_pipeline.items():
+            print(
+                f"| {p} | {s['batches']} | {s['min']:.3f} | {s['p50']:.3f} | {s['p90']:.3f} | "
+                f"{s['p99']:.3f} | {s['max']:.3f} | "
+                f"{', '.join(f'{v:.2f}' for v in s['first_batch'])} |"
+            )
+        delta = by_pipeline["delta"]
+        for p in PIPELINES[:-1]:
+            ring = by_pipeline[p]
+            print(
+                f"| ratio {p} / delta | | | {ring['p50'] / delta['p50']:.2f} | "
+                f"{ring['p90'] / delta['p90']:.2f} | {ring['p99'] / delta['p99']:.2f} | "
+                f"{ring['max'] / delta['max']:.2f} | |"
+            )
     OUT.mkdir(parents=True, exist_ok=True)
     target = OUT / f"latency-{args.producer}.json"
     target.write_text(

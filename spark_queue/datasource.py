@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pyarrow as pa
+from pyspark.errors import PySparkNotImplementedError
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_type
 from pyspark.sql.types import DataType, StructType
@@ -26,7 +27,7 @@ from spark_queue.options import (
 from spark_queue.portable import Portable
 from spark_queue.schema import BROWSE_ARROW_SCHEMA, INPUT_TYPES, check_input_columns
 from spark_queue.sink import RingQueueBatchWriter, RingQueueStreamWriter
-from spark_queue.source import RingQueueStreamReader
+from spark_queue.source import DriverReadStreamReader, RingQueueStreamReader
 from spark_queue.storage import Location
 
 # What the browse read and the consumer return, as Spark's type (the Arrow layout is the
@@ -94,7 +95,16 @@ class RingQueueDataSource(Portable, DataSource):
         return BrowseReader(parse_browse_options(self.options))
 
     def streamReader(self, schema: StructType) -> RingQueueStreamReader:
-        return RingQueueStreamReader(parse_source_options(self.options))
+        options = parse_source_options(self.options)
+        if options.read_mode == "driver":
+            # PySpark then asks simpleStreamReader, whose batches skip executor Python.
+            raise PySparkNotImplementedError(
+                errorClass="NOT_IMPLEMENTED", messageParameters={"feature": "streamReader"}
+            )
+        return RingQueueStreamReader(options)
+
+    def simpleStreamReader(self, schema: StructType) -> DriverReadStreamReader:
+        return DriverReadStreamReader(parse_source_options(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> RingQueueBatchWriter:
         return RingQueueBatchWriter(*self._sink(schema, overwrite))

@@ -56,9 +56,11 @@ SOURCE_OPTIONS = (
     "maxBacklog",
     "ackMode",
     "filter",
+    "readMode",
 )
 SEMANTICS = ("at-least-once", "at-most-once")
 ACK_MODES = ("commit", "manual")
+READ_MODES = ("executors", "driver")
 BROWSE_OPTIONS = ("path", "queue")
 # Keys Spark itself adds to a data source's options.
 SPARK_OPTIONS = ("checkpointlocation",)
@@ -369,6 +371,7 @@ class SourceOptions:
     max_backlog: int | None = None
     ack_mode: str = "commit"
     filter: str | None = None  # SQL predicate over the message columns
+    read_mode: str = "executors"
     storage: dict[str, str] = field(default_factory=dict, repr=False)
 
 
@@ -521,6 +524,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         max_backlog=_count("maxBacklog", found.get("maxBacklog"), zero_ok=False),
         ack_mode=parse_choice("ackMode", found.get("ackMode", ACK_MODES[0]), ACK_MODES),
         filter=found.get("filter") or None,
+        read_mode=parse_choice("readMode", found.get("readMode", READ_MODES[0]), READ_MODES),
         storage=storage_options(options),
     )
 

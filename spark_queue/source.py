@@ -25,6 +25,8 @@ How leases and acknowledgements map onto Spark's micro-batch protocol (SEMANTICS
 What runs where: every method but ``read`` runs in the driver-side source worker, which keeps
 this instance for the whole query run; ``read`` runs in executor tasks from a pickled copy
 and gets everything from its :class:`LeasedRange` partition (the table's location included).
+With ``readMode=driver`` (:class:`DriverReadStreamReader`) the source worker also reads each
+batch as it leases it, and only a replay after a restart reads in an executor task.
 """
 
 from __future__ import annotations
@@ -37,7 +39,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSourceStreamReader,
+    InputPartition,
+    SimpleDataSourceStreamReader,
+)
 
 from spark_queue import failpoints
 from spark_queue.core import (
@@ -62,6 +68,9 @@ TASK_BYTES = 128 * 1024 * 1024  # bodies per read task at most, about
 MIN_TASK_BYTES = 8 * 1024 * 1024  # below this a batch is not split for parallelism
 MIN_TASKS = 2
 ARROW_BATCH_BYTES = 8 * 1024 * 1024  # per Arrow batch handed to the JVM, about
+# readMode=driver with neither maxMessagesPerTrigger nor maxBytesPerTrigger: bodies per
+# batch at most, about, since the driver's source worker holds a batch whole.
+DRIVER_BATCH_BYTES = 64 * 1024 * 1024
 # What a read takes from the message files; delivery counts, consumer and state are the
 # lease's, not the stored ones.
 STORED_COLUMNS = [c for c in BROWSE_COLUMNS if c not in ("delivery_count", "consumer", "state")]
@@ -205,6 +214,20 @@ def read_leased(partition: LeasedRange) -> Iterator[pa.Table]:
             yield _as_delivered(rows, seqs, partition.consumer, runs).cast(schema)
 
 
+def files_covering(snapshot: Any, queue: str, ranges: list[list[int]]) -> pa.Table:
+    """The message files of ``snapshot`` that may hold ``queue``'s seqs in ``ranges``."""
+    low, high = ranges[0][0], ranges[-1][1]
+    files = snapshot.message_files(queue, from_seq=low)
+    return files.filter(pc.fill_null(pc.less_equal(files["min_seq"], high), True))
+
+
+def arrow_batches(rows: pa.Table) -> list[pa.RecordBatch]:
+    """``rows`` in Arrow batches of about :data:`ARROW_BATCH_BYTES`: the JVM holds each one
+    off its heap while it converts it."""
+    row_bytes = max(1, rows.nbytes // max(1, rows.num_rows))
+    return rows.to_batches(max_chunksize=max(1, ARROW_BATCH_BYTES // row_bytes))
+
+
 def delivery_counts(seqs: np.ndarray, runs: np.ndarray) -> np.ndarray:
     """The delivery count of each leased seq: its run's (``runs``: first, last, count rows,
     in order), else 1."""
@@ -241,6 +264,12 @@ class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAva
         self._stop_below: int | None = None  # AvailableNow: what existed when it started
         self._default_limit: Any = None
         self._initial: dict | None = None
+        # The snapshot the last lease was planned on: its message files hold the batch (a
+        # lease adds none, and files a later compaction drops stay until a vacuum).
+        self.planned_on: Any = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "planned_on": None}  # a snapshot is this process's only
 
     # -- offsets -----------------------------------------------------------------------------
 
@@ -405,6 +434,7 @@ class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAva
                     changed = True
                 leased = Leases.concat([unlogged, plan.leased])
             version = transaction.snapshot.version
+            self.planned_on = transaction.snapshot
             if changed:
                 failpoints.reached("source.lease-planned")
                 transaction.commit(operation=f"CONSUME {options.queue} {options.consumer}")
@@ -424,8 +454,12 @@ class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAva
         if end == start or not end.get("ranges"):
             return []
         failpoints.reached("source.partitions")
+        return self._partitions(end, self._files_of(end["ranges"], end.get("table_version")))
+
+    def _partitions(self, end: dict, files: pa.Table) -> list[LeasedRange]:
+        """The read tasks of the batch ``end`` names, over the message ``files`` that may
+        hold its seqs."""
         ranges = end["ranges"]
-        files = self._files_of(ranges, end.get("table_version"))
         queue = self.options.queue
         listed = [
             (path, low, high, low is not None and high is not None and first == last == queue)
@@ -467,11 +501,10 @@ class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAva
         """The message files that may hold the seqs of ``ranges``: those of ``version`` where
         the offset names one and its files are all still there (a replay after a vacuum
         reads the latest, as it does without a version), else the latest version's."""
-        queue, low, high = self.options.queue, ranges[0][0], ranges[-1][1]
+        queue = self.options.queue
 
         def covering(snapshot: Any) -> pa.Table:
-            files = snapshot.message_files(queue, from_seq=low)
-            return files.filter(pc.fill_null(pc.less_equal(files["min_seq"], high), True))
+            return files_covering(snapshot, queue, ranges)
 
         latest = self.store.snapshot(with_states=False)  # the files are all it needs
         if latest is None:
@@ -486,9 +519,7 @@ class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAva
 
     def read(self, partition: LeasedRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         for rows in read_leased(partition):
-            # Bounded Arrow batches: the JVM holds each one off its heap while it converts it.
-            row_bytes = max(1, rows.nbytes // max(1, rows.num_rows))
-            yield from rows.to_batches(max_chunksize=max(1, ARROW_BATCH_BYTES // row_bytes))
+            yield from arrow_batches(rows)
 
     def commit(self, end: dict) -> None:
         """Not used: acknowledgement happens in the next ``latestOffset`` (module doc)."""
@@ -497,3 +528,58 @@ class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAva
 
     def _require(self, states: dict[str, Any]) -> Any:
         return require_queue(states, self.options.queue, self.store.uri)
+
+
+class DriverReadStreamReader(Portable, SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):
+    """A consumer of one queue that reads each batch as it leases it: ``readMode=driver``.
+
+    The same protocol as :class:`RingQueueStreamReader` (it does the leasing), through
+    PySpark's simple stream reader: ``read(start)`` runs in the driver-side source worker
+    when Spark asks for the latest offset, leases the next batch in one commit and reads its
+    rows there. PySpark hands those rows to Spark with the batch's partitions, so no
+    executor task starts a Python worker for them: about 70 ms less per micro-batch on two
+    cores (docs/BENCHMARKS.md, "End-to-end latency"). The batch passes through the driver
+    whole, so it is for small batches: without ``maxMessagesPerTrigger`` or
+    ``maxBytesPerTrigger`` a batch takes at most :data:`DRIVER_BATCH_BYTES` of bodies.
+
+    ``readBetweenOffsets`` replays a batch Spark logged before a restart; it runs in an
+    executor task, from a pickled copy, as ``RingQueueStreamReader.read`` does.
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.leases = RingQueueStreamReader(options)
+        limit = self.leases.getDefaultReadLimit()
+        self._limit = (
+            ReadMaxBytes(DRIVER_BATCH_BYTES) if isinstance(limit, ReadAllAvailable) else limit
+        )
+
+    def initialOffset(self) -> dict:
+        return self.leases.initialOffset()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.leases.prepareForTriggerAvailableNow()
+
+    def read(self, start: dict) -> tuple[Iterator[pa.RecordBatch], dict]:  # type: ignore[override]
+        leases = self.leases
+        end = leases.latestOffset(start, self._limit)
+        if end == start:
+            return iter(()), start
+        # The files of the snapshot the lease was planned on: no second update of the table.
+        files = files_covering(leases.planned_on, leases.options.queue, end["ranges"])
+        # A list's iterator: PySpark copies it to hand the batch over (a generator would not
+        # copy).
+        return iter(self._batches(leases._partitions(end, files))), end
+
+    def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        return iter(self._batches(self.leases.partitions(start, end)))
+
+    def _batches(self, partitions: list[LeasedRange]) -> list[pa.RecordBatch]:
+        return [
+            batch
+            for partition in partitions
+            for rows in read_leased(partition)
+            for batch in arrow_batches(rows)
+        ]
+
+    def commit(self, end: dict) -> None:
+        """Not used: acknowledgement happens in the next ``read`` (module doc)."""

@@ -306,7 +306,7 @@ class QueueStore:
         from deltalake.exceptions import DeltaError
         from deltalake.transaction import create_table_with_add_actions
 
-        table = self.open()
+        table = self.open_current()
         if table is not None:
             return table
         # Another writer may create it meanwhile: then open what is there.
@@ -332,20 +332,27 @@ class QueueStore:
         table = table if table is not None else self.open()
         if table is None:
             return None
-        files = _flatten_files(table)
-        state_mask = pc.is_in(files["record"], pa.array(STATE_RECORDS))
-        state_files = files.filter(state_mask)
-        listed = [
-            (p, s, r)
-            for p, s, r in zip(
-                state_files["path"].to_pylist(),
-                state_files["size"].to_pylist(),
-                state_files["record"].to_pylist(),
-                strict=True,
-            )
-        ]
+        version = table.version()
+        flattened = getattr(self._opened, "flattened", None)
+        if flattened is not None and flattened[0] is table and flattened[1] == version:
+            # The same table at the same version: the same files (an idle consumer's poll
+            # would flatten them again ~70 times a second).
+            files, listed = flattened[2], flattened[3]
+        else:
+            files = _flatten_files(table)
+            state_files = files.filter(pc.is_in(files["record"], pa.array(STATE_RECORDS)))
+            listed = [
+                (p, s, r)
+                for p, s, r in zip(
+                    state_files["path"].to_pylist(),
+                    state_files["size"].to_pylist(),
+                    state_files["record"].to_pylist(),
+                    strict=True,
+                )
+            ]
+            self._opened.flattened = (table, version, files, listed)
         states = self._read_states(listed) if with_states else {}
-        return Snapshot(table, table.version(), files, states, listed)
+        return Snapshot(table, version, files, states, list(listed))
 
     def files_at(self, version: int) -> Snapshot | None:
         """The files (no states) of an earlier ``version``, or None where its log is gone."""

@@ -13,6 +13,9 @@ from tests.clock import now_micros, wait_past
 from tests.helpers import assert_identity, consume, delivered, messages, write_batch
 
 pytestmark = pytest.mark.spark
+# Both ways a batch is read: by executor tasks (the default) and by the driver's source worker
+# as it leases it (readMode=driver, PySpark's simple stream reader).
+READ_MODES = pytest.mark.parametrize("read_mode", ["executors", "driver"])
 
 
 def fail_once_then_rerun(
@@ -47,23 +50,26 @@ def fail_once_then_rerun(
 
 
 @pytest.mark.connect
-def test_consume_in_bounded_batches_and_ack_after_commit(spark, queue_path, tmp_path):
+@READ_MODES
+def test_consume_in_bounded_batches_and_ack_after_commit(spark, queue_path, tmp_path, read_mode):
     write_batch(messages(spark, [f"m{i}" for i in range(10)]), queue_path, queue="q")
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
-    consume(spark, queue_path, out, checkpoint, maxMessagesPerTrigger=4)
+    bounds = {"maxMessagesPerTrigger": 4, "readMode": read_mode}
+    consume(spark, queue_path, out, checkpoint, **bounds)
     assert delivered(spark, out) == sorted(f"m{i}" for i in range(10))
     assert len(list((checkpoint / "commits").iterdir())) >= 3  # 4 + 4 + 2
     stats = QueueTable(queue_path).stats("q")
     # AvailableNow's closing latestOffset call starts at the last committed batch: all acked.
     assert (stats["acked"], stats["leased"], stats["ready"]) == (10, 0, 0)
     write_batch(messages(spark, ["late"]), queue_path, queue="q")
-    consume(spark, queue_path, out, checkpoint, maxMessagesPerTrigger=4)
+    consume(spark, queue_path, out, checkpoint, **bounds)
     assert QueueTable(queue_path).stats("q")["acked"] == 11
     assert delivered(spark, out).count("late") == 1
     assert_identity(queue_path)
 
 
-def test_two_consumers_compete_each_message_once(spark, queue_path, tmp_path):
+@READ_MODES
+def test_two_consumers_compete_each_message_once(spark, queue_path, tmp_path, read_mode):
     bodies = [f"m{i}" for i in range(40)]
     write_batch(messages(spark, bodies), queue_path, queue="q")
     queries = []
@@ -73,6 +79,7 @@ def test_two_consumers_compete_each_message_once(spark, queue_path, tmp_path):
             .option("queue", "q")
             .option("consumer", name)
             .option("maxMessagesPerTrigger", 3)
+            .option("readMode", read_mode)
             .load(queue_path)
             .select("seq", "body")
             .writeStream.format("delta")
@@ -90,15 +97,21 @@ def test_two_consumers_compete_each_message_once(spark, queue_path, tmp_path):
     assert_identity(queue_path)
 
 
-def test_at_most_once_removes_on_delivery(spark, queue_path, tmp_path):
+@READ_MODES
+def test_at_most_once_removes_on_delivery(spark, queue_path, tmp_path, read_mode):
     write_batch(messages(spark, list("abc")), queue_path, queue="q")
-    consume(spark, queue_path, tmp_path / "out", tmp_path / "chk", semantics="at-most-once")
+    out = tmp_path / "out"
+    consume(spark, queue_path, out, tmp_path / "chk", semantics="at-most-once", readMode=read_mode)
+    assert delivered(spark, out) == ["a", "b", "c"]
     stats = QueueTable(queue_path).stats("q")
     assert (stats["acked"], stats["leased"], stats["ready"]) == (3, 0, 0)
     assert_identity(queue_path)
 
 
-def test_failed_batch_replays_the_same_messages(spark, queue_path, tmp_path):
+@READ_MODES
+def test_failed_batch_replays_the_same_messages(spark, queue_path, tmp_path, read_mode):
+    """With ``readMode=driver`` the replay runs ``readBetweenOffsets`` in an executor task:
+    the restarted query's source worker has not read the logged batch."""
     write_batch(messages(spark, [f"m{i}" for i in range(6)]), queue_path, queue="q")
     seen: list[list[int]] = []
     fail_once_then_rerun(
@@ -106,6 +119,7 @@ def test_failed_batch_replays_the_same_messages(spark, queue_path, tmp_path):
         queue_path,
         tmp_path / "chk",
         lambda batch: seen.append(sorted(r.seq for r in batch.collect())),
+        readMode=read_mode,
     )
     first, failed, replayed, last = seen  # batch 1 failed, then ran again on restart
     assert replayed == failed  # the same messages, from the offset log
@@ -156,6 +170,7 @@ def test_bad_source_options(spark, queue_path):
     for option, value in [
         ("semantics", "exactly-twice"),
         ("ackMode", "sometimes"),
+        ("readMode", "turbo"),
         ("maxMessagesPerTrigger", "0"),
         ("leasePeriod", "soon"),
         ("colour", "red"),
@@ -359,3 +374,37 @@ def test_a_lease_spark_never_logged_is_the_next_batch_not_lost(spark, queue_path
     stats = table.stats("q")
     assert (stats["acked"], stats["leased"], stats["ready"]) == (10, 0, 0)
     assert_identity(queue_path)
+
+
+def test_a_driver_read_batch_without_bounds_takes_at_most_driver_batch_bytes(
+    queue_path, monkeypatch
+):
+    """``readMode=driver`` holds a batch whole in the driver's source worker, so with no
+    ``maxMessagesPerTrigger``/``maxBytesPerTrigger`` it bounds a batch by bodies; a replay
+    (``readBetweenOffsets``) reads exactly what ``read`` delivered. Called as PySpark's
+    simple-reader wrapper calls it, without Spark (the bound is patched small)."""
+    from spark_queue import source
+    from spark_queue.options import parse_source_options
+    from spark_queue.schema import BROWSE_ARROW_SCHEMA
+
+    monkeypatch.setattr(source, "DRIVER_BATCH_BYTES", 2500)
+    QueueTable(queue_path).publish("q", [bytes([i]) * 1000 for i in range(5)])
+    options = parse_source_options({"path": queue_path, "queue": "q", "readmode": "driver"})
+    reader = source.DriverReadStreamReader(options)
+    start, seen = reader.initialOffset(), []
+    while True:
+        batches, end = reader.read(start)
+        table = pa.Table.from_batches(list(batches), BROWSE_ARROW_SCHEMA)
+        if end == start:
+            assert table.num_rows == 0
+            break
+        assert 0 < sum(len(b) for b in table["body"].to_pylist()) <= 2500
+        replayed = pa.Table.from_batches(
+            list(reader.readBetweenOffsets(start, end)), BROWSE_ARROW_SCHEMA
+        )
+        assert replayed.equals(table)
+        seen += table["body"].to_pylist()
+        start = end
+    assert seen == [bytes([i]) * 1000 for i in range(5)]  # in order, each once
+    # Each read acknowledged the batch before it; the last, finding nothing, the last batch.
+    assert QueueTable(queue_path).stats("q")["acked"] == 5
