@@ -454,9 +454,9 @@ class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAva
         if end == start or not end.get("ranges"):
             return []
         failpoints.reached("source.partitions")
-        return self._partitions(end, self._files_of(end["ranges"], end.get("table_version")))
+        return self.partitions_over(end, self._files_of(end["ranges"], end.get("table_version")))
 
-    def _partitions(self, end: dict, files: pa.Table) -> list[LeasedRange]:
+    def partitions_over(self, end: dict, files: pa.Table) -> list[LeasedRange]:
         """The read tasks of the batch ``end`` names, over the message ``files`` that may
         hold its seqs."""
         ranges = end["ranges"]
@@ -537,7 +537,7 @@ class DriverReadStreamReader(Portable, SimpleDataSourceStreamReader, SupportsTri
     PySpark's simple stream reader: ``read(start)`` runs in the driver-side source worker
     when Spark asks for the latest offset, leases the next batch in one commit and reads its
     rows there. PySpark hands those rows to Spark with the batch's partitions, so no
-    executor task starts a Python worker for them: about 70 ms less per micro-batch on two
+    executor task starts a Python worker for them: 55-65 ms less per micro-batch on two
     cores (docs/BENCHMARKS.md, "End-to-end latency"). The batch passes through the driver
     whole, so it is for small batches: without ``maxMessagesPerTrigger`` or
     ``maxBytesPerTrigger`` a batch takes at most :data:`DRIVER_BATCH_BYTES` of bodies.
@@ -568,7 +568,7 @@ class DriverReadStreamReader(Portable, SimpleDataSourceStreamReader, SupportsTri
         files = files_covering(leases.planned_on, leases.options.queue, end["ranges"])
         # A list's iterator: PySpark copies it to hand the batch over (a generator would not
         # copy).
-        return iter(self._batches(leases._partitions(end, files))), end
+        return iter(self._batches(leases.partitions_over(end, files))), end
 
     def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return iter(self._batches(self.leases.partitions(start, end)))
