@@ -93,7 +93,8 @@ def test_a_processing_time_consumer_restarted_delivers_each_message_once(
     assert_identity(queue_path)
 
 
-def test_browse_with_filters_and_a_filtering_consumer(spark, queue_path, tmp_path):
+@pytest.mark.parametrize("read_mode", ["executors", "driver"])
+def test_browse_with_filters_and_a_filtering_consumer(spark, queue_path, tmp_path, read_mode):
     rows = [(f"m{i}", "eu" if i % 2 else "us", i % 3) for i in range(9)]
     batch = spark.createDataFrame(rows, "body string, region string, priority int")
     write_batch(
@@ -116,6 +117,7 @@ def test_browse_with_filters_and_a_filtering_consumer(spark, queue_path, tmp_pat
         .option("queue", "q")
         .option("consumer", "eu")
         .option("filter", "headers['region'] = 'eu'")
+        .option("readMode", read_mode)
         .load(queue_path)
         .select("body")
         .writeStream.format("delta")

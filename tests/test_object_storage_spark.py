@@ -66,8 +66,9 @@ def test_batch_and_streaming_sink_on_s3_with_an_exactly_once_replay(
     assert bodies == ["b0", "b1", *(f"s{i}" for i in range(6))]
 
 
+@pytest.mark.parametrize("read_mode", ["executors", "driver"])
 def test_streaming_consumer_on_s3(
-    spark: SparkSession, s3_table: str, s3_options: dict[str, str], tmp_path: Path
+    spark: SparkSession, s3_table: str, s3_options: dict[str, str], tmp_path: Path, read_mode: str
 ) -> None:
     table = QueueTable(s3_table, storage_options=s3_options)
     table.publish("jobs", [f"j{i}" for i in range(50)])
@@ -76,6 +77,7 @@ def test_streaming_consumer_on_s3(
         .option("queue", "jobs")
         .option("consumer", "s3-worker")
         .option("maxMessagesPerTrigger", 20)
+        .option("readMode", read_mode)
         .options(**storage(s3_options))
         .load(s3_table)
     )
