@@ -352,7 +352,7 @@ class QueueStore:
             ]
             self._opened.flattened = (table, version, files, listed)
         states = self._read_states(listed) if with_states else {}
-        return Snapshot(table, version, files, states, list(listed))
+        return Snapshot(table, version, files, states, listed)  # read only: shared safely
 
     def files_at(self, version: int) -> Snapshot | None:
         """The files (no states) of an earlier ``version``, or None where its log is gone."""
