@@ -73,12 +73,20 @@ def under_spark_submit() -> bool:
 
 
 def job_session(
-    app_name: str, storage: dict[str, str] | None = None, remote: str | None = None
+    app_name: str,
+    storage: dict[str, str] | None = None,
+    remote: str | None = None,
+    spark: SparkSession | None = None,
 ) -> SparkSession:
-    """The session a job runs in: a Spark Connect session when ``remote`` is given
-    (``sc://HOST:PORT``, or ``local``/``local[N]`` for a local Connect server), else
-    spark-submit's (master and JARs left to it), else local; its S3A configured from the job's
-    ``--storage-option`` flags (checkpoints, outputs)."""
+    """The session a job runs in: ``spark`` where the caller gave one (a notebook's, which
+    the job then leaves running: :func:`end_session`), else a Spark Connect session when
+    ``remote`` is given (``sc://HOST:PORT``, or ``local``/``local[N]`` for a local Connect
+    server), else spark-submit's (master and JARs left to it), else local; its S3A configured
+    from the job's ``--storage-option`` flags (checkpoints, outputs)."""
+    if spark is not None:
+        if storage:
+            configure_s3a(spark, storage)
+        return register(spark)
     if remote and remote.startswith("local"):
         return local_session(app_name, master=remote, storage_options=storage, remote=True)
     if remote:
@@ -94,6 +102,12 @@ def job_session(
         if not submitted.contains(key):
             builder = builder.config(key, value)
     return register(builder.getOrCreate())
+
+
+def end_session(spark: SparkSession, given: SparkSession | None) -> None:
+    """Stop the job's session, unless the caller gave it (``main(argv, spark=...)``)."""
+    if given is None:
+        spark.stop()
 
 
 def add_remote_option(parser: argparse.ArgumentParser) -> None:

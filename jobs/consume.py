@@ -36,6 +36,7 @@ from common import (
     add_remote_option,
     add_storage_options,
     add_trigger_options,
+    end_session,
     explain,
     fail,
     job_session,
@@ -45,6 +46,7 @@ from common import (
     trigger_kwargs,
 )
 from pyspark.errors import PySparkException
+from pyspark.sql import SparkSession
 
 from spark_queue import QueueTable
 from spark_queue.schema import BROWSE_COLUMNS
@@ -123,10 +125,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> dict[str, object]:
+def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> dict[str, object]:
+    """Run the job with ``argv`` (default: the command line) in ``spark`` where given (a
+    notebook's session, left running), else in the session of :func:`common.job_session`."""
+    given = spark
     args = parse_args(argv)
     storage = storage_options(args)
-    spark = job_session("spark-queue-consume", storage, args.remote)
+    spark = job_session("spark-queue-consume", storage, args.remote, given)
     reader = (
         spark.readStream.format("ringqueue")
         .option("queue", args.queue)
@@ -168,7 +173,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
         f"{args.queue!r} to {args.output} in {report['batches']} micro-batches"
     )
     print(json.dumps(report))
-    spark.stop()
+    end_session(spark, given)
     return report
 
 

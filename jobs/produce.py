@@ -39,6 +39,7 @@ from common import (
     add_remote_option,
     add_storage_options,
     add_trigger_options,
+    end_session,
     explain,
     fail,
     job_session,
@@ -277,10 +278,13 @@ def message_columns(stream: DataFrame, args: argparse.Namespace) -> DataFrame:
     return stream.selectExpr(*selected)
 
 
-def main(argv: list[str] | None = None) -> dict[str, object]:
+def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> dict[str, object]:
+    """Run the job with ``argv`` (default: the command line) in ``spark`` where given (a
+    notebook's session, left running), else in the session of :func:`common.job_session`."""
+    given = spark
     args = parse_args(argv)
     storage = storage_options(args)
-    spark = job_session("spark-queue-produce", storage, args.remote)
+    spark = job_session("spark-queue-produce", storage, args.remote, given)
     with tempfile.TemporaryDirectory(prefix="spark-queue-produce-") as scratch:
         stream = message_columns(input_stream(spark, args, scratch), args)
         writer = stream.writeStream.format("ringqueue").option("queue", args.queue)
@@ -301,7 +305,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
     for key, value in counts.items():
         print(f"  {key:<{width}}  {value:>12,}")
     print(json.dumps({"queue": args.queue, **stats}))
-    spark.stop()
+    end_session(spark, given)
     return stats
 
 

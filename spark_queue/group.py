@@ -250,7 +250,7 @@ class CommitGroup:
             store = self.store
             units = self._units(candidates, merge)
             with self._host_lock:
-                table = store.open_current()  # _catch_up updated it after the last round
+                table = store.open()  # _catch_up updated it after the last round
                 if table is None and any(item.request.creates for item in candidates):
                     table = store.create()
                 if table is None:

@@ -351,7 +351,7 @@ class SinkOptions:
     on_reject: str
     arguments: dict[str, Any]  # validated snake_case queue arguments that were given
     policies: str | None = None  # a policies file (docs/POLICIES.md); None: $SPARK_QUEUE_POLICIES
-    # ``storage.*`` options, keys upper-cased (spark_queue.storage); never in a repr.
+    # ``storage.*`` options, keys as delta-rs reads them (spark_queue.storage); never in a repr.
     storage: dict[str, str] = field(default_factory=dict, repr=False)
 
 
@@ -401,8 +401,8 @@ def _lookup(options: Mapping[str, str], allowed: tuple[str, ...]) -> dict[str, s
 
 
 def storage_options(options: Mapping[str, str]) -> dict[str, str]:
-    """The ``storage.<KEY>`` options, prefix dropped and keys upper-cased (Spark hands them
-    over lower-cased; delta-rs's keys are upper-case)."""
+    """The ``storage.<KEY>`` options, prefix dropped and keys spelt as delta-rs reads them
+    (Spark hands them over lower-cased; :func:`~spark_queue.storage.normalise_options`)."""
     given = {
         key[len(OPTION_PREFIX) :]: value
         for key, value in options.items()

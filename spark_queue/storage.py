@@ -39,8 +39,26 @@ _filesystems: dict[tuple[int, str, str, tuple[tuple[str, str], ...]], pafs.FileS
 _filesystems_lock = threading.Lock()
 
 
+# delta-rs reads its retry, runtime and log cache settings under these lower-case keys only
+# (the object stores' own keys, ``AWS_REGION`` or ``timeout``, in either case): spelt in
+# upper case, ``max_retries`` was silently left at its default of 10 retries over 3 minutes.
+_LOWER_CASE_KEYS = frozenset(
+    {
+        *("max_retries", "retry_timeout"),
+        *(
+            f"{prefix}{name}"
+            for prefix in ("", "backoff_config.", "backoff.")
+            for name in ("init_backoff", "max_backoff", "base")
+        ),
+        *("multi_threaded", "worker_threads", "thread_name", "enable_io", "enable_time"),
+        *("max_size_memory_mb", "max_size_disk_mb", "directory"),
+    }
+)
+
+
 def normalise_options(given: Mapping[str, Any] | None, *, what: str = "storage option") -> dict:
-    """Storage options with upper-case keys and string values.
+    """Storage options with string values and upper-case keys, but for the keys delta-rs
+    reads in lower case only (:data:`_LOWER_CASE_KEYS`: retries, backoff, its runtime).
 
     Raises:
         InvalidOptionError: a key is empty or a value is not a string, number or bool; the
@@ -58,7 +76,8 @@ def normalise_options(given: Mapping[str, Any] | None, *, what: str = "storage o
             raise InvalidOptionError(
                 f"{what} {key.strip().upper()} must be a string; got a {type(value).__name__}"
             )
-        options[key.strip().upper()] = value
+        name = key.strip().upper()
+        options[name.lower() if name.lower() in _LOWER_CASE_KEYS else name] = value
     return options
 
 

@@ -252,13 +252,19 @@ class QueueStore:
     def open(self) -> Any | None:
         """The DeltaTable at its latest version, or None where no table exists yet.
 
-        The table this thread opened before is updated with the commits since (its own
-        included); it is opened afresh where that fails (say, its log was cleaned up).
+        The table this thread opened before is kept where no newer log entry exists: a probe
+        for the next entry (a local disk: a system call; S3: one HEAD) costs far less than
+        delta-rs's update, which lists the log folder (~3.5 ms locally with nothing new).
+        Where there is one, the table is updated with the commits since (its own included),
+        and opened afresh where that fails (say, its log was cleaned up). A commit planned on
+        it all the same fails where another writer has just committed.
         """
         from deltalake.exceptions import DeltaError, TableNotFoundError
 
         table = getattr(self._opened, "table", None)
         if table is not None:
+            if self._is_latest(table):
+                return table
             try:
                 table.update_incremental()
                 return table
@@ -272,22 +278,17 @@ class QueueStore:
         self._opened.table = table
         return table
 
-    def open_current(self) -> Any | None:
-        """:meth:`open`, without delta-rs's update where the table this thread opened is
-        still the latest version: a probe for the next log entry (a local disk: a system
-        call; S3: a HEAD) costs far less than delta-rs's listing of the log folder. A
-        commit planned on it all the same fails where another writer has just committed."""
-        table = getattr(self._opened, "table", None)
-        if table is not None:
-            try:
-                # Opening a stream costs one request on S3 (a HEAD; get_file_info lists
-                # too, for a folder, where the object is missing) and reads nothing yet.
-                self.fs.open_input_stream(self.log_entry(table.version() + 1)).close()
-            except FileNotFoundError:
-                return table
-            except OSError:
-                pass  # not known: update, as open() does
-        return self.open()
+    def _is_latest(self, table: Any) -> bool:
+        """Whether no log entry follows ``table``'s version (where storage cannot say: no)."""
+        try:
+            # Opening a stream costs one request on S3 (a HEAD; get_file_info lists too, for
+            # a folder, where the object is missing) and reads nothing yet.
+            self.fs.open_input_stream(self.log_entry(table.version() + 1)).close()
+        except FileNotFoundError:
+            return True
+        except OSError:
+            pass
+        return False
 
     def _check_format(self, table: Any) -> None:
         metadata = table.metadata()
@@ -306,7 +307,7 @@ class QueueStore:
         from deltalake.exceptions import DeltaError
         from deltalake.transaction import create_table_with_add_actions
 
-        table = self.open_current()
+        table = self.open()
         if table is not None:
             return table
         # Another writer may create it meanwhile: then open what is there.

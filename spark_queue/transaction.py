@@ -612,7 +612,7 @@ def run(
                 attempt -= 1  # not made
                 break
             time.sleep(pause)
-        table = store.create() if create else store.open_current()
+        table = store.create() if create else store.open()
         if table is None:
             raise QueueError(f"no queue table at {store.uri}")
         snapshot = store.snapshot(table)

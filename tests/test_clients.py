@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from deltalake import DeltaTable
 
-from spark_queue import ClientClosedError, QueueTable
+from spark_queue import ClientClosedError, QueueTable, StorageError
 from spark_queue.core import identity_holds
 from tests.object_store import new_bucket, server_options, start_s3_server
 
@@ -337,6 +337,18 @@ def wait_for_retries(consumer, count: int) -> None:
     while consumer.retries < count:
         assert time.monotonic() < deadline, "the consumer did not try again"
         time.sleep(0.1)
+
+
+def test_retry_options_in_any_case_bound_how_long_a_call_waits_for_the_store():
+    """``MAX_RETRIES`` and ``RETRY_TIMEOUT`` reach delta-rs whatever their case: a call on a
+    store that stopped answering fails after the one retry they allow, not after delta-rs's
+    default of 10 over 3 minutes, and its error says so."""
+    with stoppable_store("retries") as (server, path, options):
+        shouted = {key.upper(): value for key, value in options.items()}
+        QueueTable(path, storage_options=shouted).publish("q", ["a"])
+        server.send_signal(signal.SIGSTOP)
+        with pytest.raises(StorageError, match="after 1 retries"):
+            QueueTable(path, storage_options=shouted).stats("q")
 
 
 def test_a_consumer_waits_out_a_store_that_stops_answering():

@@ -444,14 +444,14 @@ def test_rounds_with_requests_waiting_still_compact_and_checkpoint(table):
     assert table.store.snapshot().message_files("q").num_rows < version // 2
 
 
-def test_a_round_opens_the_table_current_with_one_probe(table):
-    """``open_current`` keeps the table this thread opened where no newer log entry exists,
-    and updates it where another writer committed (the round would otherwise plan on a
-    stale version and lose its commit)."""
+def test_open_keeps_the_table_while_no_newer_log_entry_exists(table):
+    """``open`` keeps the table this thread opened where no newer log entry exists, and
+    updates it where another writer committed (a round would otherwise plan on a stale
+    version and lose its commit)."""
     table.declare("q")
     store = QueueStore(table.store.location)
     opened = store.open()
     version = opened.version()
-    assert store.open_current() is opened and opened.version() == version
+    assert store.open() is opened and opened.version() == version
     QueueTable(table.path, broker="off").publish("q", ["from another writer"])
-    assert store.open_current().version() == version + 1
+    assert store.open() is opened and opened.version() == version + 1

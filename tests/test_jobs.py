@@ -1,8 +1,12 @@
-"""The jobs (jobs/*.py) run as their own processes, as a user or ``make demo`` runs them."""
+"""The jobs (jobs/*.py): run as their own processes, as a user or ``make demo`` runs them,
+and called in this process's session, as a notebook calls ``main(argv, spark=spark)``
+(each process a job starts costs a JVM: seconds of the suite's time)."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import io
 import json
 import os
 import subprocess
@@ -38,6 +42,32 @@ def run_job(
     )
     if check and result.returncode != 0:
         raise AssertionError(f"{job} exited {result.returncode}:\n{result.stderr[-4000:]}")
+    return result
+
+
+def job_module(job: str):
+    """Import ``jobs/<job>.py`` as a module (its folder on the path, as when it runs)."""
+    if str(JOBS) not in sys.path:
+        sys.path.insert(0, str(JOBS))
+    return importlib.import_module(job)
+
+
+def call_job(
+    spark, job: str, *args: object, check: bool = True
+) -> subprocess.CompletedProcess[str]:
+    """``jobs/<job>.py``'s ``main`` called in ``spark`` (the job leaves it running), its
+    output and exit status captured as :func:`run_job` captures a process's."""
+    module = job_module(job)
+    argv = [str(a) for a in args]
+    out, err, status = io.StringIO(), io.StringIO(), 0
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            module.main(argv, spark=spark)
+        except SystemExit as exit:
+            status = exit.code if isinstance(exit.code, int) else 1
+    result = subprocess.CompletedProcess([job, *argv], status, out.getvalue(), err.getvalue())
+    if check and status != 0:
+        raise AssertionError(f"{job} exited {status}:\n{result.stderr[-4000:]}")
     return result
 
 
@@ -96,13 +126,6 @@ def test_bad_flags_exit_2_naming_the_flag(tmp_path, job, args, named):
     assert list(tmp_path.iterdir()) == []
 
 
-def job_module(job: str):
-    """Import ``jobs/<job>.py`` as a module (its folder on the path, as when it runs)."""
-    if str(JOBS) not in sys.path:
-        sys.path.insert(0, str(JOBS))
-    return importlib.import_module(job)
-
-
 @pytest.mark.parametrize(
     ("argv", "ring_size"),
     [
@@ -132,8 +155,8 @@ def test_produce_from_delta_then_consume_into_delta_exactly_once(spark, tmp_path
     source = spark.createDataFrame(rows, "id long, text string, region string, prio int")
     source.coalesce(2).write.format("delta").save(str(tmp_path / "events"))
     queues = tmp_path / "queues"
-    produced = run_job(
-        "produce", "--path", queues, "--queue", "orders",
+    produced = call_job(
+        spark, "produce", "--path", queues, "--queue", "orders",
         "--source", "delta", "--input", tmp_path / "events",
         "--body", "text", "--message-id", "concat('m-', id)", "--key", "region",
         "--headers", "map('region', region)", "--priority", "prio",
@@ -161,7 +184,7 @@ def test_produce_from_delta_then_consume_into_delta_exactly_once(spark, tmp_path
         "--output", output, "--checkpoint", checkpoint,
         "--max-messages-per-trigger", 50, "--body-type", "string",
     ]  # fmt: skip
-    report = last_json(run_job("consume", *args))
+    report = last_json(call_job(spark, "consume", *args))
     assert (report["messages"], report["batches"]) == (120, 3)
     assert (report["stats"]["acked"], report["stats"]["ready"]) == (120, 0)
     consumed = spark.read.format("delta").load(str(output))
@@ -179,7 +202,8 @@ def test_produce_from_delta_then_consume_into_delta_exactly_once(spark, tmp_path
         ignore_row_order=True,
         ignore_nullable=True,
     )
-    again = last_json(run_job("consume", *args))  # same checkpoint: nothing new, nothing twice
+    # The same checkpoint: nothing new, nothing twice.
+    again = last_json(call_job(spark, "consume", *args))
     assert again["messages"] == 0
     assert spark.read.format("delta").load(str(output)).count() == 120
     assert_identity(str(queues))
@@ -190,8 +214,8 @@ def test_produce_rejects_an_expression_naming_its_flag_and_writes_nothing(spark,
     spark.createDataFrame([(1, "a")], "id long, text string").write.format("delta").save(
         str(tmp_path / "events")
     )
-    result = run_job(
-        "produce", "--path", tmp_path / "queues", "--queue", "orders",
+    result = call_job(
+        spark, "produce", "--path", tmp_path / "queues", "--queue", "orders",
         "--source", "delta", "--input", tmp_path / "events", "--body", "text",
         "--key", "no_such_column", "--checkpoint", tmp_path / "chk",
         check=False,
@@ -281,8 +305,8 @@ def test_maintain_vacuum_keeps_what_the_retention_protects(spark, tmp_path):
 def test_consume_bad_input_names_it_and_moves_nothing(spark, tmp_path, flags, named):
     queues = str(tmp_path / "queues")
     write_batch(messages(spark, ["a", "b"]), queues, queue="orders")
-    result = run_job(
-        "consume", "--path", queues, "--output", tmp_path / "out",
+    result = call_job(
+        spark, "consume", "--path", queues, "--output", tmp_path / "out",
         "--checkpoint", tmp_path / "chk", *flags, check=False,
     )  # fmt: skip
     assert result.returncode == 1
@@ -294,14 +318,14 @@ def test_consume_bad_input_names_it_and_moves_nothing(spark, tmp_path, flags, na
 
 
 @pytest.mark.spark
-def test_produce_csv_files_with_an_inferred_schema(tmp_path):
+def test_produce_csv_files_with_an_inferred_schema(spark, tmp_path):
     landing = tmp_path / "landing"
     landing.mkdir()
     (landing / "a.csv").write_text("name,n\nann,1\nbob,2\n")
     (landing / "b.csv").write_text("name,n\ncid,3\n")
     queues = str(tmp_path / "queues")
-    result = run_job(
-        "produce", "--path", queues, "--queue", "people", "--max-length", 10,
+    result = call_job(
+        spark, "produce", "--path", queues, "--queue", "people", "--max-length", 10,
         "--source", "files", "--input", landing, "--format", "csv",
         "--body", "concat(name, ':', n + 1)", "--priority", "n",
         "--checkpoint", tmp_path / "chk",
@@ -312,8 +336,8 @@ def test_produce_csv_files_with_an_inferred_schema(tmp_path):
     peeked = table.peek("people", 10)  # head order: highest priority first
     assert [bytes(b).decode() for b in peeked["body"].to_pylist()] == ["cid:4", "bob:3", "ann:2"]
     version = table.store.open().version()
-    clash = run_job(
-        "produce", "--path", queues, "--queue", "people", "--max-length", 20,
+    clash = call_job(
+        spark, "produce", "--path", queues, "--queue", "people", "--max-length", 20,
         "--source", "files", "--input", landing, "--format", "csv",
         "--body", "name", "--checkpoint", tmp_path / "chk2", check=False,
     )  # fmt: skip
@@ -324,10 +348,10 @@ def test_produce_csv_files_with_an_inferred_schema(tmp_path):
 
 
 @pytest.mark.spark
-def test_produce_files_without_a_schema_or_files_asks_for_schema(tmp_path):
+def test_produce_files_without_a_schema_or_files_asks_for_schema(spark, tmp_path):
     (tmp_path / "empty").mkdir()
-    result = run_job(
-        "produce", "--path", tmp_path / "queues", "--queue", "q", "--source", "files",
+    result = call_job(
+        spark, "produce", "--path", tmp_path / "queues", "--queue", "q", "--source", "files",
         "--input", tmp_path / "empty", "--format", "json", "--checkpoint", tmp_path / "chk",
         check=False,
     )  # fmt: skip

@@ -82,6 +82,17 @@ def test_keys_are_case_insensitive_and_the_environment_is_the_fallback(
     assert QueueTable(s3_table).stats("q")["ready"] == 1
 
 
+def test_keys_are_spelt_as_delta_rs_reads_them() -> None:
+    """The stores' keys in upper case; delta-rs's retry and runtime keys in lower case, the
+    only spelling it reads (tests/test_clients.py shows a stopped store honour them)."""
+    given = {"aws_region": "eu-west-1", "Max_Retries": 1, "BACKOFF_CONFIG.BASE": "2"}
+    assert Location.of("s3://b/t", given).options == {
+        "AWS_REGION": "eu-west-1",
+        "max_retries": "1",
+        "backoff_config.base": "2",
+    }
+
+
 def test_secrets_stay_out_of_reprs_and_errors(s3_server: str, s3_options: dict[str, str]) -> None:
     location = Location.of("s3://queues-missing/lake", s3_options)
     assert SECRET_KEY not in repr(location) and "AWS_SECRET_ACCESS_KEY" in repr(location)
