@@ -47,7 +47,7 @@ from spark_queue.core import identity_holds
 from tests.crash import CONSUMER, DRIVERS, PRODUCER, kill, make_input, start
 
 pytestmark = pytest.mark.spark
-SECONDS = float(os.environ.get("SPARK_QUEUE_CHAOS_SECONDS", "40"))
+SECONDS = float(os.environ.get("SPARK_QUEUE_CHAOS_SECONDS", "25"))
 FIRST_DELIVERY_TIMEOUT = 600.0  # seconds: phase 1 on a loaded machine, generously
 LEASE_BATCH = 20  # the worker's max_messages: what one of its kills may repeat, at most
 PRODUCERS = {"stream producer", "publisher"}

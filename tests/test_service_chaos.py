@@ -47,7 +47,7 @@ from tests.drivers.service_client import ACK_BATCH, MAX_PREFETCH, QUEUE, WINDOW
 
 ROOT = Path(__file__).resolve().parent.parent
 DRIVER = ROOT / "tests" / "drivers" / "service_client.py"
-SECONDS = float(os.environ.get("SPARK_QUEUE_CHAOS_SECONDS", "30"))
+SECONDS = float(os.environ.get("SPARK_QUEUE_CHAOS_SECONDS", "20"))
 PUBLISHERS, CONSUMERS, COUNT = 2, 2, 600
 DRAIN_TIMEOUT = 600.0  # seconds: phase 3 on a loaded machine, generously
 
