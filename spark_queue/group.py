@@ -209,6 +209,7 @@ class CommitGroup:
                     self._lock.wait(left)
                 self._gathering = False
                 batch = self._take(MAX_ROUND)
+            commits = self.rounds
             try:
                 left = self._round(batch)
             except BaseException as error:  # an unexpected failure: every caller hears of it
@@ -219,15 +220,16 @@ class CommitGroup:
                 left = []
             with self._lock:
                 self._pending.extendleft(reversed(left))  # first in the next round
-            self._catch_up()
+            self._catch_up(committed=self.rounds > commits)
 
-    def _catch_up(self) -> None:
+    def _catch_up(self, committed: bool) -> None:
         """Bring the leader's table to the latest version (the commit just made, at
         least) while the callers just answered come back with their next requests: delta-rs
         reads a commit, even its own, back from the log (~4 ms on a local disk, the GIL
-        released), and the next round then finds the table current."""
+        released), and the next round then finds the table current. After a commit there
+        is a newer log entry for sure: no probe for it (on S3, a request a round)."""
         try:
-            self.store.open()
+            self.store.open(moved=committed)
         except Exception:  # the next round opens the table again, and reports its error
             return
 

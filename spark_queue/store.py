@@ -249,21 +249,22 @@ class QueueStore:
 
     # -- the Delta table -------------------------------------------------------------------
 
-    def open(self) -> Any | None:
+    def open(self, *, moved: bool = False) -> Any | None:
         """The DeltaTable at its latest version, or None where no table exists yet.
 
         The table this thread opened before is kept where no newer log entry exists: a probe
         for the next entry (a local disk: a system call; S3: one HEAD) costs far less than
         delta-rs's update, which lists the log folder (~3.5 ms locally with nothing new).
-        Where there is one, the table is updated with the commits since (its own included),
-        and opened afresh where that fails (say, its log was cleaned up). A commit planned on
-        it all the same fails where another writer has just committed.
+        Where there is one, or where the caller knows there is (``moved``: it has just
+        committed), the table is updated with the commits since (its own included), and
+        opened afresh where that fails (say, its log was cleaned up). A commit planned on it
+        all the same fails where another writer has just committed.
         """
         from deltalake.exceptions import DeltaError, TableNotFoundError
 
         table = getattr(self._opened, "table", None)
         if table is not None:
-            if self._is_latest(table):
+            if not moved and self._is_latest(table):
                 return table
             try:
                 table.update_incremental()
