@@ -41,7 +41,8 @@ _filesystems_lock = threading.Lock()
 
 # delta-rs reads its retry, runtime and log cache settings under these lower-case keys only
 # (the object stores' own keys, ``AWS_REGION`` or ``timeout``, in either case): spelt in
-# upper case, ``max_retries`` was silently left at its default of 10 retries over 3 minutes.
+# upper case they are ignored without a word, and ``max_retries`` stays at its default of
+# 10 retries over 3 minutes.
 _LOWER_CASE_KEYS = frozenset(
     {
         *("max_retries", "retry_timeout"),
