@@ -114,7 +114,7 @@ def test_every_kind_of_client_killed_at_random_loses_nothing(spark, tmp_path, se
     tend()
     while time.monotonic() < deadline:
         time.sleep(rng.uniform(2, 8))
-        tend(kill_now=rng.choice(list(roles)))
+        tend(kill_now=rng.choice([role for role in roles if role not in finished]))
     # Phase 3: the kills stop; the producers finish, the worker drains and exits, then one
     # more streaming run takes whatever is left.
     while PRODUCERS - finished:
