@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 
 from spark_queue import QueueTable, register
 from spark_queue.connect import is_connect, ship_package, workers_import_package
+from spark_queue.options import READ_MODES
 from tests.helpers import assert_identity, bodies, delivered, messages, write_batch
 
 pytestmark = [pytest.mark.spark, pytest.mark.connect_only]
@@ -93,7 +94,7 @@ def test_a_processing_time_consumer_restarted_delivers_each_message_once(
     assert_identity(queue_path)
 
 
-@pytest.mark.parametrize("read_mode", ["executors", "driver"])
+@pytest.mark.parametrize("read_mode", READ_MODES)
 def test_browse_with_filters_and_a_filtering_consumer(spark, queue_path, tmp_path, read_mode):
     rows = [(f"m{i}", "eu" if i % 2 else "us", i % 3) for i in range(9)]
     batch = spark.createDataFrame(rows, "body string, region string, priority int")

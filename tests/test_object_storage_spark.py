@@ -16,6 +16,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from spark_queue import QueueTable
 from spark_queue.core import identity_holds
+from spark_queue.options import READ_MODES
 from spark_queue.session import configure_s3a
 from tests.helpers import messages, write_batch
 from tests.object_store import SECRET_KEY
@@ -66,7 +67,7 @@ def test_batch_and_streaming_sink_on_s3_with_an_exactly_once_replay(
     assert bodies == ["b0", "b1", *(f"s{i}" for i in range(6))]
 
 
-@pytest.mark.parametrize("read_mode", ["executors", "driver"])
+@pytest.mark.parametrize("read_mode", READ_MODES)
 def test_streaming_consumer_on_s3(
     spark: SparkSession, s3_table: str, s3_options: dict[str, str], tmp_path: Path, read_mode: str
 ) -> None:

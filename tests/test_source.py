@@ -8,6 +8,7 @@ import pyarrow as pa
 import pytest
 
 from spark_queue import QueueTable
+from spark_queue.options import READ_MODES
 from spark_queue.store import QueueStore
 from tests.clock import now_micros, wait_past
 from tests.helpers import assert_identity, consume, delivered, messages, write_batch
@@ -15,7 +16,7 @@ from tests.helpers import assert_identity, consume, delivered, messages, write_b
 pytestmark = pytest.mark.spark
 # Both ways a batch is read: by executor tasks (the default) and by the driver's source worker
 # as it leases it (readMode=driver, PySpark's simple stream reader).
-READ_MODES = pytest.mark.parametrize("read_mode", ["executors", "driver"])
+EACH_READ_MODE = pytest.mark.parametrize("read_mode", READ_MODES)
 
 
 def fail_once_then_rerun(
@@ -50,7 +51,7 @@ def fail_once_then_rerun(
 
 
 @pytest.mark.connect
-@READ_MODES
+@EACH_READ_MODE
 def test_consume_in_bounded_batches_and_ack_after_commit(spark, queue_path, tmp_path, read_mode):
     write_batch(messages(spark, [f"m{i}" for i in range(10)]), queue_path, queue="q")
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
@@ -68,7 +69,7 @@ def test_consume_in_bounded_batches_and_ack_after_commit(spark, queue_path, tmp_
     assert_identity(queue_path)
 
 
-@READ_MODES
+@EACH_READ_MODE
 def test_two_consumers_compete_each_message_once(spark, queue_path, tmp_path, read_mode):
     bodies = [f"m{i}" for i in range(40)]
     write_batch(messages(spark, bodies), queue_path, queue="q")
@@ -97,7 +98,7 @@ def test_two_consumers_compete_each_message_once(spark, queue_path, tmp_path, re
     assert_identity(queue_path)
 
 
-@READ_MODES
+@EACH_READ_MODE
 def test_at_most_once_removes_on_delivery(spark, queue_path, tmp_path, read_mode):
     write_batch(messages(spark, list("abc")), queue_path, queue="q")
     out = tmp_path / "out"
@@ -108,7 +109,7 @@ def test_at_most_once_removes_on_delivery(spark, queue_path, tmp_path, read_mode
     assert_identity(queue_path)
 
 
-@READ_MODES
+@EACH_READ_MODE
 def test_failed_batch_replays_the_same_messages(spark, queue_path, tmp_path, read_mode):
     """With ``readMode=driver`` the replay runs ``readBetweenOffsets`` in an executor task:
     the restarted query's source worker has not read the logged batch."""
