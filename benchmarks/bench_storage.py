@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import statistics
 import sys
 import tempfile
@@ -40,46 +39,30 @@ sys.path.insert(0, str(ROOT))
 from deltalake import write_deltalake  # noqa: E402
 
 from spark_queue import QueueTable  # noqa: E402
-from tests.object_store import new_bucket, server_options, start_s3_server  # noqa: E402
+from tests.object_store import RequestLog, new_bucket, server_options, start_s3_server  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "out"
-REQUEST = re.compile(r'"(GET|PUT|HEAD|POST|DELETE) (\S+) HTTP')
-COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # the server colours some lines
 
 
 def rows(count: int) -> pa.Table:
     return pa.table({"body": pa.array([os.urandom(100) for _ in range(count)], pa.binary())})
 
 
-class RequestLog:
-    """The server's request log, read from a mark."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-
-    def mark(self) -> None:
-        time.sleep(0.05)  # the server writes a request's line after answering it
-        self.offset = self.path.stat().st_size
-
-    def since_mark(self) -> Counter:
-        time.sleep(0.05)
-        with open(self.path, encoding="utf-8", errors="replace") as log:
-            log.seek(self.offset)
-            text = log.read()
-        counts: Counter = Counter()
-        for method, target in REQUEST.findall(COLOUR.sub("", text)):
-            if "_delta_log" in target or "list-type" in target:
-                what = "log"
-            elif "record%3Dmessage" in target or "record=message" in target:
-                what = "messages"
-            elif "record" in target:
-                what = "state"
-            else:
-                what = "other"
-            counts[method] += 1
-            counts[f"{method} {what}"] += 1
-        return counts
+def counted(requests: list[tuple[str, str]]) -> Counter:
+    """Requests by method, and by method and what they touch."""
+    counts: Counter = Counter()
+    for method, target in requests:
+        if "_delta_log" in target or "list-type" in target:
+            what = "log"
+        elif "record%3Dmessage" in target or "record=message" in target:
+            what = "messages"
+        elif "record" in target:
+            what = "state"
+        else:
+            what = "other"
+        counts[method] += 1
+        counts[f"{method} {what}"] += 1
+    return counts
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -117,21 +100,21 @@ def requests_per_commit(table: QueueTable, uri: str, options: dict, log: Request
     counts = {}
     log.mark()
     table.publish("r", batch)
-    counts["publish"] = log.since_mark()
+    counts["publish"] = counted(log.since_mark())
     log.mark()
     leased = table.lease("r", consumer="count", max_messages=10_000)
-    counts["lease"] = log.since_mark()
+    counts["lease"] = counted(log.since_mark())
     log.mark()
     table.ack("r", leased.column("seq"), consumer="count")
-    counts["ack"] = log.since_mark()
+    counts["ack"] = counted(log.since_mark())
     log.mark()
     table.lease("r", consumer="count", max_messages=10_000)
-    counts["idle lease"] = log.since_mark()
+    counts["idle lease"] = counted(log.since_mark())
     plain = uri.rsplit("/", 1)[0] + "/plain"
     write_deltalake(plain, batch, storage_options=options)  # creates it: not counted
     log.mark()
     write_deltalake(plain, batch, mode="append", storage_options=options)
-    counts["delta append"] = log.since_mark()
+    counts["delta append"] = counted(log.since_mark())
     return {name: dict(sorted(c.items())) for name, c in counts.items()}
 
 
@@ -155,7 +138,7 @@ def main() -> None:
         bucket = new_bucket(options, "requests")
         uri = f"s3://{bucket}/lake/queues"
         results["requests"] = requests_per_commit(
-            QueueTable(uri, storage_options=options), uri, options, RequestLog(log_path)
+            QueueTable(uri, storage_options=options), uri, options, RequestLog(str(log_path))
         )
         for name, counts in results["requests"].items():
             print(f"{name:>13}: {counts}")

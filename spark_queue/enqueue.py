@@ -128,7 +128,7 @@ class PendingBatch(Reservation):
 
 def shift_seqs(store: QueueStore, staged: StagedFile, shift: int) -> StagedFile:
     """A copy of a staged message file with every seq ``shift`` higher."""
-    rows = store.read_rows(staged.path)
+    rows = store.read_rows(staged.path, size=staged.size)
     seqs = pc.add(rows["seq"], pa.scalar(shift, pa.int64()))
     return write_file(store.location, MESSAGE, _with_seqs(rows, seqs))
 

@@ -58,6 +58,7 @@ IDLE_SECONDS = 30.0  # a leader with nothing to do for this long ends (a new one
 HOST_LOCK_WAIT = 5.0  # seconds a round waits for the host lock before going on without it
 COMPACTION_CHECK_ROUNDS = 8  # small files are counted every 8th round
 GATHER_SECONDS = 0.002  # a round waits this long at most for the callers of the last
+CURRENT_SECONDS = 0.01  # a table caught up this recently is planned on without a probe
 MAX_ROUND = 2048  # requests in one round, at most: a commit's size stays bounded
 
 
@@ -146,13 +147,19 @@ class CommitGroup:
         self.rounds = 0  # commits made (paces the checks for small files)
         self.budget = COMMIT_BUDGET
         self._listeners: list[Callable[[list[str]], None]] = []
-        # Upkeep in its own thread (:meth:`_upkeep`): what is due, and whether it runs.
+        # Upkeep in its own thread (:meth:`_upkeep`), with a store of its own (its table
+        # stays open in that thread): what is due, whether the thread lives, whether it
+        # works now; all under _upkeep_signal.
+        self._upkeep_store = QueueStore(location)
+        self._upkeep_signal = threading.Condition()
         self._checkpoint_due: int | None = None
         self._compaction_due = False
         self._upkeeping = False
+        self._upkeep_working = False
         self._upkeep_thread: threading.Thread | None = None
         self._closed = False
         self._expected = 0  # requests the next round gathers for (see _lead)
+        self._current_at = -float("inf")  # time.monotonic() of the last catch-up
         self._gathering = False  # the leader waits for them
 
     def listen(self, callback: Callable[[list[str]], None]) -> None:
@@ -229,9 +236,10 @@ class CommitGroup:
         released), and the next round then finds the table current. After a commit there
         is a newer log entry for sure: no probe for it (on S3, a request a round)."""
         try:
-            self.store.open(moved=committed)
+            self.store.open(moved=True if committed else None)
         except Exception:  # the next round opens the table again, and reports its error
             return
+        self._current_at = time.monotonic()
 
     def _take(self, limit: int) -> list[Queued]:
         taken = []
@@ -252,7 +260,11 @@ class CommitGroup:
             store = self.store
             units = self._units(candidates, merge)
             with self._host_lock:
-                table = store.open()  # _catch_up updated it after the last round
+                # _catch_up updated the table after the last round; where that was a moment
+                # ago, no probe for a newer log entry (on S3, a request a round): a writer
+                # that committed since makes this attempt lose, and the next one probes.
+                current = time.monotonic() - self._current_at < CURRENT_SECONDS
+                table = store.open(moved=False if current and attempt == 1 else None)
                 if table is None and any(item.request.creates for item in candidates):
                     table = store.create()
                 if table is None:
@@ -322,55 +334,76 @@ class CommitGroup:
 
     def _upkeep(self, planned_on: Any) -> None:
         """The work after a commit (:func:`maintenance.after_commit`), in a thread of its
-        own, one at a time: a log checkpoint at the interval (it
-        loads the version afresh and writes a Parquet checkpoint, ~100 ms every 100
-        commits) and compaction (hundreds of milliseconds), during which the leader commits
-        rounds on. A compaction overtaken by them still lands, as its files are still
-        there; a round it overtakes is planned again. A checkpoint that falls due while the
-        thread is busy is taken when it is done."""
+        own, one at a time: a log checkpoint at the interval (delta-rs replays the log
+        since the last one and writes a Parquet checkpoint, ~100 ms every 50 commits) and
+        compaction (hundreds of milliseconds), during which the leader commits rounds on.
+        A compaction overtaken by them still lands, as its files are still there; a round
+        it overtakes is planned again. A checkpoint that falls due while the thread is
+        busy is taken when it is done."""
         checkpoint = checkpoint_due(planned_on.table)
         # Looking for small files costs a few ms over the file list: every few rounds is
         # enough, as compaction waits for 32 of them.
         compaction = not self.rounds % COMPACTION_CHECK_ROUNDS and needs_compaction(planned_on)
         if checkpoint is None and not compaction:
             return
-        with self._lock:
+        with self._upkeep_signal:
             if self._closed:  # close() may be joining already
                 return
             if checkpoint is not None:
                 self._checkpoint_due = max(self._checkpoint_due or 0, checkpoint)
             self._compaction_due = self._compaction_due or compaction
-            if self._upkeeping:
-                return  # the running thread takes them
-            self._upkeeping = True
+            if self._upkeeping:  # the running thread takes them
+                self._upkeep_signal.notify_all()
+                return
+            self._upkeeping = self._upkeep_working = True
             self._upkeep_thread = threading.Thread(
                 target=self._upkeep_loop, name="spark-queue-upkeep", daemon=True
             )
             self._upkeep_thread.start()
 
     def _upkeep_loop(self) -> None:
-        location = self.store.location
-        while True:
-            with self._lock:
-                checkpoint, compaction = self._checkpoint_due, self._compaction_due
-                self._checkpoint_due, self._compaction_due = None, False
-                if checkpoint is None and not compaction:
-                    self._upkeeping = False
-                    return
-            if checkpoint is not None:
-                checkpoint_at(location, checkpoint)
-            if compaction:
-                compact_if_needed(QueueStore(location))
+        """The upkeep thread: it lives while work keeps falling due and ends after
+        :data:`IDLE_SECONDS` without any. Living on keeps its table open: each checkpoint
+        and compaction then reads only the log entries since the last (on S3, two requests
+        an entry), where a table opened afresh reads the last checkpoint and every entry
+        since it, each time."""
+        while self._upkeep_next(IDLE_SECONDS):
+            pass
+
+    def _upkeep_next(self, wait: float) -> bool:
+        """Run what is due, waiting ``wait`` seconds at most for some; False where nothing
+        fell due (then the thread ends) or the group closed."""
+        with self._upkeep_signal:
+            self._upkeep_working = False
+            if self._checkpoint_due is None and not self._compaction_due and not self._closed:
+                self._upkeep_signal.notify_all()  # settle(): nothing under way
+                self._upkeep_signal.wait(wait)
+            checkpoint, compaction = self._checkpoint_due, self._compaction_due
+            self._checkpoint_due, self._compaction_due = None, False
+            if checkpoint is None and not compaction:
+                self._upkeeping = False
+                self._upkeep_signal.notify_all()
+                return False
+            self._upkeep_working = True
+        store = self._upkeep_store
+        if checkpoint is not None:
+            checkpoint_at(store, checkpoint)
+        if compaction:
+            compact_if_needed(store)
+        return True
 
     def settle(self) -> None:
         """Wait until the upkeep that fell due so far (a checkpoint, a compaction) has run:
         for a caller that must see it, as a test does. Rounds go on meanwhile."""
-        while True:
-            with self._lock:
-                thread = self._upkeep_thread if self._upkeeping else None
-            if thread is None:
-                return
-            thread.join()
+        with self._upkeep_signal:
+            self._upkeep_signal.wait_for(
+                lambda: not self._upkeeping
+                or (
+                    not self._upkeep_working
+                    and self._checkpoint_due is None
+                    and not self._compaction_due
+                )
+            )
 
     def close(self) -> None:
         """Let the leader finish what is queued, and end it and any compaction: delta-rs
@@ -382,7 +415,8 @@ class CommitGroup:
             leader = self._leader
         if leader is not None:
             leader.join()
-        with self._lock:  # upkeep the leader started before it saw the close
+        with self._upkeep_signal:  # upkeep the leader started before it saw the close
+            self._upkeep_signal.notify_all()
             upkeep = self._upkeep_thread
         if upkeep is not None:
             upkeep.join()

@@ -131,8 +131,8 @@ def compact(
             continue
         paths = small["path"].to_pylist()
         parts = []
-        for done, path in enumerate(paths, 1):
-            parts.append(store.read_rows(path))
+        for done, (path, size) in enumerate(zip(paths, small["size"].to_pylist(), strict=True), 1):
+            parts.append(store.read_rows(path, size=size))
             progress(f"compacting queue {name}: {done}/{len(paths)} files")
         rows = pa.concat_tables(parts)
         rows = rows.filter(_live_mask(rows, state)).sort_by("seq")
@@ -146,7 +146,14 @@ def compact(
     )
     if removal.num_rows >= 2:
         progress(f"compacting removal records: {removal.num_rows} files")
-        rows = pa.concat_tables([store.read_rows(p) for p in removal["path"].to_pylist()])
+        rows = pa.concat_tables(
+            [
+                store.read_rows(path, size=size)
+                for path, size in zip(
+                    removal["path"].to_pylist(), removal["size"].to_pylist(), strict=True
+                )
+            ]
+        )
         adds.append(
             write_file(
                 store.location,
@@ -169,7 +176,7 @@ def compact(
     except BaseException:
         delete_files(store.location, [f.path for f in adds])
         raise
-    checkpoint_after(store.location, committed_from)
+    checkpoint_after(store, committed_from)
     return {"dropped": dropped, "rewritten": rewritten, "written": len(adds)}
 
 
@@ -252,18 +259,18 @@ def after_commit(store: QueueStore, planned_on: Snapshot) -> None:
     """The work after a connector commit planned on ``planned_on`` (the commit is its next
     version): a log checkpoint at the interval, then compaction if the table needs it.
     Never raises: the commit has happened."""
-    checkpoint_after(store.location, planned_on.table)
+    checkpoint_after(store, planned_on.table)
     if needs_compaction(planned_on):
         compact_if_needed(store)
 
 
-def checkpoint_after(location: Location, table: Any) -> None:
+def checkpoint_after(store: QueueStore, table: Any) -> None:
     """After a commit made from ``table`` (which delta-rs leaves at the version before the
     commit): checkpoint when the new version is a multiple of the checkpoint interval.
     Never raises: the commit has happened."""
     version = checkpoint_due(table)
     if version is not None:
-        checkpoint_at(location, version)
+        checkpoint_at(store, version)
 
 
 def checkpoint_due(table: Any) -> int | None:
@@ -280,12 +287,15 @@ def checkpoint_due(table: Any) -> int | None:
     return before + 1 if (before + 1) // interval > before // interval else None
 
 
-def checkpoint_at(location: Location, version: int) -> None:
-    """:func:`checkpoint` ``version``. Never raises: the commit has happened."""
+def checkpoint_at(store: QueueStore, version: int) -> None:
+    """:func:`checkpoint` ``version`` from ``store``'s table in this thread, moved on to it
+    (:meth:`QueueStore.table_at`). Never raises: the commit has happened."""
     try:
-        checkpoint(location, version)
+        checkpoint(store.location, version, store.table_at(version))
     except Exception as error:  # best effort, as Delta's own post-commit checkpoints
-        log.warning("checkpoint of %s failed, the next interval tries again: %s", location, error)
+        log.warning(
+            "checkpoint of %s failed, the next interval tries again: %s", store.location, error
+        )
 
 
 def checkpoint_if_crossed(
@@ -299,10 +309,15 @@ def checkpoint_if_crossed(
     return checkpoint(location, after)
 
 
-def checkpoint(location: Location, version: int | None = None) -> int:
+def checkpoint(location: Location, version: int | None = None, table: Any = None) -> int:
     """Write a Delta checkpoint of ``version`` (else the latest) with delta-rs, then clean
-    up expired log files (:func:`cleanup_log`). Returns the version checkpointed."""
-    table = location.delta_table(version)
+    up expired log files (:func:`cleanup_log`). Returns the version checkpointed.
+
+    ``table``: a DeltaTable of ``location`` already at ``version``, else one is opened.
+    delta-rs replays the log afresh for the checkpoint whatever table it is given; one in
+    hand spares reading it once more."""
+    if table is None:
+        table = location.delta_table(version)
     table.create_checkpoint()
     configuration = table.metadata().configuration
     if configuration.get("delta.enableExpiredLogCleanup", "true").lower() != "false":

@@ -42,12 +42,13 @@ def window(store: QueueStore, snapshot: Snapshot, queue: str, since: int) -> See
     reading the ``seen`` files this process has not read yet."""
     files = snapshot.seen_files(queue)
     paths = files["path"].to_pylist()
+    sizes = dict(zip(paths, files["size"].to_pylist(), strict=True))
     with _lock:
         known = _windows.get((store.uri, queue), _Window())
     unread = [path for path in paths if path not in known.files]
     ids = known.ids
     for path in unread:
-        rows = store.read_rows(path, ["body", "event_at"])
+        rows = store.read_rows(path, ["body", "event_at"], size=sizes[path])
         seen_at = rows["event_at"].cast(pa.int64()).fill_null(0).to_numpy()
         ids = ids.with_run(SeenRun.of_digests(rows["body"], seen_at), since)
     current = known.files.intersection(paths) | set(unread)

@@ -61,6 +61,9 @@ from spark_queue.storage import Location
 
 _HEAD_READ = ("queue", "seq", "size", "priority", "deliver_at", "enqueued_at", "expires_at")
 FIRST_HEAD_SLICE = 1024  # rows of a level's first slice of a row group (then doubling)
+# Files up to this size are read whole, in one request (QueueStore.read_rows): fetching
+# columns not wanted costs less than a request more, on any object store, below it.
+WHOLE_READ_BYTES = 1024 * 1024
 
 
 def now_micros() -> int:
@@ -249,22 +252,24 @@ class QueueStore:
 
     # -- the Delta table -------------------------------------------------------------------
 
-    def open(self, *, moved: bool = False) -> Any | None:
+    def open(self, *, moved: bool | None = None) -> Any | None:
         """The DeltaTable at its latest version, or None where no table exists yet.
 
         The table this thread opened before is kept where no newer log entry exists: a probe
         for the next entry (a local disk: a system call; S3: one HEAD) costs far less than
         delta-rs's update, which lists the log folder (~3.5 ms locally with nothing new).
-        Where there is one, or where the caller knows there is (``moved``: it has just
+        Where there is one, or where the caller knows there is (``moved=True``: it has just
         committed), the table is updated with the commits since (its own included), and
-        opened afresh where that fails (say, its log was cleaned up). A commit planned on it
-        all the same fails where another writer has just committed.
+        opened afresh where that fails (say, its log was cleaned up). ``moved=False``: the
+        caller brought the table up to date a moment ago, so it is kept without a probe. A
+        commit planned on a table that is not the latest fails all the same where another
+        writer has just committed.
         """
         from deltalake.exceptions import DeltaError, TableNotFoundError
 
         table = getattr(self._opened, "table", None)
         if table is not None:
-            if not moved and self._is_latest(table):
+            if moved is False or (moved is None and self._is_latest(table)):
                 return table
             try:
                 table.update_incremental()
@@ -278,6 +283,26 @@ class QueueStore:
         self._check_format(table)
         self._opened.table = table
         return table
+
+    def table_at(self, version: int) -> Any:
+        """A DeltaTable at ``version``: this thread's table moved on to it where it is at or
+        before it (delta-rs reads the log entries since, no more), else one opened at it
+        (the last checkpoint and every entry since). A thread without a table keeps the one
+        opened; :meth:`open` moves it on from there."""
+        from deltalake.exceptions import DeltaError
+
+        table = getattr(self._opened, "table", None)
+        if table is not None and table.version() <= version:
+            try:
+                table.load_as_version(version)
+                return table
+            except DeltaError:
+                self._opened.table = None
+        opened = self.location.delta_table(version)
+        if table is None:
+            self._check_format(opened)
+            self._opened.table = opened
+        return opened
 
     def _is_latest(self, table: Any) -> bool:
         """Whether no log entry follows ``table``'s version (where storage cannot say: no)."""
@@ -372,11 +397,28 @@ class QueueStore:
         return all(info.type != pafs.FileType.NotFound for info in infos)
 
     def read_rows(
-        self, relative: str, columns: list[str] | None = None, filters: Any = None
+        self,
+        relative: str,
+        columns: list[str] | None = None,
+        filters: Any = None,
+        *,
+        size: int | None = None,
     ) -> pa.Table:
+        """A data file's ``columns`` (all where None), its rows matching ``filters``.
+
+        ``size``: the file's size, where the caller knows it (the log records it). A file
+        of :data:`WHOLE_READ_BYTES` or less is then read whole in one request, footer and
+        all: on object storage an open (a HEAD) and one GET, where reading its footer and
+        then its columns takes a GET each.
+        """
+        path = f"{self.base.rstrip('/')}/{relative}"
+        if size is not None and size <= WHOLE_READ_BYTES:
+            with self.fs.open_input_stream(path) as stream:
+                source: Any = pa.BufferReader(stream.read())
+            return pq.read_table(source, columns=columns, filters=filters, schema=FILE_SCHEMA)
         # One open file, its column chunks read in coalesced ranges: by path, pyarrow's
         # dataset reader would stat the file twice first (object stores: two requests each).
-        with self.fs.open_input_file(f"{self.base.rstrip('/')}/{relative}") as source:
+        with self.fs.open_input_file(path) as source:
             return pq.read_table(
                 source, columns=columns, filters=filters, schema=FILE_SCHEMA, pre_buffer=True
             )
@@ -419,22 +461,22 @@ class QueueStore:
         leases: dict[str, list[Leases]] = {}
         extras: dict[str, list[MessageIndex]] = {}
         redelivered: dict[str, list[dict[str, np.ndarray]]] = {}
-        for path, _size, record in state_files:
+        for path, size, record in state_files:
             if record == QUEUE:
-                queue_rows.append(self.read_rows(path, ["queue", "queue_state"]))
+                queue_rows.append(self.read_rows(path, ["queue", "queue_state"], size=size))
             elif record in (SCHEDULED, EXTRA):
                 found = scheduled if record == SCHEDULED else extras
                 for queue, (_, arrays) in read_columnar(
-                    self.read_rows(path), MESSAGE_INDEX_COLUMNS
+                    self.read_rows(path, size=size), MESSAGE_INDEX_COLUMNS
                 ).items():
                     found.setdefault(queue, []).append(MessageIndex(**arrays))
             elif record == REDELIVERED:
                 for queue, (_, arrays) in read_columnar(
-                    self.read_rows(path), REDELIVERED_COLUMNS
+                    self.read_rows(path, size=size), REDELIVERED_COLUMNS
                 ).items():
                     redelivered.setdefault(queue, []).append(arrays)
             else:
-                for queue, held in read_leases(self.read_rows(path)).items():
+                for queue, held in read_leases(self.read_rows(path, size=size)).items():
                     leases.setdefault(queue, []).append(held)
         states: dict[str, QueueState] = {}
         for rows in queue_rows:

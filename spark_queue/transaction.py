@@ -312,7 +312,7 @@ class QueueTransaction:
         parts = [
             self.held_rows[f.path].select(columns)
             if f.path in self.held_rows
-            else self.store.read_rows(f.path, columns)
+            else self.store.read_rows(f.path, columns, size=f.size)
             for f in files
         ]
         rows = pa.concat_tables(parts).sort_by("seq")
@@ -381,7 +381,7 @@ class QueueTransaction:
     def _drop_rejected(self, files: list[StagedFile], rejected_seqs: pa.ChunkedArray) -> None:
         """Rewrite staged files without rejected messages: those are never stored."""
         for index, staged in enumerate(files):
-            rows = self.store.read_rows(staged.path)
+            rows = self.store.read_rows(staged.path, size=staged.size)
             keep = pc.invert(pc.is_in(rows["seq"], rejected_seqs.combine_chunks()))
             if pc.all(keep).as_py():
                 continue
@@ -415,7 +415,7 @@ class QueueTransaction:
         parts = [self.store.read_messages(self.view(), name, seqs)]
         for f in staged:
             if f.rows:
-                rows = self.store.read_rows(f.path)
+                rows = self.store.read_rows(f.path, size=f.size)
                 parts.append(rows.filter(pc.is_in(rows["seq"], wanted)))
         originals = pa.concat_tables(parts).sort_by("seq")
         count = originals.num_rows

@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tests.object_store import RequestLog  # noqa: E402
 from tests.seeds import ENV_VAR, RANDOM, SEED_LIMIT, replay_command, seed_for, seed_mode  # noqa: E402
 
 # Loaded before any test module is imported, so each ``@settings(...)`` inherits it. "ci":
@@ -148,16 +149,31 @@ def queue_path(tmp_path: Path) -> str:
 
 
 @pytest.fixture(scope="session")
-def s3_server() -> Iterator[str]:
+def s3_server_log(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, str]]:
     """A local S3-compatible server (moto's, installed by ``make setup``) on 127.0.0.1 for the
-    whole session; yields its endpoint URL. It honours conditional puts (``If-None-Match``),
-    which delta-rs's commits rely on."""
+    whole session, logging each request; yields its endpoint URL and its log's path. It
+    honours conditional puts (``If-None-Match``), which delta-rs's commits rely on."""
     from tests.object_store import start_s3_server
 
-    process, endpoint = start_s3_server()
-    yield endpoint
+    log_path = str(tmp_path_factory.mktemp("s3-server") / "requests.log")
+    process, endpoint = start_s3_server(log_path)
+    yield endpoint, log_path
     process.terminate()
     process.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def s3_server(s3_server_log: tuple[str, str]) -> str:
+    """The session's S3 server's endpoint URL (:func:`s3_server_log`)."""
+    return s3_server_log[0]
+
+
+@pytest.fixture
+def s3_requests(s3_server_log: tuple[str, str]) -> RequestLog:
+    """The session's S3 server's request log, marked now."""
+    log = RequestLog(s3_server_log[1])
+    log.mark()
+    return log
 
 
 @pytest.fixture

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -14,6 +15,32 @@ import pytest
 
 ACCESS_KEY, SECRET_KEY = "spark-queue-test-key", "spark-queue-test-secret-Zq7"
 REGION = "us-east-1"
+_REQUEST = re.compile(r'"(GET|PUT|HEAD|POST|DELETE) (\S+) HTTP')
+_COLOUR = re.compile(r"\x1b\[[0-9;]*m")  # the server colours some lines
+
+
+class RequestLog:
+    """The server's request log (``start_s3_server(log_path)``), read from a mark."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.offset = 0
+
+    def mark(self) -> None:
+        time.sleep(0.05)  # the server writes a request's line after answering it
+        self.offset = os.path.getsize(self.path)
+
+    def since_mark(self, bucket: str | None = None) -> list[tuple[str, str]]:
+        """The requests since the mark (method, target), of ``bucket``'s objects only
+        where given (other tests' threads may still be at work on theirs)."""
+        time.sleep(0.05)
+        with open(self.path, encoding="utf-8", errors="replace") as log:
+            log.seek(self.offset)
+            text = _COLOUR.sub("", log.read())
+        requests = _REQUEST.findall(text)
+        if bucket is None:
+            return requests
+        return [(m, t) for m, t in requests if t.startswith((f"/{bucket}/", f"/{bucket}?"))]
 
 
 def start_s3_server(log_path: str | None = None) -> tuple[subprocess.Popen, str]:

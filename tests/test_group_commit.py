@@ -406,7 +406,7 @@ def test_compaction_runs_in_the_upkeep_thread(table, waiting):
         assert item.future.result().result.seqs == [call]
     assert table.store.snapshot().message_files("q").num_rows == rounds  # none inline
     assert group._compaction_due
-    group._upkeep_loop()  # the upkeep thread's work, here
+    assert group._upkeep_next(0)  # the upkeep thread's work, here
     group._pending.clear()
     group.close()
     assert table.store.snapshot().message_files("q").num_rows < rounds
@@ -455,3 +455,50 @@ def test_open_keeps_the_table_while_no_newer_log_entry_exists(table):
     assert store.open() is opened and opened.version() == version
     QueueTable(table.path, broker="off").publish("q", ["from another writer"])
     assert store.open() is opened and opened.version() == version + 1
+
+
+def test_table_at_moves_this_threads_table_on_and_opens_older_versions_apart(table):
+    """``table_at`` moves the thread's table forward to a version (the log entries since,
+    no more) and keeps it, so the next ``open`` goes on from there; an older version gets
+    a table of its own and leaves the thread's where it is."""
+    table.declare("q")
+    store = QueueStore(table.store.location)
+    opened = store.open()
+    before = opened.version()
+    for body in ("a", "b"):
+        QueueTable(table.path, broker="off").publish("q", [body])
+    assert store.table_at(before + 1) is opened and opened.version() == before + 1
+    older = store.table_at(before)
+    assert older is not opened and older.version() == before
+    assert opened.version() == before + 1
+    assert store.open() is opened and opened.version() == before + 2
+
+
+def test_the_upkeep_thread_keeps_its_table_between_jobs_and_ends_with_the_group(table):
+    """The upkeep thread lives on between jobs (its table open, read on from where it
+    was) and ends when the group closes; ``settle`` returns once what fell due has run."""
+    from deltalake import DeltaTable
+
+    table.declare("q")
+    interval = int(DeltaTable(table.path).metadata().configuration["delta.checkpointInterval"])
+    store = table.store
+    group = CommitGroup(store.location)
+    delta = store.open()
+    checkpoints = []
+    for _ in range(2):
+        while (delta.version() + 1) % interval:
+            store.commit(delta, [], [])
+            delta.update_incremental()
+        planned_on = store.snapshot()
+        store.commit(delta, [], [])  # a multiple of the interval, as if a round made it
+        group._upkeep(planned_on)  # (planned_on's table is still at the version before)
+        delta.update_incremental()
+        group.settle()
+        checkpoints.append(delta.version())
+        log = os.listdir(os.path.join(table.path, "_delta_log"))
+        assert f"{delta.version():020d}.checkpoint.parquet" in log
+    thread = group._upkeep_thread
+    assert thread is not None and thread.is_alive()  # one thread did both checkpoints
+    assert checkpoints[1] == checkpoints[0] + interval
+    group.close()
+    assert not thread.is_alive()

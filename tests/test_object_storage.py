@@ -15,6 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pytest
 from deltalake import CommitProperties, DeltaTable, write_deltalake
 from deltalake.exceptions import CommitFailedError
@@ -27,7 +28,7 @@ from spark_queue import (
 )
 from spark_queue.core import identity_holds
 from spark_queue.storage import Location
-from tests.object_store import SECRET_KEY
+from tests.object_store import SECRET_KEY, RequestLog
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -218,3 +219,56 @@ def test_cli_on_s3_takes_storage_options(s3_table: str, s3_options: dict[str, st
     )
     assert bad.returncode == 1 and "--storage-option takes KEY=VALUE" in bad.stderr
     assert SECRET_KEY not in bad.stderr
+
+
+def test_a_small_data_file_is_read_whole_in_one_get(
+    s3_table: str, s3_options: dict[str, str], s3_requests: RequestLog
+) -> None:
+    """A data file whose size the log gives is read in one GET (after the open's HEAD):
+    the same rows as a read of its footer and then its columns."""
+    table = QueueTable(s3_table, storage_options=s3_options, broker="off")
+    table.publish("q", [f"m{i}" for i in range(100)])
+    files = table.store.snapshot().message_files("q")
+    path, size = files["path"][0].as_py(), files["size"][0].as_py()
+    bucket = s3_table.removeprefix("s3://").split("/")[0]
+    s3_requests.mark()
+    whole = table.store.read_rows(path, ["seq", "body"], size=size)
+    requests = [method for method, target in s3_requests.since_mark(bucket) if path in target]
+    assert requests == ["HEAD", "GET"]
+    assert whole.equals(table.store.read_rows(path, ["seq", "body"]))
+    assert whole.num_rows == 100
+
+
+def test_the_upkeep_reads_each_log_entry_once_in_its_life(
+    s3_table: str, s3_options: dict[str, str], s3_requests: RequestLog
+) -> None:
+    """The group's upkeep thread keeps its table open, so its checkpoints and compactions
+    read each log entry once (two GETs: delta-rs reads an entry twice whenever it loads
+    it), where a table opened for each would read every entry since the last checkpoint
+    each time. Entry ``interval + 1`` is counted over the next interval of one-message
+    publishes: the commit's own read-back and the leader's catch-up (2 + 2), the upkeep
+    table's (2) and the checkpoint writer's replay for the checkpoint ``2 * interval`` (2)."""
+    from spark_queue.group import group_of
+
+    table = QueueTable(s3_table, storage_options=s3_options, broker="off")
+    table.declare("q")
+    interval = int(
+        DeltaTable(s3_table, storage_options=s3_options)
+        .metadata()
+        .configuration["delta.checkpointInterval"]
+    )
+    bucket = s3_table.removeprefix("s3://").split("/")[0]
+    declared = DeltaTable(s3_table, storage_options=s3_options).version()
+    s3_requests.mark()
+    for _ in range(2 * interval + 1 - declared):  # one commit each: one caller at a time
+        table.publish("q", ["m"])
+    group_of(table.store.location).settle()
+    entry = f"_delta_log/{interval + 1:020d}.json"
+    reads = [m for m, target in s3_requests.since_mark(bucket) if target.endswith(entry)]
+    log = table.store.fs.get_file_info(pafs.FileSelector(f"{table.store.base}/_delta_log"))
+    names = {info.base_name for info in log}
+    assert f"{2 * interval + 1:020d}.json" in names
+    assert f"{2 * interval:020d}.checkpoint.parquet" in names
+    assert reads.count("GET") <= 8, str(reads)
+    stats = table.stats("q")
+    assert stats["added"] == stats["ready"] and identity_holds(stats)
