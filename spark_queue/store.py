@@ -296,8 +296,8 @@ class QueueStore:
             try:
                 table.load_as_version(version)
                 return table
-            except DeltaError:
-                self._opened.table = None
+            except DeltaError:  # its log was cleaned up, say: open one afresh
+                table = self._opened.table = None
         opened = self.location.delta_table(version)
         if table is None:
             self._check_format(opened)
@@ -415,7 +415,13 @@ class QueueStore:
         if size is not None and size <= WHOLE_READ_BYTES:
             with self.fs.open_input_stream(path) as stream:
                 source: Any = pa.BufferReader(stream.read())
-            return pq.read_table(source, columns=columns, filters=filters, schema=FILE_SCHEMA)
+            # One thread: pyarrow 22's threaded read of an in-memory file leaves a thread
+            # that aborts the process at its exit, in most runs ("terminate called without
+            # an active exception", apache/arrow#34314); a file this small gains nothing
+            # from threads.
+            return pq.read_table(
+                source, columns=columns, filters=filters, schema=FILE_SCHEMA, use_threads=False
+            )
         # One open file, its column chunks read in coalesced ranges: by path, pyarrow's
         # dataset reader would stat the file twice first (object stores: two requests each).
         with self.fs.open_input_file(path) as source:
