@@ -367,8 +367,14 @@ class CommitGroup:
         and compaction then reads only the log entries since the last (on S3, two requests
         an entry), where a table opened afresh reads the last checkpoint and every entry
         since it, each time."""
-        while self._upkeep_next(IDLE_SECONDS):
-            pass
+        try:
+            while self._upkeep_next(IDLE_SECONDS):
+                pass
+        finally:  # ended, even by an error its jobs did not catch: the next one starts anew
+            with self._upkeep_signal:
+                if self._upkeep_thread is threading.current_thread():  # not a successor
+                    self._upkeeping = self._upkeep_working = False
+                    self._upkeep_signal.notify_all()
 
     def _upkeep_next(self, wait: float) -> bool:
         """Run what is due, waiting ``wait`` seconds at most for some; False where nothing
