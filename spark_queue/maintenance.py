@@ -289,9 +289,13 @@ def checkpoint_due(table: Any) -> int | None:
 
 def checkpoint_at(store: QueueStore, version: int) -> None:
     """:func:`checkpoint` ``version`` from ``store``'s table in this thread, moved on to it
-    (:meth:`QueueStore.table_at`). Never raises: the commit has happened."""
+    (:meth:`QueueStore.table_at`); or a later version, where that table has passed it (the
+    upkeep thread's, after a compaction): any version may be checkpointed, and opening one
+    apart would read the log since the last checkpoint once more. Never raises: the commit
+    has happened."""
     try:
-        checkpoint(store.location, version, store.table_at(version))
+        table = store.table_at(version, or_later=True)
+        checkpoint(store.location, table.version(), table)
     except Exception as error:  # best effort, as Delta's own post-commit checkpoints
         log.warning(
             "checkpoint of %s failed, the next interval tries again: %s", store.location, error

@@ -284,14 +284,17 @@ class QueueStore:
         self._opened.table = table
         return table
 
-    def table_at(self, version: int) -> Any:
+    def table_at(self, version: int, *, or_later: bool = False) -> Any:
         """A DeltaTable at ``version``: this thread's table moved on to it where it is at or
         before it (delta-rs reads the log entries since, no more), else one opened at it
-        (the last checkpoint and every entry since). A thread without a table keeps the one
-        opened; :meth:`open` moves it on from there."""
+        (the last checkpoint and every entry since). ``or_later``: this thread's table as it
+        is where it has passed ``version``. A thread without a table keeps the one opened;
+        :meth:`open` moves it on from there."""
         from deltalake.exceptions import DeltaError
 
         table = getattr(self._opened, "table", None)
+        if table is not None and or_later and table.version() > version:
+            return table
         if table is not None and table.version() <= version:
             try:
                 table.load_as_version(version)
@@ -408,19 +411,29 @@ class QueueStore:
 
         ``size``: the file's size, where the caller knows it (the log records it). A file
         of :data:`WHOLE_READ_BYTES` or less is then read whole in one request, footer and
-        all: on object storage an open (a HEAD) and one GET, where reading its footer and
-        then its columns takes a GET each.
+        all (without ``filters``): on object storage an open (a HEAD) and one GET, where
+        reading its footer and then its columns takes a GET each.
         """
         path = f"{self.base.rstrip('/')}/{relative}"
-        if size is not None and size <= WHOLE_READ_BYTES:
+        if size is not None and size <= WHOLE_READ_BYTES and filters is None:
             with self.fs.open_input_stream(path) as stream:
-                source: Any = pa.BufferReader(stream.read())
-            # One thread: pyarrow 22's threaded read of an in-memory file leaves a thread
-            # that aborts the process at its exit, in most runs ("terminate called without
-            # an active exception", apache/arrow#34314); a file this small gains nothing
-            # from threads.
-            return pq.read_table(
-                source, columns=columns, filters=filters, schema=FILE_SCHEMA, use_threads=False
+                file = pq.ParquetFile(pa.BufferReader(stream.read()))
+            # One thread, and not read_table's dataset layer: a threaded read of an
+            # in-memory file leaves a thread that aborts the process at its exit, in most
+            # runs ("terminate called without an active exception", apache/arrow#34314).
+            wanted = pa.schema([FILE_SCHEMA.field(name) for name in columns or FILE_SCHEMA.names])
+            present = set(file.schema_arrow.names)
+            rows = file.read([n for n in wanted.names if n in present], use_threads=False)
+            # As read_table(schema=FILE_SCHEMA) gives it: the columns a record's file does
+            # not hold (a state file holds a few) as nulls, each in its schema type.
+            return pa.Table.from_arrays(
+                [
+                    rows.column(f.name).cast(f.type)
+                    if f.name in present
+                    else pa.nulls(rows.num_rows, f.type)
+                    for f in wanted
+                ],
+                schema=wanted,
             )
         # One open file, its column chunks read in coalesced ranges: by path, pyarrow's
         # dataset reader would stat the file twice first (object stores: two requests each).

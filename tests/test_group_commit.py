@@ -416,8 +416,9 @@ def test_compaction_runs_in_the_upkeep_thread(table, waiting):
 
 def test_rounds_with_requests_waiting_still_compact_and_checkpoint(table):
     """Four threads keep requests waiting at every commit (they submit without waiting
-    for the answers): the small files of hundreds of rounds are compacted, the last
-    checkpoint crossed is written, and every message is there once."""
+    for the answers): the small files of hundreds of rounds are compacted, a checkpoint is
+    written at or after the last multiple of the interval crossed, and every message is
+    there once."""
     from deltalake import DeltaTable
 
     table.declare("q")
@@ -437,7 +438,8 @@ def test_rounds_with_requests_waiting_still_compact_and_checkpoint(table):
     version = DeltaTable(table.path).version()
     log = os.listdir(os.path.join(table.path, "_delta_log"))
     written = sorted(int(name.split(".")[0]) for name in log if ".checkpoint." in name)
-    assert version >= interval and written[-1] == version // interval * interval
+    # At the last multiple crossed, or later where a compaction took the upkeep's table on.
+    assert version >= interval and written[-1] >= version // interval * interval
     stats = table.stats("q")
     assert stats["added"] == 600 and identity_holds(stats)
     # A round's publishes are one file: without compaction there would be one per round.
