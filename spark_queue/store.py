@@ -41,6 +41,7 @@ from spark_queue.files import (
     SEEN,
     STATE_RECORDS,
     StagedFile,
+    empty_rows,
 )
 from spark_queue.index import (
     MESSAGE_INDEX_COLUMNS,
@@ -421,20 +422,13 @@ class QueueStore:
             # One thread, and not read_table's dataset layer: a threaded read of an
             # in-memory file leaves a thread that aborts the process at its exit, in most
             # runs ("terminate called without an active exception", apache/arrow#34314).
-            wanted = pa.schema([FILE_SCHEMA.field(name) for name in columns or FILE_SCHEMA.names])
+            wanted = columns or FILE_SCHEMA.names
             present = set(file.schema_arrow.names)
-            rows = file.read([n for n in wanted.names if n in present], use_threads=False)
+            rows = file.read([n for n in wanted if n in present], use_threads=False)
             # As read_table(schema=FILE_SCHEMA) gives it: the columns a record's file does
             # not hold (a state file holds a few) as nulls, each in its schema type.
-            return pa.Table.from_arrays(
-                [
-                    rows.column(f.name).cast(f.type)
-                    if f.name in present
-                    else pa.nulls(rows.num_rows, f.type)
-                    for f in wanted
-                ],
-                schema=wanted,
-            )
+            held = {name: rows.column(name) for name in rows.column_names}
+            return empty_rows(held, rows.num_rows).select(wanted)
         # One open file, its column chunks read in coalesced ranges: by path, pyarrow's
         # dataset reader would stat the file twice first (object stores: two requests each).
         with self.fs.open_input_file(path) as source:
