@@ -15,6 +15,11 @@ and through a queue broker (one group commit for every client), side by side.
 - **latency**: a consumer process waiting on an idle queue, another process publishing one
   message every 0.2 s: time from the publish call's return (and from the call) to the
   message in the handler.
+- **sustained** (only when asked for: ``--only sustained``; direct only): P threads making
+  single-message ``publish`` calls for ``--sustained-seconds``, the rate and the log's
+  file count reported every ``--window`` seconds; once with the table's log bound by
+  ``spark_queue.logRetentionVersions`` (its default), once by time alone (the property set
+  to a billion: a week's log, as before the bound), one after the other.
 
 Each measure runs once per ``--via``: ``direct`` (``broker="off"``: every process commits
 its own requests) and ``broker`` (a ``spark-queue broker`` process on loopback serves the
@@ -42,6 +47,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from pyarrow.fs import FileSelector
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT)]
@@ -387,6 +394,58 @@ def bench_latency(serve, count):
             )
 
 
+def log_file_count(path: str, options: dict | None) -> int:
+    from spark_queue.storage import Location
+
+    fs, base = Location.of(path, options).filesystem()
+    return len(fs.get_file_info(FileSelector(f"{base.rstrip('/')}/_delta_log")))
+
+
+def bench_sustained(path_of, options, count: int, seconds: float, window: float) -> None:
+    from deltalake import DeltaTable
+
+    from spark_queue.maintenance import LOG_RETENTION_VERSIONS, LOG_RETENTION_VERSIONS_KEY
+
+    print("\n| one-message `publish` calls, threads, log bound | P | after s | msg/s | log files |")
+    print("|---|---|---|---|---|")
+    bounds = ((f"{LOG_RETENTION_VERSIONS} versions (default)", None), ("time only", "1000000000"))
+    for label, value in bounds:
+        path = path_of(f"sustained-{'time' if value else 'versions'}")
+        fill(path, options, 0)
+        if value is not None:
+            DeltaTable(path, storage_options=options).alter.set_table_properties(
+                {LOG_RETENTION_VERSIONS_KEY: value}, raise_if_not_exists=False
+            )
+        target = Target(path, options, "off")
+        sent = [0] * count
+        stop = threading.Event()
+
+        def loop(n: int, go, target=target, sent=sent, stop=stop) -> None:
+            table = target.table()
+            table.publish(WARM_UP, [f"t{n}"])
+            go.wait()
+            while not stop.is_set():
+                table.publish(QUEUE, [f"t{n}-{sent[n]}"])
+                sent[n] += 1
+
+        def sample(target=target, sent=sent, stop=stop, label=label) -> None:
+            start = time.time()
+            last = 0
+            for step in range(1, int(seconds / window) + 1):
+                time.sleep(start + step * window - time.time())
+                total = sum(sent)
+                files = log_file_count(target.path, target.options)
+                print(
+                    f"| {label} | {count} | {step * window:.0f} | {(total - last) / window:,.0f} "
+                    f"| {files:,} |",
+                    flush=True,
+                )
+                last = total
+            stop.set()
+
+        run_threads(count, loop, lambda sample=sample: threading.Thread(target=sample).start())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", choices=["local", "s3"], default="local")
@@ -402,6 +461,8 @@ def main() -> None:
     parser.add_argument("--publishers", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--latency-messages", type=int, default=50)
+    parser.add_argument("--sustained-seconds", type=float, default=180.0)
+    parser.add_argument("--window", type=float, default=20.0)
     args = parser.parse_args()
     options = None
     server = None
@@ -441,6 +502,8 @@ def main() -> None:
             bench_publishers(serve, args.publishers, args.seconds)
         if "latency" in args.only:
             bench_latency(serve, args.latency_messages)
+        if "sustained" in args.only:
+            bench_sustained(path_of, options, args.publishers, args.sustained_seconds, args.window)
     finally:
         if server is not None:
             server.terminate()

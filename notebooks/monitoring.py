@@ -101,8 +101,10 @@ if DEMO:
 # MAGIC
 # MAGIC One row per queue and commit: `version`, `timestamp`, `operation` (what the commit did),
 # MAGIC the gauges as the commit left them, the counters (cumulative since the queue was
-# MAGIC declared) and the limits in force. It reaches back as far as the Delta log does (7 days
-# MAGIC on a queue table). `versions=range(a, b)` reads part of it.
+# MAGIC declared) and the limits in force. It reaches back as far as the Delta log does: 7 days
+# MAGIC on a queue table, and at most 500 versions (`spark_queue.logRetentionVersions`, which a
+# MAGIC busy table fills in seconds to minutes; docs/MAINTENANCE.md says how to raise it).
+# MAGIC `versions=range(a, b)` reads part of it.
 
 # COMMAND ----------
 

@@ -24,10 +24,12 @@ What a row means, exactly:
   The identity ``added = acked + replaced + dropped + expired + killed + purged + ready +
   leased + scheduled`` holds on every row.
 - Versions that changed no state (the table's creation, compaction, vacuum) have no rows.
-- History reaches back as far as the Delta log does (``delta.logRetentionDuration``, 7 days
-  on a queue table; log cleanup runs after checkpoints). A version whose state files were
-  since deleted by a vacuum has no rows either: vacuum only deletes files removed longer
-  ago than its retention, so the most recent versions are always there.
+- History reaches back as far as the Delta log does: 7 days on a queue table
+  (``delta.logRetentionDuration``), and at most 500 versions
+  (``spark_queue.logRetentionVersions``: on a busy table, seconds to minutes); log cleanup
+  runs after checkpoints (docs/MAINTENANCE.md, "Log cleanup"). A version whose state files
+  were since deleted by a vacuum has no rows either: vacuum only deletes files removed
+  longer ago than its retention, so the most recent versions are always there.
 
 The same numbers are readable with Spark by time travel, one version at a time
 (``spark.read.format("delta").option("versionAsOf", v)``, ``record = 'queue'`` rows); this

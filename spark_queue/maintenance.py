@@ -21,9 +21,10 @@ its batch again. No row that is live, and no counter, changes.
 
 **Log checkpoints** (:func:`checkpoint_after`): every connector commit whose version is a
 multiple of the table's ``delta.checkpointInterval`` (Delta's default of 100 where the table
-sets none) writes a Delta checkpoint with delta-rs, then deletes log files past
-``delta.logRetentionDuration`` that no retained version needs. Best effort: the commit has
-happened, so a failure is logged and the next interval tries again.
+sets none) writes a Delta checkpoint with delta-rs, then deletes log files that no retained
+version needs: versions are retained for ``delta.logRetentionDuration`` and, at most,
+``spark_queue.logRetentionVersions`` versions back (:func:`cleanup_log`). Best effort: the
+commit has happened, so a failure is logged and the next interval tries again.
 
 **Vacuum** (:func:`vacuum`): deletes data files no current version references, after a
 retention period with a safe floor; see :func:`check_retention`.
@@ -54,6 +55,14 @@ SMALL_FILE_LIMIT = 32  # small files of one queue (or removal files) that trigge
 COMPACT_MOVES = 10  # versions a compaction may move on to when other writers commit first
 CHECKPOINT_INTERVAL = 100  # versions between checkpoints where delta.checkpointInterval is unset
 LOG_RETENTION_HOURS = 30 * 24.0  # Delta's delta.logRetentionDuration default
+# The log's own bound by count (docs/MAINTENANCE.md, "Log cleanup"): delta-rs lists the
+# whole log folder for every commit and update on a local disk, so a log that keeps a week
+# of a busy table's commits slows every commit (halved within 3 minutes at 60 a second).
+LOG_RETENTION_VERSIONS_KEY = "spark_queue.logRetentionVersions"
+LOG_RETENTION_VERSIONS = 500  # where the table does not set LOG_RETENTION_VERSIONS_KEY
+# A commit younger than this is never cleaned up by the count: a reader that listed the log
+# a moment before a checkpoint may still be reading the files that checkpoint supersedes.
+LOG_MIN_AGE_SECONDS = 10.0
 DEFAULT_VACUUM_HOURS = 168.0  # Delta's default: a week of time travel
 FILE_RETENTION_HOURS = 168.0  # Delta's delta.deletedFileRetentionDuration default
 MIN_RETENTION_HOURS = 1.0  # the in-flight window of the connector's own reads; see check_retention
@@ -245,6 +254,23 @@ def interval_hours(key: str, text: str | None, default: float) -> float:
     return float(match.group(1)) * _UNITS[unit]
 
 
+def log_retention_versions(configuration: dict[str, str]) -> int:
+    """``spark_queue.logRetentionVersions`` of the table, else :data:`LOG_RETENTION_VERSIONS`.
+
+    Raises:
+        InvalidOptionError: not a whole number >= 1 (named, with what it takes).
+    """
+    text = configuration.get(LOG_RETENTION_VERSIONS_KEY)
+    if text is None:
+        return LOG_RETENTION_VERSIONS
+    if not text.strip().isdigit() or int(text) < 1:
+        raise InvalidOptionError(
+            f"table property {LOG_RETENTION_VERSIONS_KEY}={text!r} must be a whole number of "
+            f"versions >= 1 (default {LOG_RETENTION_VERSIONS})"
+        )
+    return int(text)
+
+
 def checkpoint_interval(configuration: dict[str, str]) -> int:
     """``delta.checkpointInterval`` of the table, else :data:`CHECKPOINT_INTERVAL`."""
     text = configuration.get("delta.checkpointInterval")
@@ -315,7 +341,8 @@ def checkpoint_if_crossed(
 
 def checkpoint(location: Location, version: int | None = None, table: Any = None) -> int:
     """Write a Delta checkpoint of ``version`` (else the latest) with delta-rs, then clean
-    up expired log files (:func:`cleanup_log`). Returns the version checkpointed.
+    up expired log files (:func:`cleanup_log`, by the table's log retention in time and in
+    versions). Returns the version checkpointed.
 
     ``table``: a DeltaTable of ``location`` already at ``version``, else one is opened.
     delta-rs replays the log afresh for the checkpoint whatever table it is given; one in
@@ -332,23 +359,36 @@ def checkpoint(location: Location, version: int | None = None, table: Any = None
                 configuration.get("delta.logRetentionDuration"),
                 LOG_RETENTION_HOURS,
             ),
+            max_versions=log_retention_versions(configuration),
         )
     return table.version()
 
 
-def cleanup_log(location: Location, retention_hours: float, now: float | None = None) -> list[str]:
-    """Delete log files that only versions older than the log retention need; returns them.
+def cleanup_log(
+    location: Location,
+    retention_hours: float,
+    now: float | None = None,
+    *,
+    max_versions: int | None = None,
+    min_age_seconds: float = LOG_MIN_AGE_SECONDS,
+) -> list[str]:
+    """Delete log files that only versions past the log retention need; returns them.
 
-    Delta's rule (delta PR #4146): the *cutoff commit* is the newest commit file older
-    than the retention; everything from the newest checkpoint at or before it is kept, so
-    every version inside the retention can still be read (time travel), and the newest
-    checkpoint always survives. delta-rs's ``cleanup_metadata`` is not used: it cuts at the
-    latest checkpoint by file age alone and can leave a version inside the retention
-    without the checkpoint it is built from (delta-rs #3692, delta #606).
+    A commit is past the retention where it is older than ``retention_hours``, or, with
+    ``max_versions``, where it is ``max_versions`` or more versions behind the newest
+    commit and older than ``min_age_seconds`` (whichever comes first, as Kafka's retention
+    by time and by size). Delta's rule (delta PR #4146) then applies: the *cutoff commit*
+    is the newest commit past the retention; everything from the newest checkpoint at or
+    before it is kept, so every version after the cutoff can still be read (time travel),
+    and the newest checkpoint always survives. delta-rs's ``cleanup_metadata`` is not
+    used: it cuts at the latest checkpoint by file age alone and can leave a version
+    inside the retention without the checkpoint it is built from (delta-rs #3692, delta
+    #606).
     """
     fs, base = location.filesystem()
     log_dir = f"{base.rstrip('/')}/_delta_log"
-    cutoff = (time.time() if now is None else now) - retention_hours * 3600
+    now = time.time() if now is None else now
+    cutoff = now - retention_hours * 3600
     commits: dict[int, float] = {}
     checkpoints: set[int] = set()
     entries: list[tuple[int, str]] = []
@@ -360,10 +400,17 @@ def cleanup_log(location: Location, retention_hours: float, now: float | None = 
         version = int(head)
         entries.append((version, info.path))
         if name.endswith(".json") and name.count(".") == 1:
-            commits[version] = info.mtime.timestamp() if info.mtime else time.time()
+            commits[version] = info.mtime.timestamp() if info.mtime else now
         elif ".checkpoint." in name and name.endswith(".parquet"):
             checkpoints.add(version)
-    old = [v for v, mtime in commits.items() if mtime < cutoff]
+    if not commits:
+        return []
+    behind = max(commits) - max_versions if max_versions is not None else -1
+    old = [
+        v
+        for v, mtime in commits.items()
+        if mtime < cutoff or (v <= behind and mtime < now - min_age_seconds)
+    ]
     if not old:
         return []
     keep_from = max((c for c in checkpoints if c <= max(old)), default=None)

@@ -163,8 +163,20 @@ def pyarrow_s3_options(options: Mapping[str, str]) -> dict[str, Any] | None:
     return arguments
 
 
-def table_uri(path: str) -> str:
-    """A local path made absolute; URIs (``s3://``, ``file://``, ...) unchanged."""
+def table_uri(path: str | os.PathLike[str]) -> str:
+    """A local path made absolute; URIs (``s3://``, ``file://``, ...) unchanged.
+
+    Raises:
+        InvalidOptionError: ``path`` is neither a string nor a path, or is blank (which
+            would make the current directory the table).
+    """
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if not isinstance(path, str) or not path.strip():
+        raise InvalidOptionError(
+            f"path must be the queue table's location, a local path or a URI such as "
+            f"s3://bucket/queues; got {path!r}"
+        )
     return path if "://" in path else os.path.abspath(path)
 
 
@@ -176,7 +188,7 @@ class Location:
     options: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def of(cls, path: str, options: Mapping[str, Any] | None = None) -> Location:
+    def of(cls, path: str | os.PathLike[str], options: Mapping[str, Any] | None = None) -> Location:
         return cls(table_uri(path), normalise_options(options))
 
     def __repr__(self) -> str:

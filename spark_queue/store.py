@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -213,7 +214,9 @@ class QueueStore:
     environment's."""
 
     def __init__(
-        self, path: str | Location, storage_options: Mapping[str, Any] | None = None
+        self,
+        path: str | os.PathLike[str] | Location,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.location = path if isinstance(path, Location) else Location.of(path, storage_options)
         self.uri = self.location.uri

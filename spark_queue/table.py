@@ -82,7 +82,8 @@ class QueueTable:
     """The queues stored in one Delta table at ``path``.
 
     Args:
-        path: a local path or a URI (``s3://``, ``abfss://``, ``gs://``, ``file://``).
+        path: a local path (a string or a ``pathlib.Path``) or a URI (``s3://``,
+            ``abfss://``, ``gs://``, ``file://``); a blank one raises ``InvalidOptionError``.
         policies: a policies file, or loaded :class:`Policies` (docs/POLICIES.md), applied
             to every queue this object declares or alters and to dead-letter queues it
             creates; None means the file named by ``$SPARK_QUEUE_POLICIES``, if set. The
@@ -105,7 +106,7 @@ class QueueTable:
 
     def __init__(
         self,
-        path: str,
+        path: str | os.PathLike[str],
         policies: str | os.PathLike[str] | Policies | None = None,
         storage_options: Mapping[str, str] | None = None,
         *,
@@ -395,14 +396,18 @@ class QueueTable:
 
     def checkpoint(self) -> int:
         """Write a Delta log checkpoint of the current version now, then clean up
-        log files past ``delta.logRetentionDuration``. Connector commits do this by
-        themselves every ``delta.checkpointInterval`` versions.
+        log files past the log retention (``delta.logRetentionDuration``, and at most
+        ``spark_queue.logRetentionVersions`` versions back: docs/MAINTENANCE.md).
+        Connector commits do this by themselves every ``delta.checkpointInterval``
+        versions.
 
         Returns:
             The version checkpointed.
 
         Raises:
             QueueError: no queue table at the path.
+            InvalidOptionError: the table's ``spark_queue.logRetentionVersions`` is not a
+                whole number >= 1 (the checkpoint is written; no log file is deleted).
         """
         self._snapshot()
         return checkpoint(self.store.location)

@@ -11,9 +11,17 @@ from pathlib import Path
 
 import pytest
 from deltalake import DeltaTable
+from deltalake.exceptions import DeltaError
 
 from spark_queue import InvalidOptionError, QueueTable
-from spark_queue.maintenance import MIN_RETENTION_HOURS, cleanup_log
+from spark_queue.maintenance import (
+    LOG_MIN_AGE_SECONDS,
+    LOG_RETENTION_VERSIONS,
+    LOG_RETENTION_VERSIONS_KEY,
+    MIN_RETENTION_HOURS,
+    cleanup_log,
+    log_retention_versions,
+)
 from spark_queue.storage import Location
 from tests.helpers import assert_identity, messages, write_batch
 
@@ -77,10 +85,13 @@ def test_delta_spark_reads_a_table_whose_log_starts_at_a_delta_rs_checkpoint(spa
     removed = cleanup_log(Location.of(queue_path), retention_hours=0)
     assert f"{0:020d}.json" in removed and f"{version:020d}.json" not in removed
     assert log_files(queue_path)[0] == f"{version:020d}.checkpoint.parquet"
+    set_log_retention_versions(queue_path, "1000")  # a property Delta does not know
     delta = spark.read.format("delta").load(queue_path)
     assert delta.where("record = 'message'").count() == 5
     history = spark.sql(f"DESCRIBE HISTORY delta.`{queue_path}`").collect()
-    assert max(r.version for r in history) == version
+    assert max(r.version for r in history) == version + 1
+    properties = spark.sql(f"SHOW TBLPROPERTIES delta.`{queue_path}`").collect()
+    assert {r.key: r.value for r in properties}[LOG_RETENTION_VERSIONS_KEY] == "1000"
     browsed = spark.read.format("ringqueue").option("queue", "q").load(queue_path).collect()
     assert [bytes(r.body).decode() for r in browsed] == [f"m{i}" for i in range(5)]
     write_batch(messages(spark, ["after"]), queue_path, queue="q")
@@ -103,6 +114,89 @@ def test_log_cleanup_keeps_every_version_inside_the_log_retention(queue_path):
     assert DeltaTable(queue_path, version=60).version() == 60
     assert DeltaTable(queue_path, version=99).version() == 99
     assert cleanup_log(Location.of(queue_path), retention_hours=7 * 24) == []
+
+
+def age_log(path: str, seconds: float) -> None:
+    """Every log file of ``path`` as if written ``seconds`` ago."""
+    then = time.time() - seconds
+    for name in log_files(path):
+        os.utime(Path(path) / "_delta_log" / name, (then, then))
+
+
+def set_log_retention_versions(path: str, value: str) -> None:
+    # As docs/MAINTENANCE.md says to: delta-rs, which takes a property it does not know
+    # only with raise_if_not_exists=False.
+    DeltaTable(path).alter.set_table_properties(
+        {LOG_RETENTION_VERSIONS_KEY: value}, raise_if_not_exists=False
+    )
+
+
+def test_the_log_keeps_at_most_the_tables_retention_in_versions(queue_path):
+    table = QueueTable(queue_path)
+    table.declare("q")  # versions 0 and 1
+    assert log_retention_versions(DeltaTable(queue_path).metadata().configuration) == 500
+    assert LOG_RETENTION_VERSIONS == 500
+    set_log_retention_versions(queue_path, "60")  # version 2
+    commits(table, 97)  # up to version 99: checkpoint 50, all of it young
+    assert log_files(queue_path)[0] == f"{0:020d}.json"
+    before = DeltaTable(queue_path, version=10)  # a reader left behind, its log since cut
+    age_log(queue_path, 2 * LOG_MIN_AGE_SECONDS)
+    commits(table, 1)  # version 100: its checkpoint cleans up, well inside 7 days
+    # 100 - 60 = 40 is the newest version past the retention: it needs checkpoint 0 (the
+    # table's start) and what follows, so nothing goes yet.
+    assert log_files(queue_path)[0] == f"{0:020d}.json"
+    commits(table, 49)  # version 149: young again, so checkpoint 150 cuts only aged ones
+    age_log(queue_path, 2 * LOG_MIN_AGE_SECONDS)
+    commits(table, 1)  # version 150: 90 is past the retention, and needs checkpoint 50
+    assert checkpoints(queue_path) == [50, 100, 150]
+    assert log_files(queue_path)[0] == f"{50:020d}.checkpoint.parquet"
+    assert DeltaTable(queue_path, version=90).version() == 90
+    with pytest.raises(DeltaError):  # gone: "no files in log segment"
+        DeltaTable(queue_path, version=49)
+    before.update_incremental()  # across the cut: from the checkpoint, not a gap
+    fresh = DeltaTable(queue_path)
+    assert before.version() == fresh.version() == 150
+    assert sorted(before.file_uris()) == sorted(fresh.file_uris())
+    assert table.arguments("q").max_length == 1000  # the last alter (commits(table, 1))
+    table.publish("q", ["after"])
+    assert table.stats("q")["ready"] == 1
+
+
+def test_young_commits_are_never_cut_by_count(queue_path):
+    table = QueueTable(queue_path)
+    table.declare("q")
+    commits(table, 60)  # checkpoint 50
+    location = Location.of(queue_path)
+    assert cleanup_log(location, retention_hours=7 * 24, max_versions=1) == []
+    # Aged past the floor they go, up to the newest checkpoint.
+    removed = cleanup_log(
+        location, retention_hours=7 * 24, max_versions=1, now=time.time() + LOG_MIN_AGE_SECONDS
+    )
+    assert removed == [f"{v:020d}.json" for v in range(50)]
+    assert DeltaTable(queue_path).version() == 61
+
+
+def test_a_bad_log_retention_in_versions_is_named_and_deletes_nothing(queue_path, caplog):
+    for value in ("0", "-5", "many", "1.5"):
+        with pytest.raises(InvalidOptionError) as error:
+            log_retention_versions({LOG_RETENTION_VERSIONS_KEY: value})
+        assert f"{LOG_RETENTION_VERSIONS_KEY}={value!r}" in str(error.value)
+        assert "whole number of versions >= 1" in str(error.value)
+    table = QueueTable(queue_path)
+    table.declare("q")
+    commits(table, 60)  # checkpoint 50
+    set_log_retention_versions(queue_path, "none")
+    age_log(queue_path, 10 * DAY)  # past the 7 days: a cleanup would cut at checkpoint 50
+    files = log_files(queue_path)
+    with caplog.at_level(logging.WARNING, logger="spark_queue"):
+        commits(table, 40)  # crosses checkpoint 100, whose cleanup refuses the property
+    assert DeltaTable(queue_path).version() == 102
+    assert set(files) <= set(log_files(queue_path))  # nothing deleted
+    assert f"{LOG_RETENTION_VERSIONS_KEY}='none'" in caplog.text
+    assert table.arguments("q").max_length == 1039
+    set_log_retention_versions(queue_path, "1000")  # mended: the next checkpoint cleans up
+    commits(table, 47)  # version 150
+    assert log_files(queue_path)[0] == f"{50:020d}.checkpoint.parquet"
 
 
 # -- vacuum -----------------------------------------------------------------------------------

@@ -130,6 +130,19 @@ def test_bad_input_is_refused_naming_it_and_nothing_is_committed(table, case):
     assert {f"record=message/{p.name}" for p in on_disk} <= set(committed)  # no file left
 
 
+@pytest.mark.parametrize("path", ["", "   ", None, 7])
+def test_a_blank_path_is_refused_and_the_current_directory_untouched(tmp_path, monkeypatch, path):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(InvalidOptionError, match="path must be the queue table's location"):
+        QueueTable(path).publish("orders", ["x"])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_pathlib_path_names_the_same_table_as_its_string(tmp_path):
+    QueueTable(tmp_path / "queues").publish("orders", ["x"])
+    assert bodies(QueueTable(str(tmp_path / "queues")), "orders") == ["x"]
+
+
 def test_threads_publish_to_one_ring_queue_and_none_fails(table):
     table.declare("orders", ring_size=RING)
     errors: list[BaseException] = []
