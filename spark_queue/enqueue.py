@@ -9,6 +9,7 @@ renumbered at commit (:class:`Reservation`), so seqs follow commit order.
 
 from __future__ import annotations
 
+from concurrent.futures import Future, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -90,6 +91,7 @@ class PendingBatch(Reservation):
         super().__init__(-1, [])
         self.queue = queue
         self._rows = rows  # normalised, seqs from 0; or bodies, shaped on first use
+        self._upload: Future | None = None  # the write of the file in :attr:`written`
 
     @property
     def num_rows(self) -> int:
@@ -115,15 +117,22 @@ class PendingBatch(Reservation):
     def renumber_after(self, store: QueueStore, transaction: QueueTransaction) -> None:
         state = transaction.states.get(self.queue)
         if self.files and (state is None or state.next_seq <= self.base):
+            if self._upload is not None:  # an earlier attempt's file: this commit names it too
+                transaction.uploads.append(self._upload)
             return
         base = transaction.next_seq
         seqs = pc.add(self.rows["seq"], pa.scalar(base, pa.int64()))
         numbered = _with_seqs(self.rows, seqs)
-        staged = write_file(store.location, MESSAGE, numbered)
+        self.discard(store)  # an earlier attempt's file
+        staged, self._upload = transaction.stage_rows(MESSAGE, numbered)
         transaction.held_rows[staged.path] = numbered
-        delete_files(store.location, self.written)
         self.base, self.written = base, [staged.path]
         self.files = [StagedQueueFile(self.queue, staged)]
+
+    def discard(self, store: QueueStore) -> None:
+        if self._upload is not None:  # deleted before its write ends, it would stay
+            wait([self._upload])
+        super().discard(store)
 
 
 def shift_seqs(store: QueueStore, staged: StagedFile, shift: int) -> StagedFile:

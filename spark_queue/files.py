@@ -97,29 +97,53 @@ def parquet_options(columns: list[str]) -> dict[str, Any]:
 
 def write_file(location: Location, record: str, rows: pa.Table, tag: str = "") -> StagedFile:
     """Write ``rows`` (:data:`FILE_SCHEMA`) as one Parquet file of partition ``record``."""
-    fs, base = location.filesystem()
-    if record == MESSAGE:
-        rows = rows.select(FILE_SCHEMA.names).cast(FILE_SCHEMA)
-    else:
-        # Index and removal rows fill a few of the columns: the others are left out of the
-        # file, which Delta readers (delta-spark, delta-rs, ``read_rows``) read as nulls,
-        # and writing them would cost more than the rows themselves.
-        fields = [
-            field_
-            for field_ in FILE_SCHEMA
-            if field_.name in rows.column_names
-            and rows.column(field_.name).null_count < rows.num_rows
-        ]
-        rows = rows.select([field_.name for field_ in fields]).cast(pa.schema(fields))
-    stats = file_stats(rows)
+    rows = _file_rows(record, rows)
     relative = new_file(record, tag)
-    target = prepare_target(fs, base, relative)
-    with fs.open_output_stream(target) as stream:
-        pq.write_table(
-            rows, stream, row_group_size=row_group_rows(rows), **parquet_options(rows.column_names)
-        )
+    fs, base = location.filesystem()
+    with fs.open_output_stream(prepare_target(fs, base, relative)) as stream:
+        _write_parquet(rows, stream)
         size = stream.tell()  # not a stat afterwards: on an object store, a request
-    return StagedFile(relative, size, record, stats, rows.num_rows)
+    return StagedFile(relative, size, record, file_stats(rows), rows.num_rows)
+
+
+def encode_file(record: str, rows: pa.Table, tag: str = "") -> tuple[StagedFile, pa.Buffer]:
+    """``rows`` encoded as :func:`write_file` writes them, in memory: the file they make
+    once :func:`upload_file` has stored the bytes (its size is known before then)."""
+    rows = _file_rows(record, rows)
+    sink = pa.BufferOutputStream()
+    _write_parquet(rows, sink)
+    data = sink.getvalue()
+    return StagedFile(
+        new_file(record, tag), data.size, record, file_stats(rows), rows.num_rows
+    ), data
+
+
+def upload_file(location: Location, relative: str, data: pa.Buffer) -> None:
+    """Store the bytes of a file :func:`encode_file` made at ``relative``."""
+    fs, base = location.filesystem()
+    with fs.open_output_stream(prepare_target(fs, base, relative)) as stream:
+        stream.write(data)
+
+
+def _file_rows(record: str, rows: pa.Table) -> pa.Table:
+    """The columns a file of ``record`` stores, as the file's schema types them."""
+    if record == MESSAGE:
+        return rows.select(FILE_SCHEMA.names).cast(FILE_SCHEMA)
+    # Index and removal rows fill a few of the columns: the others are left out of the
+    # file, which Delta readers (delta-spark, delta-rs, ``read_rows``) read as nulls, and
+    # writing them would cost more than the rows themselves.
+    fields = [
+        field_
+        for field_ in FILE_SCHEMA
+        if field_.name in rows.column_names and rows.column(field_.name).null_count < rows.num_rows
+    ]
+    return rows.select([field_.name for field_ in fields]).cast(pa.schema(fields))
+
+
+def _write_parquet(rows: pa.Table, sink: Any) -> None:
+    pq.write_table(
+        rows, sink, row_group_size=row_group_rows(rows), **parquet_options(rows.column_names)
+    )
 
 
 def delete_files(location: Location, relatives: list[str]) -> None:

@@ -43,7 +43,9 @@ from spark_queue.files import (
     StagedFile,
     delete_files,
     empty_rows,
+    encode_file,
     record_rows,
+    upload_file,
     write_file,
 )
 from spark_queue.index import index_rows, repeated
@@ -116,6 +118,8 @@ class QueueTransaction:
     expired_seen: list[tuple[str, int, str]] = field(default_factory=list)
     recording: list[tuple[str, pa.Table, SeenRun, int]] = field(default_factory=list)
     early_checks: dict[str, Future] = field(default_factory=dict)
+    # Writes of files :meth:`stage_rows` staged, still under way.
+    uploads: list[Future] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.states = {name: state.copy() for name, state in self.snapshot.states.items()}
@@ -129,6 +133,7 @@ class QueueTransaction:
         staged = [f for f in self.adds if f.record == MESSAGE]
         if not staged:
             return self.snapshot
+        self.on_storage()  # read from there
         if self._view is None or self._view[0] != len(self.adds):
             files = pa.concat_tables([self.snapshot.files, staged_file_rows(staged)])
             view = Snapshot(
@@ -380,6 +385,7 @@ class QueueTransaction:
 
     def _drop_rejected(self, files: list[StagedFile], rejected_seqs: pa.ChunkedArray) -> None:
         """Rewrite staged files without rejected messages: those are never stored."""
+        self.on_storage()
         for index, staged in enumerate(files):
             rows = self.store.read_rows(staged.path, size=staged.size)
             keep = pc.invert(pc.is_in(rows["seq"], rejected_seqs.combine_chunks()))
@@ -413,6 +419,7 @@ class QueueTransaction:
         seqs = np.array(sorted(reason_of), dtype=np.int64)
         wanted = pa.array(seqs, type=pa.int64())
         parts = [self.store.read_messages(self.view(), name, seqs)]
+        self.on_storage()
         for f in staged:
             if f.rows:
                 rows = self.store.read_rows(f.path, size=f.size)
@@ -478,6 +485,25 @@ class QueueTransaction:
             counts = self.summary.setdefault(name, {})
             counts[removal.outcome] = counts.get(removal.outcome, 0) + count
 
+    def stage_rows(self, record: str, rows: pa.Table) -> tuple[StagedFile, Future]:
+        """``rows`` as a file of this commit, and its write: encoded here (its size and
+        statistics are known at once), stored in the background while the commit is planned
+        and its other files written (on an object store, one request less in a row). Reads
+        of the file from storage, and the commit, wait for it (:meth:`on_storage`); whoever
+        deletes the file waits for the returned write first."""
+        staged, data = encode_file(record, rows)
+        upload = _WRITES.submit(upload_file, self.store.location, staged.path, data)
+        self.uploads.append(upload)
+        return staged, upload
+
+    def on_storage(self) -> None:
+        """Wait until every file :meth:`stage_rows` staged is stored; raises the first write
+        error."""
+        uploads, self.uploads = self.uploads, []
+        wait(uploads)
+        for upload in uploads:
+            upload.result()
+
     def _add_rows(self, *parts: tuple[str, pa.Table | None]) -> list[StagedFile]:
         """Write each non-empty (record, rows) part as a file of this commit. Several parts
         are written at once: pyarrow releases the GIL while it encodes, and a large batch's
@@ -520,6 +546,7 @@ class QueueTransaction:
             (QUEUE, self._queue_rows()),
             *index_rows(self.states).items(),
         )
+        self.on_storage()  # the log never names a file that is not there
         self.store.commit(
             self.snapshot.table,
             self.adds,
@@ -543,7 +570,8 @@ class QueueTransaction:
         delete_files(self.store.location, self.obsolete)
 
     def discard(self) -> None:
-        """Delete the files this transaction wrote itself (not the tasks' staged files)."""
+        """Delete the files this transaction wrote itself (not the tasks' staged files, nor
+        those of :meth:`stage_rows`, whose owners delete them once written)."""
         delete_files(self.store.location, [f.path for f in self.written])
 
 

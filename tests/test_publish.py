@@ -143,6 +143,27 @@ def test_a_pathlib_path_names_the_same_table_as_its_string(tmp_path):
     assert bodies(QueueTable(str(tmp_path / "queues")), "orders") == ["x"]
 
 
+def test_a_message_file_that_cannot_be_stored_fails_the_publish_and_commits_nothing(table):
+    # The message file is stored in the background while the round is planned: the commit
+    # must wait for it and fail with it, never name a file that is not there.
+    table.declare("orders")
+    version = table.store.open().version()
+    blocker = Path(table.store.base) / "record=message"
+    blocker.write_text("a file where the message files' folder goes")
+    with pytest.raises(OSError):
+        table.publish("orders", ["lost"])
+    assert table.store.open().version() == version
+    assert table.stats("orders")["added"] == 0
+    blocker.unlink()
+    assert table.publish("orders", ["kept"]).seqs == [0]
+    assert bodies(table, "orders") == ["kept"]
+    assert [p.name for p in blocker.iterdir()] == [
+        f.rsplit("/", 1)[1]
+        for f in table.store.snapshot().files["path"].to_pylist()
+        if f.startswith("record=message/")
+    ]
+
+
 def test_threads_publish_to_one_ring_queue_and_none_fails(table):
     table.declare("orders", ring_size=RING)
     errors: list[BaseException] = []
