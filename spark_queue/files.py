@@ -30,6 +30,7 @@ SEEN = "seen"
 ROW_GROUP_ROWS = 64 * 1024  # small enough that a head read skips most of a large file
 ROW_GROUP_BYTES = 32 * 1024 * 1024  # of bodies: a reader holds one row group at a time
 DICTIONARY_COLUMNS = ("queue", "outcome", "death_reason", "original_queue")
+UPLOAD_SLICE_BYTES = 1024 * 1024  # see upload_file
 
 
 @dataclass(frozen=True)
@@ -121,8 +122,17 @@ def encode_file(record: str, rows: pa.Table, tag: str = "") -> tuple[StagedFile,
 def upload_file(location: Location, relative: str, data: pa.Buffer) -> None:
     """Store the bytes of a file :func:`encode_file` made at ``relative``."""
     fs, base = location.filesystem()
-    with fs.open_output_stream(prepare_target(fs, base, relative)) as stream:
-        stream.write(data)
+    target = prepare_target(fs, base, relative)
+    if not isinstance(fs, pafs.PyFileSystem):
+        with fs.open_output_stream(target) as stream:
+            stream.write(data)  # the buffer as it is, without a copy
+        return
+    # delta-rs's store (a PyFileSystem: Azure, GCS, S3 with delta-rs's retry options) takes
+    # bytes, never the Arrow buffer a write hands it; slices smaller than the stream's
+    # buffer are copied into that buffer, which reaches the store as bytes.
+    with fs.open_output_stream(target, buffer_size=2 * UPLOAD_SLICE_BYTES) as stream:
+        for start in range(0, data.size, UPLOAD_SLICE_BYTES):
+            stream.write(data.slice(start, min(UPLOAD_SLICE_BYTES, data.size - start)))
 
 
 def _file_rows(record: str, rows: pa.Table) -> pa.Table:

@@ -94,6 +94,22 @@ def test_keys_are_spelt_as_delta_rs_reads_them() -> None:
     }
 
 
+def test_publishes_through_delta_rs_store_are_stored_whole(
+    s3_table: str, s3_options: dict[str, str]
+) -> None:
+    """With delta-rs's retry keys, files go through delta-rs's store, which takes bytes
+    only: a publish's file, encoded in memory and stored in slices (``files.upload_file``),
+    is stored whole, a small one and one of several slices alike."""
+    options = {**s3_options, "max_retries": "3"}
+    fs, _ = Location.of(s3_table, options).filesystem()
+    assert isinstance(fs, pafs.PyFileSystem)  # delta-rs's store, not pyarrow's S3 client
+    table = QueueTable(s3_table, storage_options=options)
+    large = [os.urandom(1024 * 1024) for _ in range(3)]  # one file over three slices
+    table.publish("q", [b"small"])
+    table.publish("q", large)
+    assert [bytes(b) for b in table.peek("q", 10)["body"].to_pylist()] == [b"small", *large]
+
+
 def test_secrets_stay_out_of_reprs_and_errors(s3_server: str, s3_options: dict[str, str]) -> None:
     location = Location.of("s3://queues-missing/lake", s3_options)
     assert SECRET_KEY not in repr(location) and "AWS_SECRET_ACCESS_KEY" in repr(location)
