@@ -20,6 +20,11 @@ and through a queue broker (one group commit for every client), side by side.
   file count reported every ``--window`` seconds; once with the table's log bound by
   ``spark_queue.logRetentionVersions`` (its default), once by time alone (the property set
   to a billion: a week's log, as before the bound), one after the other.
+- **tombstones** (only when asked for: ``--only tombstones``; direct only): the same calls
+  for ``--seconds`` on tables whose checkpoints carry ``--tombstones`` removals each (the
+  removals a busy table keeps for its ``delta.deletedFileRetentionDuration``: made with
+  delta-rs, then checkpointed, as hours of commits would leave them), with the time one
+  checkpoint and one fresh open of the table take.
 
 Each measure runs once per ``--via``: ``direct`` (``broker="off"``: every process commits
 its own requests) and ``broker`` (a ``spark-queue broker`` process on loopback serves the
@@ -446,6 +451,67 @@ def bench_sustained(path_of, options, count: int, seconds: float, window: float)
         run_threads(count, loop, lambda sample=sample: threading.Thread(target=sample).start())
 
 
+def add_tombstones(path: str, options: dict | None, count: int) -> None:
+    """``count`` removals of a minute ago in one delta-rs commit, then a checkpoint: what
+    a table keeps of its removals (never-added paths: nothing reads their files)."""
+    from deltalake import DeltaTable, PostCommitHookProperties
+    from deltalake.transaction import RemoveAction
+
+    from spark_queue import QueueTable
+    from spark_queue.schema import PARTITION, TABLE_SCHEMA
+
+    stamp = int(time.time() * 1000) - 60_000
+    DeltaTable(path, storage_options=options).create_write_transaction(
+        [
+            RemoveAction(
+                f"record=message/part-gone-{i:09d}.parquet",
+                True,
+                stamp,
+                5000,
+                {PARTITION: "message"},
+            )
+            for i in range(count)
+        ],
+        mode="append",
+        schema=TABLE_SCHEMA,
+        partition_by=[PARTITION],
+        post_commithook_properties=PostCommitHookProperties(create_checkpoint=False),
+    )
+    QueueTable(path, storage_options=options, broker="off").checkpoint()
+
+
+def bench_tombstones(path_of, options, count: int, seconds: float, sizes: list[int]) -> None:
+    from spark_queue import QueueTable
+
+    print(
+        "\n| removals in each checkpoint | one checkpoint s | a fresh open ms | calls | P | via "
+        "| msg/s | errors | commits |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for index, size in enumerate(sizes):
+        path = path_of(f"tombstones-{index}-{size}")
+        fill(path, options, 0)
+        add_tombstones(path, options, size)
+        table = QueueTable(path, storage_options=options, broker="off")
+        table.publish(WARM_UP, ["one commit since the last checkpoint"])
+        start = time.perf_counter()
+        table.checkpoint()
+        checkpoint_s = time.perf_counter() - start
+        start = time.perf_counter()
+        QueueTable(path, storage_options=options, broker="off").store.open()
+        open_ms = (time.perf_counter() - start) * 1000
+        target = Target(path, options, "off")
+        results, before = run_threads(
+            count,
+            lambda n, go, target=target: publish_loop(target, f"t{n}", seconds, go),
+            lambda target=target: version_of(target),
+        )
+        row = publish_row(
+            "one-message `publish`, threads", "direct", target, results, before, seconds
+        )
+        print(f"| {size:,} | {checkpoint_s:.2f} | {open_ms:.0f} {row}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--store", choices=["local", "s3"], default="local")
@@ -463,6 +529,9 @@ def main() -> None:
     parser.add_argument("--latency-messages", type=int, default=50)
     parser.add_argument("--sustained-seconds", type=float, default=180.0)
     parser.add_argument("--window", type=float, default=20.0)
+    parser.add_argument(
+        "--tombstones", type=int, nargs="+", default=[0, 100_000, 400_000, 1_500_000, 4_000_000]
+    )
     args = parser.parse_args()
     options = None
     server = None
@@ -504,6 +573,8 @@ def main() -> None:
             bench_latency(serve, args.latency_messages)
         if "sustained" in args.only:
             bench_sustained(path_of, options, args.publishers, args.sustained_seconds, args.window)
+        if "tombstones" in args.only:
+            bench_tombstones(path_of, options, args.publishers, args.seconds, args.tombstones)
     finally:
         if server is not None:
             server.terminate()

@@ -380,7 +380,7 @@ class QueueTable:
             retention_hours: how long a file must have been unreferenced.
             dry_run: list the files only, deleting nothing.
             force: allow a retention below the table's ``delta.deletedFileRetentionDuration``
-                (1 day on tables spark-queue creates); never below one hour, because running
+                (1 hour on tables spark-queue creates); never below one hour, because running
                 producers and consumers read files of the version they planned on.
             progress: gets a line per step.
 

@@ -9,9 +9,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 from deltalake.exceptions import DeltaError
+from deltalake.transaction import RemoveAction
 
 from spark_queue import InvalidOptionError, QueueTable
 from spark_queue.maintenance import (
@@ -22,6 +25,7 @@ from spark_queue.maintenance import (
     cleanup_log,
     log_retention_versions,
 )
+from spark_queue.schema import TABLE_SCHEMA
 from spark_queue.storage import Location
 from tests.helpers import assert_identity, messages, write_batch
 
@@ -199,6 +203,40 @@ def test_a_bad_log_retention_in_versions_is_named_and_deletes_nothing(queue_path
     assert log_files(queue_path)[0] == f"{50:020d}.checkpoint.parquet"
 
 
+def removal_paths(checkpoint: Path) -> set[str]:
+    removes = pq.read_table(checkpoint, columns=["remove"])["remove"].drop_null()
+    return set(pc.struct_field(removes, "path").to_pylist())
+
+
+def test_checkpoints_keep_the_removals_of_the_last_hour_only(queue_path):
+    """A removal stays in every checkpoint (a tombstone) for the table's
+    delta.deletedFileRetentionDuration: an hour on queue tables, so that a table that
+    commits all day writes checkpoints of an hour's removals, not a day's."""
+    table = QueueTable(queue_path)
+    table.declare("q")
+    configuration = DeltaTable(queue_path).metadata().configuration
+    assert configuration["delta.deletedFileRetentionDuration"] == "interval 1 hours"
+    now = int(time.time() * 1000)
+    removals = {"part-removed-61-minutes-ago.parquet": 61, "part-removed-a-minute-ago.parquet": 1}
+    DeltaTable(queue_path).create_write_transaction(
+        [
+            RemoveAction(
+                f"record=message/{name}", True, now - minutes * 60_000, 100, {"record": "message"}
+            )
+            for name, minutes in removals.items()
+        ],
+        mode="append",
+        schema=TABLE_SCHEMA,
+        partition_by=["record"],
+    )
+    commits(table, 2)  # two state files replaced: removals of now
+    version = table.checkpoint()
+    kept = removal_paths(Path(queue_path) / "_delta_log" / f"{version:020d}.checkpoint.parquet")
+    assert "record=message/part-removed-a-minute-ago.parquet" in kept
+    assert "record=message/part-removed-61-minutes-ago.parquet" not in kept
+    assert len([p for p in kept if p.startswith("record=queue/")]) == 2
+
+
 # -- vacuum -----------------------------------------------------------------------------------
 
 
@@ -209,29 +247,43 @@ def data_files(path: str) -> set[str]:
     }
 
 
+def keep_removed_files_for_a_day(path: str) -> None:
+    """What a user who wants a day of time travel sets (new queue tables keep an hour)."""
+    DeltaTable(path).alter.set_table_properties(
+        {"delta.deletedFileRetentionDuration": "interval 1 days"}
+    )
+
+
 def test_vacuum_refuses_retentions_below_its_floors_and_deletes_nothing(queue_path):
     table = QueueTable(queue_path)
     table.declare("q")
     commits(table, 3)
     before = data_files(queue_path)
-    for hours, force, message in (
+    refusals = (
         (0, False, "below 1 hour, which even force does not allow"),
         (0.0, True, "below 1 hour, which even force does not allow"),
         (MIN_RETENTION_HOURS / 2, True, "below 1 hour"),
-        (23.5, False, "below the safe floor of 24 hours"),
+        (MIN_RETENTION_HOURS / 2, False, "below 1 hour"),  # the table's own floor is an hour
         (-1, True, "must be a number >= 0, got -1"),
         (float("nan"), True, "must be a number >= 0"),
         ("168", False, "must be a number of hours, got '168'"),
-    ):
+    )
+    for hours, force, message in refusals:
         with pytest.raises(InvalidOptionError, match="retention_hours") as error:
             table.vacuum(hours, force=force)
         assert message in str(error.value)
+    # A table that keeps removed files for a day has that floor.
+    keep_removed_files_for_a_day(queue_path)
+    with pytest.raises(InvalidOptionError, match="retention_hours") as error:
+        table.vacuum(23.5)
+    assert "below the safe floor of 24 hours" in str(error.value)
     assert data_files(queue_path) == before
 
 
 def test_vacuum_deletes_what_no_version_needs_after_the_retention(queue_path):
     table = QueueTable(queue_path)
     table.declare("q")
+    keep_removed_files_for_a_day(queue_path)  # a floor above the hard one, to go below
     commits(table, 3)  # each commit removed the previous state file: tombstones of now
     root = Path(queue_path)
     assert len(data_files(queue_path)) > len(DeltaTable(queue_path).file_uris())
