@@ -403,11 +403,13 @@ class CommitGroup:
         for a caller that must see it, as a test does. Rounds go on meanwhile."""
         with self._upkeep_signal:
             self._upkeep_signal.wait_for(
-                lambda: not self._upkeeping
-                or (
-                    not self._upkeep_working
-                    and self._checkpoint_due is None
-                    and not self._compaction_due
+                lambda: (
+                    not self._upkeeping
+                    or (
+                        not self._upkeep_working
+                        and self._checkpoint_due is None
+                        and not self._compaction_due
+                    )
                 )
             )
 

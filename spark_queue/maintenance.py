@@ -322,6 +322,10 @@ def checkpoint_at(store: QueueStore, version: int) -> None:
     try:
         table = store.table_at(version, or_later=True)
         checkpoint(store.location, table.version(), table)
+    except InvalidOptionError as error:  # a bad retention property: raised after the write
+        log.warning(
+            "log cleanup of %s skipped (the checkpoint was written): %s", store.location, error
+        )
     except Exception as error:  # best effort, as Delta's own post-commit checkpoints
         log.warning(
             "checkpoint of %s failed, the next interval tries again: %s", store.location, error

@@ -197,6 +197,8 @@ def test_a_bad_log_retention_in_versions_is_named_and_deletes_nothing(queue_path
     assert DeltaTable(queue_path).version() == 102
     assert set(files) <= set(log_files(queue_path))  # nothing deleted
     assert f"{LOG_RETENTION_VERSIONS_KEY}='none'" in caplog.text
+    assert "log cleanup of" in caplog.text and "(the checkpoint was written)" in caplog.text
+    assert checkpoints(queue_path)[-1] == 100
     assert table.arguments("q").max_length == 1039
     set_log_retention_versions(queue_path, "1000")  # mended: the next checkpoint cleans up
     commits(table, 47)  # version 150
