@@ -44,6 +44,8 @@ except ImportError:  # not on Windows: no host lock there
 
 from spark_queue.errors import CommitConflictError, QueueError
 from spark_queue.maintenance import (
+    AUTO_VACUUM_KEY,
+    auto_vacuum_safely,
     checkpoint_at,
     checkpoint_due,
     compact_if_needed,
@@ -57,6 +59,9 @@ from spark_queue.transaction import COMMIT_BUDGET, QueueTransaction, backoff
 IDLE_SECONDS = 30.0  # a leader with nothing to do for this long ends (a new one starts)
 HOST_LOCK_WAIT = 5.0  # seconds a round waits for the host lock before going on without it
 COMPACTION_CHECK_ROUNDS = 8  # small files are counted every 8th round
+# A table's automatic vacuum (maintenance.auto_vacuum) is looked at this often at most: the
+# claim it reads is one per hour, and a look costs a commit where the hour is unclaimed.
+AUTO_VACUUM_CHECK_SECONDS = 60.0
 GATHER_SECONDS = 0.002  # a round waits this long at most for the callers of the last
 CURRENT_SECONDS = 0.01  # a table caught up this recently is planned on without a probe
 MAX_ROUND = 2048  # requests in one round, at most: a commit's size stays bounded
@@ -154,6 +159,8 @@ class CommitGroup:
         self._upkeep_signal = threading.Condition()
         self._checkpoint_due: int | None = None
         self._compaction_due = False
+        self._vacuum_due = False
+        self._vacuum_check_at = -float("inf")  # time.monotonic() of the next look
         self._upkeeping = False
         self._upkeep_working = False
         self._upkeep_thread: threading.Thread | None = None
@@ -339,12 +346,16 @@ class CommitGroup:
         compaction (hundreds of milliseconds), during which the leader commits rounds on.
         A compaction overtaken by them still lands, as its files are still there; a round
         it overtakes is planned again. A checkpoint that falls due while the thread is
-        busy is taken when it is done."""
+        busy is taken when it is done. Where the table sets ``spark_queue.autoVacuumHours``,
+        also its automatic vacuum (:func:`maintenance.auto_vacuum`: once an hour for the
+        whole table, listing every file under it; a process exiting waits for one under
+        way)."""
         checkpoint = checkpoint_due(planned_on.table)
         # Looking for small files costs a few ms over the file list: every few rounds is
         # enough, as compaction waits for 32 of them.
         compaction = not self.rounds % COMPACTION_CHECK_ROUNDS and needs_compaction(planned_on)
-        if checkpoint is None and not compaction:
+        vacuum = self._vacuum_look_due(planned_on.table)
+        if checkpoint is None and not compaction and not vacuum:
             return
         with self._upkeep_signal:
             if self._closed:  # close() may be joining already
@@ -352,6 +363,7 @@ class CommitGroup:
             if checkpoint is not None:
                 self._checkpoint_due = max(self._checkpoint_due or 0, checkpoint)
             self._compaction_due = self._compaction_due or compaction
+            self._vacuum_due = self._vacuum_due or vacuum
             if self._upkeeping:  # the running thread takes them
                 self._upkeep_signal.notify_all()
                 return
@@ -360,6 +372,18 @@ class CommitGroup:
                 target=self._upkeep_loop, name="spark-queue-upkeep", daemon=True
             )
             self._upkeep_thread.start()
+
+    def _vacuum_look_due(self, table: Any) -> bool:
+        """Whether the upkeep should look at the table's automatic vacuum now: where the
+        table sets ``spark_queue.autoVacuumHours``, every :data:`AUTO_VACUUM_CHECK_SECONDS`."""
+        now = time.monotonic()
+        if now < self._vacuum_check_at:
+            return False
+        self._vacuum_check_at = now + AUTO_VACUUM_CHECK_SECONDS
+        try:
+            return AUTO_VACUUM_KEY in table.metadata().configuration
+        except Exception:  # the commit has happened: the next look tries again
+            return False
 
     def _upkeep_loop(self) -> None:
         """The upkeep thread: it lives while work keeps falling due and ends after
@@ -381,12 +405,16 @@ class CommitGroup:
         fell due (then the thread ends) or the group closed."""
         with self._upkeep_signal:
             self._upkeep_working = False
-            if self._checkpoint_due is None and not self._compaction_due and not self._closed:
+            if not self._any_due() and not self._closed:
                 self._upkeep_signal.notify_all()  # settle(): nothing under way
                 self._upkeep_signal.wait(wait)
-            checkpoint, compaction = self._checkpoint_due, self._compaction_due
-            self._checkpoint_due, self._compaction_due = None, False
-            if checkpoint is None and not compaction:
+            checkpoint, compaction, vacuum = (
+                self._checkpoint_due,
+                self._compaction_due,
+                self._vacuum_due,
+            )
+            self._checkpoint_due, self._compaction_due, self._vacuum_due = None, False, False
+            if checkpoint is None and not compaction and not vacuum:
                 self._upkeeping = False
                 self._upkeep_signal.notify_all()
                 return False
@@ -396,21 +424,21 @@ class CommitGroup:
             checkpoint_at(store, checkpoint)
         if compaction:
             compact_if_needed(store)
+        if vacuum:
+            auto_vacuum_safely(store)
         return True
 
+    def _any_due(self) -> bool:
+        """Whether upkeep work has fallen due (under _upkeep_signal)."""
+        return self._checkpoint_due is not None or self._compaction_due or self._vacuum_due
+
     def settle(self) -> None:
-        """Wait until the upkeep that fell due so far (a checkpoint, a compaction) has run:
-        for a caller that must see it, as a test does. Rounds go on meanwhile."""
+        """Wait until the upkeep that fell due so far (a checkpoint, a compaction, an
+        automatic vacuum) has run: for a caller that must see it, as a test does. Rounds go
+        on meanwhile."""
         with self._upkeep_signal:
             self._upkeep_signal.wait_for(
-                lambda: (
-                    not self._upkeeping
-                    or (
-                        not self._upkeep_working
-                        and self._checkpoint_due is None
-                        and not self._compaction_due
-                    )
-                )
+                lambda: not self._upkeeping or (not self._upkeep_working and not self._any_due())
             )
 
     def close(self) -> None:

@@ -27,7 +27,9 @@ version needs: versions are retained for ``delta.logRetentionDuration`` and, at 
 commit has happened, so a failure is logged and the next interval tries again.
 
 **Vacuum** (:func:`vacuum`): deletes data files no current version references, after a
-retention period with a safe floor; see :func:`check_retention`.
+retention period with a safe floor; see :func:`check_retention`. A table that sets
+``spark_queue.autoVacuumHours`` is vacuumed with that retention once an hour, by whichever
+process with a commit group claims the hour first (:func:`auto_vacuum`).
 """
 
 from __future__ import annotations
@@ -66,6 +68,13 @@ LOG_MIN_AGE_SECONDS = 10.0
 DEFAULT_VACUUM_HOURS = 168.0  # Delta's default: a week of time travel
 FILE_RETENTION_HOURS = 168.0  # Delta's delta.deletedFileRetentionDuration default
 MIN_RETENTION_HOURS = 1.0  # the in-flight window of the connector's own reads; see check_retention
+# Automatic vacuum (docs/MAINTENANCE.md, "Automatic vacuum"): the table property that turns it
+# on (the retention, in hours), and the application transaction through which a process
+# claims an hour's vacuum, so that one process vacuums each hour whatever the count.
+AUTO_VACUUM_KEY = "spark_queue.autoVacuumHours"
+AUTO_VACUUM_APP_ID = "spark-queue-auto-vacuum"
+AUTO_VACUUM_PERIOD_SECONDS = 3600.0
+AUTO_VACUUM_CLAIMS = 5  # attempts at the claim's commit, which races every other writer
 
 Progress = Callable[[str], None]
 log = logging.getLogger("spark_queue")
@@ -534,3 +543,85 @@ def vacuum(
                 "checkpoint of %s failed, the next interval tries again: %s", location, error
             )
     return sorted(removed)
+
+
+# -- automatic vacuum --------------------------------------------------------------------------
+
+
+def auto_vacuum_hours(configuration: dict[str, str]) -> float | None:
+    """The retention of the table's automatic vacuum (``spark_queue.autoVacuumHours``), or
+    None where the table does not set it.
+
+    Raises:
+        InvalidOptionError: naming the property, where its value is not a number of hours
+            at or above the table's floor (:func:`retention_floor`): an automatic vacuum is
+            never forced.
+    """
+    text = configuration.get(AUTO_VACUUM_KEY)
+    if text is None:
+        return None
+    floor = retention_floor(configuration)
+    try:
+        hours = float(text)
+    except ValueError:
+        hours = float("nan")
+    if not floor <= hours < float("inf"):
+        raise InvalidOptionError(
+            f"the table property {AUTO_VACUUM_KEY}={text!r} must be a number of hours >= "
+            f"{floor:g} (the table's delta.deletedFileRetentionDuration, never below "
+            f"{MIN_RETENTION_HOURS:g}); no automatic vacuum runs until it is"
+        )
+    return hours
+
+
+def auto_vacuum(store: QueueStore, now: float | None = None) -> list[str] | None:
+    """Vacuum the table with its ``spark_queue.autoVacuumHours``, where it sets one and no
+    process has vacuumed it this hour; returns the files deleted, or None where it did not
+    run.
+
+    The hour is claimed with a commit of the application transaction
+    :data:`AUTO_VACUUM_APP_ID` at the hour's number (a commit of no files, which Delta keeps
+    in every checkpoint): of processes that claim at once, one commit lands and the others
+    see the claim when they try again. A claim that keeps losing to other writers is left
+    for the next check.
+
+    Raises:
+        InvalidOptionError: the property's value (:func:`auto_vacuum_hours`).
+    """
+    from deltalake.exceptions import CommitFailedError
+
+    hour = int((time.time() if now is None else now) // AUTO_VACUUM_PERIOD_SECONDS)
+    for attempt in range(AUTO_VACUUM_CLAIMS):
+        table = store.open()
+        if table is None:
+            return None
+        hours = auto_vacuum_hours(table.metadata().configuration)
+        claimed = table.transaction_version(AUTO_VACUUM_APP_ID)
+        if hours is None or (claimed is not None and claimed >= hour):
+            return None
+        try:
+            store.commit(
+                table,
+                [],
+                [],
+                app_id=AUTO_VACUUM_APP_ID,
+                app_version=hour,
+                operation={"operation": "VACUUM CLAIM", "queues": []},
+            )
+        except CommitFailedError:
+            time.sleep(min(1.0, 0.05 * 2**attempt))
+            continue
+        return vacuum(store.location, hours, dry_run=False, force=False)
+    return None
+
+
+def auto_vacuum_safely(store: QueueStore) -> None:
+    """:func:`auto_vacuum` after a connector commit: never raises (the commit has
+    happened); a bad property or a failure is logged."""
+    try:
+        removed = auto_vacuum(store)
+    except Exception as error:  # best effort, as the rest of the upkeep
+        log.warning("automatic vacuum of %s did not run: %s", store.location, error)
+        return
+    if removed is not None:
+        log.info("automatic vacuum of %s deleted %d files", store.location, len(removed))

@@ -17,16 +17,23 @@ from deltalake.exceptions import DeltaError
 from deltalake.transaction import RemoveAction
 
 from spark_queue import InvalidOptionError, QueueTable
+from spark_queue.group import group_of
 from spark_queue.maintenance import (
+    AUTO_VACUUM_APP_ID,
+    AUTO_VACUUM_KEY,
+    AUTO_VACUUM_PERIOD_SECONDS,
     LOG_MIN_AGE_SECONDS,
     LOG_RETENTION_VERSIONS,
     LOG_RETENTION_VERSIONS_KEY,
     MIN_RETENTION_HOURS,
+    auto_vacuum,
+    auto_vacuum_hours,
     cleanup_log,
     log_retention_versions,
 )
 from spark_queue.schema import TABLE_SCHEMA
 from spark_queue.storage import Location
+from spark_queue.store import QueueStore
 from tests.helpers import assert_identity, messages, write_batch
 
 DAY = 86400.0
@@ -306,6 +313,86 @@ def test_vacuum_deletes_what_no_version_needs_after_the_retention(queue_path):
     assert table.vacuum() == ["record=message/part-old.parquet"]
     assert not orphan.exists() and staged.exists()
     assert table.stats("q")["ready"] == 0
+
+
+# -- automatic vacuum -------------------------------------------------------------------------
+
+
+def leave_files(path: str) -> tuple[Path, Path]:
+    """What producers killed between staging and committing leave: a file 30 days old, and
+    one just written (which may still be a running producer's)."""
+    folder = Path(path) / "record=message"
+    folder.mkdir(exist_ok=True)
+    old, young = folder / f"part-old-{time.time_ns()}.parquet", folder / "part-young.parquet"
+    old.write_bytes(b"never committed")
+    young.write_bytes(b"a running producer's staged file")
+    month_ago = time.time() - 30 * DAY
+    os.utime(old, (month_ago, month_ago))
+    return old, young
+
+
+def set_auto_vacuum(path: str, value: str) -> None:
+    DeltaTable(path).alter.set_table_properties({AUTO_VACUUM_KEY: value}, raise_if_not_exists=False)
+
+
+def commit_and_settle(table: QueueTable) -> None:
+    """One commit of this process's group, then its upkeep (the vacuum's first look)."""
+    table.publish("q", ["m"])
+    group_of(table.store.location).settle()
+
+
+def test_no_automatic_vacuum_unless_the_table_asks(queue_path):
+    table = QueueTable(queue_path, broker="off")
+    table.declare("q")
+    old, young = leave_files(queue_path)
+    commit_and_settle(table)
+    assert old.exists() and young.exists()
+    assert DeltaTable(queue_path).transaction_version(AUTO_VACUUM_APP_ID) is None
+
+
+def test_the_automatic_vacuum_runs_once_an_hour_for_the_whole_table(queue_path):
+    table = QueueTable(queue_path, broker="off")
+    table.declare("q")
+    set_auto_vacuum(queue_path, "1")
+    old, young = leave_files(queue_path)
+    commit_and_settle(table)
+    assert not old.exists() and young.exists()  # the floor keeps what may be staged now
+    hour = int(time.time() // AUTO_VACUUM_PERIOD_SECONDS)
+    claimed = DeltaTable(queue_path).transaction_version(AUTO_VACUUM_APP_ID)
+    assert claimed in (hour, hour - 1)  # the hour may have turned since the claim
+    # This hour is taken: another process (here, another store) does not vacuum again.
+    other = QueueStore(Location.of(queue_path))
+    again, _ = leave_files(queue_path)
+    assert auto_vacuum(other, now=claimed * AUTO_VACUUM_PERIOD_SECONDS + 1) is None
+    assert again.exists()
+    # The next hour's claim is another process's, or this one's.
+    next_hour = (claimed + 1) * AUTO_VACUUM_PERIOD_SECONDS + 1
+    assert auto_vacuum(other, now=next_hour) == [str(again.relative_to(queue_path))]
+    assert DeltaTable(queue_path).transaction_version(AUTO_VACUUM_APP_ID) == claimed + 1
+    assert table.stats("q")["ready"] == 1  # the claims changed no queue
+
+
+def test_a_bad_automatic_vacuum_property_is_named_and_deletes_nothing(queue_path, caplog):
+    for value in ("soon", "0.5", "inf", "-1", "nan"):
+        with pytest.raises(InvalidOptionError) as error:
+            auto_vacuum_hours({AUTO_VACUUM_KEY: value})
+        assert f"{AUTO_VACUUM_KEY}={value!r}" in str(error.value)
+        assert "a number of hours >= 1" in str(error.value)
+    floor = {"delta.deletedFileRetentionDuration": "interval 1 days"}
+    with pytest.raises(InvalidOptionError, match=">= 24"):
+        auto_vacuum_hours({**floor, AUTO_VACUUM_KEY: "12"})  # never forced below the floor
+    assert auto_vacuum_hours({**floor, AUTO_VACUUM_KEY: "24"}) == 24
+    table = QueueTable(queue_path, broker="off")
+    table.declare("q")
+    set_auto_vacuum(queue_path, "soon")
+    old, _ = leave_files(queue_path)
+    with caplog.at_level(logging.WARNING, logger="spark_queue"):
+        commit_and_settle(table)
+    assert f"{AUTO_VACUUM_KEY}='soon'" in caplog.text
+    assert old.exists()
+    assert DeltaTable(queue_path).transaction_version(AUTO_VACUUM_APP_ID) is None
+    set_auto_vacuum(queue_path, "1")  # mended: the next look vacuums
+    assert auto_vacuum(QueueStore(Location.of(queue_path))) == [str(old.relative_to(queue_path))]
 
 
 # -- everything at once -----------------------------------------------------------------------
