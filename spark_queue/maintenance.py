@@ -590,6 +590,8 @@ def auto_vacuum(store: QueueStore, now: float | None = None) -> list[str] | None
     """
     from deltalake.exceptions import CommitFailedError
 
+    from spark_queue.transaction import backoff  # here: transaction imports this module
+
     hour = int((time.time() if now is None else now) // AUTO_VACUUM_PERIOD_SECONDS)
     for attempt in range(AUTO_VACUUM_CLAIMS):
         table = store.open()
@@ -609,7 +611,7 @@ def auto_vacuum(store: QueueStore, now: float | None = None) -> list[str] | None
                 operation={"operation": "VACUUM CLAIM", "queues": []},
             )
         except CommitFailedError:
-            time.sleep(min(1.0, 0.05 * 2**attempt))
+            time.sleep(backoff(attempt + 2))
             continue
         return vacuum(store.location, hours, dry_run=False, force=False)
     return None
