@@ -11,6 +11,15 @@ from spark_queue import QueueTable
 from spark_queue.core import identity_holds
 
 
+def set_table_property(path: str, key: str, value: str) -> None:
+    """Set a table property as docs/MAINTENANCE.md says to: with delta-rs (never a Spark
+    ``ALTER TABLE`` on a live table), which takes a property it does not know (the
+    ``spark_queue.*`` ones) only with ``raise_if_not_exists=False``."""
+    from deltalake import DeltaTable
+
+    DeltaTable(path).alter.set_table_properties({key: value}, raise_if_not_exists=False)
+
+
 def messages(spark: SparkSession, bodies: list[str], queues: list[str] | None = None) -> DataFrame:
     """A one-partition DataFrame of string bodies (and queues), in this arrival order."""
     if queues is None:

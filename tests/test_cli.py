@@ -8,10 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from deltalake import DeltaTable
 
 from spark_queue import QueueTable
-from tests.helpers import messages, write_batch
+from tests.helpers import messages, set_table_property, write_batch
 
 pytestmark = pytest.mark.spark
 
@@ -115,9 +114,7 @@ def test_every_command_refuses_bad_arguments(queue_path, tmp_path):
     table = QueueTable(queue_path)
     table.declare("orders", max_length=5)
     # Removed files kept for a day (new queue tables keep an hour): a floor above the hard one.
-    DeltaTable(queue_path).alter.set_table_properties(
-        {"delta.deletedFileRetentionDuration": "interval 1 days"}
-    )
+    set_table_property(queue_path, "delta.deletedFileRetentionDuration", "interval 1 days")
     files = sorted(p.name for p in Path(queue_path).rglob("*") if p.is_file())
     missing = "queue 'nope' does not exist"
     # Refused by the queue table: exit 1, one line naming what is wrong.

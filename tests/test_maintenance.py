@@ -34,7 +34,7 @@ from spark_queue.maintenance import (
 from spark_queue.schema import TABLE_SCHEMA
 from spark_queue.storage import Location
 from spark_queue.store import QueueStore
-from tests.helpers import assert_identity, messages, write_batch
+from tests.helpers import assert_identity, messages, set_table_property, write_batch
 
 DAY = 86400.0
 
@@ -135,11 +135,7 @@ def age_log(path: str, seconds: float) -> None:
 
 
 def set_log_retention_versions(path: str, value: str) -> None:
-    # As docs/MAINTENANCE.md says to: delta-rs, which takes a property it does not know
-    # only with raise_if_not_exists=False.
-    DeltaTable(path).alter.set_table_properties(
-        {LOG_RETENTION_VERSIONS_KEY: value}, raise_if_not_exists=False
-    )
+    set_table_property(path, LOG_RETENTION_VERSIONS_KEY, value)
 
 
 def test_the_log_keeps_at_most_the_tables_retention_in_versions(queue_path):
@@ -258,9 +254,7 @@ def data_files(path: str) -> set[str]:
 
 def keep_removed_files_for_a_day(path: str) -> None:
     """What a user who wants a day of time travel sets (new queue tables keep an hour)."""
-    DeltaTable(path).alter.set_table_properties(
-        {"delta.deletedFileRetentionDuration": "interval 1 days"}
-    )
+    set_table_property(path, "delta.deletedFileRetentionDuration", "interval 1 days")
 
 
 def test_vacuum_refuses_retentions_below_its_floors_and_deletes_nothing(queue_path):
@@ -332,7 +326,7 @@ def leave_files(path: str) -> tuple[Path, Path]:
 
 
 def set_auto_vacuum(path: str, value: str) -> None:
-    DeltaTable(path).alter.set_table_properties({AUTO_VACUUM_KEY: value}, raise_if_not_exists=False)
+    set_table_property(path, AUTO_VACUUM_KEY, value)
 
 
 def commit_and_settle(table: QueueTable) -> None:
