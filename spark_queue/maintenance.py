@@ -590,8 +590,6 @@ def auto_vacuum(store: QueueStore, now: float | None = None) -> list[str] | None
     """
     from deltalake.exceptions import CommitFailedError
 
-    from spark_queue.transaction import backoff  # here: transaction imports this module
-
     hour = int((time.time() if now is None else now) // AUTO_VACUUM_PERIOD_SECONDS)
     for attempt in range(AUTO_VACUUM_CLAIMS):
         table = store.open()
@@ -611,7 +609,7 @@ def auto_vacuum(store: QueueStore, now: float | None = None) -> list[str] | None
                 operation={"operation": "VACUUM CLAIM", "queues": []},
             )
         except CommitFailedError:
-            time.sleep(backoff(attempt + 2))
+            time.sleep(min(1.0, 0.05 * 2**attempt))
             continue
         return vacuum(store.location, hours, dry_run=False, force=False)
     return None
