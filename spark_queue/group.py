@@ -52,9 +52,10 @@ from spark_queue.maintenance import (
     needs_compaction,
 )
 from spark_queue.operations import PublishRun, Request, Round, Unmergeable, mergeable
+from spark_queue.retry import backoff
 from spark_queue.storage import Location
 from spark_queue.store import QueueStore
-from spark_queue.transaction import COMMIT_BUDGET, QueueTransaction, backoff
+from spark_queue.transaction import COMMIT_BUDGET, QueueTransaction
 
 IDLE_SECONDS = 30.0  # a leader with nothing to do for this long ends (a new one starts)
 HOST_LOCK_WAIT = 5.0  # seconds a round waits for the host lock before going on without it

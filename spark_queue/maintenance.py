@@ -49,6 +49,7 @@ import pyarrow.fs as pafs
 from spark_queue.core import NEVER, QueueState, below_heads, live_mask
 from spark_queue.errors import InvalidOptionError
 from spark_queue.files import MESSAGE, REMOVAL, StagedFile, delete_files, write_file
+from spark_queue.retry import backoff
 from spark_queue.storage import Location
 from spark_queue.store import QueueStore, Snapshot
 
@@ -609,7 +610,7 @@ def auto_vacuum(store: QueueStore, now: float | None = None) -> list[str] | None
                 operation={"operation": "VACUUM CLAIM", "queues": []},
             )
         except CommitFailedError:
-            time.sleep(min(1.0, 0.05 * 2**attempt))
+            time.sleep(backoff(attempt + 2))
             continue
         return vacuum(store.location, hours, dry_run=False, force=False)
     return None

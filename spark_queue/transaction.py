@@ -9,7 +9,6 @@ the whole transaction is planned again from the new snapshot: see :func:`run`.
 
 from __future__ import annotations
 
-import random
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -52,6 +51,7 @@ from spark_queue.index import index_rows, repeated
 from spark_queue.maintenance import after_commit
 from spark_queue.options import QueueArguments, option_name
 from spark_queue.policies import Policies, Resolution, resolve_without_policies
+from spark_queue.retry import backoff
 from spark_queue.schema import UTC_MICROS
 from spark_queue.store import (
     FileHeadReader,
@@ -67,8 +67,6 @@ _CHECKS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="spark-queue-ids"
 # Writes of a commit's files; shared, since starting threads for every commit cost more than
 # a small commit's writes (about 1.5 ms of 15).
 _WRITES = ThreadPoolExecutor(max_workers=8, thread_name_prefix="spark-queue-writes")
-BACKOFF_BASE = 0.02  # seconds before the second attempt, at most
-BACKOFF_CAP = 1.0  # seconds between two attempts, at most
 INCOMING_COLUMNS = ["seq", "size", "priority", "deliver_at", "enqueued_at", "expires_at"]
 T = TypeVar("T")
 
@@ -594,13 +592,6 @@ def _incoming_of(rows: pa.Table) -> pa.Table:
             "expires_at": rows["expires_at"].cast(pa.int64()),
         }
     )
-
-
-def backoff(attempt: int) -> float:
-    """Seconds to wait before attempt ``attempt`` (2 and up): a random time below a bound
-    that doubles from :data:`BACKOFF_BASE` up to :data:`BACKOFF_CAP` ("full jitter"), so
-    writers that collided do not collide again in lockstep."""
-    return random.uniform(0, min(BACKOFF_CAP, BACKOFF_BASE * 2 ** (attempt - 2)))
 
 
 def run(
