@@ -11,7 +11,9 @@ and through a queue broker (one group commit for every client), side by side.
   the aggregate rate against the ideal W x 1000 / handler-ms, with per-worker counts;
 - **publishers**: P clients making single-message ``publish`` calls for ``--seconds``: P
   threads of one process (its group commit), P processes, and P threads sending through
-  one ``Publisher``;
+  one ``Publisher``; with ``broker`` among ``--via``, also the floor of the processes' row:
+  the same calls to an idle broker, a Flight server that answers each publish as a broker
+  does without doing anything (what 32 processes' calls cost before any queue work);
 - **latency**: a consumer process waiting on an idle queue, another process publishing one
   message every 0.2 s: time from the publish call's return (and from the call) to the
   message in the handler.
@@ -91,6 +93,53 @@ def serving(path: str, options: dict | None, via: str, log_dir: Path) -> Iterato
     with BrokerProcess(path, *flags, log_path=log) as broker:
         yield Target(path, options, broker.target)
         broker.stop()
+
+
+class IdleBroker:
+    """A Flight server in a process of its own that answers every publish as a broker
+    answers one that stored all its messages, having done nothing: the floor of a broker's
+    round trip (the client's call, Flight both ways, the answer)."""
+
+    def __init__(self) -> None:
+        context = multiprocessing.get_context("spawn")
+        ports = context.Queue()
+        self.process = context.Process(target=_serve_idle, args=(ports,), daemon=True)
+        self.process.start()
+        self.address = f"127.0.0.1:{ports.get(timeout=60)}"
+
+    def __enter__(self) -> IdleBroker:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.process.terminate()
+        self.process.join()
+
+    @staticmethod
+    def cpu_seconds(pid: int) -> float:
+        """The user and system CPU time process ``pid`` has used."""
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _serve_idle(ports) -> None:
+    import json
+    from dataclasses import asdict
+
+    import pyarrow as pa
+    import pyarrow.flight as flight
+
+    from spark_queue.enqueue import PublishResult
+
+    class Server(flight.FlightServerBase):
+        def do_put(self, context, descriptor, reader, writer):
+            rows = reader.read_all().num_rows
+            result = asdict(PublishResult(QUEUE, list(range(rows)), 0, 0, 0))
+            answer = {**result, "rows": rows, "not_stored": []}
+            writer.write(pa.py_buffer(json.dumps(answer).encode()))
+
+    server = Server("grpc://127.0.0.1:0")
+    ports.put(server.port)
+    server.serve()
 
 
 def fill(path: str, options: dict | None, messages: int) -> None:
@@ -323,11 +372,31 @@ def publish_row(
     return f"| {label} | {len(results)} | {via} | {sent / seconds:,.0f} | {errors} | {commits} |"
 
 
+def idle_broker_row(count: int, seconds: float) -> str:
+    """The row of ``count`` processes' one-message publishes to an :class:`IdleBroker`,
+    with the CPU time its server spends a call."""
+    with IdleBroker() as idle:
+        target = Target(tempfile.mkdtemp(prefix="bench-clients-idle-"), None, idle.address)
+        arguments = [(target, f"p{n}", seconds) for n in range(count)]
+        _, results, released = run_processes(
+            publish_loop, arguments, lambda: IdleBroker.cpu_seconds(idle.process.pid)
+        )
+        cpu = IdleBroker.cpu_seconds(idle.process.pid) - released
+    # A call the idle broker failed would have committed directly, creating a table.
+    assert not os.listdir(target.path), "a call went around the idle broker"
+    sent, errors = sum(r[0] for r in results), sum(r[1] for r in results)
+    return (
+        f"| `publish`, processes, to an idle broker (the floor; its server: "
+        f"{cpu / sent * 1e3:.2f} ms of CPU a call) | {count} | idle | "
+        f"{sent / seconds:,.0f} | {errors} | 0 |"
+    )
+
+
 def version_of(target: Target) -> int:
     return Target(target.path, target.options, "off").table().store.open().version()
 
 
-def bench_publishers(serve, count, seconds):
+def bench_publishers(serve, count, seconds, vias):
     print("\n| single-message publish calls | P | via | msg/s | errors | commits |")
     print("|---|---|---|---|---|---|")
     # Threads of one process: its group commit.
@@ -345,6 +414,8 @@ def bench_publishers(serve, count, seconds):
             publish_loop, arguments, lambda target=target: version_of(target)
         )
         print(publish_row("`publish`, processes", via, target, results, before, seconds))
+    if "broker" in vias:
+        print(idle_broker_row(count, seconds))
     # Threads sending through one Publisher (linger 5 ms).
     for via, target in serve("publisher", 0):
         with target.table().publisher(QUEUE) as publisher:
@@ -568,7 +639,7 @@ def main() -> None:
         if "slow" in args.only:
             bench_slow(serve, args.slow_workers, args.handler_ms, args.seconds)
         if "publishers" in args.only:
-            bench_publishers(serve, args.publishers, args.seconds)
+            bench_publishers(serve, args.publishers, args.seconds, args.via)
         if "latency" in args.only:
             bench_latency(serve, args.latency_messages)
         if "sustained" in args.only:
