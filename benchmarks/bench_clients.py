@@ -122,20 +122,20 @@ class IdleBroker:
 
 
 def _serve_idle(ports) -> None:
-    import json
-    from dataclasses import asdict
-
+    import numpy as np
     import pyarrow as pa
     import pyarrow.flight as flight
 
     from spark_queue.enqueue import PublishResult
+    from spark_queue.operations import PublishOutcome
+    from spark_queue.wire import encode_result
 
     class Server(flight.FlightServerBase):
         def do_put(self, context, descriptor, reader, writer):
             rows = reader.read_all().num_rows
-            result = asdict(PublishResult(QUEUE, list(range(rows)), 0, 0, 0))
-            answer = {**result, "rows": rows, "not_stored": []}
-            writer.write(pa.py_buffer(json.dumps(answer).encode()))
+            result = PublishResult(QUEUE, list(range(rows)), 0, 0, 0)
+            answer = encode_result("publish", PublishOutcome(result, np.ones(rows, bool)))
+            writer.write(pa.py_buffer(answer))
 
     server = Server("grpc://127.0.0.1:0")
     ports.put(server.port)
@@ -375,15 +375,15 @@ def publish_row(
 def idle_broker_row(count: int, seconds: float) -> str:
     """The row of ``count`` processes' one-message publishes to an :class:`IdleBroker`,
     with the CPU time its server spends a call."""
-    with IdleBroker() as idle:
-        target = Target(tempfile.mkdtemp(prefix="bench-clients-idle-"), None, idle.address)
+    with IdleBroker() as idle, tempfile.TemporaryDirectory(prefix="bench-clients-idle-") as path:
+        target = Target(path, None, idle.address)
         arguments = [(target, f"p{n}", seconds) for n in range(count)]
         _, results, released = run_processes(
             publish_loop, arguments, lambda: IdleBroker.cpu_seconds(idle.process.pid)
         )
         cpu = IdleBroker.cpu_seconds(idle.process.pid) - released
-    # A call the idle broker failed would have committed directly, creating a table.
-    assert not os.listdir(target.path), "a call went around the idle broker"
+        # A call the idle broker failed would have committed directly, creating a table.
+        assert not os.listdir(path), "a call went around the idle broker"
     sent, errors = sum(r[0] for r in results), sum(r[1] for r in results)
     return (
         f"| `publish`, processes, to an idle broker (the floor; its server: "
