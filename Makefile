@@ -26,14 +26,25 @@ jars/.fetched: pom.xml
 	mvn -q -B dependency:copy-dependencies@delta dependency:copy-dependencies@s3
 	touch $@
 
+# The tests' Spark drivers share one class archive (tests/jvm.py), written again when the
+# packages or the JARs change.
+jars/spark-classes.jsa: $(VENV)/.installed jars/.fetched tests/jvm.py
+	$(PY) -m tests.jvm $@
+
 demo: setup
 	$(PY) jobs/produce.py --path /tmp/spark-queue-demo/queues
 
-# Two passes: classic sessions (the whole suite), then a Spark Connect session (the tests
-# marked connect or connect_only; one local Connect server). PySpark runs one kind of session
-# per process.
-test: setup
-	$(PY) -m pytest -q
+# Three pytest processes. The classic pass (every test but the Connect-only ones) runs as
+# two at once: the tests with a SparkSession (-m spark, one session) and, beside them, the
+# tests without Spark, whose log is printed after (docs/TESTING.md). Then the Spark Connect
+# pass (the tests marked connect or connect_only; one local Connect server): PySpark runs one
+# kind of session per process.
+test: setup jars/spark-classes.jsa
+	@$(PY) -m pytest -q -m "not spark" > .pytest-without-spark.log 2>&1 & without=$$!; \
+	$(PY) -m pytest -q -m spark; spark=$$?; \
+	wait $$without; other=$$?; \
+	echo "--- the tests without Spark, run meanwhile:"; cat .pytest-without-spark.log; \
+	test $$spark -eq 0 && test $$other -eq 0
 	SPARK_QUEUE_TEST_SESSION=connect $(PY) -m pytest -q
 
 # By hand, never in CI: the randomised tests (chaos, many clients, Hypothesis) again and

@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tests import jvm  # noqa: E402
 from tests.object_store import RequestLog  # noqa: E402
 from tests.seeds import ENV_VAR, RANDOM, SEED_LIMIT, replay_command, seed_for, seed_mode  # noqa: E402
 
@@ -43,6 +44,13 @@ else:
         random.SystemRandom().randrange(SEED_LIMIT) if SEED_MODE == RANDOM else SEED_MODE
     )
 REPLAY = pytest.StashKey[str]()
+# Every Spark driver of the test run (this process's, and those of the processes it starts)
+# starts with C1 only and the shared class archive (tests/jvm.py).
+# (Added once: a pytest started by a test inherits them.)
+if jvm.submit_opts() not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
+    os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
+        filter(None, [os.environ.get("SPARK_SUBMIT_OPTS"), jvm.submit_opts()])
+    )
 
 
 @pytest.fixture
@@ -92,11 +100,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_report_header() -> list[str]:
     session = f"session: {'connect' if CONNECT_PASS else 'classic'} ({SESSION_ENV})"
+    drivers = f"Spark drivers' JVM options (SPARK_SUBMIT_OPTS): {os.environ['SPARK_SUBMIT_OPTS']}"
     if SEED_MODE is None:
-        return [session, f"seeds: fixed per test ({ENV_VAR} unset); hypothesis profile 'ci'"]
+        return [
+            session,
+            drivers,
+            f"seeds: fixed per test ({ENV_VAR} unset); hypothesis profile 'ci'",
+        ]
     seed = hypothesis_core.global_force_seed
     return [
         session,
+        drivers,
         f"seeds: {ENV_VAR}={os.environ[ENV_VAR]}; hypothesis seed {seed} (replay: "
         f"{ENV_VAR}={seed})",
     ]

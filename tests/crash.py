@@ -16,10 +16,6 @@ from pyspark.sql import SparkSession
 
 from spark_queue.failpoints import CRASH_AT, CRASH_DIR
 
-# A driver here lives for seconds: its JVM compiles with C1 only, as the JIT's second tier
-# (C2) spends the two cores on code that is never hot enough to pay back (four crash tests
-# took 82 s with it, 97 s without).
-DRIVER_SUBMIT_ARGS = "--driver-java-options -XX:TieredStopAtLevel=1 pyspark-shell"
 ROOT = Path(__file__).resolve().parent.parent
 DRIVERS = ROOT / "tests" / "drivers"
 PRODUCER = DRIVERS / "produce_stream.py"
@@ -35,7 +31,6 @@ def start(script: Path, *args: object, crash_at: str | None = None) -> subproces
         **os.environ,
         "PYSPARK_PYTHON": sys.executable,
         "PYTHONPATH": str(ROOT),
-        "PYSPARK_SUBMIT_ARGS": DRIVER_SUBMIT_ARGS,
     }
     env.pop(CRASH_AT, None)
     if crash_at is not None:

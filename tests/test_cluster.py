@@ -28,6 +28,7 @@ from deltalake import DeltaTable
 
 from spark_queue import QueueTable
 from spark_queue.session import delta_jars
+from tests import jvm
 
 pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parent.parent
@@ -149,6 +150,8 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         "SPARK_WORKER_CORES": "1",
         "SPARK_WORKER_MEMORY": "1g",
         "SPARK_DAEMON_MEMORY": "256m",
+        # The master's and workers' JVMs compile with C1 only, as the drivers do (tests/jvm.py).
+        "SPARK_DAEMON_JAVA_OPTS": jvm.C1_ONLY,
         "PYSPARK_PYTHON": sys.executable,
     }
     # Ports 0: the master and the workers bind free ports themselves, read back from the
@@ -215,6 +218,7 @@ def submit(cluster: Cluster, py_files: Path, hidden: Path, job: str, *args: obje
         "--conf", "spark.cores.max=2",
         "--conf", "spark.sql.shuffle.partitions=2",
         "--conf", "spark.ui.enabled=false",
+        "--conf", f"spark.executor.extraJavaOptions={jvm.C1_ONLY}",
         "--conf", f"spark.executorEnv.PYTHONPATH={hidden}",
         str(ROOT / "jobs" / f"{job}.py"),
         *map(str, args),

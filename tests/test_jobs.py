@@ -17,7 +17,6 @@ import pytest
 from chispa import assert_df_equality
 
 from spark_queue import QueueTable
-from tests.crash import DRIVER_SUBMIT_ARGS
 from tests.helpers import assert_identity, bodies, messages, write_batch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +31,6 @@ def run_job(
         **os.environ,
         "PYSPARK_PYTHON": sys.executable,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        "PYSPARK_SUBMIT_ARGS": DRIVER_SUBMIT_ARGS,
     }
     result = subprocess.run(
         [sys.executable, str(JOBS / f"{job}.py"), *map(str, args)],

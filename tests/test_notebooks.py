@@ -24,7 +24,6 @@ from pyspark.sql import functions as F
 
 from spark_queue import QueueTable
 from spark_queue.core import identity_holds
-from tests.crash import DRIVER_SUBMIT_ARGS
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -186,7 +185,6 @@ def test_monitoring_runs_as_a_local_script(tmp_path):
         "SPARK_QUEUE_NOTEBOOK_QUEUE": "events",
         "PYSPARK_PYTHON": sys.executable,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        "PYSPARK_SUBMIT_ARGS": DRIVER_SUBMIT_ARGS,
     }
     result = subprocess.run(
         [sys.executable, str(NOTEBOOKS / "monitoring.py")],
