@@ -35,13 +35,13 @@ demo: setup
 	$(PY) jobs/produce.py --path /tmp/spark-queue-demo/queues
 
 # Three pytest processes. The classic pass (every test but the Connect-only ones) runs as
-# two at once: the tests with a SparkSession (-m spark, one session) and, beside them, the
-# tests without Spark, whose log is printed after (docs/TESTING.md). Then the Spark Connect
-# pass (the tests marked connect or connect_only; one local Connect server): PySpark runs one
-# kind of session per process.
-test: setup jars/spark-classes.jsa
+# two at once: the tests without Spark, whose log is printed after, and beside them the
+# drivers' class archive, then the tests with a SparkSession (-m spark, one session;
+# docs/TESTING.md). Then the Spark Connect pass (the tests marked connect or connect_only;
+# one local Connect server): PySpark runs one kind of session per process.
+test: setup
 	@$(PY) -m pytest -q -m "not spark" > .pytest-without-spark.log 2>&1 & without=$$!; \
-	$(PY) -m pytest -q -m spark; spark=$$?; \
+	$(MAKE) -s jars/spark-classes.jsa && $(PY) -m pytest -q -m spark; spark=$$?; \
 	wait $$without; other=$$?; \
 	echo "--- the tests without Spark, run meanwhile:"; cat .pytest-without-spark.log; \
 	test $$spark -eq 0 && test $$other -eq 0
