@@ -47,9 +47,10 @@ REPLAY = pytest.StashKey[str]()
 # Every Spark driver of the test run (this process's, and those of the processes it starts)
 # starts with C1 only and the shared class archive (tests/jvm.py).
 # (Added once: a pytest started by a test inherits them.)
-if jvm.submit_opts() not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
+JVM_OPTIONS = jvm.submit_opts()
+if JVM_OPTIONS not in os.environ.get("SPARK_SUBMIT_OPTS", ""):
     os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
-        filter(None, [os.environ.get("SPARK_SUBMIT_OPTS"), jvm.submit_opts()])
+        filter(None, [os.environ.get("SPARK_SUBMIT_OPTS"), JVM_OPTIONS])
     )
 
 
