@@ -145,8 +145,9 @@ class BrokerClient:
     def __repr__(self) -> str:
         return f"BrokerClient({self.address!r}, {self.table!r})"
 
-    def call(self, method: str, arguments: dict[str, Any], rows: pa.Table | None = None) -> Any:
-        """Run ``method`` at the broker; ``rows``: publish's messages.
+    def call(self, method: str, request: bytes, rows: pa.Table | None = None) -> Any:
+        """Run ``method`` at the broker: ``request`` as :func:`wire_request` encodes it,
+        ``rows`` publish's messages.
 
         Raises:
             BrokerUnreachable: no answer (the request may or may not have been applied).
@@ -156,7 +157,6 @@ class BrokerClient:
         """
         import pyarrow.flight as flight
 
-        request = encode_request(self.table, method, arguments)
         try:
             if rows is None:
                 action = flight.Action(method, request)
@@ -225,15 +225,12 @@ def _short(error: Exception) -> str:
     return str(error).split(". gRPC client debug context")[0]
 
 
-def _json_value(value: Any) -> Any:
-    """numpy scalars as Python ones, for the request's JSON."""
-    if isinstance(value, np.generic):
-        return value.item()
-    raise TypeError(f"{type(value).__name__} is not a JSON value")
-
-
-def _wire_arguments(method: str, arguments: dict[str, Any]) -> tuple[dict, pa.Table | None]:
-    """A call's bound arguments as the request carries them, and publish's rows as Arrow.
+def wire_request(
+    table: str, method: str, arguments: dict[str, Any]
+) -> tuple[bytes, pa.Table | None]:
+    """A call's bound arguments as the request that carries them (encoded once: a
+    one-message publish is a small request, where encoding is a good part of a client's
+    work), and publish's rows as Arrow.
 
     Raises:
         QueueError, TypeError, ValueError: a value the request cannot carry as the table
@@ -248,7 +245,7 @@ def _wire_arguments(method: str, arguments: dict[str, Any]) -> tuple[dict, pa.Ta
             del given["arguments"]  # no queue arguments given
     if given.get("seqs") is not None:
         given["seqs"] = np.asarray(given["seqs"], np.int64).tolist()
-    return json.loads(json.dumps(given, default=_json_value, allow_nan=False)), rows
+    return encode_request(table, method, given), rows
 
 
 class BrokerRouter:
@@ -347,22 +344,19 @@ class BrokerRouter:
         bound = signature_of(method).bind(table, *args, **kwargs)
         arguments = {k: v for k, v in bound.arguments.items() if k != "self"}
         try:
-            wired, rows = _wire_arguments(method_name, arguments)
+            request, rows = wire_request(client.table, method_name, arguments)
         except (QueueError, TypeError, ValueError):
             return method(table, *args, **kwargs)  # the table raises its own error
-        if limit is not None and _request_bytes(wired, rows) > limit:
+        # What the broker weighs against its limit: the request and the rows.
+        size = len(request) + (rows.nbytes if rows is not None else 0)
+        if limit is not None and size > limit:
             return method(table, *args, **kwargs)  # too large for the broker: no gain there
         try:
-            return client.call(method_name, wired, rows)
+            return client.call(method_name, request, rows)
         except BrokerUnreachable as error:
             log.warning("%s; committing directly for %.0f s", error, RETRY_AFTER_SECONDS)
             self._skip(key)
             return method(table, *args, **kwargs)
-
-
-def _request_bytes(arguments: dict[str, Any], rows: pa.Table | None) -> int:
-    """About what a request weighs, as the broker measures it against its limit."""
-    return len(json.dumps(arguments)) + (rows.nbytes if rows is not None else 0)
 
 
 def routed(method: Callable[..., T]) -> Callable[..., T]:

@@ -69,16 +69,26 @@ def _resolved(path: str) -> str:
 
 
 def encode_request(table: str, method: str, arguments: Mapping[str, Any]) -> bytes:
-    """The request for ``method`` with ``arguments`` (JSON values) on ``table``.
+    """The request for ``method`` with ``arguments`` (JSON values, numpy scalars taken as
+    Python ones) on ``table``.
 
     Raises:
-        TypeError: an argument is not a JSON value (the caller then commits directly, so
-            the table judges the value as it would without a broker).
+        TypeError, ValueError: an argument is not a JSON value, or not a finite number (the
+            caller then commits directly, so the table judges the value as it would
+            without a broker).
     """
     return json.dumps(
         {"protocol": PROTOCOL, "table": table, "method": method, "arguments": dict(arguments)},
+        default=_json_value,
         allow_nan=False,
     ).encode()
+
+
+def _json_value(value: Any) -> Any:
+    """numpy scalars as Python ones, for the request's JSON."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not a JSON value")
 
 
 def decode_request(body: bytes, table: str) -> tuple[str, dict[str, Any]]:

@@ -19,6 +19,7 @@ from collections import Counter, defaultdict
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
@@ -29,7 +30,7 @@ from spark_queue.discovery import BROKERS_FOLDER, read_records, write_record
 from spark_queue.errors import BrokerAuthenticationError, BrokerRequestError
 from spark_queue.schema import BROWSE_ARROW_SCHEMA
 from spark_queue.storage import Location
-from spark_queue.wire import PROTOCOL, decode_error
+from spark_queue.wire import PROTOCOL, decode_error, encode_request
 from tests.brokers import BrokerProcess, wait_until
 
 TOKEN = "tok-3d9f1c77a0b24e5f"
@@ -291,6 +292,17 @@ def test_too_large_and_malformed_requests_are_refused_and_change_nothing(tmp_pat
         assert found.publish("jobs", large).seqs == list(range(1, 51))
         assert found.publish("jobs", ["small"]).seqs == [51]
         assert broker.status()["served"] == 1
+        # It weighs a request as the broker does, whole: seqs whose arguments alone are
+        # under the limit and whose request is over it are acked here too, not refused.
+        seqs = list(range(1000, 1100))
+        while (
+            len(encode_request(found.router.location.uri, "ack", {"queue": "jobs", "seqs": seqs}))
+            <= 2000
+        ):
+            seqs.append(seqs[-1] + 1)
+        assert len(json.dumps({"queue": "jobs", "seqs": seqs})) < 2000
+        assert found.ack("jobs", seqs) == 0
+        assert broker.status()["served"] == 1
         before = version(path)
         client = flight.FlightClient(f"grpc://{broker.address}")
 
@@ -472,4 +484,8 @@ def test_results_and_arrow_rows_travel_intact(tmp_path):
         assert leased["body"].to_pylist() == [b"\x00\xff", b"two"]
         assert leased["headers"].to_pylist() == [[("h", "v")], None]
         assert leased["key"].to_pylist() == ["k", None]
-        assert broker.status()["served"] == 2
+        # numpy values travel as the numbers they hold, through the broker all the same
+        assert table.publish("jobs", ["three"]).seqs == [2]
+        more = table.lease("jobs", "w", max_messages=np.int64(1), lease_period=np.int64(60))
+        assert more["seq"].to_pylist() == [2]
+        assert broker.status()["served"] == 4
