@@ -34,6 +34,10 @@ jars/spark-classes.jsa: $(VENV)/.installed jars/.fetched tests/jvm.py
 demo: setup
 	$(PY) jobs/produce.py --path /tmp/spark-queue-demo/queues
 
+# make itself, named through a variable: a recipe line that names $(MAKE) directly runs
+# even under `make -n`, and this one starts the tests.
+SUBMAKE = $(MAKE)
+
 # Three pytest processes. The classic pass (every test but the Connect-only ones) runs as
 # two at once: the tests without Spark, whose log is printed after, and beside them the
 # drivers' class archive, then the tests with a SparkSession (-m spark, one session;
@@ -41,7 +45,7 @@ demo: setup
 # one local Connect server): PySpark runs one kind of session per process.
 test: setup
 	@$(PY) -m pytest -q -m "not spark" > .pytest-without-spark.log 2>&1 & without=$$!; \
-	$(MAKE) -s jars/spark-classes.jsa && $(PY) -m pytest -q -m spark; spark=$$?; \
+	$(SUBMAKE) -s jars/spark-classes.jsa && $(PY) -m pytest -q -m spark; spark=$$?; \
 	wait $$without; other=$$?; \
 	echo "--- the tests without Spark, run meanwhile:"; cat .pytest-without-spark.log; \
 	test $$spark -eq 0 && test $$other -eq 0
