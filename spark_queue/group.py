@@ -44,7 +44,7 @@ except ImportError:  # not on Windows: no host lock there
 
 from spark_queue.errors import CommitConflictError, QueueError
 from spark_queue.maintenance import (
-    AUTO_VACUUM_KEY,
+    auto_vacuum_look_due,
     auto_vacuum_safely,
     checkpoint_at,
     checkpoint_due,
@@ -60,9 +60,6 @@ from spark_queue.transaction import COMMIT_BUDGET, QueueTransaction
 IDLE_SECONDS = 30.0  # a leader with nothing to do for this long ends (a new one starts)
 HOST_LOCK_WAIT = 5.0  # seconds a round waits for the host lock before going on without it
 COMPACTION_CHECK_ROUNDS = 8  # small files are counted every 8th round
-# A table's automatic vacuum (maintenance.auto_vacuum) is looked at this often at most: the
-# claim it reads is one per hour, and a look costs a commit where the hour is unclaimed.
-AUTO_VACUUM_CHECK_SECONDS = 60.0
 GATHER_SECONDS = 0.002  # a round waits this long at most for the callers of the last
 CURRENT_SECONDS = 0.01  # a table caught up this recently is planned on without a probe
 MAX_ROUND = 2048  # requests in one round, at most: a commit's size stays bounded
@@ -161,7 +158,6 @@ class CommitGroup:
         self._checkpoint_due: int | None = None
         self._compaction_due = False
         self._vacuum_due = False
-        self._vacuum_check_at = -float("inf")  # time.monotonic() of the next look
         self._upkeeping = False
         self._upkeep_working = False
         self._upkeep_thread: threading.Thread | None = None
@@ -355,7 +351,7 @@ class CommitGroup:
         # Looking for small files costs a few ms over the file list: every few rounds is
         # enough, as compaction waits for 32 of them.
         compaction = not self.rounds % COMPACTION_CHECK_ROUNDS and needs_compaction(planned_on)
-        vacuum = self._vacuum_look_due(planned_on.table)
+        vacuum = auto_vacuum_look_due(self.store.uri, planned_on.table)
         if checkpoint is None and not compaction and not vacuum:
             return
         with self._upkeep_signal:
@@ -373,18 +369,6 @@ class CommitGroup:
                 target=self._upkeep_loop, name="spark-queue-upkeep", daemon=True
             )
             self._upkeep_thread.start()
-
-    def _vacuum_look_due(self, table: Any) -> bool:
-        """Whether the upkeep should look at the table's automatic vacuum now: where the
-        table sets ``spark_queue.autoVacuumHours``, every :data:`AUTO_VACUUM_CHECK_SECONDS`."""
-        now = time.monotonic()
-        if now < self._vacuum_check_at:
-            return False
-        self._vacuum_check_at = now + AUTO_VACUUM_CHECK_SECONDS
-        try:
-            return AUTO_VACUUM_KEY in table.metadata().configuration
-        except Exception:  # the commit has happened: the next look tries again
-            return False
 
     def _upkeep_loop(self) -> None:
         """The upkeep thread: it lives while work keeps falling due and ends after

@@ -29,7 +29,8 @@ commit has happened, so a failure is logged and the next interval tries again.
 **Vacuum** (:func:`vacuum`): deletes data files no current version references, after a
 retention period with a safe floor; see :func:`check_retention`. A table that sets
 ``spark_queue.autoVacuumHours`` is vacuumed with that retention once an hour, by whichever
-process with a commit group claims the hour first (:func:`auto_vacuum`).
+connector process claims the hour first after one of its commits (:func:`auto_vacuum`): a
+commit group's upkeep thread, or inline after a streaming query's commit.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import re
+import threading
 import time
 from collections.abc import Callable
 from typing import Any
@@ -76,6 +78,9 @@ AUTO_VACUUM_KEY = "spark_queue.autoVacuumHours"
 AUTO_VACUUM_APP_ID = "spark-queue-auto-vacuum"
 AUTO_VACUUM_PERIOD_SECONDS = 3600.0
 AUTO_VACUUM_CLAIMS = 5  # attempts at the claim's commit, which races every other writer
+# A process looks at a table's unclaimed automatic vacuum this often at most: a look costs
+# a commit (the claim), and a bad property a warning.
+AUTO_VACUUM_LOOK_SECONDS = 60.0
 
 Progress = Callable[[str], None]
 log = logging.getLogger("spark_queue")
@@ -88,6 +93,8 @@ _UNITS = {
     "day": 24.0,
     "week": 168.0,
 }
+_next_vacuum_look: dict[str, float] = {}  # table URI -> time.monotonic() of the next look
+_next_vacuum_look_lock = threading.Lock()
 _INTERVAL = re.compile(r"^\s*(?:interval\s+)?(\d+(?:\.\d+)?)\s*([a-z]+?)s?\s*$", re.IGNORECASE)
 
 
@@ -293,11 +300,16 @@ def checkpoint_interval(configuration: dict[str, str]) -> int:
 
 def after_commit(store: QueueStore, planned_on: Snapshot) -> None:
     """The work after a connector commit planned on ``planned_on`` (the commit is its next
-    version): a log checkpoint at the interval, then compaction if the table needs it.
-    Never raises: the commit has happened."""
+    version): a log checkpoint at the interval, compaction if the table needs it, and the
+    table's automatic vacuum where its hour is unclaimed. Runs inline: a streaming query's
+    commit runs in a Python worker that may end with the call (the sink's), so that batch
+    ends later by the vacuum's time, once an hour for the whole table. Never raises: the
+    commit has happened."""
     checkpoint_after(store, planned_on.table)
     if needs_compaction(planned_on):
         compact_if_needed(store)
+    if auto_vacuum_look_due(store.uri, planned_on.table):
+        auto_vacuum_safely(store)
 
 
 def checkpoint_after(store: QueueStore, table: Any) -> None:
@@ -573,6 +585,29 @@ def auto_vacuum_hours(configuration: dict[str, str]) -> float | None:
             f"{MIN_RETENTION_HOURS:g}); no automatic vacuum runs until it is"
         )
     return hours
+
+
+def auto_vacuum_look_due(uri: str, table: Any) -> bool:
+    """Whether a commit made from ``table`` (delta-rs's, at the version it was planned on)
+    should look at the table's automatic vacuum: the table sets
+    ``spark_queue.autoVacuumHours``, no claim of this hour was in that version, and this
+    process has not looked in the last :data:`AUTO_VACUUM_LOOK_SECONDS`. Free where the
+    table does not ask or the hour is claimed (both are in the loaded version). Never
+    raises: the commit has happened."""
+    try:
+        if AUTO_VACUUM_KEY not in table.metadata().configuration:
+            return False
+        claimed = table.transaction_version(AUTO_VACUUM_APP_ID)
+    except Exception:  # the next commit looks again
+        return False
+    if claimed is not None and claimed >= time.time() // AUTO_VACUUM_PERIOD_SECONDS:
+        return False
+    now = time.monotonic()
+    with _next_vacuum_look_lock:
+        if now < _next_vacuum_look.get(uri, -float("inf")):
+            return False
+        _next_vacuum_look[uri] = now + AUTO_VACUUM_LOOK_SECONDS
+    return True
 
 
 def auto_vacuum(store: QueueStore, now: float | None = None) -> list[str] | None:

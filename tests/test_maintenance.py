@@ -34,7 +34,13 @@ from spark_queue.maintenance import (
 from spark_queue.schema import TABLE_SCHEMA
 from spark_queue.storage import Location
 from spark_queue.store import QueueStore
-from tests.helpers import assert_identity, messages, set_table_property, write_batch
+from tests.helpers import (
+    assert_identity,
+    messages,
+    set_table_property,
+    write_batch,
+    write_stream,
+)
 
 DAY = 86400.0
 
@@ -364,6 +370,33 @@ def test_the_automatic_vacuum_runs_once_an_hour_for_the_whole_table(queue_path):
     assert auto_vacuum(other, now=next_hour) == [str(again.relative_to(queue_path))]
     assert DeltaTable(queue_path).transaction_version(AUTO_VACUUM_APP_ID) == claimed + 1
     assert table.stats("q")["ready"] == 1  # the claims changed no queue
+
+
+def test_a_commit_outside_a_commit_group_runs_the_automatic_vacuum_inline(queue_path):
+    """An operator's commit (``transaction.run``: declare, alter, purge; a streaming query's
+    commits go the same way) looks at the hour's vacuum itself, in the caller's thread."""
+    table = QueueTable(queue_path, broker="off")
+    table.declare("q")
+    set_auto_vacuum(queue_path, "1")
+    old, young = leave_files(queue_path)
+    table.declare("other")
+    assert not old.exists() and young.exists()
+    hour = int(time.time() // AUTO_VACUUM_PERIOD_SECONDS)
+    assert DeltaTable(queue_path).transaction_version(AUTO_VACUUM_APP_ID) in (hour, hour - 1)
+
+
+@pytest.mark.spark
+def test_a_table_only_streaming_queries_write_is_vacuumed_by_them(spark, queue_path, tmp_path):
+    """No process with a commit group: the sink's commit, in the short-lived Python worker
+    Spark starts for it, claims the hour and vacuums."""
+    QueueTable(queue_path, broker="off").declare("q")
+    set_auto_vacuum(queue_path, "1")
+    old, young = leave_files(queue_path)
+    write_stream(spark, messages(spark, ["a", "b"]), queue_path, tmp_path, queue="q")
+    assert not old.exists() and young.exists()
+    hour = int(time.time() // AUTO_VACUUM_PERIOD_SECONDS)
+    assert DeltaTable(queue_path).transaction_version(AUTO_VACUUM_APP_ID) in (hour, hour - 1)
+    assert QueueTable(queue_path, broker="off").stats("q")["ready"] == 2
 
 
 def test_a_bad_automatic_vacuum_property_is_named_and_deletes_nothing(queue_path, caplog):
