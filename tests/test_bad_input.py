@@ -9,8 +9,6 @@ from spark_queue import ArgumentMismatchError, InvalidOptionError, QueueTable
 from spark_queue.options import parse_sink_options
 from tests.helpers import bodies, messages, write_batch
 
-pytestmark = pytest.mark.spark
-
 BAD_OPTIONS = [
     ("maxLength", "-2", "maxLength"),
     ("maxLength", "abc", "maxLength"),

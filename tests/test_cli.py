@@ -7,12 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from spark_queue import QueueTable
 from tests.helpers import messages, set_table_property, write_batch
-
-pytestmark = pytest.mark.spark
 
 
 def cli(path: str, *args: str) -> subprocess.CompletedProcess:

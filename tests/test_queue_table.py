@@ -10,8 +10,6 @@ from spark_queue.maintenance import SMALL_FILE_LIMIT
 from spark_queue.store import QueueStore
 from tests.helpers import assert_identity, bodies, messages, write_batch
 
-pytestmark = pytest.mark.spark
-
 
 def test_declare_queues_stats_and_arguments(queue_path):
     table = QueueTable(queue_path)

@@ -13,7 +13,6 @@ from spark_queue.store import QueueStore
 from tests.clock import now_micros, wait_past
 from tests.helpers import assert_identity, consume, delivered, messages, write_batch
 
-pytestmark = pytest.mark.spark
 # Both ways a batch is read: by executor tasks (the default) and by the driver's source worker
 # as it leases it (readMode=driver, PySpark's simple stream reader).
 EACH_READ_MODE = pytest.mark.parametrize("read_mode", READ_MODES)
