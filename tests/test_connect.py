@@ -84,10 +84,10 @@ def test_a_processing_time_consumer_restarted_delivers_each_message_once(
         assert query.exception() is None
 
     run_until_idle()
-    assert delivered(spark, out) == sorted(f"m{i}" for i in range(10))
+    assert delivered(out) == sorted(f"m{i}" for i in range(10))
     write_batch(messages(spark, ["late"]), queue_path, queue="q")
     run_until_idle()  # the restart acknowledges the last batch of the first run, once
-    assert delivered(spark, out) == sorted([*(f"m{i}" for i in range(10)), "late"])
+    assert delivered(out) == sorted([*(f"m{i}" for i in range(10)), "late"])
     stats = QueueTable(queue_path).stats("q")
     # A processing-time query's last batch stays leased until its next trigger.
     assert (stats["acked"] + stats["leased"], stats["ready"]) == (11, 0)
@@ -127,7 +127,7 @@ def test_browse_with_filters_and_a_filtering_consumer(spark, queue_path, tmp_pat
         .start(str(out))
     )
     query.awaitTermination()
-    assert delivered(spark, out) == sorted(body for body, region, _ in rows if region == "eu")
+    assert delivered(out) == sorted(body for body, region, _ in rows if region == "eu")
     # The us messages stay, in place and untouched, for other consumers.
     us = browsed.where("headers['region'] = 'us'").select("body", "state", "delivery_count")
     expected = spark.createDataFrame(

@@ -69,7 +69,7 @@ def test_streaming_consumers_take_turns_on_an_exclusive_queue(spark, tmp_path):
         out = tmp_path / f"out-{consumer}-{len(list(tmp_path.glob('out-*')))}"
         options = {"consumer": consumer, "maxMessagesPerTrigger": 10}
         consume(spark, path, out, tmp_path / f"{out.name}-checkpoint", queue="jobs", **options)
-        return delivered(spark, out)
+        return delivered(out)
 
     assert consume_as("first") == sorted(f"m{i}" for i in range(30))
     table.publish("jobs", ["late"])

@@ -56,7 +56,7 @@ def test_consume_in_bounded_batches_and_ack_after_commit(spark, queue_path, tmp_
     out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
     bounds = {"maxMessagesPerTrigger": 4, "readMode": read_mode}
     consume(spark, queue_path, out, checkpoint, **bounds)
-    assert delivered(spark, out) == sorted(f"m{i}" for i in range(10))
+    assert delivered(out) == sorted(f"m{i}" for i in range(10))
     assert len(list((checkpoint / "commits").iterdir())) >= 3  # 4 + 4 + 2
     stats = QueueTable(queue_path).stats("q")
     # AvailableNow's closing latestOffset call starts at the last committed batch: all acked.
@@ -64,7 +64,7 @@ def test_consume_in_bounded_batches_and_ack_after_commit(spark, queue_path, tmp_
     write_batch(messages(spark, ["late"]), queue_path, queue="q")
     consume(spark, queue_path, out, checkpoint, **bounds)
     assert QueueTable(queue_path).stats("q")["acked"] == 11
-    assert delivered(spark, out).count("late") == 1
+    assert delivered(out).count("late") == 1
     assert_identity(queue_path)
 
 
@@ -91,8 +91,8 @@ def test_two_consumers_compete_each_message_once(spark, queue_path, tmp_path, re
     for query in queries:
         query.awaitTermination()
         assert query.exception() is None
-    got_a = delivered(spark, tmp_path / "out-a")
-    got_b = delivered(spark, tmp_path / "out-b")
+    got_a = delivered(tmp_path / "out-a")
+    got_b = delivered(tmp_path / "out-b")
     assert sorted(got_a + got_b) == sorted(bodies)  # union is the input, no duplicates
     assert_identity(queue_path)
 
@@ -102,7 +102,7 @@ def test_at_most_once_removes_on_delivery(spark, queue_path, tmp_path, read_mode
     write_batch(messages(spark, list("abc")), queue_path, queue="q")
     out = tmp_path / "out"
     consume(spark, queue_path, out, tmp_path / "chk", semantics="at-most-once", readMode=read_mode)
-    assert delivered(spark, out) == ["a", "b", "c"]
+    assert delivered(out) == ["a", "b", "c"]
     stats = QueueTable(queue_path).stats("q")
     assert (stats["acked"], stats["leased"], stats["ready"]) == (3, 0, 0)
     assert_identity(queue_path)
