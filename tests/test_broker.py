@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
+from deltalake import write_deltalake
 
 from spark_queue import QueueTable
 from spark_queue.core import identity_holds
@@ -180,6 +181,24 @@ def test_a_token_is_required_checked_and_never_shown(tmp_path):
         assert broker.stop() == 0
     assert TOKEN not in broker.output()
     assert TOKEN not in repr(table.router)
+
+
+def test_a_broker_refuses_to_start_on_a_delta_table_that_is_not_a_queue_table(tmp_path):
+    """The broker opens the table before it listens (warming up what its first requests
+    would wait for), so a wrong path is an error at start, not in every client's call."""
+    path = str(tmp_path / "events")
+    write_deltalake(path, pa.table({"id": pa.array([1], pa.int64())}))
+    refused = subprocess.run(
+        [sys.executable, "-m", "spark_queue.cli", "broker", path],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 1
+    assert refused.stderr.startswith("spark-queue: ")
+    assert "holds a Delta table that is not a spark-queue table" in refused.stderr
+    assert refused.stdout == ""  # it never announced an address
+    assert not (tmp_path / "events" / BROKERS_FOLDER).exists()  # nor recorded one
 
 
 def test_a_broker_beyond_loopback_refuses_to_start_without_a_token(tmp_path):
