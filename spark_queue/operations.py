@@ -129,9 +129,11 @@ class PublishRequest(Request):
         rows = self.batch.num_rows
         if self.app_id is not None:
             assert self.sequence is not None
-            committed = round.app_versions.get(
-                self.app_id, transaction.snapshot.table.transaction_version(self.app_id)
-            )
+            # This round's own publishes of the producer first; the table's only where none
+            # (delta-rs scans the version's application transactions: ~0.7 ms a read).
+            committed = round.app_versions.get(self.app_id)
+            if committed is None:
+                committed = transaction.snapshot.table.transaction_version(self.app_id)
             if committed is not None and committed >= self.sequence:
                 if self.sequence < committed:
                     raise InvalidInputError(
