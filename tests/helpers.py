@@ -110,11 +110,17 @@ def consume(
     finish(start_consuming(spark, queue_path, out, checkpoint, queue, columns=columns, **options))
 
 
-def delivered(out: Path) -> list[str]:
-    """The bodies a :func:`consume` query wrote, sorted; none where it wrote no batch. Read
-    with delta-rs: a delta-spark read of a small table costs a session ~2 s, and the tests
-    that prove delta-spark reads what the connector writes do so themselves."""
+def output_columns(out: Path, *columns: str) -> list[list]:
+    """``columns`` of the Delta table a query wrote, as lists; empty where it wrote no
+    batch. Read with delta-rs: a delta-spark read of a small table costs a session ~2 s, and
+    the tests that prove delta-spark reads what the connector writes do so themselves."""
     if not (out / "_delta_log").exists():
-        return []
-    bodies = DeltaTable(str(out)).to_pyarrow_table(columns=["body"])["body"]
-    return sorted(body.decode() for body in bodies.to_pylist())
+        return [[] for _ in columns]
+    table = DeltaTable(str(out)).to_pyarrow_table(columns=list(columns))
+    return [table[column].to_pylist() for column in columns]
+
+
+def delivered(out: Path) -> list[str]:
+    """The bodies a :func:`consume` query wrote, sorted; none where it wrote no batch."""
+    (bodies,) = output_columns(out, "body")
+    return sorted(body.decode() for body in bodies)

@@ -16,7 +16,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from deltalake import DeltaTable
 
 from spark_queue import QueueTable
 from tests.crash import (
@@ -30,7 +29,14 @@ from tests.crash import (
     staged_only,
     start,
 )
-from tests.helpers import assert_identity, bodies, messages, write_batch
+from tests.helpers import (
+    assert_identity,
+    bodies,
+    delivered,
+    messages,
+    output_columns,
+    write_batch,
+)
 
 pytestmark = pytest.mark.spark
 FILES, PER_FILE = 4, 50  # producer: one file a batch
@@ -105,13 +111,6 @@ def fill_queue(spark, queue_path: Path) -> list[str]:
     return expected
 
 
-def output_of(output: Path, column: str = "body") -> list:
-    """A column of the Delta table the consumer wrote (read with delta-rs: no Spark equality
-    is asserted on it, and a delta-spark read costs the session ~2 s)."""
-    values = DeltaTable(str(output)).to_pyarrow_table(columns=[column])[column].to_pylist()
-    return [value.decode() for value in values] if column == "body" else values
-
-
 @pytest.mark.parametrize("window", CONSUMER_WINDOWS)
 def test_a_consumer_killed_in_each_window_delivers_each_message_once(spark, tmp_path, window):
     failpoint, forget, in_logs, leased = CONSUMER_WINDOWS[window]
@@ -126,9 +125,9 @@ def test_a_consumer_killed_in_each_window_delivers_each_message_once(spark, tmp_
     assert table.stats("orders")["leased"] == leased
 
     restart(spark, CONSUMER, *args)
-    delivered = Counter(output_of(output))
-    assert [body for body, count in delivered.items() if count > 1] == []  # no duplicates
-    assert sorted(delivered) == expected  # nothing lost
+    copies = Counter(delivered(output))
+    assert [body for body, count in copies.items() if count > 1] == []  # no duplicates
+    assert sorted(copies) == expected  # nothing lost
     stats = table.stats("orders")
     assert (stats["acked"], stats["leased"], stats["ready"]) == (MESSAGES, 0, 0)
     assert_identity(str(queue_path))
@@ -146,8 +145,9 @@ def test_a_fresh_checkpoint_returns_what_the_consumer_name_held(spark, tmp_path)
 
     again = (queue_path, out, tmp_path / "chk-new", PER_BATCH)
     restart(spark, CONSUMER, *again)
-    assert sorted(output_of(out)) == expected
-    counts = sorted(output_of(out, "delivery_count"))
+    assert delivered(out) == expected
+    (counts,) = output_columns(out, "delivery_count")
+    counts.sort()
     assert counts == [1] * (MESSAGES - PER_BATCH) + [2] * PER_BATCH
     stats = QueueTable(str(queue_path)).stats("orders")
     assert (stats["acked"], stats["leased"], stats["ready"]) == (MESSAGES, 0, 0)
