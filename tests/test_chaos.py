@@ -14,7 +14,7 @@ construction, not by the scheduler's favour:
 2. chaos: the worker joins, and one process at a time is killed at random moments (drawn
    from the test's seed) and started again;
 3. the kills stop, the producers finish, the worker drains and exits, and one more
-   streaming run takes whatever is left.
+   streaming run (in the test's own session) takes whatever is left.
 
 Then: nothing is lost; the producers enqueued nothing twice; the streaming consumer
 repeated nothing; every repeat of the worker is explained by a kill between its record and
@@ -44,7 +44,7 @@ from deltalake.exceptions import TableNotFoundError
 
 from spark_queue import QueueTable
 from spark_queue.core import identity_holds
-from tests.crash import CONSUMER, DRIVERS, PRODUCER, kill, make_input, start
+from tests.crash import CONSUMER, DRIVERS, PRODUCER, kill, make_input, restart, start
 
 pytestmark = pytest.mark.spark
 SECONDS = float(os.environ.get("SPARK_QUEUE_CHAOS_SECONDS", "25"))
@@ -123,7 +123,7 @@ def test_every_kind_of_client_killed_at_random_loses_nothing(spark, tmp_path, se
     stop.touch()
     assert running["worker"].wait(timeout=600) == 0
     assert running["stream consumer"].wait(timeout=600) in (0, -signal.SIGKILL)
-    assert start(CONSUMER, *roles["stream consumer"][1]).wait(timeout=600) == 0
+    restart(spark, CONSUMER, *roles["stream consumer"][1])  # in this session: no JVM to start
 
     produced = streamed + published
     rows = spark.read.format("delta").load(str(output)).collect()

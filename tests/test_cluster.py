@@ -217,6 +217,9 @@ def submit(cluster: Cluster, py_files: Path, hidden: Path, job: str, *args: obje
         "--conf", "spark.executor.cores=1",
         "--conf", "spark.cores.max=2",
         "--conf", "spark.sql.shuffle.partitions=2",
+        # Delta rebuilds its output's snapshot in 50 tasks by default: on two one-core
+        # executors the consume job took ~80 s with them, ~60 s with 2 (docs/SPARK-SUBMIT.md).
+        "--conf", "spark.databricks.delta.snapshotPartitions=2",
         "--conf", "spark.ui.enabled=false",
         "--conf", f"spark.executor.extraJavaOptions={jvm.C1_ONLY}",
         "--conf", f"spark.executorEnv.PYTHONPATH={hidden}",

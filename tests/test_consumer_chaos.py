@@ -2,8 +2,10 @@
 
 The consumer is a real driver process (``ringqueue`` -> ``format("delta")``, availableNow,
 one checkpoint throughout); each run is killed either at a failpoint drawn at random (a
-window of the protocol, ``spark_queue.failpoints``) or at a random moment. Meanwhile the
-test's own session enqueues batches. At the end one clean run drains the queue, and the
+window of the protocol, ``spark_queue.failpoints``) or at a random moment of its work on the
+queue (0-3 s after it logged its first new offset: a kill while its JVM still starts would
+test nothing of the queue). Meanwhile the test's own session enqueues batches. At the end
+one clean run, in the test's own session and with larger batches, drains the queue, and the
 Delta output must hold every produced message exactly once.
 
 CI runs a short version with a fixed seed (tests/seeds.py). A long one, by hand::
@@ -18,26 +20,40 @@ from __future__ import annotations
 
 import os
 import random
+import subprocess
 import threading
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 from spark_queue import QueueTable
 from spark_queue.core import identity_holds
-from tests.crash import CONSUMER, crashed, kill, start
+from tests.crash import CONSUMER, crashed, kill, logged, restart, start
 from tests.helpers import assert_identity, messages, write_batch
 
 pytestmark = pytest.mark.spark
 KILLS = int(os.environ.get("SPARK_QUEUE_CHAOS_KILLS", "3"))
 PER_PRODUCED_BATCH, PER_CONSUMED_BATCH = 50, 200
+DRAIN_BATCH = 2_000  # the last run's: one batch of 200 takes seconds on two cores
+WORK_TIMEOUT = 300.0  # seconds for a run to log its first offset, on a loaded machine
 WINDOWS = [
     "source.latest-offset",
     "source.lease-planned",
     "source.lease-committed",
     "source.partitions",
 ]
+
+
+def wait_for_work(driver: subprocess.Popen, checkpoint: Path) -> None:
+    """Return once ``driver`` has logged an offset past the checkpoint's last (it works on
+    the queue), or has exited."""
+    before, _ = logged(checkpoint)
+    deadline = time.monotonic() + WORK_TIMEOUT
+    while driver.poll() is None and logged(checkpoint)[0] == before:
+        assert time.monotonic() < deadline, "a consumer run logged no offset"
+        time.sleep(0.05)
 
 
 def test_a_consumer_killed_at_random_and_in_windows_loses_and_repeats_nothing(
@@ -79,7 +95,8 @@ def test_a_consumer_killed_at_random_and_in_windows_loses_and_repeats_nothing(
                     assert driver.returncode == 0, "a consumer run failed"
             else:
                 driver = start(CONSUMER, *args)
-                time.sleep(rng.uniform(4, 14))
+                wait_for_work(driver, checkpoint)
+                time.sleep(rng.uniform(0, 3))
                 if driver.poll() is None:
                     kill(driver)
                     kills["random moment"] += 1
@@ -89,7 +106,7 @@ def test_a_consumer_killed_at_random_and_in_windows_loses_and_repeats_nothing(
         done.set()
         producer.join()
     assert not failures, failures
-    assert start(CONSUMER, *args).wait(timeout=600) == 0  # drains what was produced
+    restart(spark, CONSUMER, queue_path, output, checkpoint, DRAIN_BATCH)  # drains the rest
 
     rows = spark.read.format("delta").load(str(output)).collect()
     delivered = Counter(bytes(r.body).decode() for r in rows)
