@@ -7,13 +7,22 @@ from it and must end with every message exactly once. The window "after the sink
 before Spark's commit log" has no failpoint of ours inside it (Spark writes the commit log
 right after the sink returns): the driver dies at the start of the next batch and the
 batch's commit log entry is removed, which leaves the checkpoint as that crash does.
+
+Each case's crashing driver is started one case ahead (:class:`CrashRuns`): while a case
+waits for its driver, the next case's driver starts on a queue and checkpoint of its own. A
+driver's start keeps ~1.2 of two cores busy, so two at a time take less time than one after
+another; more at once gained little and loaded the machine with JVMs.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +32,7 @@ from tests.crash import (
     PRODUCER,
     crashed,
     forget_commit,
+    kill,
     logged,
     make_input,
     restart,
@@ -41,6 +51,62 @@ from tests.helpers import (
 pytestmark = pytest.mark.spark
 FILES, PER_FILE = 4, 50  # producer: one file a batch
 MESSAGES, PER_BATCH = 60, 20  # consumer
+CRASH_TIMEOUT = 600.0  # seconds for a driver to reach its failpoint, two starting at once
+
+
+@dataclass
+class CrashRun:
+    """A driver started with a failpoint: its case's folder (where it logs), the messages
+    the case expects, the driver's arguments (a restart takes the same) and its process."""
+
+    folder: Path
+    expected: list[str]
+    args: tuple[Any, ...]
+    driver: subprocess.Popen
+
+    def crash(self) -> None:
+        """Wait for the failpoint's kill; fail with the driver's exit and log if it ended
+        another way."""
+        if crashed(self.driver, timeout=CRASH_TIMEOUT):
+            return
+        logs = sorted(self.folder.glob("*.log"))
+        tail = logs[-1].read_text()[-3000:] if logs else "(no log)"
+        pytest.fail(f"the driver exited {self.driver.returncode}, not at its failpoint:\n{tail}")
+
+
+class CrashRuns:
+    """The crashing driver runs of one kind of case, each started one case ahead.
+
+    ``cases`` maps a case to its failpoint, in the order pytest runs the cases; ``prepare``
+    fills a case's folder and returns what the case expects and its driver's arguments.
+    """
+
+    def __init__(
+        self,
+        script: Path,
+        cases: dict[str, str],
+        prepare: Callable[[Path], tuple[list[str], tuple[Any, ...]]],
+        folders: pytest.TempPathFactory,
+    ) -> None:
+        self.script, self.cases, self.prepare, self.folders = script, cases, prepare, folders
+        self.runs: dict[str, CrashRun] = {}
+
+    def take(self, case: str) -> CrashRun:
+        """``case``'s run, started now if it is not yet, and the next case's started."""
+        order = list(self.cases)
+        for ahead in order[order.index(case) : order.index(case) + 2]:
+            if ahead not in self.runs:
+                folder = self.folders.mktemp(f"{self.script.stem}-{ahead}")
+                expected, args = self.prepare(folder)
+                driver = start(self.script, *args, crash_at=self.cases[ahead])
+                self.runs[ahead] = CrashRun(folder, expected, args, driver)
+        return self.runs[case]
+
+    def close(self) -> None:
+        """Kill whatever still runs (a case that failed leaves its driver, the last case's
+        successor is never taken)."""
+        for run in self.runs.values():
+            kill(run.driver)
 
 
 # -- the producer: file source -> ringqueue ---------------------------------------------------
@@ -54,13 +120,29 @@ PRODUCER_WINDOWS = {
 }
 
 
+@pytest.fixture(scope="module")
+def producer_crashes(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CrashRuns]:
+    """The producer windows' drivers, each on its own input files and queue."""
+
+    def prepare(folder: Path) -> tuple[list[str], tuple[Any, ...]]:
+        expected = make_input(spark, folder, FILES, PER_FILE)
+        return expected, (folder / "queues", folder / "flat", folder / "checkpoint")
+
+    failpoints = {window: failpoint for window, (failpoint, _, _) in PRODUCER_WINDOWS.items()}
+    runs = CrashRuns(PRODUCER, failpoints, prepare, tmp_path_factory)
+    yield runs
+    runs.close()
+
+
 @pytest.mark.parametrize("window", PRODUCER_WINDOWS)
-def test_a_producer_killed_in_each_window_enqueues_each_message_once(spark, tmp_path, window):
-    failpoint, in_logs, committed = PRODUCER_WINDOWS[window]
-    expected = make_input(spark, tmp_path, FILES, PER_FILE)
-    queue_path, checkpoint = tmp_path / "queues", tmp_path / "checkpoint"
-    args = (queue_path, tmp_path / "flat", checkpoint)
-    assert crashed(start(PRODUCER, *args, crash_at=failpoint))
+def test_a_producer_killed_in_each_window_enqueues_each_message_once(
+    spark, producer_crashes, window
+):
+    _, in_logs, committed = PRODUCER_WINDOWS[window]
+    run = producer_crashes.take(window)
+    expected, args = run.expected, run.args
+    queue_path, _, checkpoint = args
+    run.crash()
     assert logged(checkpoint) == in_logs
     table = QueueTable(str(queue_path))
     exists = table.store.open() is not None and "orders" in table.queues()
@@ -111,13 +193,36 @@ def fill_queue(spark, queue_path: Path) -> list[str]:
     return expected
 
 
+# A consumer whose checkpoint is lost after it logged batch 1 and before it wrote it.
+CHECKPOINT_LOST = "checkpoint-lost"
+CONSUMER_CRASHES = {
+    **{window: failpoint for window, (failpoint, *_) in CONSUMER_WINDOWS.items()},
+    CHECKPOINT_LOST: "source.partitions:2",
+}
+
+
+@pytest.fixture(scope="module")
+def consumer_crashes(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CrashRuns]:
+    """The consumer cases' drivers, each on its own queue."""
+
+    def prepare(folder: Path) -> tuple[list[str], tuple[Any, ...]]:
+        expected = fill_queue(spark, folder / "queues")
+        return expected, (folder / "queues", folder / "out", folder / "chk", PER_BATCH)
+
+    runs = CrashRuns(CONSUMER, CONSUMER_CRASHES, prepare, tmp_path_factory)
+    yield runs
+    runs.close()
+
+
 @pytest.mark.parametrize("window", CONSUMER_WINDOWS)
-def test_a_consumer_killed_in_each_window_delivers_each_message_once(spark, tmp_path, window):
-    failpoint, forget, in_logs, leased = CONSUMER_WINDOWS[window]
-    queue_path, output, checkpoint = tmp_path / "queues", tmp_path / "out", tmp_path / "chk"
-    expected = fill_queue(spark, queue_path)
-    args = (queue_path, output, checkpoint, PER_BATCH)
-    assert crashed(start(CONSUMER, *args, crash_at=failpoint))
+def test_a_consumer_killed_in_each_window_delivers_each_message_once(
+    spark, consumer_crashes, window
+):
+    _, forget, in_logs, leased = CONSUMER_WINDOWS[window]
+    run = consumer_crashes.take(window)
+    expected, args = run.expected, run.args
+    queue_path, output, checkpoint, _ = args
+    run.crash()
     if forget is not None:
         forget_commit(checkpoint, forget)
     assert logged(checkpoint) == in_logs
@@ -133,17 +238,17 @@ def test_a_consumer_killed_in_each_window_delivers_each_message_once(spark, tmp_
     assert_identity(str(queue_path))
 
 
-def test_a_fresh_checkpoint_returns_what_the_consumer_name_held(spark, tmp_path):
+def test_a_fresh_checkpoint_returns_what_the_consumer_name_held(spark, consumer_crashes):
     """A new query under a known consumer name (its checkpoint lost) gets back the batch the
     old query held and never wrote: delivered once more, with its delivery count raised."""
-    queue_path, out = tmp_path / "queues", tmp_path / "out"
-    expected = fill_queue(spark, queue_path)
-    first = (queue_path, out, tmp_path / "chk", PER_BATCH)
-    assert crashed(start(CONSUMER, *first, crash_at="source.partitions:2"))  # batch 1
+    run = consumer_crashes.take(CHECKPOINT_LOST)
+    expected = run.expected
+    queue_path, out, checkpoint, _ = run.args
+    run.crash()  # logged batch 1, never wrote it
     held = QueueTable(str(queue_path)).stats("orders")
     assert (held["leased"], held["acked"]) == (PER_BATCH, PER_BATCH)
 
-    again = (queue_path, out, tmp_path / "chk-new", PER_BATCH)
+    again = (queue_path, out, checkpoint.with_name("chk-new"), PER_BATCH)
     restart(spark, CONSUMER, *again)
     assert delivered(out) == expected
     (counts,) = output_columns(out, "delivery_count")
