@@ -1,4 +1,4 @@
-"""The jobs on a real standalone Spark cluster: a master and two workers on localhost.
+"""The jobs on a real standalone Spark cluster: a master and a worker on localhost.
 
 The cluster is started from the installed pyspark with ``spark-class`` (no SPARK_HOME set up
 by hand), ``produce`` and ``consume`` are submitted to it with ``spark-submit --master
@@ -34,7 +34,9 @@ pytestmark = pytest.mark.spark
 ROOT = Path(__file__).resolve().parent.parent
 SPARK_BIN = Path(pyspark.__file__).resolve().parent / "bin"
 HOST = "127.0.0.1"
-WORKERS = 2
+# One worker of two cores: each application gets one executor of two cores. Two workers of
+# one core each started two executor JVMs an application on the same two cores (stop 36).
+WORKERS, WORKER_CORES = 1, 2
 MESSAGES, FILES = 400, 4
 
 
@@ -147,7 +149,7 @@ def cluster(tmp_path: Path) -> Iterator[Cluster]:
         "SPARK_LOCAL_IP": HOST,
         "SPARK_LOG_DIR": str(logs),
         "SPARK_WORKER_DIR": str(tmp_path / "work"),
-        "SPARK_WORKER_CORES": "1",
+        "SPARK_WORKER_CORES": str(WORKER_CORES),
         "SPARK_WORKER_MEMORY": "1g",
         "SPARK_DAEMON_MEMORY": "256m",
         # The master's and workers' JVMs compile with C1 only, as the drivers do (tests/jvm.py).
@@ -214,11 +216,11 @@ def submit(cluster: Cluster, py_files: Path, hidden: Path, job: str, *args: obje
         "--py-files", str(py_files),
         "--conf", f"spark.driver.host={HOST}",
         "--conf", "spark.executor.memory=512m",
-        "--conf", "spark.executor.cores=1",
-        "--conf", "spark.cores.max=2",
+        "--conf", f"spark.executor.cores={WORKER_CORES}",
+        "--conf", f"spark.cores.max={WORKER_CORES}",
         "--conf", "spark.sql.shuffle.partitions=2",
-        # Delta rebuilds its output's snapshot in 50 tasks by default: on two one-core
-        # executors the consume job took ~80 s with them, ~60 s with 2 (docs/SPARK-SUBMIT.md).
+        # Delta rebuilds its output's snapshot in 50 tasks by default: on two cores the
+        # consume job took ~80 s with them, ~60 s with 2 (docs/SPARK-SUBMIT.md).
         "--conf", "spark.databricks.delta.snapshotPartitions=2",
         "--conf", "spark.ui.enabled=false",
         "--conf", f"spark.executor.extraJavaOptions={jvm.C1_ONLY}",

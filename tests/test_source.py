@@ -70,7 +70,7 @@ def test_consume_in_bounded_batches_and_ack_after_commit(spark, queue_path, tmp_
 
 @EACH_READ_MODE
 def test_two_consumers_compete_each_message_once(spark, queue_path, tmp_path, read_mode):
-    bodies = [f"m{i}" for i in range(40)]
+    bodies = [f"m{i}" for i in range(24)]  # ~4 batches each: every batch costs ~2 s here
     write_batch(messages(spark, bodies), queue_path, queue="q")
     queries = []
     for name in ("a", "b"):
