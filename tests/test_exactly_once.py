@@ -56,10 +56,9 @@ CRASH_TIMEOUT = 600.0  # seconds for a driver to reach its failpoint, two starti
 
 @dataclass
 class CrashRun:
-    """A driver started with a failpoint: its case's folder (where it logs), the messages
-    the case expects, the driver's arguments (a restart takes the same) and its process."""
+    """A driver started with a failpoint: the messages its case expects, the driver's
+    arguments (a restart takes the same) and its process."""
 
-    folder: Path
     expected: list[str]
     args: tuple[Any, ...]
     driver: subprocess.Popen
@@ -69,7 +68,7 @@ class CrashRun:
         another way."""
         if crashed(self.driver, timeout=CRASH_TIMEOUT):
             return
-        logs = sorted(self.folder.glob("*.log"))
+        logs = sorted(Path(self.args[0]).parent.glob("*.log"))  # start() logs beside it
         tail = logs[-1].read_text()[-3000:] if logs else "(no log)"
         pytest.fail(f"the driver exited {self.driver.returncode}, not at its failpoint:\n{tail}")
 
@@ -99,7 +98,7 @@ class CrashRuns:
                 folder = self.folders.mktemp(f"{self.script.stem}-{ahead}")
                 expected, args = self.prepare(folder)
                 driver = start(self.script, *args, crash_at=self.cases[ahead])
-                self.runs[ahead] = CrashRun(folder, expected, args, driver)
+                self.runs[ahead] = CrashRun(expected, args, driver)
         return self.runs[case]
 
     def close(self) -> None:
