@@ -22,10 +22,19 @@ PRODUCER = DRIVERS / "produce_stream.py"
 CONSUMER = DRIVERS / "consume_stream.py"
 
 
-def start(script: Path, *args: object, crash_at: str | None = None) -> subprocess.Popen:
+# A driver started with this set starts its session, then waits for the file it names to
+# exist before its query starts (tests/drivers/consume_stream.py): a test starts the next
+# run's JVM while the current run still works.
+GO_FILE = "SPARK_QUEUE_TEST_GO_FILE"
+
+
+def start(
+    script: Path, *args: object, crash_at: str | None = None, go: Path | None = None
+) -> subprocess.Popen:
     """Run a driver script as a new session (so a SIGKILL takes the JVM and every Python
     worker with it), logging beside its first argument. ``crash_at`` (``point:n``) makes
-    it die at that failpoint (``spark_queue.failpoints``)."""
+    it die at that failpoint (``spark_queue.failpoints``). ``go``: the driver's query waits
+    for this file (a driver that supports it: :data:`GO_FILE`)."""
     first = Path(str(args[0]))
     env = {
         **os.environ,
@@ -33,9 +42,12 @@ def start(script: Path, *args: object, crash_at: str | None = None) -> subproces
         "PYTHONPATH": str(ROOT),
     }
     env.pop(CRASH_AT, None)
+    env.pop(GO_FILE, None)
     if crash_at is not None:
         env[CRASH_AT] = crash_at
         env[CRASH_DIR] = str(first.parent / f"crash-hits-{time.monotonic_ns()}")
+    if go is not None:
+        env[GO_FILE] = str(go)
     log = open(first.parent / f"{script.stem}-{time.monotonic_ns()}.log", "w")  # noqa: SIM115
     return subprocess.Popen(
         [sys.executable, str(script), *map(str, args)],

@@ -4,9 +4,11 @@ The consumer is a real driver process (``ringqueue`` -> ``format("delta")``, ava
 one checkpoint throughout); each run is killed either at a failpoint drawn at random (a
 window of the protocol, ``spark_queue.failpoints``) or at a random moment of its work on the
 queue (0-3 s after it logged its first new offset: a kill while its JVM still starts would
-test nothing of the queue). Meanwhile the test's own session enqueues batches. At the end
-one clean run, in the test's own session and with larger batches, drains the queue, and the
-Delta output must hold every produced message exactly once.
+test nothing of the queue). Each run's driver starts while the run before it works, and its
+query waits for its turn: one run at a time uses the checkpoint. Meanwhile the test's own
+session enqueues batches. At the end one clean run, in the test's own session and with
+larger batches, drains the queue, and the Delta output must hold every produced message
+exactly once.
 
 CI runs a short version with a fixed seed (tests/seeds.py). A long one, by hand::
 
@@ -24,6 +26,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -46,14 +49,24 @@ WINDOWS = [
 ]
 
 
-def wait_for_work(driver: subprocess.Popen, checkpoint: Path) -> None:
-    """Return once ``driver`` has logged an offset past the checkpoint's last (it works on
-    the queue), or has exited."""
-    before, _ = logged(checkpoint)
+def wait_for_work(driver: subprocess.Popen, checkpoint: Path, before: int | None) -> None:
+    """Return once ``driver`` has logged an offset past ``before`` (it works on the queue),
+    or has exited."""
     deadline = time.monotonic() + WORK_TIMEOUT
     while driver.poll() is None and logged(checkpoint)[0] == before:
         assert time.monotonic() < deadline, "a consumer run logged no offset"
         time.sleep(0.05)
+
+
+@dataclass
+class Run:
+    """A consumer run started ahead: its JVM starts while the run before it works, and its
+    query waits for ``go``. ``window``: the failpoint window it dies in, or None for a kill
+    at a random moment."""
+
+    driver: subprocess.Popen
+    go: Path
+    window: str | None
 
 
 def test_a_consumer_killed_at_random_and_in_windows_loses_and_repeats_nothing(
@@ -84,25 +97,36 @@ def test_a_consumer_killed_at_random_and_in_windows_loses_and_repeats_nothing(
     producer.start()
     args = (queue_path, output, checkpoint, PER_CONSUMED_BATCH)
     kills: Counter[str] = Counter()
+
+    def start_ahead() -> Run:
+        go = tmp_path / f"go-{time.monotonic_ns()}"
+        if rng.random() < 0.6:
+            window = rng.choice(WINDOWS)
+            crash_at = f"{window}:{rng.randint(1, 5)}"
+            return Run(start(CONSUMER, *args, crash_at=crash_at, go=go), go, window)
+        return Run(start(CONSUMER, *args, go=go), go, None)
+
+    upcoming = start_ahead()
     try:
         while sum(kills.values()) < KILLS:
-            if rng.random() < 0.6:
-                window = rng.choice(WINDOWS)
-                driver = start(CONSUMER, *args, crash_at=f"{window}:{rng.randint(1, 5)}")
-                if crashed(driver):
-                    kills[window] += 1
+            run, before = upcoming, logged(checkpoint)[0]
+            run.go.touch()
+            upcoming = start_ahead()  # one run at a time on the checkpoint: it waits for its go
+            if run.window is not None:
+                if crashed(run.driver):
+                    kills[run.window] += 1
                 else:
-                    assert driver.returncode == 0, "a consumer run failed"
+                    assert run.driver.returncode == 0, "a consumer run failed"
             else:
-                driver = start(CONSUMER, *args)
-                wait_for_work(driver, checkpoint)
+                wait_for_work(run.driver, checkpoint, before)
                 time.sleep(rng.uniform(0, 3))
-                if driver.poll() is None:
-                    kill(driver)
+                if run.driver.poll() is None:
+                    kill(run.driver)
                     kills["random moment"] += 1
                 else:
-                    assert driver.returncode == 0, "a consumer run failed"
+                    assert run.driver.returncode == 0, "a consumer run failed"
     finally:
+        kill(upcoming.driver)  # never let go; killed before the drain uses the checkpoint
         done.set()
         producer.join()
     assert not failures, failures

@@ -11,12 +11,15 @@ batch's commit log entry is removed, which leaves the checkpoint as that crash d
 Each case's crashing driver is started one case ahead (:class:`CrashRuns`): while a case
 waits for its driver, the next case's driver starts on a queue and checkpoint of its own. A
 driver's start keeps ~1.2 of two cores busy, so two at a time take less time than one after
-another; more at once gained little and loaded the machine with JVMs.
+another; more at once gained little and loaded the machine with JVMs. Cases that crash at
+the same failpoint (and differ in what happens after) share one driver run, each case on a
+copy of its folder made as the driver dies.
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -54,30 +57,50 @@ MESSAGES, PER_BATCH = 60, 20  # consumer
 CRASH_TIMEOUT = 600.0  # seconds for a driver to reach its failpoint, two starting at once
 
 
+class Crash:
+    """A driver started with a failpoint, and the folders of the cases that start from where
+    it crashed: cases with the same failpoint share one run, each on a copy of its folder."""
+
+    def __init__(self, driver: subprocess.Popen, folder: Path, copies: list[Path]) -> None:
+        self.driver, self.folder, self.copies = driver, folder, copies
+        self.copied = False
+
+    def wait(self) -> None:
+        """Wait for the failpoint's kill, then copy the folder for the other cases (before
+        any case changes it); fail with the driver's exit and log if it ended another way."""
+        if not crashed(self.driver, timeout=CRASH_TIMEOUT):
+            logs = sorted(self.folder.glob("*.log"))  # start() logs in the folder
+            tail = logs[-1].read_text()[-3000:] if logs else "(no log)"
+            pytest.fail(
+                f"the driver exited {self.driver.returncode}, not at its failpoint:\n{tail}"
+            )
+        if not self.copied:
+            for copy in self.copies:
+                shutil.copytree(self.folder, copy, dirs_exist_ok=True)
+            self.copied = True
+
+
 @dataclass
 class CrashRun:
-    """A driver started with a failpoint: the messages its case expects, the driver's
-    arguments (a restart takes the same) and its process."""
+    """A case's run: the messages it expects, the driver's arguments (a restart takes the
+    same) and the crash it starts from."""
 
     expected: list[str]
     args: tuple[Any, ...]
-    driver: subprocess.Popen
+    shared: Crash
 
     def crash(self) -> None:
-        """Wait for the failpoint's kill; fail with the driver's exit and log if it ended
-        another way."""
-        if crashed(self.driver, timeout=CRASH_TIMEOUT):
-            return
-        logs = sorted(Path(self.args[0]).parent.glob("*.log"))  # start() logs beside it
-        tail = logs[-1].read_text()[-3000:] if logs else "(no log)"
-        pytest.fail(f"the driver exited {self.driver.returncode}, not at its failpoint:\n{tail}")
+        """Wait for the crash (:meth:`Crash.wait`)."""
+        self.shared.wait()
 
 
 class CrashRuns:
     """The crashing driver runs of one kind of case, each started one case ahead.
 
     ``cases`` maps a case to its failpoint, in the order pytest runs the cases; ``prepare``
-    fills a case's folder and returns what the case expects and its driver's arguments.
+    fills a case's folder and returns what the case expects and its driver's arguments,
+    every path among them inside the folder. Cases with the same failpoint share the run
+    of the first of them.
     """
 
     def __init__(
@@ -95,17 +118,26 @@ class CrashRuns:
         order = list(self.cases)
         for ahead in order[order.index(case) : order.index(case) + 2]:
             if ahead not in self.runs:
-                folder = self.folders.mktemp(f"{self.script.stem}-{ahead}")
-                expected, args = self.prepare(folder)
-                driver = start(self.script, *args, crash_at=self.cases[ahead])
-                self.runs[ahead] = CrashRun(expected, args, driver)
+                self._start(ahead)
         return self.runs[case]
+
+    def _start(self, case: str) -> None:
+        """Start the run of ``case`` and of every case with its failpoint."""
+        sharing = [c for c, point in self.cases.items() if point == self.cases[case]]
+        folders = {c: self.folders.mktemp(f"{self.script.stem}-{c}") for c in sharing}
+        first = folders[sharing[0]]
+        expected, args = self.prepare(first)
+        driver = start(self.script, *args, crash_at=self.cases[case])
+        shared = Crash(driver, first, [folders[c] for c in sharing[1:]])
+        for c, folder in folders.items():
+            moved = tuple(folder / a.relative_to(first) if isinstance(a, Path) else a for a in args)
+            self.runs[c] = CrashRun(expected, moved, shared)
 
     def close(self) -> None:
         """Kill whatever still runs (a case that failed leaves its driver, the last case's
         successor is never taken)."""
         for run in self.runs.values():
-            kill(run.driver)
+            kill(run.shared.driver)
 
 
 # -- the producer: file source -> ringqueue ---------------------------------------------------

@@ -2,11 +2,15 @@
 
 Run as its own process (the tests SIGKILL its session):
     python tests/drivers/consume_stream.py QUEUE_PATH OUTPUT_PATH CHECKPOINT_DIR [PER_BATCH]
+
+With SPARK_QUEUE_TEST_GO_FILE set, the query waits for that file once the session is up.
 """
 
 from __future__ import annotations
 
+import os
 import sys
+import time
 
 from pyspark.sql import SparkSession
 
@@ -15,6 +19,9 @@ from spark_queue import local_session
 
 def main(queue_path: str, output: str, checkpoint: str, per_batch: str = "20") -> None:
     spark = local_session(app_name="consume-stream-driver")
+    go = os.environ.get("SPARK_QUEUE_TEST_GO_FILE")  # tests/crash.py's GO_FILE
+    while go is not None and not os.path.exists(go):
+        time.sleep(0.02)
     run(spark, queue_path, output, checkpoint, per_batch)
     spark.stop()
 
