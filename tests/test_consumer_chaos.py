@@ -97,14 +97,14 @@ def test_a_consumer_killed_at_random_and_in_windows_loses_and_repeats_nothing(
     producer.start()
     args = (queue_path, output, checkpoint, PER_CONSUMED_BATCH)
     kills: Counter[str] = Counter()
+    runs: list[Run] = []
 
     def start_ahead() -> Run:
+        window = rng.choice(WINDOWS) if rng.random() < 0.6 else None
+        crash_at = f"{window}:{rng.randint(1, 5)}" if window is not None else None
         go = tmp_path / f"go-{time.monotonic_ns()}"
-        if rng.random() < 0.6:
-            window = rng.choice(WINDOWS)
-            crash_at = f"{window}:{rng.randint(1, 5)}"
-            return Run(start(CONSUMER, *args, crash_at=crash_at, go=go), go, window)
-        return Run(start(CONSUMER, *args, go=go), go, None)
+        runs.append(Run(start(CONSUMER, *args, crash_at=crash_at, go=go), go, window))
+        return runs[-1]
 
     upcoming = start_ahead()
     try:
@@ -125,8 +125,10 @@ def test_a_consumer_killed_at_random_and_in_windows_loses_and_repeats_nothing(
                     kills["random moment"] += 1
                 else:
                     assert run.driver.returncode == 0, "a consumer run failed"
-    finally:
-        kill(upcoming.driver)  # never let go; killed before the drain uses the checkpoint
+    finally:  # the run started ahead of the last is never let go; a failure leaves its run
+        for started in runs:
+            if started.driver.poll() is None:
+                kill(started.driver)
         done.set()
         producer.join()
     assert not failures, failures
