@@ -136,8 +136,9 @@ class CrashRuns:
     def close(self) -> None:
         """Kill whatever still runs (a case that failed leaves its driver, the last case's
         successor is never taken)."""
-        for run in self.runs.values():
-            kill(run.shared.driver)
+        for driver in {run.shared.driver for run in self.runs.values()}:
+            if driver.poll() is None:
+                kill(driver)
 
 
 # -- the producer: file source -> ringqueue ---------------------------------------------------
