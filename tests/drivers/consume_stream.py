@@ -15,11 +15,12 @@ import time
 from pyspark.sql import SparkSession
 
 from spark_queue import local_session
+from tests.crash import GO_FILE
 
 
 def main(queue_path: str, output: str, checkpoint: str, per_batch: str = "20") -> None:
     spark = local_session(app_name="consume-stream-driver")
-    go = os.environ.get("SPARK_QUEUE_TEST_GO_FILE")  # tests/crash.py's GO_FILE
+    go = os.environ.get(GO_FILE)
     while go is not None and not os.path.exists(go):
         time.sleep(0.02)
     run(spark, queue_path, output, checkpoint, per_batch)
