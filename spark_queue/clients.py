@@ -732,9 +732,9 @@ class _Step:
 
 class _LogWatch:
     """Whether the table has a version after the one it had when made that may feed
-    ``queue`` (:func:`may_feed`): one open of the next log entry per check (local disk: a
-    system call; object stores: one HEAD where it is missing), and a read of each new
-    entry."""
+    ``queue`` (:func:`may_feed`): one open of the next log entry per check and one of the
+    entry it has read last (local disk: a system call each; object stores: a HEAD each),
+    and a read of each new entry."""
 
     def __init__(self, table: QueueOperations, queue: str, version: int | None) -> None:
         store = table.store
@@ -755,7 +755,10 @@ class _LogWatch:
                 with self.fs.open_input_stream(entry) as stream:
                     text = stream.read().decode()
             except FileNotFoundError:
-                return False
+                # Not written yet, or deleted by log cleanup after the others committed
+                # past the log's bound: the latter where this version's own entry is gone
+                # too (QueueStore.is_latest), and then only a lease can tell.
+                return not self.store.has_log_entry(self.version)
             except OSError:
                 return True  # unreadable: lease and see
             self.version += 1

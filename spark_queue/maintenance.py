@@ -443,10 +443,12 @@ def cleanup_log(
     keep_from = max((c for c in checkpoints if c <= max(old)), default=None)
     if keep_from is None:
         return []
-    # Missing files are fine: another cleanup got there first.
+    # Oldest first, stopping at the first failure: the entries gone are always all those
+    # below some version, which is what makes a reader's probe of the log sound
+    # (QueueStore.is_latest). Missing files are fine: another cleanup got there first.
     removed = [path for version, path in sorted(entries) if version < keep_from]
-    location.delete(path[len(base.rstrip("/")) + 1 :] for path in removed)
-    return [path.rsplit("/", 1)[-1] for path in removed]
+    gone = location.delete((path[len(base.rstrip("/")) + 1 :] for path in removed), in_order=True)
+    return [path.rsplit("/", 1)[-1] for path in removed[:gone]]
 
 
 # -- vacuum ----------------------------------------------------------------------------------

@@ -224,8 +224,13 @@ class Location:
             return self._client("pyarrow", lambda: pafs.S3FileSystem(**s3)), f"{bucket}/{key}"
         return self._delta_rs_client(), key
 
-    def delete(self, relatives: Iterable[str]) -> None:
+    def delete(self, relatives: Iterable[str], *, in_order: bool = False) -> int:
         """Delete files under the table root (paths relative to it); missing ones are fine.
+        Returns how many are gone.
+
+        ``in_order``: one after another, stopping at the first that cannot be deleted, so
+        the files gone are always the first ones of ``relatives`` (log cleanup: see
+        :meth:`spark_queue.store.QueueStore.is_latest`). Else a failure skips the file.
 
         Object stores delete through delta-rs's store: pyarrow's S3 client would store a
         folder marker where it deletes the last file of a prefix.
@@ -234,9 +239,18 @@ class Location:
             fs, base = self._delta_rs_client(), self._bucket_and_key()[1]
         else:
             fs, base = self.filesystem()
+        gone = 0
         for relative in relatives:
-            with contextlib.suppress(FileNotFoundError, OSError):
+            try:
                 fs.delete_file(f"{base}/{relative}" if base else relative)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                if in_order:
+                    break
+                continue
+            gone += 1
+        return gone
 
     def _bucket_and_key(self) -> tuple[str, str]:
         bucket, _, key = self.uri.split("://", 1)[1].partition("/")

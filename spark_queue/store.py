@@ -66,6 +66,9 @@ FIRST_HEAD_SLICE = 1024  # rows of a level's first slice of a row group (then do
 # Files up to this size are read whole, in one request (QueueStore.read_rows): fetching
 # columns not wanted costs less than a request more, on any object store, below it.
 WHOLE_READ_BYTES = 1024 * 1024
+# delta-rs's refusal of a commit from a table whose version's log entry is gone (1.6.6:
+# ``Invalid table version: N``; it writes nothing): see QueueStore.commit.
+PASSED_VERSION_ERROR = "Invalid table version"
 
 
 def now_micros() -> int:
@@ -259,21 +262,24 @@ class QueueStore:
     def open(self, *, moved: bool | None = None) -> Any | None:
         """The DeltaTable at its latest version, or None where no table exists yet.
 
-        The table this thread opened before is kept where no newer log entry exists: a probe
-        for the next entry (a local disk: a system call; S3: one HEAD) costs far less than
-        delta-rs's update, which lists the log folder (~3.5 ms locally with nothing new).
-        Where there is one, or where the caller knows there is (``moved=True``: it has just
-        committed), the table is updated with the commits since (its own included), and
-        opened afresh where that fails (say, its log was cleaned up). ``moved=False``: the
-        caller brought the table up to date a moment ago, so it is kept without a probe. A
-        commit planned on a table that is not the latest fails all the same where another
-        writer has just committed.
+        The table this thread opened before is kept where :meth:`is_latest` says no newer
+        version exists: two probes of log entries (a local disk: two system calls; S3: two
+        HEADs) cost far less than delta-rs's update, which lists the log folder (~3.5 ms
+        locally with nothing new). Where there is a newer one, where log cleanup has passed
+        the table's version (a table left idle while other writers committed), or where the
+        caller knows there is one (``moved=True``: it has just committed), the table is
+        updated with the commits since (its own included): delta-rs starts again from the
+        newest checkpoint where the entries after the table's version are gone, and the
+        table is opened afresh where even that fails. ``moved=False``: the caller brought
+        the table up to date a moment ago, so it is kept without a probe. A commit planned
+        on a table that is not the latest fails all the same where another writer has
+        just committed (:meth:`commit`).
         """
         from deltalake.exceptions import DeltaError, TableNotFoundError
 
         table = getattr(self._opened, "table", None)
         if table is not None:
-            if moved is False or (moved is None and self._is_latest(table)):
+            if moved is False or (moved is None and self.is_latest(table.version())):
                 return table
             try:
                 table.update_incremental()
@@ -311,17 +317,40 @@ class QueueStore:
             self._opened.table = opened
         return opened
 
-    def _is_latest(self, table: Any) -> bool:
-        """Whether no log entry follows ``table``'s version (where storage cannot say: no)."""
+    def is_latest(self, version: int) -> bool:
+        """Whether ``version`` is the table's latest, by two probes of the log: no entry
+        follows it, and its own entry is still there (where storage cannot say: no).
+
+        The second probe is what makes the first sound. A missing entry for the next
+        version means that no writer made it yet, or that log cleanup deleted it after a
+        checkpoint past it: a reader left idle while others committed more than
+        ``spark_queue.logRetentionVersions`` versions would take the log for quiet for
+        ever. Log cleanup (:func:`spark_queue.maintenance.cleanup_log`) deletes the oldest
+        entries first, one at a time, and stops at the first it cannot delete, so the
+        entries it has deleted are always all those below some version, whatever number
+        of cleanups run at once. ``version``'s entry, there after the next one was found
+        missing, was there at that moment, so the next one had not been deleted then: it
+        was not written yet. A time bound would not do: cleanup keeps the commits of its
+        last ``LOG_MIN_AGE_SECONDS`` by the store's clock, which a process does not share.
+        """
         try:
             # Opening a stream costs one request on S3 (a HEAD; get_file_info lists too, for
             # a folder, where the object is missing) and reads nothing yet.
-            self.fs.open_input_stream(self.log_entry(table.version() + 1)).close()
+            self.fs.open_input_stream(self.log_entry(version + 1)).close()
+            return False
         except FileNotFoundError:
-            return True
-        except OSError:
             pass
-        return False
+        except OSError:
+            return False
+        return self.has_log_entry(version)  # after the probe above: the order makes it sound
+
+    def has_log_entry(self, version: int) -> bool:
+        """Whether ``version``'s log entry is on storage (where storage cannot say: no)."""
+        try:
+            self.fs.open_input_stream(self.log_entry(version)).close()
+        except OSError:  # FileNotFoundError too: log cleanup has passed it
+            return False
+        return True
 
     def _check_format(self, table: Any) -> None:
         metadata = table.metadata()
@@ -635,8 +664,14 @@ class QueueStore:
         which would make a committed batch look failed. Checkpoints, log cleanup and
         compaction run in :func:`spark_queue.maintenance.after_commit` instead (called by
         :func:`spark_queue.transaction.run` and by compaction), which never raises.
+
+        A ``table`` whose version's log entry log cleanup has deleted meanwhile (planned
+        before other writers committed more than the log keeps) is a lost race too:
+        delta-rs refuses it, writing nothing, with ``Invalid table version``, and the next
+        :meth:`open` moves on from the newest checkpoint.
         """
         from deltalake import CommitProperties, PostCommitHookProperties, Transaction
+        from deltalake.exceptions import CommitFailedError, DeltaError
         from deltalake.transaction import AddAction, RemoveAction
 
         stamp = int(time.time() * 1000)
@@ -651,20 +686,30 @@ class QueueStore:
         if app_id is not None and app_version is not None:
             versions[app_id] = app_version
         transactions = [Transaction(i, v) for i, v in sorted(versions.items())] or None
-        table.create_write_transaction(
-            actions,
-            mode="append",
-            schema=TABLE_SCHEMA,
-            partition_by=[PARTITION],
-            commit_properties=CommitProperties(
-                custom_metadata={"spark_queue": json.dumps(operation or {}, sort_keys=True)},
-                max_commit_retries=0,
-                app_transactions=transactions,
-            ),
-            post_commithook_properties=PostCommitHookProperties(
-                create_checkpoint=False, cleanup_expired_logs=False
-            ),
-        )
+        try:
+            table.create_write_transaction(
+                actions,
+                mode="append",
+                schema=TABLE_SCHEMA,
+                partition_by=[PARTITION],
+                commit_properties=CommitProperties(
+                    custom_metadata={"spark_queue": json.dumps(operation or {}, sort_keys=True)},
+                    max_commit_retries=0,
+                    app_transactions=transactions,
+                ),
+                post_commithook_properties=PostCommitHookProperties(
+                    create_checkpoint=False, cleanup_expired_logs=False
+                ),
+            )
+        except CommitFailedError:
+            raise
+        except DeltaError as error:
+            if not str(error).startswith(PASSED_VERSION_ERROR):
+                raise
+            raise CommitFailedError(
+                f"version {table.version()} of {self.uri} was planned on, and log cleanup has "
+                f"deleted its log entry since: planned again on the latest ({error})"
+            ) from error
 
 
 def _level_rows(

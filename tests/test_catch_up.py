@@ -1,0 +1,261 @@
+"""Clients left behind by log cleanup catch up (docs/MAINTENANCE.md, "Log cleanup").
+
+A long-lived client (a ``QueueTable``, its consumer and publisher, a broker, a streaming
+source) keeps a Delta table open between calls. Here another process (a real one) commits
+past the log's bound while it is idle, and log cleanup deletes the log entries of the
+version it knew and of the next ones: its next call must see the present and work.
+
+The tables keep a short log (``delta.checkpointInterval`` 10, ``spark_queue.logRetentionVersions``
+5), so a few dozen commits do what 750 do at the defaults, and the other process backdates
+the log's files by twice ``LOG_MIN_AGE_SECONDS`` before its last commits, in place of
+waiting for them to age.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from deltalake import DeltaTable
+
+from spark_queue import QueueTable
+from spark_queue.maintenance import LOG_RETENTION_VERSIONS_KEY
+from tests.brokers import BrokerProcess
+from tests.helpers import set_table_property
+
+# The other process: ``count`` one-message publishes straight to the table (no broker),
+# then, with every log file made older than cleanup's floor, publishes on to the next
+# checkpoint, whose log cleanup deletes everything before the newest checkpoint it may.
+ELSEWHERE = """
+import os, sys, time
+from pathlib import Path
+from spark_queue import QueueTable
+from spark_queue.maintenance import LOG_MIN_AGE_SECONDS, checkpoint_interval
+
+path, queue, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+table = QueueTable(path, broker="off")
+for i in range(count):
+    table.publish(queue, [f"elsewhere {i}"])
+then = time.time() - 2 * LOG_MIN_AGE_SECONDS
+for entry in (Path(path) / "_delta_log").iterdir():
+    os.utime(entry, (then, then))
+interval = checkpoint_interval(table.store.open().metadata().configuration)
+while True:
+    table.publish(queue, ["elsewhere last"])
+    if table.store.open().version() % interval == 0:
+        break
+print(table.store.open().version())
+"""
+
+
+def short_log(path: str) -> None:
+    """A checkpoint every 10 versions, and cleanup down to 5 versions back."""
+    set_table_property(path, "delta.checkpointInterval", "10")
+    set_table_property(path, LOG_RETENTION_VERSIONS_KEY, "5")
+
+
+def publish_elsewhere(path: str, queue: str, count: int) -> int:
+    """``count`` publishes and more (:data:`ELSEWHERE`) in another process, past log
+    cleanup; returns the table's version after, and how many it published."""
+    done = subprocess.run(
+        [sys.executable, "-c", ELSEWHERE, path, queue, str(count)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    return int(done.stdout.split()[-1])
+
+
+def log_entry(path: str, version: int) -> Path:
+    return Path(path) / "_delta_log" / f"{version:020d}.json"
+
+
+def published_elsewhere(path: str, queue: str) -> int:
+    """How many messages a fresh table says ``queue`` was given."""
+    return QueueTable(path, broker="off").stats(queue)["added"]
+
+
+def test_a_table_and_its_clients_left_behind_by_log_cleanup_see_the_present(queue_path):
+    table = QueueTable(queue_path, broker="off")
+    table.declare("q")
+    short_log(queue_path)
+    assert table.publish("q", ["here 0"]).seqs == [0]
+    known = table.store.open().version()
+    consumer = table.consumer("q", "w", idle_lease_interval=3600, max_poll_interval=0.05)
+    publisher = table.publisher("q")
+    try:
+        (first,) = consumer.receive(1, timeout=30)
+        assert first.body == b"here 0"
+        first.ack()
+        consumer.flush()
+        assert consumer.receive(1, timeout=0) == []  # idle: it watches the log from here
+        known = max(known, table.store.open().version())
+
+        latest = publish_elsewhere(queue_path, "q", 30)
+        # The other process's cleanup deleted the entries of the version this process
+        # knew and of the next one: a probe of the next entry alone finds none.
+        assert not log_entry(queue_path, known).exists()
+        assert not log_entry(queue_path, known + 1).exists()
+        assert latest > known + 30
+
+        added = published_elsewhere(queue_path, "q")
+        assert added > 31
+        assert table.stats("q")["added"] == added  # the present, not the version it knew
+
+        # The consumer's long poll (its lease interval an hour) wakes for them.
+        received = consumer.receive(added - 1, timeout=60)
+        while len(received) < added - 1:
+            more = consumer.receive(added - 1 - len(received), timeout=60)
+            assert more, f"the consumer stopped at {len(received)} of {added - 1}"
+            received += more
+        assert [m.body for m in received[:2]] == [b"elsewhere 0", b"elsewhere 1"]
+        assert len({m.seq for m in received}) == added - 1
+        for message in received:
+            message.ack()
+        consumer.close()  # it would lease what comes next
+
+        assert publisher.send("sent here").result(timeout=60) == added
+        assert table.publish("q", ["here 1"]).seqs == [added + 1]
+        leased = table.lease("q", "x", max_messages=10)
+        assert leased["body"].to_pylist() == [b"sent here", b"here 1"]
+    finally:
+        publisher.close()
+        consumer.close()
+    stats = table.stats("q")
+    assert (stats["added"], stats["acked"], stats["leased"]) == (added + 2, added, 2)
+
+
+def test_a_commit_planned_before_cleanup_passed_its_version_is_planned_again(queue_path):
+    """Other writers commit past cleanup between a transaction's plan and its commit: the
+    commit is refused, nothing is written at the old version, and it is planned again on
+    the present."""
+    from spark_queue.store import QueueStore
+    from spark_queue.transaction import run
+
+    QueueTable(queue_path, broker="off").declare("q")
+    short_log(queue_path)
+    store = QueueStore(queue_path)
+    planned_on = []
+
+    def alter(transaction):
+        planned_on.append(transaction.snapshot.version)
+        if len(planned_on) == 1:
+            planned_on.append(publish_elsewhere(queue_path, "q", 25))
+            assert not log_entry(queue_path, planned_on[0]).exists()
+        transaction.declare("q", {"max_length": 77}, alter=True)
+        transaction.commit(operation="ALTER q")
+
+    run(store, alter, create=False)
+    known, latest, again = planned_on
+    assert again == latest
+    assert DeltaTable(queue_path).version() == latest + 1
+    assert not log_entry(queue_path, known + 1).exists()  # nothing written at the old one
+    assert QueueTable(queue_path, broker="off").arguments("q").max_length == 77
+
+
+def test_a_long_poll_left_behind_by_cleanup_wakes(queue_path):
+    """A consumer's long poll watches the log from the version its last lease saw; when
+    cleanup has deleted that entry and the next, it wakes (and its lease looks)."""
+    from spark_queue.clients import _LogWatch
+
+    table = QueueTable(queue_path, broker="off")
+    table.declare("q")
+    short_log(queue_path)
+    known = table.store.open().version()
+    watch = _LogWatch(table, "q", known)
+    assert not watch.moved()
+    publish_elsewhere(queue_path, "q", 25)
+    assert not log_entry(queue_path, known + 1).exists()
+    assert watch.moved()
+
+
+def test_a_broker_left_idle_while_others_commit_past_cleanup_serves_the_present(tmp_path):
+    path = str(tmp_path / "queues")
+    direct = QueueTable(path, broker="off")
+    direct.declare("q")
+    short_log(path)
+    with BrokerProcess(path, log_path=tmp_path / "broker.log") as broker:
+        table = QueueTable(path)  # broker="auto": finds it in the table
+        assert table.router.address() == broker.address
+        assert table.publish("q", ["through the broker"]).seqs == [0]
+        assert table.lease("q", "w", max_messages=1)["body"].to_pylist() == [b"through the broker"]
+        served = broker.status()["served"]
+
+        publish_elsewhere(path, "q", 30)
+        added = published_elsewhere(path, "q")
+
+        assert table.publish("q", ["after"]).seqs == [added]
+        leased = table.lease("q", "w", max_messages=2)
+        assert leased["body"].to_pylist() == [b"elsewhere 0", b"elsewhere 1"]
+        assert broker.status()["served"] == served + 2  # both went through the broker
+        assert broker.stop() == 0
+    stats = direct.stats("q")
+    assert (stats["added"], stats["leased"]) == (added + 1, 3)
+
+
+def test_a_running_stream_source_left_behind_by_cleanup_delivers_each_message_once(queue_path):
+    """The streaming source's driver side (``latestOffset``, ``partitions``), as Spark's
+    source worker keeps it between triggers, after cleanup passed the version it knew."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from spark_queue.options import SourceOptions
+    from spark_queue.source import RingQueueStreamReader, read_leased
+
+    table = QueueTable(queue_path, broker="off")
+    table.publish("q", [f"before {i}" for i in range(3)])
+    short_log(queue_path)
+    reader = RingQueueStreamReader(SourceOptions(path=queue_path, queue="q"))
+
+    def batch(start: dict) -> tuple[dict, list[bytes]]:
+        end = reader.latestOffset(start, ReadAllAvailable())
+        if end == start:
+            return end, []
+        rows = [part for task in reader.partitions(start, end) for part in read_leased(task)]
+        return end, [(r["seq"], r["body"]) for part in rows for r in part.to_pylist()]
+
+    offset, first = batch(reader.initialOffset())
+    assert first == [
+        (0, b"before 0"),
+        (1, b"before 1"),
+        (2, b"before 2"),
+    ]
+    known = reader.store.open().version()
+
+    publish_elsewhere(queue_path, "q", 30)  # between two triggers
+    assert not log_entry(queue_path, known).exists()
+    added = published_elsewhere(queue_path, "q")
+
+    offset, second = batch(offset)  # acknowledges the first batch, leases the rest
+    offset, third = batch(offset)
+    assert third == []
+    # Each message once: every seq after the first batch's, and no other.
+    assert sorted(seq for seq, _ in second) == list(range(3, added))
+    assert [body for _, body in second[:2]] == [b"elsewhere 0", b"elsewhere 1"]
+    stats = QueueTable(queue_path, broker="off").stats("q")
+    assert (stats["acked"], stats["leased"], stats["ready"]) == (added, 0, 0)
+
+
+def test_log_cleanup_stops_at_the_first_entry_it_cannot_delete(queue_path):
+    """The entries log cleanup deletes are always all those below some version (what
+    makes a reader's probe of the log sound): it deletes oldest first, and where one
+    cannot go, nothing after it goes."""
+    from spark_queue.maintenance import cleanup_log
+    from spark_queue.storage import Location
+
+    table = QueueTable(queue_path, broker="off")
+    table.declare("q")
+    set_table_property(queue_path, "delta.checkpointInterval", "10")
+    for i in range(10):
+        table.alter("q", max_length=1000 + i)  # checkpoint 10
+    blocker = Path(queue_path) / "_delta_log" / f"{4:020d}.crc"  # a folder: not deletable
+    blocker.mkdir()
+    removed = cleanup_log(Location.of(queue_path), retention_hours=0)
+    assert removed == [f"{v:020d}.json" for v in range(4)]
+    assert log_entry(queue_path, 4).exists() and log_entry(queue_path, 9).exists()
+    blocker.rmdir()
+    removed = cleanup_log(Location.of(queue_path), retention_hours=0)
+    assert removed == [f"{v:020d}.json" for v in range(4, 10)]
+    assert DeltaTable(queue_path).version() == 12
