@@ -23,6 +23,7 @@ from spark_queue.core.columns import (
     MessageIndex,
     ascending,
     distinct,
+    later_each,
     member,
 )
 from spark_queue.core.state import Level, QueueState, ring_room
@@ -420,7 +421,7 @@ class QueueChange:
         waits = (
             redelivery_delays(state.arguments, leases.deliveries)
             if delay is None
-            else np.full(len(leases), delay, np.int64)
+            else np.full(len(leases), min(delay, NEVER), np.int64)
         )
         later = back & (waits > 0)
         back &= ~later
@@ -464,7 +465,8 @@ class QueueChange:
                         seq=waiting.seq,
                         priority=waiting.priority,
                         size=waiting.size,
-                        deliver_at=self.now + waits[later],
+                        # Below NEVER, which the index stores as no time: due at once.
+                        deliver_at=np.minimum(later_each(self.now, waits[later]), NEVER - 1),
                         expires=waiting.expires,
                     ),
                 ]
@@ -506,7 +508,9 @@ def redelivery_delays(arguments: QueueArguments, deliveries: np.ndarray) -> np.n
         arguments.redelivery_multiplier, np.maximum(deliveries - 1, 0).astype(np.float64)
     )
     millis = np.minimum(first * growth, ceiling)
-    return (millis * 1000).astype(np.int64)
+    # A float beyond int64 would cast to int64's minimum, a time long past: 2**62 us (146
+    # thousand years) is as good as never, and later_each adds it to now without wrapping.
+    return np.minimum(millis * 1000, 2.0**62).astype(np.int64)
 
 
 def _promote_due(queue: QueueChange) -> None:

@@ -17,6 +17,22 @@ NEVER = np.iinfo(np.int64).max
 EMPTY_SEQS = np.zeros(0, dtype=np.int64)
 
 
+def later(at: int, span: int) -> int:
+    """``span`` (>= 0) microseconds after ``at``, at most :data:`NEVER`: a lease's or a
+    redelivery's end stays in the future whatever the span, never wrapped past int64 into
+    the past (a lease that ended at once would let a second consumer take its message)."""
+    return int(NEVER) if span >= NEVER - at else at + span
+
+
+def later_each(at: int | np.ndarray, span: int | np.ndarray) -> np.ndarray:
+    """:func:`later` element by element, as int64 (``at`` and ``span`` broadcast)."""
+    if isinstance(span, int):
+        span = min(span, int(NEVER))  # beyond int64 is as far as NEVER
+    at, span = np.asarray(at, dtype=np.int64), np.asarray(span, dtype=np.int64)
+    room = NEVER - np.maximum(at, 0)  # cannot overflow; below 0, at + span cannot either
+    return np.where(span >= room, NEVER, at + np.minimum(span, room))
+
+
 @dataclass(frozen=True)
 class Scheduled:
     """An indexed message: not due yet (``scheduled``), or ready below its head (``extras``)."""

@@ -22,6 +22,7 @@ from spark_queue.core.columns import (
     Leases,
     ascending,
     distinct,
+    later,
     member,
 )
 from spark_queue.core.state import QueueState
@@ -64,7 +65,7 @@ def plan_lease(
     limits.update(max_deliveries=max_deliveries, max_cancels=max_cancels)
     limits["last_lease"] += 1
     lease_id = limits["last_lease"]
-    until = NEVER if lease_period is None else now + lease_period
+    until = NEVER if lease_period is None else later(now, lease_period)
     budget = max_messages if max_messages is not None else NEVER
     if max_backlog is not None:
         budget = min(budget, max(0, max_backlog - len(state.leases)))
@@ -251,7 +252,7 @@ def plan_extend(
     extended = leases.held(np.asarray(seqs, dtype=np.int64), consumer)
     if extended.any():  # a new Leases: the state before this plan shares the old one
         until = leases.until.copy()
-        until[extended] = now + period
+        until[extended] = later(now, period)
         queue.state.leases = Leases(
             leases.names,
             leases.consumer_ids,

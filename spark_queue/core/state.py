@@ -17,6 +17,7 @@ from spark_queue.core.columns import (
     MessageIndex,
     Redelivered,
     Scheduled,
+    later_each,
     member,
 )
 from spark_queue.options import QueueArguments
@@ -153,7 +154,7 @@ class QueueState:
         if ttl is None:
             by_queue = np.full(len(own), NEVER, dtype=np.int64)
         else:
-            by_queue = np.where(enqueued_at == NO_TIME, NEVER, enqueued_at + ttl * 1000)
+            by_queue = np.where(enqueued_at == NO_TIME, NEVER, later_each(enqueued_at, ttl * 1000))
         model = self.arguments.expiration_model
         if model == "queue":
             return by_queue
