@@ -373,7 +373,10 @@ class ChangeRequest(Request):
             targeted = int(
                 (leases.held(self.seqs, self.consumer) & (leases.until > transaction.now)).sum()
             )
-            plan = self.planner(transaction, transaction.states[name], self.seqs)
+            before = transaction.states[name]
+            plan = self.planner(transaction, before, self.seqs)
+            if not settles(before, plan.state) and before.consumers == plan.state.consumers:
+                continue  # nothing held, nothing ran out: no commit for it
             transaction.apply_plan(name, plan)
             round.operations.append(f"{self.operation} {name}")
             ended += targeted - int(plan.state.leases.held(self.seqs, self.consumer).sum())
