@@ -30,6 +30,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from spark_queue.errors import InvalidOptionError
 
@@ -398,6 +399,39 @@ def parse_seq(label: str, value: Any) -> int:
 def parse_priority(label: str, value: Any) -> int:
     """A priority: a whole number in the int32 range."""
     return PRIORITY.parse(label, value)
+
+
+def parse_seqs(label: str, value: Any) -> np.ndarray:
+    """Seqs to act on (``ack``'s, ``cancel``'s, ...), as int64: a list, tuple, range or set
+    of seqs (:func:`parse_seq`), a numpy integer array, or a pyarrow integer array (a leased
+    table's ``seq`` column)."""
+    if isinstance(value, pa.ChunkedArray | pa.Array):
+        if not pa.types.is_integer(value.type) or value.null_count:
+            raise InvalidOptionError(
+                f"{label} must be a list of seqs, whole numbers from 0 to 2**63-1; got an "
+                f"array of {value.type}" + (" with nulls" if value.null_count else "")
+            )
+        value = value.to_numpy()
+    if isinstance(value, np.ndarray) and value.dtype.kind in "iu" and value.ndim == 1:
+        if len(value) and not (value.min() >= 0 and value.max() <= INT64_MAX):
+            bad = value[(value < 0) | (value > INT64_MAX)][0]
+            raise InvalidOptionError(f"{label} must be a list of seqs; {SEQ.valid}, not {bad}")
+        return value.astype(np.int64, copy=False)
+    if not isinstance(value, list | tuple | range | set | frozenset):
+        raise InvalidOptionError(
+            f"{label} must be a list of seqs, whole numbers from 0 to 2**63-1; got "
+            f"{shown(value)} ({type(value).__name__})"
+        )
+    if all(type(seq) is int for seq in value):  # the usual list, checked by numpy at once
+        try:
+            seqs = np.fromiter(value, np.int64, len(value))
+        except OverflowError:
+            seqs = None  # beyond int64: found and named below
+        if seqs is not None and (not len(seqs) or seqs.min() >= 0):
+            return seqs
+    return np.fromiter(
+        (SEQ.parse(f"{label}[{at}]", seq) for at, seq in enumerate(value)), np.int64, len(value)
+    )
 
 
 def parse_limit(label: str, value: Any) -> int | None:

@@ -31,9 +31,9 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import numpy as np
 import pyarrow as pa
 
+from spark_queue.arguments import parse_seqs
 from spark_queue.discovery import live_broker
 from spark_queue.errors import (
     BrokerAuthenticationError,
@@ -244,7 +244,7 @@ def wire_request(
         if not given.get("arguments", True):
             del given["arguments"]  # no queue arguments given
     if given.get("seqs") is not None:
-        given["seqs"] = np.asarray(given["seqs"], np.int64).tolist()
+        given["seqs"] = parse_seqs("seqs", given["seqs"]).tolist()
     return encode_request(table, method, given), rows
 
 

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import pyarrow as pa
 
+from spark_queue.arguments import POSITIVE, SEQ, parse_seq, shown
 from spark_queue.errors import (
     BrokerAuthenticationError,
     BrokerError,
@@ -267,9 +268,21 @@ class Consumer:
         one arrives) for the first; an empty list when none came in time.
 
         Raises:
+            InvalidOptionError: ``max_messages`` is not a whole number >= 1, or
+                ``timeout`` not None or a finite number of seconds >= 0.
             ClientClosedError: the consumer is closed.
             QueueError: the background thread failed (say, the queue does not exist).
         """
+        max_messages = POSITIVE.parse("max_messages", max_messages)
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or not 0 <= timeout < math.inf
+        ):
+            raise InvalidOptionError(
+                f"timeout must be None (wait until a message comes) or seconds >= 0; "
+                f"got {timeout!r}"
+            )
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             sizes = (self.target, self._low)
@@ -349,9 +362,10 @@ class Consumer:
         """Acknowledge a delivered message (or its seq); committed with the next flush.
 
         Raises:
+            InvalidOptionError: ``message`` is neither a :class:`Message` nor a seq.
             ClientClosedError: the consumer is closed (its leases were released).
         """
-        seq = message if isinstance(message, int) else message.seq
+        seq = _seq_of(message)
         with self._cond:
             if self._closed:
                 raise ClientClosedError(f"consumer {self.name!r} of {self.queue!r} is closed")
@@ -369,9 +383,10 @@ class Consumer:
         milliseconds; None: the queue's redelivery backoff). Commits before it returns.
 
         Raises:
+            InvalidOptionError: ``message`` is neither a :class:`Message` nor a seq.
             ClientClosedError: the consumer is closed.
         """
-        seq = message if isinstance(message, int) else message.seq
+        seq = _seq_of(message)
         with self._cond:
             if self._closed:
                 raise ClientClosedError(f"consumer {self.name!r} of {self.queue!r} is closed")
@@ -690,6 +705,19 @@ class Consumer:
             )
             for i in range(leased.num_rows)
         ]
+
+
+def _seq_of(message: Message | int) -> int:
+    """The seq of a message given to :meth:`Consumer.ack` or :meth:`Consumer.nack`: a
+    :class:`Message`, or its seq."""
+    if isinstance(message, Message):
+        return message.seq
+    try:
+        return parse_seq("message", message)
+    except InvalidOptionError:
+        raise InvalidOptionError(
+            f"message must be a Message or {SEQ.valid}; got {shown(message)}"
+        ) from None
 
 
 # Operations after which a queue may have messages to deliver that it had not before: every

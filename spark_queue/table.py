@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_queue.arguments import parse_consumer_name, parse_count, parse_seqs
 from spark_queue.broker_client import BrokerRouter, routed
 from spark_queue.browse import live_rows, plan_partitions, read_partition, settled_states
 from spark_queue.core import (
@@ -76,6 +77,13 @@ if TYPE_CHECKING:
     from spark_queue.clients import Consumer, Publisher
 
 COMPACT_ATTEMPTS = 10
+
+
+def _consumer_or_any(consumer: Any) -> str | None:
+    """An operation's ``consumer``: None (any consumer's leases), or a consumer name."""
+    if consumer is None:
+        return None
+    return parse_consumer_name("consumer", consumer)
 
 
 class QueueTable:
@@ -481,16 +489,20 @@ class QueueTable:
             queue: an existing queue.
             seqs: the messages' ``seq`` values, as :meth:`lease` returned them.
             consumer: only leases of this consumer (None: any); others' are ignored, as
-                are seqs not leased (already acked, or their lease ran out).
+                are seqs not leased (already acked, or their lease ran out). A call that
+                ends no lease commits nothing.
 
         Returns:
             How many leases this call ended.
 
         Raises:
             QueueNotFoundError: no queue ``queue``.
+            InvalidOptionError: ``seqs`` is not a list of seqs (whole numbers, not bools or
+                fractions, within int64), or ``consumer`` not a consumer name.
             CommitConflictError: every commit attempt lost to another writer.
         """
-        wanted = np.asarray(seqs, np.int64)
+        wanted = parse_seqs("seqs", seqs)
+        consumer = _consumer_or_any(consumer)
         return self._call(ChangeRequest("ACK", queue, ack_planner(consumer), wanted, consumer))
 
     @routed
@@ -518,11 +530,13 @@ class QueueTable:
 
         Raises:
             QueueNotFoundError: no queue ``queue``.
-            InvalidOptionError: ``delay`` is not a duration >= 0.
+            InvalidOptionError: ``delay`` is not a duration >= 0, ``seqs`` not a list of
+                seqs, or ``consumer`` not a consumer name.
             CommitConflictError: every commit attempt lost to another writer.
         """
         wait = None if delay is None else (parse_duration_ms("delay", delay) or 0) * 1000
-        wanted = np.asarray(seqs, np.int64)
+        wanted = parse_seqs("seqs", seqs)
+        consumer = _consumer_or_any(consumer)
         planner = cancel_planner(consumer, wait)
         return self._call(ChangeRequest("CANCEL", queue, planner, wanted, consumer))
 
@@ -533,7 +547,8 @@ class QueueTable:
 
         Args, Returns and Raises: as for :meth:`ack`.
         """
-        wanted = np.asarray(seqs, np.int64)
+        wanted = parse_seqs("seqs", seqs)
+        consumer = _consumer_or_any(consumer)
         planner = expire_planner(consumer)
         return self._call(ChangeRequest("EXPIRE", queue, planner, wanted, consumer))
 
@@ -556,15 +571,15 @@ class QueueTable:
 
         Raises:
             QueueNotFoundError: no queue ``queue``.
-            InvalidOptionError: ``period`` is not a duration above 0, or ``consumer`` is
-                not a consumer name.
+            InvalidOptionError: ``period`` is not a duration above 0, ``seqs`` not a list
+                of seqs, or ``consumer`` not a consumer name.
             CommitConflictError: every commit attempt lost to another writer.
         """
         millis = parse_duration_ms("period", period)
         if not millis:
             raise InvalidOptionError(f"period must be a duration > 0; got {period!r}")
         limits = parse_consumer_limits({"consumer": consumer}, camel=False)
-        wanted = np.asarray(seqs, np.int64)
+        wanted = parse_seqs("seqs", seqs)
         return self._call(ExtendRequest(queue, wanted, limits.consumer, millis * 1000))
 
     @routed
@@ -582,13 +597,16 @@ class QueueTable:
                 while other clients of the same name keep theirs); None: all.
 
         Returns:
-            How many leases ended.
+            How many leases ended (a release that ends none commits nothing).
 
         Raises:
             QueueNotFoundError: no queue ``queue``.
+            InvalidOptionError: ``consumer`` is not a consumer name, or ``seqs`` not a
+                list of seqs.
             CommitConflictError: every commit attempt lost to another writer.
         """
-        wanted = None if seqs is None else np.asarray(seqs, np.int64)
+        wanted = None if seqs is None else parse_seqs("seqs", seqs)
+        consumer = parse_consumer_name("consumer", consumer)
         planner = release_planner(consumer)
         return self._call(ChangeRequest("RELEASE", queue, planner, wanted, consumer))
 
@@ -762,10 +780,9 @@ class QueueTable:
 
         Raises:
             QueueNotFoundError: no queue ``name``.
-            InvalidOptionError: ``limit`` below 0.
+            InvalidOptionError: ``limit`` is not a whole number >= 0.
         """
-        if limit < 0:
-            raise InvalidOptionError(f"limit must be a whole number >= 0, got {limit!r}")
+        limit = parse_count("limit", limit)
         snapshot = self._snapshot()
         self._require(snapshot, name)
         now = now_micros()
