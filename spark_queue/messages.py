@@ -8,13 +8,16 @@ way whoever sent it.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_queue.errors import InvalidInputError
+from spark_queue.arguments import PRIORITY, shown
+from spark_queue.errors import InvalidInputError, InvalidOptionError
 from spark_queue.options import QUEUE_NAME
 from spark_queue.schema import FILE_SCHEMA, HEADERS, INPUT_TYPES, UTC_MICROS, check_input_columns
 
@@ -190,6 +193,35 @@ _PYTHON_TYPES: dict[str, pa.DataType] = {
 }
 
 
+def _is_priority(value: Any) -> bool:
+    if isinstance(value, str):  # a column of numbers, as a DataFrame's must be
+        return False
+    try:
+        PRIORITY.parse("priority", value)
+    except InvalidOptionError:
+        return False
+    return True
+
+
+def _is_headers(value: Any) -> bool:
+    return isinstance(value, Mapping) and all(
+        isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in value.items()
+    )
+
+
+# What each column takes from Python values, checked before Arrow converts them: Arrow
+# would store a priority of 1.5 as 1 and an int as a time in microseconds. Times beyond
+# what a timestamp holds are refused by the conversion itself.
+_VALUE_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "message_id": (lambda v: isinstance(v, str), "strings"),
+    "key": (lambda v: isinstance(v, str), "strings"),
+    "headers": (_is_headers, "dicts of string keys to string values"),
+    "priority": (_is_priority, "whole numbers from -2**31 to 2**31-1"),
+    "deliver_at": (lambda v: isinstance(v, datetime | np.datetime64), "datetimes"),
+    "expires_at": (lambda v: isinstance(v, datetime | np.datetime64), "datetimes"),
+}
+
+
 def _from_values(values: list[Any]) -> pa.Table:
     if all(isinstance(v, bytes | bytearray) for v in values):
         return pa.table({"body": pa.array(values, pa.binary())})
@@ -211,6 +243,14 @@ def _from_values(values: list[Any]) -> pa.Table:
                 f"unknown column {name!r}; publish accepts {', '.join(PUBLISH_COLUMNS)}"
             )
         column = [value.get(name) for value in values]
+        check = _VALUE_CHECKS.get(name)
+        if check is not None:
+            for row, item in enumerate(column):
+                if item is not None and not check[0](item):
+                    raise InvalidInputError(
+                        f"column {name!r} takes {check[1]} (or None); row {row} has "
+                        f"{shown(item)} ({type(item).__name__})"
+                    )
         try:
             columns[name] = pa.array(column, _PYTHON_TYPES.get(name))
         except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as error:
