@@ -1,0 +1,308 @@
+"""Values handed to queue operations: seqs, priorities, counts, periods and message values.
+
+Each bad value raises a named error in one line that names the argument and the values it
+takes, and changes nothing (not even an empty commit); a lease, however long, never lets
+two consumers hold one message. No Spark: real tables in ``tmp_path``, a real broker.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import UTC, datetime
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from spark_queue import InvalidInputError, InvalidOptionError, QueueTable
+from spark_queue.core import NEVER
+from spark_queue.group import call
+from spark_queue.operations import ChangeRequest, ExtendRequest, LeaseRequest, cancel_planner
+from spark_queue.options import ConsumerLimits
+from tests.brokers import BrokerProcess
+
+NOT_SEQS = [[1.5], [True], ["a"], [None], [2**70], [-1], 2, "12", np.array([1.5])]
+
+
+def version(table: QueueTable) -> int:
+    return table.store.open().version()
+
+
+def leased_table(path: str, messages: int = 3) -> QueueTable:
+    """A table whose queue ``q`` holds ``messages`` messages, all leased by ``c`` (seqs
+    0 to messages - 1)."""
+    table = QueueTable(path, broker="off")
+    table.publish("q", [f"m{i}" for i in range(messages)])
+    assert table.lease("q", "c", max_messages=messages).num_rows == messages
+    return table
+
+
+def one_line(error: pytest.ExceptionInfo, *words: str) -> bool:
+    text = str(error.value)
+    return "\n" not in text and all(word in text for word in words)
+
+
+SEQ_OPERATIONS = {
+    "ack": lambda t, seqs: t.ack("q", seqs),
+    "cancel": lambda t, seqs: t.cancel("q", seqs),
+    "expire": lambda t, seqs: t.expire("q", seqs),
+    "extend": lambda t, seqs: t.extend("q", seqs, "c", "1 minute"),
+    "release": lambda t, seqs: t.release("c", "q", seqs=seqs),
+}
+
+
+@pytest.mark.parametrize("operation", SEQ_OPERATIONS)
+@pytest.mark.parametrize("seqs", NOT_SEQS, ids=repr)
+def test_values_that_are_not_seqs_are_refused_and_change_nothing(tmp_path, operation, seqs):
+    table = leased_table(str(tmp_path))
+    before = version(table)
+    with pytest.raises(InvalidOptionError) as error:
+        SEQ_OPERATIONS[operation](table, seqs)
+    assert one_line(error, "seqs", "whole number")
+    assert version(table) == before
+    assert table.stats("q")["leased_by_consumer"] == {"c": 3}
+
+
+SEQ_FORMS = {
+    "list": [1],
+    "tuple": (1,),
+    "range": range(1, 2),
+    "numpy": np.array([1]),
+    "arrow array": pa.array([1]),
+    "arrow column": pa.chunked_array([[1]]),
+    "numpy scalars": [np.int32(1)],
+}
+
+
+@pytest.mark.parametrize("seqs", SEQ_FORMS.values(), ids=SEQ_FORMS)
+def test_seqs_are_taken_as_lists_arrays_and_columns(tmp_path, seqs):
+    table = leased_table(str(tmp_path))
+    assert table.ack("q", seqs) == 1
+    assert table.stats("q")["leased_by_consumer"] == {"c": 2}
+
+
+CHANGES_THAT_END_NOTHING = {
+    "ack of a seq never leased": lambda t: t.ack("q", [7]),
+    "ack of another consumer's": lambda t: t.ack("q", [0], "other"),
+    "cancel of a seq never leased": lambda t: t.cancel("q", [7]),
+    "expire of a seq never leased": lambda t: t.expire("q", [7], "c"),
+    "release of an unknown consumer": lambda t: t.release("nobody", "q"),
+    "release of an unknown consumer, every queue": lambda t: t.release("nobody"),
+    "release of seqs not held": lambda t: t.release("c", "q", seqs=[7]),
+    "ack of no seqs": lambda t: t.ack("q", []),
+}
+
+
+@pytest.mark.parametrize("change", CHANGES_THAT_END_NOTHING)
+def test_a_change_that_ends_no_lease_commits_nothing(tmp_path, change):
+    table = leased_table(str(tmp_path))
+    before = version(table)
+    assert CHANGES_THAT_END_NOTHING[change](table) == 0
+    assert version(table) == before
+
+
+def test_an_ack_that_ends_a_lease_still_commits(tmp_path):
+    table = leased_table(str(tmp_path))
+    before = version(table)
+    assert table.ack("q", [0, 7]) == 1
+    assert version(table) == before + 1
+
+
+# -- lease periods: a lease's end never wraps into the past -------------------------------
+
+PERIODS_MS = ["1 day", 10**13, 10**16, 2**62, 2**63 - 1, 10**20]
+
+
+@pytest.mark.parametrize("period", PERIODS_MS, ids=repr)
+def test_two_consumers_never_hold_one_message_whatever_the_lease_period(tmp_path, period):
+    table = QueueTable(str(tmp_path), broker="off")
+    table.publish("q", ["only"])
+    try:
+        first = table.lease("q", "A", lease_period=period)
+    except InvalidOptionError as error:  # a period beyond what a timestamp holds
+        assert "lease_period" in str(error) and "\n" not in str(error)
+        assert table.stats("q")["leased"] == 0
+        return
+    assert first.num_rows == 1
+    assert table.lease("q", "B", lease_period="1 minute").num_rows == 0
+    assert table.stats("q")["leased_by_consumer"] == {"A": 1}
+
+
+@pytest.mark.parametrize("period_us", [2**62, NEVER - 1, NEVER, 10**19, 10**30], ids=repr)
+def test_the_core_never_wraps_a_lease_end_whatever_period_reaches_it(tmp_path, period_us):
+    """Defence in depth: the core's own arithmetic, reached with periods no parser lets
+    through (a lease, an extension and a cancel's delay)."""
+    table = QueueTable(str(tmp_path), broker="off")
+    table.publish("q", ["first", "second"])
+    location = table.store.location
+    limits = ConsumerLimits("A", period_us, 1, None, 0, 0)
+    (seq,) = call(location, LeaseRequest("q", limits, None)).leased.seq
+    assert call(location, ExtendRequest("q", np.array([seq]), "A", period_us)) == 1
+    other = ConsumerLimits("B", 60_000_000, None, None, 0, 0)
+    assert call(location, LeaseRequest("q", other, None)).leased.seq.tolist() == [1]
+    cancel = ChangeRequest("CANCEL", "q", cancel_planner("B", period_us), np.array([1]), "B")
+    assert call(location, cancel) == 1  # waits that long: never due
+    again = call(location, LeaseRequest("q", other, None)).leased
+    assert len(again) == 0
+    stats = table.stats("q")
+    assert (stats["leased_by_consumer"], stats["scheduled"]) == ({"A": 1}, 1)
+
+
+# -- the consumer -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("settle", ["ack", "nack"])
+@pytest.mark.parametrize("value", [True, 1.5, -1, 2**70, None], ids=repr)
+def test_a_consumer_refuses_what_is_neither_a_message_nor_a_seq(tmp_path, settle, value):
+    table = QueueTable(str(tmp_path), broker="off")
+    table.publish("q", ["a", "b"])
+    with table.consumer("q", "w") as consumer:
+        held = consumer.receive(2, timeout=60)
+        held += consumer.receive(1, timeout=60)  # the first lease may prefetch one only
+        assert [m.seq for m in held] == [0, 1]
+        with pytest.raises(InvalidOptionError) as error:
+            getattr(consumer, settle)(value)
+        assert one_line(error, "message", "seq")
+        consumer.flush()
+        assert table.stats("q")["leased_by_consumer"] == {"w": 2}
+        for message in held:
+            message.ack()
+    assert table.stats("q")["acked"] == 2
+
+
+@pytest.mark.parametrize(
+    ("keyword", "value"),
+    [
+        ("max_messages", "x"),
+        ("max_messages", -1),
+        ("max_messages", 0),
+        ("max_messages", 1.5),
+        ("max_messages", True),
+        ("timeout", -1),
+        ("timeout", "soon"),
+        ("timeout", float("nan")),
+        ("timeout", float("inf")),
+    ],
+    ids=repr,
+)
+def test_receive_refuses_bad_counts_and_timeouts(tmp_path, keyword, value):
+    table = QueueTable(str(tmp_path), broker="off")
+    table.publish("q", ["a"])
+    with table.consumer("q", "w") as consumer:
+        with pytest.raises(InvalidOptionError) as error:
+            consumer.receive(**{"timeout": 60, keyword: value})
+        assert one_line(error, keyword)
+        assert [m.body for m in consumer.receive(1, timeout=60)] == [b"a"]
+
+
+@pytest.mark.parametrize("limit", [-1, 1.5, True, "x", None], ids=repr)
+def test_peek_refuses_a_limit_that_is_not_a_count(tmp_path, limit):
+    table = QueueTable(str(tmp_path), broker="off")
+    table.publish("q", ["a", "b"])
+    with pytest.raises(InvalidOptionError) as error:
+        table.peek("q", limit)
+    assert one_line(error, "limit", "whole number")
+
+
+# -- message values -----------------------------------------------------------------------
+
+BAD_ROW_VALUES = [
+    ("priority", 1.5, "whole numbers"),
+    ("priority", 2.0, "whole numbers"),
+    ("priority", True, "whole numbers"),
+    ("priority", 2**31, "whole numbers"),
+    ("priority", "5", "whole numbers"),
+    ("deliver_at", 10**6, "datetimes"),
+    ("expires_at", 10**6, "datetimes"),
+    ("message_id", 5, "strings"),
+    ("key", 5, "strings"),
+    ("headers", {"a": 1}, "dicts of string keys to string values"),
+]
+
+
+def publish_rows(table: QueueTable, row: dict) -> None:
+    table.publish("q", [{"body": "ok"}, row])
+
+
+def send(table: QueueTable, row: dict) -> None:
+    with table.publisher("q") as publisher:
+        publisher.send(**row)
+
+
+@pytest.mark.parametrize("surface", [publish_rows, send], ids=["publish", "Publisher.send"])
+@pytest.mark.parametrize(("column", "value", "takes"), BAD_ROW_VALUES, ids=repr)
+def test_a_message_value_of_the_wrong_kind_is_refused(tmp_path, surface, column, value, takes):
+    table = QueueTable(str(tmp_path), broker="off")
+    table.publish("q", ["first"])
+    before = version(table)
+    with pytest.raises(InvalidInputError) as error:
+        surface(table, {"body": "x", column: value})
+    assert one_line(error, f"'{column}'", takes, repr(value)[:20])
+    assert version(table) == before
+
+
+def test_whole_priorities_and_datetimes_are_stored_as_given(tmp_path):
+    table = QueueTable(str(tmp_path), broker="off")
+    due = datetime(2001, 2, 3, tzinfo=UTC)
+    table.publish("q", [{"body": "a", "priority": np.int16(-7), "deliver_at": due}, {"body": "b"}])
+    with table.publisher("q") as publisher:
+        assert publisher.send("c", priority=2**31 - 1).result(timeout=60) == 2
+    rows = table.peek("q", 3).to_pylist()
+    assert [(r["body"], r["priority"]) for r in rows] == [(b"c", 2**31 - 1), (b"b", 0), (b"a", -7)]
+    assert rows[2]["deliver_at"] == due
+
+
+def test_the_cli_refuses_a_fractional_priority(tmp_path):
+    path = str(tmp_path / "queues")
+    table = QueueTable(path, broker="off")
+    table.publish("q", ["first"])
+    before = version(table)
+    result = subprocess.run(
+        [sys.executable, "-m", "spark_queue.cli", "--path", path, "publish", "q"],
+        input='{"body": "x", "priority": 1.5}\n',
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    lines = result.stderr.strip().splitlines()
+    assert result.returncode == 1 and result.stdout == ""
+    assert len(lines) == 1 and "'priority'" in lines[0] and "1.5" in lines[0]
+    assert version(table) == before
+
+
+# -- through a broker ---------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory):
+    folder = tmp_path_factory.mktemp("broker")
+    with BrokerProcess(str(folder / "queues"), log_path=folder / "broker.log") as process:
+        yield process
+
+
+def test_a_long_lease_through_a_broker_is_one_consumers(broker):
+    table = QueueTable(broker.path, broker=broker.target)
+    table.publish("long", ["only"])
+    served = broker.status()["served"]
+    try:
+        first = table.lease("long", "A", lease_period=10**16)
+    except InvalidOptionError as error:
+        assert "lease_period" in str(error)
+        return
+    assert first.num_rows == 1
+    assert table.lease("long", "B", lease_period="1 minute").num_rows == 0
+    assert broker.status()["served"] == served + 2  # both at the broker
+    assert table.stats("long")["leased_by_consumer"] == {"A": 1}
+
+
+def test_seqs_that_are_not_seqs_never_reach_a_broker(broker):
+    table = QueueTable(broker.path, broker=broker.target)
+    table.publish("acks", ["a", "b"])
+    assert table.lease("acks", "c").num_rows == 2
+    before = version(table)
+    with pytest.raises(InvalidOptionError) as error:
+        table.ack("acks", [1.5])
+    assert one_line(error, "seqs")
+    assert version(table) == before
+    assert table.stats("acks")["leased_by_consumer"] == {"c": 2}
