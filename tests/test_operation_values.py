@@ -14,10 +14,14 @@ from datetime import UTC, datetime
 import numpy as np
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from spark_queue import InvalidInputError, InvalidOptionError, QueueTable
+from spark_queue.arguments import parse_seq
 from spark_queue.core import NEVER
 from spark_queue.group import call
+from spark_queue.messages import as_input_table, normalise
 from spark_queue.operations import ChangeRequest, ExtendRequest, LeaseRequest, cancel_planner
 from spark_queue.options import ConsumerLimits
 from tests.brokers import BrokerProcess
@@ -306,3 +310,52 @@ def test_seqs_that_are_not_seqs_never_reach_a_broker(broker):
     assert one_line(error, "seqs")
     assert version(table) == before
     assert table.stats("acks")["leased_by_consumer"] == {"c": 2}
+
+
+# -- any value at all ---------------------------------------------------------------------
+
+SCALARS = st.one_of(
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True),
+    st.booleans(),
+    st.none(),
+    st.text(max_size=5),
+    st.integers(min_value=0, max_value=2**63 - 1).map(np.int64),
+)
+ANY_SEQS = st.one_of(SCALARS, st.lists(SCALARS, max_size=4), st.tuples(SCALARS))
+
+
+@pytest.fixture(scope="module")
+def held(tmp_path_factory: pytest.TempPathFactory) -> QueueTable:
+    """A table whose seqs 0, 1 and 2 ``c`` holds, which no test may change."""
+    return leased_table(str(tmp_path_factory.mktemp("held")))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(value=ANY_SEQS)
+def test_any_value_as_seqs_is_refused_by_name_or_taken_as_the_seqs_it_is(held, value):
+    table = held
+    before = version(table)
+    try:
+        ended = table.ack("q", value, "other")  # holds nothing: nothing may change
+    except InvalidOptionError as error:
+        assert "seqs" in str(error) and "\n" not in str(error)
+    else:
+        assert isinstance(value, list | tuple) and ended == 0
+        for seq in value:  # each a whole number in int64, or its digits
+            whole = int(seq) if isinstance(seq, str) else seq
+            assert not isinstance(seq, bool | float) and whole == parse_seq("seq", seq)
+            assert 0 <= whole < 2**63
+    assert version(table) == before
+    assert table.stats("q")["leased_by_consumer"] == {"c": 3}
+
+
+@settings(max_examples=300, deadline=None)
+@given(value=SCALARS)
+def test_any_priority_is_refused_by_name_or_stored_as_given(value):
+    try:
+        rows = normalise(as_input_table([{"body": "x", "priority": value}]), 0, 0, "q")
+    except InvalidInputError as error:
+        assert "'priority'" in str(error) and "\n" not in str(error)
+    else:
+        assert rows["priority"].to_pylist() == [0 if value is None else value]
