@@ -9,7 +9,7 @@ way whoever sent it.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
@@ -209,16 +209,28 @@ def _is_headers(value: Any) -> bool:
     )
 
 
+def _is_time(value: Any) -> bool:
+    """A datetime (naive: UTC) that is a time in UTC that Python can read back (year 1 to
+    9999): a later one would be stored, and then fail every reader that makes datetimes."""
+    if not isinstance(value, datetime):
+        return False
+    if value.tzinfo is not None:
+        try:
+            value.astimezone(timezone.utc)
+        except OverflowError:
+            return False
+    return True
+
+
 # What each column takes from Python values, checked before Arrow converts them: Arrow
-# would store a priority of 1.5 as 1 and an int as a time in microseconds. Times beyond
-# what a timestamp holds are refused by the conversion itself.
+# would store a priority of 1.5 as 1 and an int as a time in microseconds.
 _VALUE_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "message_id": (lambda v: isinstance(v, str), "strings"),
     "key": (lambda v: isinstance(v, str), "strings"),
     "headers": (_is_headers, "dicts of string keys to string values"),
     "priority": (_is_priority, "whole numbers from -2**31 to 2**31-1"),
-    "deliver_at": (lambda v: isinstance(v, datetime | np.datetime64), "datetimes"),
-    "expires_at": (lambda v: isinstance(v, datetime | np.datetime64), "datetimes"),
+    "deliver_at": (_is_time, "datetimes of years 1 to 9999 in UTC"),
+    "expires_at": (_is_time, "datetimes of years 1 to 9999 in UTC"),
 }
 
 

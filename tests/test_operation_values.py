@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 
 import numpy as np
 import pyarrow as pa
@@ -219,6 +219,8 @@ BAD_ROW_VALUES = [
     ("priority", "5", "whole numbers"),
     ("deliver_at", 10**6, "datetimes"),
     ("expires_at", 10**6, "datetimes"),
+    ("deliver_at", datetime(9999, 12, 31, 23, tzinfo=timezone(timedelta(hours=-14))), "9999"),
+    ("expires_at", np.datetime64("300000-01-01"), "9999"),
     ("message_id", 5, "strings"),
     ("key", 5, "strings"),
     ("headers", {"a": 1}, "dicts of string keys to string values"),
