@@ -21,6 +21,7 @@ from spark_queue.errors import (
     QueueNotFoundError,
     RejectedMessagesError,
     StorageError,
+    TableNotFoundError,
 )
 from spark_queue.options import QueueArguments
 from spark_queue.storage import check_exclusive_commits
@@ -62,6 +63,7 @@ __all__ = [
     "QueueTable",
     "RejectedMessagesError",
     "StorageError",
+    "TableNotFoundError",
     "check_exclusive_commits",
     "local_session",
     "register",

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_queue.core import QueueState, below_heads, live_mask, member, plan_settle
-from spark_queue.errors import QueueError
+from spark_queue.errors import TableNotFoundError
 from spark_queue.portable import Portable
 from spark_queue.schema import BROWSE_ARROW_SCHEMA, BROWSE_COLUMNS, FILE_SCHEMA
 from spark_queue.storage import Location
@@ -160,13 +160,13 @@ def plan_browse(location: Location, queue: str | None) -> list[BrowsePartition]:
     """The partitions of a browse read of ``queue`` (None: every queue), settled now.
 
     Raises:
-        QueueError: no queue table at ``location``.
+        TableNotFoundError: no queue table at ``location``.
         QueueNotFoundError: ``queue`` was never declared there.
     """
     store = QueueStore(location)
     snapshot = store.snapshot()
     if snapshot is None:
-        raise QueueError(f"no queue table at {store.uri}")
+        raise TableNotFoundError(store.uri)
     now = now_micros()
     only = [queue] if queue in snapshot.states else None  # else the error lists them all
     states = settled_states(store, snapshot, now, only)

@@ -1,12 +1,30 @@
-"""Named exceptions. Every message names the option, argument or column at fault."""
+"""Named exceptions. Every message names the option, argument or column at fault.
+
+Every one of them pickles and unpickles to its class and message (Spark sends errors raised
+in its Python workers across processes), whatever its constructor takes: the pickle holds
+the class, ``args`` and the attributes, never the chained cause (a delta-rs or pyarrow
+object may not pickle).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
+
+
+def _restored(cls: type[QueueError], args: tuple, attributes: dict[str, Any]) -> QueueError:
+    """An error unpickled: its class, ``args`` and attributes, its ``__init__`` not run."""
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(attributes)
+    return error
 
 
 class QueueError(Exception):
     """Base class of every spark-queue error."""
+
+    def __reduce__(self) -> tuple:
+        return (_restored, (type(self), self.args, dict(self.__dict__)))
 
 
 class InvalidOptionError(QueueError, ValueError):
@@ -26,6 +44,18 @@ class ArgumentMismatchError(QueueError):
 
 class NotAQueueTableError(QueueError):
     """The path holds a Delta table that is not a spark-queue table."""
+
+
+class TableNotFoundError(QueueError):
+    """No queue table at the path (nor any Delta table) where one must exist.
+
+    Args:
+        table: the queue table's path or URI, named in the message.
+    """
+
+    def __init__(self, table: str) -> None:
+        super().__init__(f"no queue table at {table}")
+        self.table = table
 
 
 class QueueNotFoundError(QueueError, KeyError):

@@ -42,7 +42,7 @@ try:
 except ImportError:  # not on Windows: no host lock there
     fcntl = None  # type: ignore[assignment]
 
-from spark_queue.errors import CommitConflictError, QueueError
+from spark_queue.errors import CommitConflictError, QueueError, TableNotFoundError
 from spark_queue.maintenance import (
     auto_vacuum_look_due,
     auto_vacuum_safely,
@@ -272,7 +272,7 @@ class CommitGroup:
                 if table is None and any(item.request.creates for item in candidates):
                     table = store.create()
                 if table is None:
-                    error = QueueError(f"no queue table at {store.uri}")
+                    error = TableNotFoundError(store.uri)
                     for item in candidates:
                         item.future.set_exception(error)
                     return []

@@ -49,7 +49,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 
 from spark_queue.core import COUNTERS, gauges
-from spark_queue.errors import InvalidOptionError, QueueError
+from spark_queue.errors import InvalidOptionError, TableNotFoundError
 from spark_queue.files import QUEUE, STATE_RECORDS
 from spark_queue.schema import PARTITION, UTC_MICROS
 from spark_queue.store import QueueStore, require_queue
@@ -94,7 +94,7 @@ def queue_history(
     wanted = _check_versions(versions)
     table = store.open()
     if table is None:
-        raise QueueError(f"no queue table at {store.uri}")
+        raise TableNotFoundError(store.uri)
     if queue is not None:
         snapshot = store.snapshot(table)
         assert snapshot is not None

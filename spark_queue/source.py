@@ -54,7 +54,7 @@ from spark_queue.core import (
     plan_lease,
     plan_return,
 )
-from spark_queue.errors import QueueError
+from spark_queue.errors import TableNotFoundError
 from spark_queue.filters import filter_matcher
 from spark_queue.options import SourceOptions
 from spark_queue.portable import Portable
@@ -309,7 +309,7 @@ class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAva
         if self._initial is None:
             snapshot = self.store.snapshot()
             if snapshot is None:
-                raise QueueError(f"no queue table at {self.store.uri}")
+                raise TableNotFoundError(self.store.uri)
             state = self._require(snapshot.states)
             first = state.consumers.get(self.options.consumer, {}).get("last_lease", 0)
             self._initial = self._offset(first, first)
@@ -508,7 +508,7 @@ class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAva
 
         latest = self.store.snapshot(with_states=False)  # the files are all it needs
         if latest is None:
-            raise QueueError(f"no queue table at {self.store.uri}")
+            raise TableNotFoundError(self.store.uri)
         if version is not None and version != latest.version:  # committed to since
             then = self.store.files_at(version)
             if then is not None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -26,7 +27,7 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from spark_queue.errors import InvalidOptionError, StorageError
+from spark_queue.errors import InvalidOptionError, NotAQueueTableError, StorageError
 
 # The prefix of storage options among a data source's options: ``storage.AWS_REGION``.
 OPTION_PREFIX = "storage."
@@ -106,13 +107,45 @@ def redacted(options: Mapping[str, str]) -> str:
     return "{" + ", ".join(f"{key}=***" for key in sorted(options)) + "}"
 
 
+# Options whose values are no secret: an error may quote them (an endpoint, a region, a flag
+# or a number); every other value is taken for a secret.
+_NOT_SECRET = frozenset(
+    {
+        *("AWS_ENDPOINT_URL", "AWS_ENDPOINT", "AWS_REGION", "AWS_DEFAULT_REGION"),
+        *("AWS_ALLOW_HTTP", "AWS_S3_ALLOW_UNSAFE_RENAME", "AWS_CONDITIONAL_PUT"),
+        *("AWS_S3_LOCKING_PROVIDER", "AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "ALLOW_HTTP"),
+        *("AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_USE_EMULATOR", "TIMEOUT"),
+        *_LOWER_CASE_KEYS,
+    }
+)
+_ENDPOINT_KEYS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
 def scrubbed(text: str, options: Mapping[str, str]) -> str:
     """``text`` (say, a storage library's error) with every option value of ``options`` that
-    appears in it replaced by ``***``: a SAS token or key may be part of a URL it quotes."""
-    for value in sorted(options.values(), key=len, reverse=True):
-        if len(value) >= 4:
-            text = text.replace(value, "***")
+    may be a secret and appears in it replaced by ``***``: a SAS token or key may be part of
+    a URL it quotes. Endpoints, regions and flags stay: they say where the store is."""
+    secrets = [v for k, v in options.items() if k.upper() not in _NOT_SECRET and len(v) >= 4]
+    for value in sorted(secrets, key=len, reverse=True):
+        text = text.replace(value, "***")
     return text
+
+
+def one_line(text: str) -> str:
+    """A storage library's error on one line: its chain of causes (delta-rs prints one per
+    line, in colour) joined by ``: ``, colour codes and the arrows dropped."""
+    parts = [line.strip().lstrip("\u21b3").strip() for line in _ANSI.sub("", text).splitlines()]
+    return ": ".join(part for part in parts if part)
+
+
+def without_userinfo(url: str) -> str:
+    """``url`` without a ``user:password@`` part, which may hold a credential."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    host, slash, path = rest.partition("/")
+    return f"{scheme}://{host.rpartition('@')[2]}{slash}{path}"
 
 
 # delta-rs's S3 keys and the pyarrow S3FileSystem argument each becomes.
@@ -279,18 +312,38 @@ class Location:
     def delta_table(self, version: int | None = None) -> Any:
         """The Delta table here (``deltalake.DeltaTable``), at ``version`` or its latest."""
         from deltalake import DeltaTable
+        from deltalake.exceptions import DeltaError, TableNotFoundError
 
         try:
             return DeltaTable(self.uri, version=version, storage_options=self.delta_options())
         except OSError as error:  # the store refused or is down; no table is TableNotFoundError
             raise StorageError(self.unreachable(error)) from None
+        except DeltaError as error:
+            if not isinstance(error, TableNotFoundError) and os.path.isfile(self.uri):
+                raise NotAQueueTableError(
+                    f"{self.uri} is a file, not a queue table: point the path at a folder, "
+                    f"new or a queue table's"
+                ) from None
+            raise
+
+    def endpoint(self) -> str | None:
+        """The object store's endpoint where one is set (an S3-compatible store), from the
+        options or, as delta-rs reads it, the environment; None for the provider's own."""
+        for key in _ENDPOINT_KEYS:
+            value = self.options.get(key) or os.environ.get(key)
+            if value:
+                return without_userinfo(value)
+        return None
 
     def unreachable(self, error: BaseException) -> str:
-        """A message for ``error`` from the store: the URI, the option keys, no secrets."""
+        """A message for ``error`` from the store, on one line: the URI, the endpoint, the
+        option keys and the cause, no secrets."""
+        endpoint = self.endpoint()
+        at = f" through endpoint {endpoint}" if endpoint else ""
         return (
-            f"cannot reach the queue table at {self.uri} (storage options "
+            f"cannot reach the queue table at {self.uri}{at} (storage options "
             f"{redacted(self.options)}; keys left out come from the environment): "
-            f"{scrubbed(str(error), self.options)}"
+            f"{one_line(scrubbed(str(error), self.options))}"
         )
 
 

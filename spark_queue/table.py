@@ -36,6 +36,7 @@ from spark_queue.errors import (
     InvalidOptionError,
     PolicyError,
     QueueError,
+    TableNotFoundError,
 )
 from spark_queue.group import group_of
 from spark_queue.maintenance import (
@@ -242,11 +243,11 @@ class QueueTable:
             The sequence, or None where the producer never committed one.
 
         Raises:
-            QueueError: no queue table at the path.
+            TableNotFoundError: no queue table at the path.
         """
         table = self.store.open()
         if table is None:
-            raise QueueError(f"no queue table at {self.path}")
+            raise TableNotFoundError(self.path)
         return table.transaction_version(f"{PRODUCER_APP_PREFIX}{producer}")
 
     # -- declaring and changing queues -----------------------------------------------------
@@ -358,7 +359,8 @@ class QueueTable:
             File counts: ``dropped`` (removed unread), ``rewritten``, ``written``.
 
         Raises:
-            QueueError: no queue table at the path, or every attempt lost a race.
+            TableNotFoundError: no queue table at the path.
+            QueueError: every attempt lost a race.
         """
         from deltalake.exceptions import CommitFailedError
 
@@ -397,9 +399,9 @@ class QueueTable:
 
         Raises:
             InvalidOptionError: a retention below the floors above.
-            QueueError: no queue table at the path.
+            TableNotFoundError: no queue table at the path.
         """
-        self._snapshot()  # a queue table, or QueueError/NotAQueueTableError
+        self._snapshot()  # a queue table, or TableNotFoundError/NotAQueueTableError
         return vacuum_files(self.store.location, retention_hours, dry_run, force, progress)
 
     def checkpoint(self) -> int:
@@ -413,7 +415,7 @@ class QueueTable:
             The version checkpointed.
 
         Raises:
-            QueueError: no queue table at the path.
+            TableNotFoundError: no queue table at the path.
             InvalidOptionError: the table's ``spark_queue.logRetentionVersions`` is not a
                 whole number >= 1 (the checkpoint is written; no log file is deleted).
         """
@@ -815,7 +817,7 @@ class QueueTable:
             :mod:`spark_queue.history`.
 
         Raises:
-            QueueError: no queue table at the path.
+            TableNotFoundError: no queue table at the path.
             QueueNotFoundError: no queue ``queue``.
         """
         from spark_queue.history import queue_history
@@ -827,7 +829,7 @@ class QueueTable:
     def _snapshot(self) -> Snapshot:
         snapshot = self.store.snapshot()
         if snapshot is None:
-            raise QueueError(f"no queue table at {self.path}")
+            raise TableNotFoundError(self.path)
         return snapshot
 
     def _require(self, snapshot: Snapshot, name: str) -> Any:

@@ -32,7 +32,11 @@ from spark_queue.core import (
     plan_enqueue,
     plan_settle,
 )
-from spark_queue.errors import ArgumentMismatchError, CommitConflictError, QueueError
+from spark_queue.errors import (
+    ArgumentMismatchError,
+    CommitConflictError,
+    TableNotFoundError,
+)
 from spark_queue.files import (
     MESSAGE,
     QUEUE,
@@ -633,7 +637,7 @@ def run(
             time.sleep(pause)
         table = store.create() if create else store.open()
         if table is None:
-            raise QueueError(f"no queue table at {store.uri}")
+            raise TableNotFoundError(store.uri)
         snapshot = store.snapshot(table)
         assert snapshot is not None
         transaction = QueueTransaction(store, snapshot, policies=policies, attempt=attempt)
