@@ -1,8 +1,11 @@
 """``spark-queue``: inspect and administer a queue table from a shell, without Spark.
 
 Exit codes a script can rely on: 0 done; 1 the queue table refused (unknown queue, argument
-mismatch, not a queue table, an invalid policies file, vacuum below its floor, ...); 2 bad
-usage (argparse). Errors go to stderr as one line ``spark-queue: <message>``. Long operations
+mismatch, no or not a queue table, an unreachable store, an invalid policies file, vacuum
+below its floor, ...) or an unexpected error; 2 bad usage. Every error goes to stderr as one
+line ``spark-queue: <message>``: no traceback, no colour, never an option's value. The
+global options (``--path``, ``--policies``, ``--storage-option``) go before or after the
+command. Long operations
 (``compact``, ``vacuum``, ``purge``) report progress on stderr, one line per step, when stderr
 is a terminal or with ``--progress``; ``--quiet`` silences them. The reference is
 ``docs/CLI.md``.
@@ -14,16 +17,22 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NoReturn
 
 from spark_queue.broker_client import TOKEN_ENV_VAR
 from spark_queue.core import COUNTERS
 from spark_queue.discovery import DEFAULT_LISTEN, DEFAULT_MAX_REQUEST_BYTES
-from spark_queue.errors import InvalidInputError, InvalidOptionError, QueueError
+from spark_queue.errors import (
+    InvalidInputError,
+    InvalidOptionError,
+    QueueError,
+    TableNotFoundError,
+)
 from spark_queue.maintenance import DEFAULT_VACUUM_HOURS
 from spark_queue.options import (
     ARGUMENT_NAMES,
@@ -33,32 +42,82 @@ from spark_queue.options import (
     validate_arguments,
 )
 from spark_queue.policies import ENV_VAR, Policies, load_policies
-from spark_queue.storage import Location, check_exclusive_commits, parse_storage_flags
+from spark_queue.storage import (
+    Location,
+    check_exclusive_commits,
+    one_line,
+    parse_storage_flags,
+    scrubbed,
+)
 from spark_queue.table import QueueTable
 
 EXIT_REFUSED = 1
+EXIT_USAGE = 2
 DECLARING_COMMANDS = ("declare", "alter", "publish", "ack", "cancel", "extend", "release")
 
 
+class UsageError(Exception):
+    """Bad usage of the command line (exit 2): the message names the flag, never its value."""
+
+
+# argparse quotes the value of a flag it refuses ("invalid choice: 'x'"): a value may be a
+# secret (a storage option's, a token), so the quote is dropped.
+_QUOTED_VALUE = re.compile(r"(invalid (?:[\w ]+ value|choice)): (?:'(?:[^'\\]|\\.)*'|\"[^\"]*\")")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are raised (:func:`main` prints them on one line) and
+    never quote a flag's value."""
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith("argument -"):
+            message = _QUOTED_VALUE.sub(r"\1", message)
+        raise UsageError(f"{message} (see {self.prog} --help)")
+
+    def parse_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def, override]
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {_unrecognized(extras)}")
+        return parsed
+
+
+def _unrecognized(extras: list[str]) -> str:
+    """Unknown arguments as a usage error shows them: flags by name, a word that may be an
+    unknown flag's value not at all."""
+    shown, hidden, after_flag = [], 0, False
+    for token in extras:
+        if token.startswith("-") and token[1:2] and not token[1].isdigit():
+            name, equals, _ = token.partition("=")
+            shown.append(name)
+            hidden += bool(equals)
+            after_flag = not equals
+        elif after_flag:
+            hidden += 1
+            after_flag = False
+        else:
+            shown.append(token)
+    return " ".join(shown) + (" (values not shown)" if hidden else "")
+
+
 def _count(text: str) -> int:
-    """argparse type: a whole number >= 0 (else a usage error naming the value)."""
+    """argparse type: a whole number >= 0 (else a usage error naming the flag)."""
     try:
         value = int(text)
     except ValueError:
         value = -1
     if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number >= 0, got {text!r}")
+        raise argparse.ArgumentTypeError("must be a whole number >= 0")
     return value
 
 
 def _hours(text: str) -> float:
-    """argparse type: a number of hours >= 0 (else a usage error naming the value)."""
+    """argparse type: a number of hours >= 0 (else a usage error naming the flag)."""
     try:
         value = float(text)
     except ValueError:
         value = -1.0
     if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of hours >= 0, got {text!r}")
+        raise argparse.ArgumentTypeError("must be a number of hours >= 0")
     return value
 
 
@@ -104,25 +163,39 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="spark-queue", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--path", help="the queue table (local path or URI); required except by 'policies check'"
+def _global_options(parser: argparse.ArgumentParser, *, after: bool, storage: bool = True) -> None:
+    """The options of every command, before it (``after`` unset) or after it. After it
+    they are left out of the namespace unless given, so they do not undo those given
+    before; storage options given after go to ``storage_options_after`` and add to them."""
+    group = parser.add_argument_group("global options (before or after the command)")
+    default = argparse.SUPPRESS if after else None
+    group.add_argument(
+        "--path",
+        default=default,
+        help="the queue table (local path or URI); required except by 'policies check'",
     )
-    parser.add_argument(
+    group.add_argument(
         "--policies",
         metavar="FILE",
+        default=default,
         help=f"policies file applied by declare and alter (default: ${ENV_VAR})",
     )
-    parser.add_argument(
-        "--storage-option",
-        action="append",
-        metavar="KEY=VALUE",
-        dest="storage_options",
-        help="a storage option of the object store (AWS_ENDPOINT_URL=..., "
-        "AZURE_STORAGE_ACCOUNT_KEY=...; docs/STORAGE.md); repeat for more; keys left out "
-        "come from the environment",
-    )
+    if storage:
+        group.add_argument(
+            "--storage-option",
+            action="append",
+            metavar="KEY=VALUE",
+            dest="storage_options_after" if after else "storage_options",
+            default=default,
+            help="a storage option of the object store (AWS_ENDPOINT_URL=..., "
+            "AZURE_STORAGE_ACCOUNT_KEY=...; docs/STORAGE.md); repeat for more; keys left "
+            "out come from the environment",
+        )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="spark-queue", description=__doc__.split("\n\n")[0])
+    _global_options(parser, after=False)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("queues", help="list the queues")
     for name, text in (
@@ -256,6 +329,11 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("queue")
     _arguments(check)
     check.add_argument("--json", action="store_true", help="one JSON object")
+    for name, command in commands.choices.items():
+        if name == "policies":
+            _global_options(check, after=True)
+        else:  # the broker has its own --storage-option
+            _global_options(command, after=True, storage=name != "broker")
     return parser
 
 
@@ -367,9 +445,10 @@ def run_command(args: argparse.Namespace) -> str:
         arguments = getattr(table, command)(args.queue, **_given(args))
         return json.dumps({"queue": args.queue, **arguments.__dict__})
     if command == "publish":
+        rows = _json_lines(args.file)
         result = table.publish(
             args.queue,
-            _json_lines(args.file),
+            rows,
             producer=args.producer,
             sequence=args.sequence,
             on_reject=args.on_reject,
@@ -379,12 +458,16 @@ def run_command(args: argparse.Namespace) -> str:
             return json.dumps(asdict(result))
         if result.duplicate:
             return f"duplicate: {args.producer!r} committed sequence {args.sequence} before"
-        first, last = (result.seqs[0], result.seqs[-1]) if result.seqs else ("-", "-")
+        if not rows:
+            return f"published 0: no messages in {args.file or 'stdin'}"
+        seqs = f" (seqs {result.seqs[0]}..{result.seqs[-1]})" if result.seqs else ""
         return (
-            f"published {len(result.seqs)} (seqs {first}..{last}), rejected {result.rejected}, "
+            f"published {len(result.seqs)}{seqs}, rejected {result.rejected}, "
             f"evicted {result.evicted}, dead-lettered {result.dead_lettered}"
         )
     if command == "stats":
+        if args.queue is None and table.store.open() is None:
+            raise TableNotFoundError(args.path)
         names = [args.queue] if args.queue else table.queues()
         rows = [{"queue": n, **table.stats(n)} for n in names]
         if args.json:
@@ -435,20 +518,46 @@ def run_command(args: argparse.Namespace) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    if args.path is None and args.command not in ("policies", "broker"):
-        parser.error(f"--path is required by {args.command!r}")
-    if args.command == "policies" and not (args.policies or os.environ.get(ENV_VAR)):
-        parser.error(f"policies check needs a policies file: --policies FILE or ${ENV_VAR}")
+    """Run one command; returns the exit code (0 done, 1 refused, 2 bad usage). Errors are
+    one line on stderr, whatever raised them."""
+    storage: dict[str, str] = {}
     try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        args.storage_options = (args.storage_options or []) + getattr(
+            args, "storage_options_after", []
+        )
+        try:
+            storage = parse_storage_flags(
+                args.storage_options + (getattr(args, "broker_storage_options", None) or [])
+            )
+        except InvalidOptionError as error:
+            raise UsageError(str(error)) from None
+        if args.path is None and args.command not in ("policies", "broker"):
+            parser.error(f"--path is required by {args.command!r}")
+        if args.command == "policies" and not (args.policies or os.environ.get(ENV_VAR)):
+            parser.error(f"policies check needs a policies file: --policies FILE or ${ENV_VAR}")
         output = _run_broker(args, parser) if args.command == "broker" else run_command(args)
+    except UsageError as error:
+        _say(str(error), storage)
+        return EXIT_USAGE
     except QueueError as error:
-        print(f"spark-queue: {error}", file=sys.stderr)
+        _say(str(error), storage)
+        return EXIT_REFUSED
+    except KeyboardInterrupt:
+        _say("interrupted", storage)
+        return 130
+    except Exception as error:  # not ours: its type and message, never a traceback
+        _say(f"unexpected {type(error).__name__}: {error}", storage)
         return EXIT_REFUSED
     if output:
         print(output)
     return 0
+
+
+def _say(message: str, storage: dict[str, str]) -> None:
+    """An error on stderr as one line, with no colour codes and no storage option secret."""
+    print(f"spark-queue: {one_line(scrubbed(message, storage))}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -189,13 +189,13 @@ class QueueTransaction:
             ]
             if differ:
                 shown = "; ".join(
-                    f"{option_name(k)}: queue has {old!r}{_unset(k, explicit, state)}, "
-                    f"given {new!r}"
-                    for k, old, new in differ
+                    f"{option_name(k)}: queue has {_stored(k, explicit, state)}, "
+                    f"given {_value(new)}"
+                    for k, _, new in differ
                 )
                 raise ArgumentMismatchError(
-                    f"queue {name!r} exists with other arguments ({shown}); "
-                    "nothing was written. Use QueueTable.alter to change them"
+                    f"queue {name!r} exists with other arguments ({shown}); nothing was "
+                    "written. To change them use alter (QueueTable.alter, spark-queue alter)"
                 )
         else:
             explicit.update(given)
@@ -577,11 +577,16 @@ class QueueTransaction:
         delete_files(self.store.location, [f.path for f in self.written])
 
 
-def _unset(argument: str, explicit: dict[str, Any], state: QueueState) -> str:
-    """For a mismatch message: an argument the queue never set, and what it is in effect."""
+def _stored(argument: str, explicit: dict[str, Any], state: QueueState) -> str:
+    """For a mismatch message: the queue's explicit value of ``argument``, or that it set
+    none and what is in effect (a built-in or a policy's default)."""
     if argument in explicit:
-        return ""
-    return f" (not set; in effect {getattr(state.arguments, argument)!r})"
+        return _value(explicit[argument])
+    return f"no value set (in effect {_value(getattr(state.arguments, argument))})"
+
+
+def _value(value: Any) -> str:
+    return "none" if value is None else repr(value)
 
 
 def _incoming_of(rows: pa.Table) -> pa.Table:

@@ -197,6 +197,8 @@ def decode_error(extra_info: bytes) -> Exception | None:
         Exception.__init__(error, message)
         error.queue = payload.get("queue")
         return error
+    if kind is errors.TableNotFoundError:  # its constructor builds the message from the path
+        return errors._restored(kind, (message,), {})
     return kind(message)
 
 

@@ -143,7 +143,7 @@ def test_every_command_refuses_bad_arguments(queue_path, tmp_path):
         (("cancel", "orders", "1.5"), "invalid int value: '1.5'"),
         (("release",), "the following arguments are required: consumer"),
         (("declare",), "the following arguments are required: queue"),
-        (("stats", "orders", "--format", "csv"), "unrecognized arguments: --format csv"),
+        (("stats", "orders", "--format", "csv"), "unrecognized arguments: --format (values"),
         (("purge",), "required: queue"),
         (("vacuum", "--retention-hours", "-1"), "argument --retention-hours: must be a number"),
         (("vacuum", "--retention-hours", "a week"), "argument --retention-hours"),

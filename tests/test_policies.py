@@ -364,7 +364,8 @@ def test_queue_table_applies_defaults_and_caps_and_compares_explicit_values(tmp_
         table.declare("orders", max_length=999)
     # A policy default is not an explicit value: giving it is a mismatch with "not set".
     with pytest.raises(
-        ArgumentMismatchError, match=r"deadLetterQueue: queue has None \(not set; in effect 'dlq'"
+        ArgumentMismatchError,
+        match=r"deadLetterQueue: queue has no value set \(in effect 'dlq'\), given 'dlq'",
     ):
         table.declare("orders", dead_letter_queue="dlq")
     ring = table.declare("ring.a")
