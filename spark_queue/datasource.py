@@ -9,10 +9,16 @@ starts, so a bad option or column fails the query with nothing written.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pyarrow as pa
 from pyspark.errors import PySparkNotImplementedError
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_type
 from pyspark.sql.types import DataType, StructType
 
@@ -20,6 +26,7 @@ from spark_queue.browse import plan_browse, read_partition
 from spark_queue.errors import InvalidOptionError
 from spark_queue.options import (
     BrowseOptions,
+    check_read_options,
     parse_browse_options,
     parse_sink_options,
     parse_source_options,
@@ -76,6 +83,26 @@ class BrowseReader(Portable, DataSourceReader):
         yield from read_partition(partition.value).to_batches()
 
 
+class RefusedStreamReader(DataSourceStreamReader):
+    """A readStream whose options are invalid: it fails at the query's first call, with
+    the :class:`InvalidOptionError` naming the option."""
+
+    def __init__(self, error: InvalidOptionError) -> None:
+        self.error = error
+
+    def initialOffset(self) -> dict:
+        raise self.error
+
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        raise self.error
+
+    def partitions(self, start: dict, end: dict) -> list[InputPartition]:
+        raise self.error
+
+    def read(self, partition: InputPartition) -> Iterator[tuple]:
+        raise self.error
+
+
 class RingQueueDataSource(Portable, DataSource):
     """Bounded queues in a Delta table: ``format("ringqueue")``.
 
@@ -89,13 +116,21 @@ class RingQueueDataSource(Portable, DataSource):
         return "ringqueue"
 
     def schema(self) -> StructType:
+        # Spark asks for the schema at load(), before any query or job starts: where a bad
+        # option of a read or a readStream fails (docs/OPTIONS.md). Writes never ask.
+        check_read_options(self.options)
         return BROWSE_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return BrowseReader(parse_browse_options(self.options))
 
-    def streamReader(self, schema: StructType) -> RingQueueStreamReader:
-        options = parse_source_options(self.options)
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        try:
+            options = parse_source_options(self.options)
+        except InvalidOptionError as error:
+            # What load() could not tell from a read's options (no queue, say). Raised
+            # here, PySpark's source runner would bury it under an error of its own.
+            return RefusedStreamReader(error)
         if options.read_mode == "driver":
             # PySpark then asks simpleStreamReader, whose batches skip executor Python.
             raise PySparkNotImplementedError(
@@ -107,7 +142,9 @@ class RingQueueDataSource(Portable, DataSource):
         return DriverReadStreamReader(parse_source_options(self.options))
 
     def writer(self, schema: StructType, overwrite: bool) -> RingQueueBatchWriter:
-        return RingQueueBatchWriter(*self._sink(schema, overwrite))
+        writer = RingQueueBatchWriter(*self._sink(schema, overwrite))
+        writer.reserve()  # the batch commits with this instance, unpickled: made once
+        return writer
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> RingQueueStreamWriter:
         return RingQueueStreamWriter(*self._sink(schema, overwrite))

@@ -535,3 +535,28 @@ def parse_browse_options(options: Mapping[str, str]) -> BrowseOptions:
     if queue is not None:
         check_queue_name("queue", queue)
     return BrowseOptions(path=_path(found), queue=queue, storage=storage_options(options))
+
+
+def check_read_options(options: Mapping[str, str]) -> None:
+    """The options of a read or a readStream, checked at ``load()``, where Spark does not
+    say which of the two it is: options only a readStream takes are checked as a
+    readStream's (:func:`parse_source_options`), others as a read's.
+
+    Raises:
+        InvalidOptionError: an option neither takes, or an invalid value.
+    """
+    stream_only = {name.lower() for name in SOURCE_OPTIONS} - {n.lower() for n in BROWSE_OPTIONS}
+    for key in options:
+        lower = key.lower()
+        if lower in SPARK_OPTIONS or lower.startswith(OPTION_PREFIX):
+            continue
+        if lower not in stream_only and lower not in {n.lower() for n in BROWSE_OPTIONS}:
+            raise InvalidOptionError(
+                f"unknown option {key!r}; a read takes {', '.join(BROWSE_OPTIONS)}; a "
+                f"readStream takes {', '.join(SOURCE_OPTIONS)}; both take "
+                f"{OPTION_PREFIX}<KEY> for the store (docs/STORAGE.md)"
+            )
+    if any(key.lower() in stream_only for key in options):
+        parse_source_options(options)
+    else:
+        parse_browse_options(options)

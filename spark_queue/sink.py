@@ -3,8 +3,13 @@
 What runs where (the "Processes" table of ``docs/DESIGN.md``):
 
 - The writer is created on the driver side for every micro-batch and **pickled** into the
-  tasks. Pickling reserves the batch's sequence numbers (:meth:`_QueueWriter.__getstate__`):
-  it runs once per batch, in the driver-side planner process, before any task starts.
+  tasks. The batch's sequence numbers are reserved once, in the driver-side planner process,
+  before any task starts: when the batch writer is made (``DataSource.writer``), and when
+  the streaming writer is pickled (:meth:`_QueueWriter.__getstate__`; ``streamWriter`` also
+  makes the instance that commits, which reserves nothing). A refusal (a re-declare
+  mismatch, not a queue table, an unreachable store) is raised there, by the batch writer;
+  an error raised while pickling would reach the user as a pickling error, so the streaming
+  writer carries it into its tasks, which raise it before writing anything.
 - ``write()`` runs in executor tasks: it validates and normalises the rows, gives each its
   ``seq`` (``base + partition * SEQ_STRIDE + row``: arrival order), and stages Parquet files
   under the table root. Nothing is visible yet; a failed, retried or speculative attempt
@@ -34,7 +39,7 @@ from pyspark.sql.datasource import (
 
 from spark_queue import failpoints
 from spark_queue.enqueue import Reservation, commit_enqueue
-from spark_queue.errors import InvalidInputError
+from spark_queue.errors import InvalidInputError, QueueError
 from spark_queue.files import (
     MESSAGE,
     ROW_GROUP_BYTES,
@@ -80,15 +85,25 @@ class _QueueWriter(Portable):
         self.columns = columns
         self.location = Location.of(options.path, options.storage)
         self._base: int | None = None
+        self._refusal: QueueError | None = None  # raised by the tasks: see the module's doc
         # Read on the driver side for every batch (the writer is made again for each), so a
         # bad file fails the batch before any task runs and an edited file applies next batch.
         self.policies = load_policies(options.policies)
 
     def __getstate__(self) -> dict[str, Any]:
         # Pickling ships this writer to the tasks: reserve the batch's seqs first, once.
+        if self._base is None and self._refusal is None:
+            try:
+                self._base = self._reserve()
+            except QueueError as error:
+                self._refusal = error
+        return self.__dict__
+
+    def reserve(self) -> None:
+        """Reserve the write's seqs now, on the driver side: refusals raise here, where
+        Spark reports them as they are."""
         if self._base is None:
             self._base = self._reserve()
-        return self.__dict__
 
     def _reserve(self) -> int:
         """Create the table if needed, fail fast on a re-declare mismatch, pick the base."""
@@ -106,6 +121,8 @@ class _QueueWriter(Portable):
     def _write(self, batches: Iterator[pa.RecordBatch]) -> StagedPartition:
         from pyspark import TaskContext
 
+        if self._refusal is not None:
+            raise self._refusal
         context = TaskContext.get()
         partition = context.partitionId() if context else 0
         query_id = context.getLocalProperty("sql.streaming.queryId") if context else None
@@ -234,8 +251,8 @@ class _Staging:
 class RingQueueBatchWriter(_QueueWriter, DataSourceArrowWriter):
     """``df.write.format("ringqueue")``: one Delta commit for the whole write.
 
-    Made on the driver side and pickled into every task (pickling reserves the write's
-    seqs). ``write`` runs in executor tasks and stages Parquet files; ``commit`` runs on the
+    Made on the driver side, where it reserves the write's seqs, and pickled into every
+    task. ``write`` runs in executor tasks and stages Parquet files; ``commit`` runs on the
     driver and publishes them in one Delta commit; ``abort`` deletes what tasks staged."""
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedPartition:
