@@ -547,8 +547,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _say("interrupted", storage)
         return 130
-    except Exception as error:  # not ours: its type and message, never a traceback
-        _say(f"unexpected {type(error).__name__}: {error}", storage)
+    except Exception as error:  # not ours: its type and its message's first line (some
+        # libraries add a backtrace), never a traceback
+        first = next((line for line in str(error).splitlines() if line.strip()), "")
+        _say(f"unexpected {type(error).__name__}: {first}", storage)
         return EXIT_REFUSED
     if output:
         print(output)
