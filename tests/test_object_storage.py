@@ -233,7 +233,7 @@ def test_cli_on_s3_takes_storage_options(s3_table: str, s3_options: dict[str, st
         env=env,
         timeout=120,
     )
-    assert bad.returncode == 1 and "--storage-option takes KEY=VALUE" in bad.stderr
+    assert bad.returncode == 2 and "--storage-option takes KEY=VALUE" in bad.stderr
     assert SECRET_KEY not in bad.stderr
 
 
