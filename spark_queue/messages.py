@@ -209,6 +209,12 @@ def _is_headers(value: Any) -> bool:
     )
 
 
+_EXACT = {"priority": int, "deliver_at": datetime, "expires_at": datetime}
+# Microseconds since the epoch of 0001-01-01 and of the last microsecond of 9999, UTC.
+_FIRST_TIME = -62_135_596_800_000_000
+_LAST_TIME = 253_402_300_799_999_999
+
+
 def _is_time(value: Any) -> bool:
     """A datetime (naive: UTC) that is a time in UTC that Python can read back (year 1 to
     9999): a later one would be stored, and then fail every reader that makes datetimes."""
@@ -222,8 +228,10 @@ def _is_time(value: Any) -> bool:
     return True
 
 
-# What each column takes from Python values, checked before Arrow converts them: Arrow
-# would store a priority of 1.5 as 1 and an int as a time in microseconds.
+# What each column takes from Python values (naming the row at fault): Arrow would store a
+# priority of 1.5 as 1 and an int as a time in microseconds, so columns with values of
+# other types than _EXACT's are checked value by value before conversion; the others
+# where Arrow refuses them, or where a time is out of the years Python reads back.
 _VALUE_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "message_id": (lambda v: isinstance(v, str), "strings"),
     "key": (lambda v: isinstance(v, str), "strings"),
@@ -255,21 +263,38 @@ def _from_values(values: list[Any]) -> pa.Table:
                 f"unknown column {name!r}; publish accepts {', '.join(PUBLISH_COLUMNS)}"
             )
         column = [value.get(name) for value in values]
-        check = _VALUE_CHECKS.get(name)
-        if check is not None:
-            for row, item in enumerate(column):
-                if item is not None and not check[0](item):
-                    raise InvalidInputError(
-                        f"column {name!r} takes {check[1]} (or None); row {row} has "
-                        f"{shown(item)} ({type(item).__name__})"
-                    )
+        exact = _EXACT.get(name)
+        if exact is not None and not all(type(v) is exact or v is None for v in column):
+            _check_values(name, column)  # values Arrow might convert into others
         try:
-            columns[name] = pa.array(column, _PYTHON_TYPES.get(name))
-        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError) as error:
+            array = pa.array(column, _PYTHON_TYPES.get(name))
+        except (pa.ArrowException, TypeError, OverflowError) as error:
+            _check_values(name, column)  # the row at fault, where a check names it
             raise InvalidInputError(
                 f"column {name!r} has a value of the wrong type: {error}"
             ) from None
+        if pa.types.is_timestamp(array.type) and not _readable_times(array):
+            _check_values(name, column)
+        columns[name] = array
     return pa.table(columns)
+
+
+def _check_values(name: str, column: list[Any]) -> None:
+    """Raise for the first value of ``column`` that :data:`_VALUE_CHECKS` refuses."""
+    check, takes = _VALUE_CHECKS[name]
+    for row, item in enumerate(column):
+        if item is not None and not check(item):
+            raise InvalidInputError(
+                f"column {name!r} takes {takes} (or None); row {row} has "
+                f"{shown(item)} ({type(item).__name__})"
+            )
+
+
+def _readable_times(array: pa.Array) -> bool:
+    """Whether every time of ``array`` is one Python reads back (years 1 to 9999)."""
+    bounds = pc.min_max(array.cast(pa.int64()))
+    low, high = bounds["min"].as_py(), bounds["max"].as_py()
+    return low is None or (low >= _FIRST_TIME and high <= _LAST_TIME)
 
 
 def _check_columns(schema: pa.Schema) -> None:
