@@ -24,7 +24,7 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any, NoReturn
 
-from spark_queue.broker_client import TOKEN_ENV_VAR
+from spark_queue.broker_client import MODE_ENV_VAR, TOKEN_ENV_VAR, parse_mode
 from spark_queue.core import COUNTERS
 from spark_queue.discovery import DEFAULT_LISTEN, DEFAULT_MAX_REQUEST_BYTES
 from spark_queue.errors import (
@@ -163,10 +163,12 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _global_options(parser: argparse.ArgumentParser, *, after: bool, storage: bool = True) -> None:
+def _global_options(parser: argparse.ArgumentParser, *, after: bool, client: bool = True) -> None:
     """The options of every command, before it (``after`` unset) or after it. After it
     they are left out of the namespace unless given, so they do not undo those given
-    before; storage options given after go to ``storage_options_after`` and add to them."""
+    before; storage options given after go to ``storage_options_after`` and add to them.
+    ``client`` unset (the broker, which has a --storage-option of its own): the path and
+    policies only."""
     group = parser.add_argument_group("global options (before or after the command)")
     default = argparse.SUPPRESS if after else None
     group.add_argument(
@@ -180,17 +182,26 @@ def _global_options(parser: argparse.ArgumentParser, *, after: bool, storage: bo
         default=default,
         help=f"policies file applied by declare and alter (default: ${ENV_VAR})",
     )
-    if storage:
-        group.add_argument(
-            "--storage-option",
-            action="append",
-            metavar="KEY=VALUE",
-            dest="storage_options_after" if after else "storage_options",
-            default=default,
-            help="a storage option of the object store (AWS_ENDPOINT_URL=..., "
-            "AZURE_STORAGE_ACCOUNT_KEY=...; docs/STORAGE.md); repeat for more; keys left "
-            "out come from the environment",
-        )
+    if not client:
+        return
+    group.add_argument(
+        "--broker",
+        metavar="MODE",
+        default=default,
+        help=f"where the command's calls run: 'auto' (the table's live broker, else here), "
+        f"'off' (here), or a broker's HOST:PORT (default: ${MODE_ENV_VAR}, else auto); its "
+        f"token comes from ${TOKEN_ENV_VAR}",
+    )
+    group.add_argument(
+        "--storage-option",
+        action="append",
+        metavar="KEY=VALUE",
+        dest="storage_options_after" if after else "storage_options",
+        default=default,
+        help="a storage option of the object store (AWS_ENDPOINT_URL=..., "
+        "AZURE_STORAGE_ACCOUNT_KEY=...; docs/STORAGE.md); repeat for more; keys left out "
+        "come from the environment",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -333,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "policies":
             _global_options(check, after=True)
         else:  # the broker has its own --storage-option
-            _global_options(command, after=True, storage=name != "broker")
+            _global_options(command, after=True, client=name != "broker")
     return parser
 
 
@@ -438,7 +449,7 @@ def run_command(args: argparse.Namespace) -> str:
         return (
             f"{args.path}: two racing commits of one version: one won, one was refused ({took} ms)"
         )
-    table = QueueTable(args.path, policies=policies, storage_options=storage)
+    table = QueueTable(args.path, policies=policies, storage_options=storage, broker=args.broker)
     if command == "queues":
         return "\n".join(table.queues())
     if command in ("declare", "alter"):
@@ -533,6 +544,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
         except InvalidOptionError as error:
             raise UsageError(str(error)) from None
+        if getattr(args, "broker", None) is not None:
+            try:
+                parse_mode(args.broker)
+            except InvalidOptionError:
+                parser.error("--broker must be 'auto', 'off', 'host:port' or 'tls://host:port'")
         if args.path is None and args.command not in ("policies", "broker"):
             parser.error(f"--path is required by {args.command!r}")
         if args.command == "policies" and not (args.policies or os.environ.get(ENV_VAR)):

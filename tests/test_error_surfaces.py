@@ -193,8 +193,11 @@ def test_cli_bad_usage_exits_2_and_never_echoes_a_value(queue_path, capsys):
 
 def test_cli_global_options_go_before_or_after_the_command(queue_path, tmp_path, capsys):
     QueueTable(queue_path).declare("orders", max_length=5)
-    assert main(["queues", "--path", queue_path]) == 0
+    assert main(["queues", "--path", queue_path, "--broker", "off"]) == 0
     assert capsys.readouterr().out.split() == ["orders"]
+    assert main(["--path", queue_path, "queues", "--broker", SECRET]) == 2
+    line = one_line(capsys)
+    assert "--broker must be 'auto', 'off'" in line and SECRET not in line
     # Storage options given before and after the command add up (a local path takes none,
     # so both reach the table's check).
     argv = ["--storage-option", "A=1", "stats", "orders", "--storage-option", "NOEQUALS"]
