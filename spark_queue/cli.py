@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 
 from spark_queue.broker_client import MODE_ENV_VAR, TOKEN_ENV_VAR, parse_mode
 from spark_queue.core import COUNTERS
-from spark_queue.discovery import DEFAULT_LISTEN, DEFAULT_MAX_REQUEST_BYTES
+from spark_queue.discovery import DEFAULT_LISTEN, DEFAULT_MAX_REQUEST_BYTES, STOP_TIMEOUT_SECONDS
 from spark_queue.errors import (
     InvalidInputError,
     InvalidOptionError,
@@ -118,6 +118,17 @@ def _hours(text: str) -> float:
         value = -1.0
     if not 0 <= value < float("inf"):
         raise argparse.ArgumentTypeError("must be a number of hours >= 0")
+    return value
+
+
+def _seconds(text: str) -> float:
+    """argparse type: a number of seconds > 0 (else a usage error naming the value)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
     return value
 
 
@@ -328,6 +339,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_MAX_REQUEST_BYTES,
         help=f"refuse larger requests ({DEFAULT_MAX_REQUEST_BYTES})",
     )
+    broker.add_argument(
+        "--stop-timeout",
+        type=_seconds,
+        default=STOP_TIMEOUT_SECONDS,
+        metavar="SECONDS",
+        help=f"on SIGTERM, how long to wait for the requests in flight before cancelling "
+        f"them and exiting ({STOP_TIMEOUT_SECONDS:g})",
+    )
     policies = commands.add_parser("policies", help="queue policies (docs/POLICIES.md)")
     policy_commands = policies.add_subparsers(dest="policies_command", required=True)
     check = policy_commands.add_parser(
@@ -410,10 +429,13 @@ def _shown(argument: str, value: Any) -> str:
 
 def _run_broker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
     """``broker``: serve until SIGTERM. A missing token beyond loopback is bad usage."""
-    from spark_queue.broker import check_token, parse_listen, run_broker
+    from spark_queue.broker import check_token, check_token_text, parse_listen, run_broker
 
-    token = args.token or os.environ.get(TOKEN_ENV_VAR) or None
+    # An empty variable is no token; a flag given empty is a blank token.
+    token = args.token if args.token is not None else os.environ.get(TOKEN_ENV_VAR) or None
     try:
+        if token is not None:
+            check_token_text(token, "--token" if args.token is not None else f"${TOKEN_ENV_VAR}")
         check_token(parse_listen(args.listen)[0], token)
     except InvalidOptionError as error:
         parser.error(str(error))
@@ -431,6 +453,7 @@ def _run_broker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> st
         token=token,
         max_request_bytes=args.max_request_bytes,
         tls_files=None if args.tls_cert is None else (args.tls_cert, args.tls_key),
+        stop_timeout_seconds=args.stop_timeout,
         announce=lambda line: print(line, flush=True),
     )
     return ""

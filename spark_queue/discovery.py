@@ -4,21 +4,24 @@ table root, ``_spark_queue/brokers/<id>.json``, rewritten by the broker every fe
 
 A record is a plain file, not a Delta commit: heartbeats cost the table none of its commit
 rate, and Delta readers never see them (files under ``_``-prefixed folders are not part of
-a Delta table). It holds the broker's address and whether it wants a token, never the token.
-Safe from any thread.
+a Delta table). It holds the broker's address and whether it wants a token, never the token;
+a broker with a token signs its record with it (:mod:`spark_queue.broker_auth`), and a
+client with the token uses only records that carry its signature. Safe from any thread.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import json
 import logging
 import time
-from collections.abc import Collection
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Collection
+from dataclasses import asdict, dataclass, replace
 
 import pyarrow.fs as pafs
 
+from spark_queue.broker_auth import record_mac, same_mac
 from spark_queue.storage import Location
 from spark_queue.wire import PROTOCOL
 
@@ -28,6 +31,9 @@ DEFAULT_LISTEN = "127.0.0.1:0"  # loopback, a free port
 # a bound on what one client can make it hold, well above a publish of small messages.
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 HEARTBEAT_SECONDS = 2.0
+# How long a stopping broker waits for its open requests (--stop-timeout) before it cancels
+# them and exits: a client that holds an upload open does not hold the stop up.
+STOP_TIMEOUT_SECONDS = 10.0
 # A record is live while its heartbeat is younger than this many of its broker's heartbeat
 # intervals (and never less than STALE_FLOOR_SECONDS): clocks of the broker and its clients
 # may differ by a few seconds.
@@ -53,11 +59,37 @@ class BrokerRecord:
     max_request_bytes: int
     protocol: int = PROTOCOL
     tls: bool = False  # reached over TLS (gRPC over TLS)
+    mac: str = ""  # broker_auth.record_mac of the rest, where the broker has a token
+
+    def content(self) -> str:
+        """Everything but the signature, canonically: what the signature covers."""
+        fields = asdict(self)
+        del fields["mac"]
+        return json.dumps(fields, sort_keys=True)
+
+    def signed(self, key: bytes) -> BrokerRecord:
+        return replace(self, mac=record_mac(key, self.content()))
+
+    def signed_with(self, key: bytes) -> bool:
+        """Whether a holder of ``key`` (of the token) wrote this record."""
+        if not isinstance(self.mac, str) or not self.mac:
+            return False
+        return same_mac(self.mac, record_mac(key, self.content()))
 
     def live(self, now: float) -> bool:
         """Whether the heartbeat is recent enough to route to the broker at ``now``."""
         stale_after = max(STALE_FLOOR_SECONDS, STALE_HEARTBEATS * self.heartbeat_seconds)
         return now - self.heartbeat_at <= stale_after
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` is this machine only (127.0.0.0/8, ::1, localhost)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def _folder(location: Location) -> tuple[pafs.FileSystem, str]:
@@ -104,15 +136,21 @@ def read_records(location: Location) -> list[BrokerRecord]:
     return records
 
 
-def live_broker(location: Location, skipped: Collection[str] = ()) -> BrokerRecord | None:
+def live_broker(
+    location: Location,
+    skipped: Collection[str] = (),
+    trusted: Callable[[BrokerRecord], bool] = lambda record: True,
+) -> BrokerRecord | None:
     """The broker clients of the table use now: of the live records of this protocol whose
-    id is not in ``skipped``, the one that started first (ties: by id), so that every client
-    picks the same broker and a second broker stands by."""
+    id is not in ``skipped`` and that the client ``trusted``, the one that started first
+    (ties: by id), so that every client picks the same broker and a second broker stands
+    by. Records the client does not trust are left out before the choice: a forged record
+    that claims an earlier start hides no genuine broker."""
     now = time.time()
     live = [
         r
         for r in read_records(location)
-        if r.protocol == PROTOCOL and r.live(now) and r.id not in skipped
+        if r.protocol == PROTOCOL and r.live(now) and r.id not in skipped and trusted(r)
     ]
     return min(live, key=lambda r: (r.started_at, r.id), default=None)
 

@@ -1,10 +1,11 @@
 """How a :class:`~spark_queue.QueueTable` call travels to a queue broker and back, over
 Arrow Flight (docs/BROKER.md "Wire format").
 
-- A request is one JSON object: ``{"protocol": 1, "table": <uri>, "method": <name>,
+- A request is one JSON object: ``{"protocol": 2, "table": <uri>, "method": <name>,
   "arguments": {...}}``, the call's arguments by name. ``publish`` sends it as the
-  ``do_put`` descriptor's command and its messages as Arrow record batches; every other
-  method sends it as the body of a ``do_action`` whose type is the method's name.
+  ``do_put`` descriptor's command, with ``"upload": {"rows": <n>, "bytes": <n>}`` (what
+  follows it), and its messages as Arrow record batches; every other method sends it as
+  the body of a ``do_action`` whose type is the method's name.
 - A result: ``lease`` answers with its messages as one Arrow IPC stream; ``publish`` with
   the :class:`PublishResult` as JSON (``do_put``'s metadata), plus ``"rows"`` (how many
   came) and ``"not_stored"`` (the indices of those not stored: refused by a reject policy,
@@ -12,7 +13,7 @@ Arrow Flight (docs/BROKER.md "Wire format").
   ``{"result": ...}`` as JSON.
 - An error raised by the table travels as a Flight error whose ``extra_info`` is
   ``{"error": <class name>, "message": <str(error)>, ...}``, so the client raises the same
-  named class with the same message.
+  named class with the same message (cut to :data:`MAX_ERROR_BYTES`).
 
 Pure functions, no I/O; safe from any thread.
 """
@@ -35,7 +36,8 @@ from spark_queue.enqueue import PublishResult
 from spark_queue.errors import BrokerRequestError, QueueError
 from spark_queue.operations import PublishOutcome
 
-PROTOCOL = 1
+# 2: publish declares its upload; calls carry a proof of the token, never the token.
+PROTOCOL = 2
 # The Flight header that carries the token (``Bearer <token>``).
 TOKEN_HEADER = "authorization"
 # A ``do_action`` type that reports on the broker itself (id, table, requests served).
@@ -49,6 +51,13 @@ WRONG_TABLE = "wrong table"
 ROUTED_METHODS = ("publish", "lease", "ack", "cancel", "expire", "extend", "release", "stats")
 # QueueTable methods that travel as another: ``publish`` returns ``publish_outcome``'s result.
 WIRE_NAMES = {"publish_outcome": "publish"}
+# An error travels in gRPC's headers, which a client refuses above 16 KiB and may refuse
+# above 8 KiB (it then takes the broker for unreachable): its extra_info (base64 in a
+# trailer) carries the message cut to MAX_ERROR_BYTES UTF-8 bytes, the status's own message
+# (percent-encoded, for clients that read no extra_info) the message cut to
+# MAX_STATUS_MESSAGE_BYTES.
+MAX_ERROR_BYTES = 4096
+MAX_STATUS_MESSAGE_BYTES = 512
 # Errors of the standard library the table raises for a bad value (``np.asarray`` of
 # seqs that are not numbers, say), carried back as themselves.
 _BUILTIN_ERRORS: dict[str, type[Exception]] = {"ValueError": ValueError, "TypeError": TypeError}
@@ -68,17 +77,22 @@ def _resolved(path: str) -> str:
     return os.path.realpath(path)
 
 
-def encode_request(table: str, method: str, arguments: Mapping[str, Any]) -> bytes:
+def encode_request(
+    table: str, method: str, arguments: Mapping[str, Any], upload: Mapping[str, int] | None = None
+) -> bytes:
     """The request for ``method`` with ``arguments`` (JSON values, numpy scalars taken as
-    Python ones) on ``table``.
+    Python ones) on ``table``; ``upload``: publish's ``{"rows": n, "bytes": n}``.
 
     Raises:
         TypeError, ValueError: an argument is not a JSON value, or not a finite number (the
             caller then commits directly, so the table judges the value as it would
             without a broker).
     """
+    request = {"protocol": PROTOCOL, "table": table, "method": method, "arguments": dict(arguments)}
+    if upload is not None:
+        request["upload"] = dict(upload)
     return json.dumps(
-        {"protocol": PROTOCOL, "table": table, "method": method, "arguments": dict(arguments)},
+        request,
         default=_json_value,
         allow_nan=False,
     ).encode()
@@ -91,8 +105,9 @@ def _json_value(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not a JSON value")
 
 
-def decode_request(body: bytes, table: str) -> tuple[str, dict[str, Any]]:
-    """The method and arguments of a request to the broker of ``table``.
+def decode_request(body: bytes, table: str) -> tuple[str, dict[str, Any], Any]:
+    """The method, arguments and upload (what a publish declares of its messages, checked by
+    :func:`checked_upload`; None where not given) of a request to the broker of ``table``.
 
     Raises:
         BrokerRequestError: the body is not a request of this protocol for this table, or
@@ -127,7 +142,25 @@ def decode_request(body: bytes, table: str) -> tuple[str, dict[str, Any]]:
         raise BrokerRequestError(f"malformed request: {method} takes no argument 'rows'/'self'")
     if method == "publish" and not isinstance(arguments.get("arguments", {}), dict):
         raise BrokerRequestError("malformed request: publish's 'arguments' is not an object")
-    return method, arguments
+    return method, arguments, request.get("upload")
+
+
+def checked_upload(upload: Any) -> tuple[int, int]:
+    """The rows and bytes a publish request declares (``decode_request``'s upload).
+
+    Raises:
+        BrokerRequestError: it declares none, or not as counts.
+    """
+    if not (
+        isinstance(upload, dict)
+        and upload.keys() == {"rows", "bytes"}
+        and all(type(n) is int and n >= 0 for n in upload.values())
+    ):
+        raise BrokerRequestError(
+            'malformed request: publish\'s "upload" must be {"rows": <count>, "bytes": '
+            "<count>}, what the messages that follow add up to"
+        )
+    return upload["rows"], upload["bytes"]
 
 
 def encode_result(method: str, result: Any) -> bytes:
@@ -166,17 +199,27 @@ def ipc_to_table(body: bytes) -> pa.Table:
     return pa.ipc.open_stream(pa.py_buffer(body)).read_all()
 
 
+def trimmed(message: str, limit: int = MAX_ERROR_BYTES) -> str:
+    """``message`` cut to at most ``limit`` UTF-8 bytes, saying so."""
+    encoded = message.encode()
+    if len(encoded) <= limit:
+        return message
+    kept = encoded[: limit - 60].decode(errors="ignore")
+    return f"{kept} ... (cut: {len(message) - len(kept)} more characters)"
+
+
 def encode_error(error: BaseException) -> bytes | None:
-    """``error`` as the broker sends it back, or None where it is not the table's to report
-    (an internal failure of the broker)."""
+    """``error`` as the broker sends it back (its message :func:`trimmed`), or None where
+    it is not the table's to report (an internal failure of the broker)."""
     name = type(error).__name__
     if isinstance(error, QueueError) and getattr(errors, name, None) is type(error):
-        payload: dict[str, Any] = {"error": name, "message": str(error)}
+        payload: dict[str, Any] = {"error": name, "message": trimmed(str(error))}
         if isinstance(error, errors.QueueNotFoundError):
-            payload["queue"] = error.queue
-        return json.dumps(payload).encode()
+            payload["queue"] = trimmed(str(error.queue))
+        return json.dumps(payload, ensure_ascii=False).encode()
     if _BUILTIN_ERRORS.get(name) is type(error):
-        return json.dumps({"error": name, "message": str(error)}).encode()
+        payload = {"error": name, "message": trimmed(str(error))}
+        return json.dumps(payload, ensure_ascii=False).encode()
     return None
 
 
