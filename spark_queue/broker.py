@@ -257,7 +257,7 @@ class QueueBroker(flight.FlightServerBase):
         self._count("unauthenticated")
         log.warning(
             "refused a %s call from %s: %s proof of the token; nothing was done",
-            trimmed(call)[:100],
+            repr(call)[1:-1][:100],  # the client names it: one line, escaped
             context.peer(),
             "no" if header is None else "a wrong",
         )
