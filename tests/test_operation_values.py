@@ -24,6 +24,7 @@ from spark_queue.group import call
 from spark_queue.messages import as_input_table, normalise
 from spark_queue.operations import ChangeRequest, ExtendRequest, LeaseRequest, cancel_planner
 from spark_queue.options import ConsumerLimits
+from spark_queue.wire import encode_request
 from tests.brokers import BrokerProcess
 
 NOT_SEQS = [[1.5], [True], ["a"], [None], [2**70], [-1], 2, "12", np.array([1.5])]
@@ -361,3 +362,28 @@ def test_any_priority_is_refused_by_name_or_stored_as_given(value):
         assert "'priority'" in str(error) and "\n" not in str(error)
     else:
         assert rows["priority"].to_pylist() == [0 if value is None else value]
+
+
+@pytest.mark.parametrize(
+    ("queue", "period"), [("raw-long", 10**16), ("raw-huge", 2**63 + 5), ("raw-float", 1e300)]
+)
+def test_a_raw_request_with_any_lease_period_leaves_one_message_one_consumers(
+    broker, queue, period
+):
+    """What the broker decodes from any client, not only from ours: JSON numbers of any
+    size, floats too."""
+    table = QueueTable(broker.path, broker="off")
+    table.publish(queue, ["only"])
+    client = broker.client()
+    request = encode_request(
+        client.table, "lease", {"queue": queue, "consumer": "A", "lease_period": period}
+    )
+    try:
+        first = client.call("lease", request)
+    except InvalidOptionError as error:
+        assert "lease_period" in str(error) and "\n" not in str(error)
+        assert table.stats(queue)["leased"] == 0
+        return
+    assert first.num_rows == 1
+    assert table.lease(queue, "B", lease_period="1 minute").num_rows == 0
+    assert table.stats(queue)["leased_by_consumer"] == {"A": 1}
