@@ -330,8 +330,10 @@ class QueueStore:
         entries it has deleted are always all those below some version, whatever number
         of cleanups run at once. ``version``'s entry, there after the next one was found
         missing, was there at that moment, so the next one had not been deleted then: it
-        was not written yet. A time bound would not do: cleanup keeps the commits of its
-        last ``LOG_MIN_AGE_SECONDS`` by the store's clock, which a process does not share.
+        was not written yet. A probe trusted for some seconds would not do: cleanup keeps
+        the commits of the last ``LOG_MIN_AGE_SECONDS`` by its own clock against the
+        store's, and its time rule (``delta.logRetentionDuration``) has no such floor
+        (docs/decisions/log-retention.md).
         """
         try:
             # Opening a stream costs one request on S3 (a HEAD; get_file_info lists too, for

@@ -22,7 +22,7 @@ from deltalake import DeltaTable
 from spark_queue import QueueTable
 from spark_queue.maintenance import LOG_RETENTION_VERSIONS_KEY
 from tests.brokers import BrokerProcess
-from tests.helpers import set_table_property
+from tests.helpers import consume, output_columns, set_table_property
 
 # The other process: ``count`` one-message publishes straight to the table (no broker),
 # then, with every log file made older than cleanup's floor, publishes on to the next
@@ -259,3 +259,24 @@ def test_log_cleanup_stops_at_the_first_entry_it_cannot_delete(queue_path):
     removed = cleanup_log(Location.of(queue_path), retention_hours=0)
     assert removed == [f"{v:020d}.json" for v in range(4, 10)]
     assert DeltaTable(queue_path).version() == 12
+
+
+def test_a_stream_query_restarted_after_cleanup_passed_its_stop_delivers_each_once(
+    spark, queue_path, tmp_path
+):
+    """A ``format("ringqueue")`` query stopped while others committed past log cleanup,
+    then restarted from its checkpoint: its offsets are lease ids in the queue's state, not
+    log versions, so every message is delivered once."""
+    table = QueueTable(queue_path, broker="off")
+    table.publish("q", [f"before {i}" for i in range(3)])
+    short_log(queue_path)
+    out, checkpoint = tmp_path / "out", tmp_path / "checkpoint"
+    consume(spark, queue_path, out, checkpoint)
+    known = DeltaTable(queue_path).version()
+    publish_elsewhere(queue_path, "q", 30)
+    assert not log_entry(queue_path, known).exists()
+    added = published_elsewhere(queue_path, "q")
+    consume(spark, queue_path, out, checkpoint)
+    seqs, counts = output_columns(out, "seq", "delivery_count")
+    assert sorted(seqs) == list(range(added))
+    assert set(counts) == {1}
