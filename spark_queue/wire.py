@@ -58,8 +58,8 @@ WIRE_NAMES = {"publish_outcome": "publish"}
 # MAX_STATUS_MESSAGE_BYTES.
 MAX_ERROR_BYTES = 4096
 MAX_STATUS_MESSAGE_BYTES = 512
-# Errors of the standard library the table raises for a bad value (``np.asarray`` of
-# seqs that are not numbers, say), carried back as themselves.
+# Errors of the standard library a call raises for a value no parser of ours refused
+# first, carried back as themselves: the caller gets what it would get without a broker.
 _BUILTIN_ERRORS: dict[str, type[Exception]] = {"ValueError": ValueError, "TypeError": TypeError}
 
 
