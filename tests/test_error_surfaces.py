@@ -315,6 +315,28 @@ def test_spark_source_options_fail_at_load(spark, queue_path, tmp_path):
     unknown = started(queue="orders", maxMessages="5")
     assert "invalidoptionerror: unknown option 'maxmessages'" in unknown.lower()
     assert "a readStream takes path, queue, consumer" in unknown
-    # No queue: a read's options, so load() cannot tell; the query fails at its first call.
-    assert "option 'queue' is required" in started()
     assert QueueTable(queue_path).stats("orders")["leased"] == 0
+
+
+def test_what_load_cannot_refuse_fails_at_the_first_call_not_in_pickling(queue_path):
+    """Spark's Python workers, without a session: a readStream given a read's options (no
+    queue) gets a reader that refuses at its first call (raised by ``streamReader``, PySpark
+    adds an error of its own); a refused streaming write pickles into its tasks, which
+    raise the refusal (raised while pickling, it would become a pickling error)."""
+    from pyspark import cloudpickle
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from spark_queue.datasource import RingQueueDataSource
+
+    QueueTable(queue_path).declare("orders", max_length=5)
+    reader = RingQueueDataSource({"path": queue_path}).streamReader(StructType())
+    with pytest.raises(spark_queue.InvalidOptionError, match="option 'queue' is required"):
+        reader.initialOffset()
+    schema = StructType([StructField("body", StringType())])
+    source = RingQueueDataSource({"path": queue_path, "queue": "orders", "maxLength": "7"})
+    with pytest.raises(spark_queue.ArgumentMismatchError):
+        source.writer(schema, False)  # the batch writer: when made
+    task_copy = pickle.loads(cloudpickle.dumps(source.streamWriter(schema, False)))
+    with pytest.raises(spark_queue.ArgumentMismatchError, match="maxLength: queue has 5"):
+        task_copy.write(iter([]))
+    assert QueueTable(queue_path).stats("orders")["added"] == 0
