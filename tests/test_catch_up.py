@@ -13,10 +13,12 @@ waiting for them to age.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.fs as pafs
 from deltalake import DeltaTable
 
 from spark_queue import QueueTable
@@ -280,3 +282,48 @@ def test_a_stream_query_restarted_after_cleanup_passed_its_stop_delivers_each_on
     seqs, counts = output_columns(out, "seq", "delivery_count")
     assert sorted(seqs) == list(range(added))
     assert set(counts) == {1}
+
+
+# On S3 a log file's age cannot be set: the other process runs the cleanup as if its
+# clock were past the floor, after a checkpoint.
+ELSEWHERE_S3 = """
+import json, sys, time
+from spark_queue import QueueTable
+from spark_queue.maintenance import LOG_MIN_AGE_SECONDS, cleanup_log
+
+uri, options, count = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
+table = QueueTable(uri, storage_options=options, broker="off")
+for i in range(count):
+    table.publish("q", [f"elsewhere {i}"])
+table.checkpoint()
+later = time.time() + 2 * LOG_MIN_AGE_SECONDS
+print(len(cleanup_log(table.store.location, 7 * 24, later, max_versions=5)))
+"""
+
+
+def test_a_table_on_s3_left_behind_by_log_cleanup_sees_the_present(s3_table, s3_options):
+    table = QueueTable(s3_table, storage_options=s3_options, broker="off")
+    table.declare("q")
+    DeltaTable(s3_table, storage_options=s3_options).alter.set_table_properties(
+        {"delta.checkpointInterval": "10", LOG_RETENTION_VERSIONS_KEY: "5"},
+        raise_if_not_exists=False,
+    )
+    assert table.publish("q", ["here"]).seqs == [0]
+    known = table.store.open().version()
+    done = subprocess.run(
+        [sys.executable, "-c", ELSEWHERE_S3, s3_table, json.dumps(s3_options), "30"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    assert int(done.stdout.split()[-1]) > 0
+    store = table.store
+    entries = store.fs.get_file_info([store.log_entry(known), store.log_entry(known + 1)])
+    assert all(entry.type == pafs.FileType.NotFound for entry in entries)
+    fresh = QueueTable(s3_table, storage_options=s3_options, broker="off")
+    assert table.stats("q")["added"] == fresh.stats("q")["added"] == 31
+    assert table.publish("q", ["after"]).seqs == [31]
+    leased = table.lease("q", "w", max_messages=2)
+    assert leased["body"].to_pylist() == [b"here", b"elsewhere 0"]
