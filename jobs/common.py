@@ -23,7 +23,7 @@ import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, NoReturn
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -53,7 +53,8 @@ from pyspark.sql.streaming.listener import (  # noqa: E402
     QueryTerminatedEvent,
 )
 
-from spark_queue import local_session, register  # noqa: E402
+from spark_queue import InvalidOptionError, local_session, register  # noqa: E402
+from spark_queue.arguments import ARGUMENTS, POSITIVE, Kind, shown  # noqa: E402
 from spark_queue.session import configure_s3a  # noqa: E402
 from spark_queue.storage import parse_storage_flags  # noqa: E402
 
@@ -180,15 +181,25 @@ def trigger_kwargs(args: argparse.Namespace) -> dict[str, object]:
     return {"processingTime": args.interval}
 
 
-def positive_int(text: str) -> int:
-    """argparse type: a whole number > 0 (the message names the value)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number > 0, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number > 0, got {text!r}")
-    return value
+def kind_type(kind: Kind) -> Callable[[str], Any]:
+    """argparse type: the specification's parser of ``kind``; a bad value is a usage error
+    (argparse names the flag, the message the valid values)."""
+
+    def parse(text: str) -> Any:
+        try:
+            return kind.parse("value", text)
+        except InvalidOptionError:
+            raise argparse.ArgumentTypeError(f"must be {kind.valid}; got {shown(text)}") from None
+
+    return parse
+
+
+def argument_type(name: str) -> Callable[[str], Any]:
+    """argparse type of the argument ``name`` of the specification."""
+    return kind_type(ARGUMENTS[name].kind)
+
+
+positive_int = kind_type(POSITIVE)
 
 
 def fail(prog: str, message: str, status: int = 1) -> NoReturn:

@@ -36,6 +36,7 @@ from common import (
     add_remote_option,
     add_storage_options,
     add_trigger_options,
+    argument_type,
     end_session,
     explain,
     fail,
@@ -84,6 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--lease-period",
+        type=argument_type("lease_period"),
         help="an unacknowledged lease older than this returns its message to the queue, "
         "e.g. '5 minutes' (default: leases do not expire)",
     )
@@ -94,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--max-deliveries",
-        type=int,
+        type=argument_type("max_deliveries"),
         help="kill (dead-letter) a message delivered this many times without an ack",
     )
     parser.add_argument(
@@ -120,8 +122,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = [c for c in args.columns if c not in COLUMNS]
     if unknown or not args.columns:
         parser.error(f"--columns: unknown {unknown or 'empty list'}; valid: {', '.join(COLUMNS)}")
-    if args.max_deliveries is not None and args.max_deliveries < 0:
-        parser.error(f"--max-deliveries must be a whole number >= 0, got {args.max_deliveries}")
     return args
 
 

@@ -53,6 +53,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from spark_queue import InvalidOptionError, QueueTable
+from spark_queue.arguments import ARGUMENTS
 from spark_queue.options import validate_arguments
 
 SOURCES = ("generate", "delta", "files")
@@ -71,18 +72,19 @@ MESSAGE_COLUMNS = {
     "expires_at": "expires_at",
     "queue_column": "queue",
 }
-# Flag -> (sink option, snake_case queue argument or None for a write option).
-QUEUE_OPTIONS = {
-    "ring_size": ("ringSize", "ring_size"),
-    "max_length": ("maxLength", "max_length"),
-    "max_length_bytes": ("maxLengthBytes", "max_length_bytes"),
-    "overflow": ("overflow", "overflow"),
-    "dead_letter_queue": ("deadLetterQueue", "dead_letter_queue"),
-    "reject_threshold": ("rejectThreshold", "reject_threshold"),
-    "expiration": ("expiration", "expiration"),
-    "expiration_model": ("expirationModel", "expiration_model"),
-    "on_reject": ("onReject", None),
-}
+# The sink options this job takes as flags (spelt by the specification: --ring-size for
+# ringSize): queue arguments, and onReject.
+QUEUE_OPTIONS = (
+    "ring_size",
+    "max_length",
+    "max_length_bytes",
+    "overflow",
+    "dead_letter_queue",
+    "reject_threshold",
+    "expiration",
+    "expiration_model",
+    "on_reject",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -153,19 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--queue-column", help="the queue of each row, a string; null rows go to --queue"
     )
     arguments = parser.add_argument_group("queue arguments (sink options, docs/OPTIONS.md)")
-    arguments.add_argument("--ring-size", help="maxLength=N with overflow=ring")
-    arguments.add_argument("--max-length", help="limit on ready messages (-1: unlimited)")
-    arguments.add_argument("--max-length-bytes", help="limit on ready body bytes (-1: unlimited)")
-    arguments.add_argument(
-        "--overflow", help="drop-head (default), ring, reject-publish, reject-publish-dlx"
-    )
-    arguments.add_argument("--dead-letter-queue", help="queue for dropped or rejected messages")
-    arguments.add_argument("--reject-threshold", help="fraction in (0, 1] of a limit")
-    arguments.add_argument("--expiration", help="default message time-to-live, e.g. '1h'")
-    arguments.add_argument("--expiration-model", help="default, queue, earliest, latest")
-    arguments.add_argument(
-        "--on-reject", help="drop (default) or fail: a batch with a rejected message fails"
-    )
+    for name in QUEUE_OPTIONS:
+        arguments.add_argument(ARGUMENTS[name].flag, help=ARGUMENTS[name].doc)
     run = parser.add_argument_group("query")
     add_trigger_options(run)
     run.add_argument(
@@ -197,16 +188,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if args.source == "delta" and args.format:
         parser.error("--format goes with --source files")
     given = {
-        argument: getattr(args, flag)
-        for flag, (_, argument) in QUEUE_OPTIONS.items()
-        if argument and getattr(args, flag) is not None
+        name: getattr(args, name)
+        for name in QUEUE_OPTIONS
+        if name != "on_reject" and getattr(args, name) is not None
     }
     try:
-        validate_arguments(given)
-    except InvalidOptionError as error:  # names the snake_case argument, the flag's twin
-        parser.error(f"queue arguments: {error}")
-    if args.on_reject is not None and args.on_reject.strip().lower() not in ("drop", "fail"):
-        parser.error(f"--on-reject must be drop or fail, got {args.on_reject!r}")
+        validate_arguments(given, surface="flag")
+        if args.on_reject is not None:
+            ARGUMENTS["on_reject"].parse(args.on_reject, "--on-reject")
+    except InvalidOptionError as error:  # names the flag
+        parser.error(str(error))
     if args.queue == DEMO_QUEUE and not given:
         args.ring_size = str(DEMO_RING_SIZE)
     return args
@@ -290,9 +281,9 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> di
         writer = stream.writeStream.format("ringqueue").option("queue", args.queue)
         for key, value in storage.items():
             writer = writer.option(f"storage.{key}", value)
-        for flag, (option, _) in QUEUE_OPTIONS.items():
-            if getattr(args, flag) is not None:
-                writer = writer.option(option, getattr(args, flag))
+        for name in QUEUE_OPTIONS:
+            if getattr(args, name) is not None:
+                writer = writer.option(ARGUMENTS[name].option, getattr(args, name))
         writer = writer.option(
             "checkpointLocation", args.checkpoint or f"{scratch}/checkpoint"
         ).trigger(**trigger_kwargs(args))

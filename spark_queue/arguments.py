@@ -380,6 +380,7 @@ FRACTION = Fraction()
 MULTIPLIER = Multiplier()
 BOOL = Bool()
 QUEUE = Name()
+QUEUE_OPTIONAL = Name(optional=True)
 CONSUMER = Name(pattern=CONSUMER_NAME, rule="a name of 1 to 255 characters, no control characters")
 
 
@@ -495,8 +496,8 @@ READ_MODES = ("executors", "driver")
 # alter, a sink's options, CLI flags, policies); ``sink``/``source``: an option of a Spark
 # write/read; ``lease``: a consumer's limits of ``QueueTable.lease`` and the source;
 # ``consumer``/``publisher``: a keyword of ``QueueTable.consumer()`` / ``publisher()``;
-# ``publish``: a keyword of ``QueueTable.publish``.
-SCOPES = ("queue", "sink", "source", "lease", "consumer", "publisher", "publish")
+# ``publish``: a keyword of ``QueueTable.publish``; ``browse``: an option of a batch read.
+SCOPES = ("queue", "sink", "source", "browse", "lease", "consumer", "publisher", "publish")
 
 
 def camel(snake: str) -> str:
@@ -538,7 +539,10 @@ class Argument:
         )
 
     def parse(self, value: Any, label: str | None = None) -> Any:
-        """The parsed value; errors name ``label`` (the caller's spelling) or the name."""
+        """The parsed value; errors name ``label`` (the caller's spelling) or the name.
+        ``None`` is the argument not given where its default is None (no such value)."""
+        if value is None and self.default is None:
+            return None
         return self.kind.parse(label or self.name, value)
 
 
@@ -548,6 +552,24 @@ def _queue(name: str, kind: Kind, doc: str, default: Any = None, **more: Any) ->
 
 
 SPECIFICATION: tuple[Argument, ...] = (
+    Argument(
+        "path",
+        Text(),
+        "The queue table: a local path or a URI (s3://, abfss://, gs://, file://). Required.",
+        ("sink", "source", "browse"),
+    ),
+    Argument(
+        "queue",
+        QUEUE_OPTIONAL,
+        "The queue (sink: else each row's queue column; source: required; browse: else all).",
+        ("sink", "source", "browse"),
+    ),
+    Argument(
+        "policies",
+        Text(),
+        "A policies file (docs/POLICIES.md); unset: $SPARK_QUEUE_POLICIES.",
+        ("sink",),
+    ),
     _queue(
         "max_length",
         LIMIT,
@@ -571,7 +593,7 @@ SPECIFICATION: tuple[Argument, ...] = (
     ),
     Argument(
         "ring_size",
-        LIMIT,
+        COUNT,
         "Shorthand for maxLength=N with overflow=ring.",
         ("queue", "sink"),
         unit="messages",
@@ -579,7 +601,7 @@ SPECIFICATION: tuple[Argument, ...] = (
     ),
     _queue(
         "dead_letter_queue",
-        Name(optional=True),
+        QUEUE_OPTIONAL,
         "The queue that receives this queue's dropped, expired and dead messages.",
     ),
     _queue(
@@ -671,7 +693,7 @@ SPECIFICATION: tuple[Argument, ...] = (
     ),
     Argument(
         "max_messages",
-        Limit(),
+        POSITIVE,
         "Messages leased at most per micro-batch / lease call.",
         ("source", "lease"),
         unit="messages",
@@ -679,7 +701,7 @@ SPECIFICATION: tuple[Argument, ...] = (
     ),
     Argument(
         "max_bytes",
-        Limit(),
+        POSITIVE,
         "Bytes of bodies leased at most per micro-batch / lease call.",
         ("source", "lease"),
         unit="bytes",
@@ -687,7 +709,7 @@ SPECIFICATION: tuple[Argument, ...] = (
     ),
     Argument(
         "max_backlog",
-        Limit(),
+        POSITIVE,
         "Messages leased and not yet committed at most, across micro-batches.",
         ("source",),
         unit="messages",
@@ -736,7 +758,7 @@ SPECIFICATION: tuple[Argument, ...] = (
         unit="messages",
     ),
     Argument(
-        "ack_interval",
+        "ack_interval_ms",
         Duration(minimum_ms=1, optional=True),
         "Acknowledgements flushed once the oldest waited this long (unset: 1 s, or a "
         "quarter of the lease period where shorter; below half of it).",
@@ -744,7 +766,7 @@ SPECIFICATION: tuple[Argument, ...] = (
         unit="ms",
     ),
     Argument(
-        "max_poll_interval",
+        "max_poll_interval_ms",
         Duration(minimum_ms=1, optional=True),
         "An idle consumer checks for a new table version at least this often (unset: 25 ms "
         "on a local disk, 100 ms on an object store).",
@@ -752,7 +774,7 @@ SPECIFICATION: tuple[Argument, ...] = (
         unit="ms",
     ),
     Argument(
-        "idle_lease_interval",
+        "idle_lease_interval_ms",
         Duration(minimum_ms=1),
         "An idle consumer leases again at least this often.",
         ("consumer",),
@@ -760,7 +782,7 @@ SPECIFICATION: tuple[Argument, ...] = (
         unit="ms",
     ),
     Argument(
-        "linger",
+        "linger_ms",
         Duration(),
         "A publisher's message waits at most this long for others to share its commit.",
         ("publisher",),

@@ -24,6 +24,7 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any, NoReturn
 
+from spark_queue.arguments import ARGUMENTS, COUNT, arguments_of, parse_queue_name
 from spark_queue.broker_client import MODE_ENV_VAR, TOKEN_ENV_VAR, parse_mode
 from spark_queue.core import COUNTERS
 from spark_queue.discovery import DEFAULT_LISTEN, DEFAULT_MAX_REQUEST_BYTES, STOP_TIMEOUT_SECONDS
@@ -34,13 +35,7 @@ from spark_queue.errors import (
     TableNotFoundError,
 )
 from spark_queue.maintenance import DEFAULT_VACUUM_HOURS
-from spark_queue.options import (
-    ARGUMENT_NAMES,
-    ARGUMENT_OPTIONS,
-    check_queue_name,
-    option_name,
-    validate_arguments,
-)
+from spark_queue.options import ARGUMENT_NAMES, option_name, validate_arguments
 from spark_queue.policies import ENV_VAR, Policies, load_policies
 from spark_queue.storage import (
     Location,
@@ -100,14 +95,12 @@ def _unrecognized(extras: list[str]) -> str:
 
 
 def _count(text: str) -> int:
-    """argparse type: a whole number >= 0 (else a usage error naming the flag)."""
+    """argparse type: a whole number >= 0, the specification's count (else a usage error
+    naming the flag, never the value)."""
     try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError("must be a whole number >= 0")
-    return value
+        return COUNT.parse("value", text)
+    except InvalidOptionError:
+        raise argparse.ArgumentTypeError(f"must be {COUNT.valid}") from None
 
 
 def _hours(text: str) -> float:
@@ -155,15 +148,20 @@ def _progress(args: argparse.Namespace) -> Callable[[str], None]:
 
 
 def _arguments(parser: argparse.ArgumentParser) -> None:
-    """The queue arguments as ``--max-length`` style flags (strings: the API validates)."""
-    for camel, snake in ARGUMENT_OPTIONS.items():
-        parser.add_argument(f"--{snake.replace('_', '-')}", dest=snake, help=f"({camel})")
-    parser.add_argument("--ring-size", dest="ring_size", help="maxLength=N with overflow=ring")
+    """The queue arguments as ``--max-length`` style flags, from the specification
+    (strings: :func:`_given` parses them)."""
+    for argument in arguments_of("queue"):
+        parser.add_argument(argument.flag, dest=argument.name, help=argument.doc)
 
 
 def _given(args: argparse.Namespace) -> dict[str, Any]:
-    names = [*ARGUMENT_OPTIONS.values(), "ring_size"]
-    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+    """The queue argument flags given, parsed; errors name the flag."""
+    given = {
+        a.name: getattr(args, a.name)
+        for a in arguments_of("queue")
+        if getattr(args, a.name, None) is not None
+    }
+    return validate_arguments(given, surface="flag")
 
 
 def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
@@ -238,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     publish.add_argument("--file", help="read the JSON lines from this file, not stdin")
     publish.add_argument("--producer", help="with --sequence: an idempotent publish")
     publish.add_argument("--sequence", type=_count, help="grows with every publish of --producer")
-    publish.add_argument("--on-reject", choices=["drop", "fail"], default="drop")
+    publish.add_argument("--on-reject", default="drop", help=ARGUMENTS["on_reject"].doc)
     publish.add_argument("--json", action="store_true", help="the result as one JSON object")
     _arguments(publish)
     stats = commands.add_parser("stats", help="gauges and counters of a queue (all if none)")
@@ -377,8 +375,8 @@ def _check_policies(args: argparse.Namespace) -> str:
             args.path, policies=policies, storage_options=parse_storage_flags(args.storage_options)
         ).resolve(args.queue, **given)
     else:
-        check_queue_name("queue", args.queue)
-        resolution = policies.resolve(args.queue, validate_arguments(given))
+        parse_queue_name("queue", args.queue)
+        resolution = policies.resolve(args.queue, given)
     if args.json:
         return json.dumps(resolution.to_dict())
     values = asdict(resolution.arguments)
@@ -485,7 +483,7 @@ def run_command(args: argparse.Namespace) -> str:
             rows,
             producer=args.producer,
             sequence=args.sequence,
-            on_reject=args.on_reject,
+            on_reject=ARGUMENTS["on_reject"].parse(args.on_reject, "--on-reject"),
             **_given(args),
         )
         if args.json:

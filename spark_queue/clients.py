@@ -29,7 +29,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 import pyarrow as pa
 
-from spark_queue.arguments import POSITIVE, SEQ, parse_seq, shown
+from spark_queue.arguments import (
+    POSITIVE,
+    SEQ,
+    parse_consumer_name,
+    parse_duration_ms,
+    parse_given,
+    parse_queue_name,
+    parse_seq,
+    shown,
+)
 from spark_queue.errors import (
     BrokerAuthenticationError,
     BrokerError,
@@ -40,7 +49,7 @@ from spark_queue.errors import (
     StorageError,
 )
 from spark_queue.messages import as_input_table
-from spark_queue.options import parse_duration_ms
+from spark_queue.options import validate_arguments
 from spark_queue.schema import LEASE_VERSION_KEY
 
 if TYPE_CHECKING:
@@ -78,9 +87,9 @@ class QueueOperations(Protocol):
 
 
 DEFAULT_LEASE_PERIOD = "30 seconds"
-LOCAL_POLL = 0.025  # seconds between two log checks of an idle consumer, at most: local disk
-OBJECT_STORE_POLL = 0.1  # and on an object store, where each is a request
-DEFAULT_ACK_INTERVAL = 1.0  # seconds; a quarter of the lease period where that is shorter
+LOCAL_POLL_MS = 25  # between two log checks of an idle consumer, at most: local disk
+OBJECT_STORE_POLL_MS = 100  # and on an object store, where each is a request
+DEFAULT_ACK_INTERVAL_MS = 1000  # a quarter of the lease period where that is shorter
 RECEIVERS_SEEN = 5.0  # seconds: threads that received within this long share the handling
 GROWTH = 32  # a prefetch that ran dry grows this many times: a fast handler is fed soon
 FIRST_POLL_INTERVAL = 0.005  # seconds: an idle consumer's first log check comes this soon
@@ -144,7 +153,7 @@ class Consumer:
       ``prefetch_count``, so a slow handler holds few messages and other workers get the
       rest.
     - **Acknowledgements** are batched: flushed once ``ack_batch`` are pending, once the
-      oldest has waited ``ack_interval`` seconds (None: 1 s, or a quarter of the lease
+      oldest has waited ``ack_interval_ms`` (None: 1 s, or a quarter of the lease
       period where shorter; it must stay below half of it, since an acknowledged message's
       lease is no longer extended), and on :meth:`flush` and :meth:`close`;
       a flush and a lease go to the table together (one commit, where the group commit can).
@@ -153,10 +162,10 @@ class Consumer:
       redelivered while it is handled, however slow the handler, as long as this process
       lives. A killed process's leases run out and their messages are delivered again.
     - **Long polling**: a consumer that finds nothing waits for a new table version (a stat
-      of the next log entry, every ``max_poll_interval`` seconds at most (None: 25 ms on a
+      of the next log entry, every ``max_poll_interval_ms`` at most (None: 25 ms on a
       local disk, 100 ms on an object store, where each check is a request), starting at 5 ms;
       commits of this process wake it at once), and leases again at least every
-      ``idle_lease_interval`` seconds (scheduled messages falling due, leases running out
+      ``idle_lease_interval_ms`` (scheduled messages falling due, leases running out
       make no version).
     - :meth:`close` flushes acknowledgements and releases every message prefetched or in
       hand and not acknowledged (ready at once; no delivery limit counted).
@@ -181,55 +190,60 @@ class Consumer:
         max_prefetch: int = 1000,
         lease_period: str | int = DEFAULT_LEASE_PERIOD,
         ack_batch: int = 1000,
-        ack_interval: float | None = None,
-        max_poll_interval: float | None = None,
-        idle_lease_interval: float = 1.0,
+        ack_interval_ms: str | int | None = None,
+        max_poll_interval_ms: str | int | None = None,
+        idle_lease_interval_ms: str | int = 1000,
         max_deliveries: int = 0,
         max_cancels: int = 0,
         filter: str | None = None,
     ) -> None:
-        period_ms = parse_duration_ms("lease_period", lease_period)
-        if not period_ms:
-            raise InvalidOptionError(f"lease_period must be a duration > 0; got {lease_period!r}")
-        for label, value in (("max_prefetch", max_prefetch), ("ack_batch", ack_batch)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidOptionError(f"{label} must be a whole number >= 1; got {value!r}")
-        if ack_interval is None:
-            ack_interval = min(DEFAULT_ACK_INTERVAL, period_ms / 1000 / 4)
-        for label, seconds in (
-            ("ack_interval", ack_interval),
-            ("idle_lease_interval", idle_lease_interval),
-        ):
-            if not isinstance(seconds, int | float) or seconds <= 0:
-                raise InvalidOptionError(f"{label} must be seconds > 0; got {seconds!r}")
-        self.table = table
-        self.queue = queue
-        self.name = name
-        self.max_prefetch = max_prefetch
-        self.lease_period = period_ms / 1000
-        if ack_interval >= self.lease_period / 2:
+        # Every option is checked here, by the specification's parsers (durations in its
+        # one grammar: a whole number of milliseconds, or a number with a unit), so a bad
+        # one fails when the consumer is made, never in its background thread.
+        parse_queue_name("queue", queue)
+        parse_consumer_name("name", name)
+        period_ms = parse_duration_ms("lease_period", lease_period, minimum_ms=1)
+        given = parse_given(
+            "consumer",
+            {
+                "max_prefetch": max_prefetch,
+                "ack_batch": ack_batch,
+                "ack_interval_ms": ack_interval_ms,
+                "max_poll_interval_ms": max_poll_interval_ms,
+                "idle_lease_interval_ms": idle_lease_interval_ms,
+                "max_deliveries": max_deliveries,
+                "max_cancels": max_cancels,
+                "filter": filter,
+            },
+        )
+        ack_interval_ms = given["ack_interval_ms"]
+        if ack_interval_ms is None:
+            ack_interval_ms = min(DEFAULT_ACK_INTERVAL_MS, period_ms / 4)
+        if ack_interval_ms >= period_ms / 2:
             # An acknowledged message's lease is no longer extended: its flush must land
             # before the lease runs out, or the message is delivered again.
             raise InvalidOptionError(
-                f"ack_interval ({ack_interval:g} s) must be below half the lease_period "
-                f"({self.lease_period:g} s)"
+                f"ack_interval_ms ({ack_interval_ms:g} ms) must be below half the "
+                f"lease_period ({period_ms} ms)"
             )
-        self.ack_batch = ack_batch
-        self.ack_interval = ack_interval
-        if max_poll_interval is None:
+        poll_ms = given["max_poll_interval_ms"]
+        if poll_ms is None:
             local = table.store.location.scheme in ("", "file")
-            max_poll_interval = LOCAL_POLL if local else OBJECT_STORE_POLL
-        if not isinstance(max_poll_interval, int | float) or max_poll_interval <= 0:
-            raise InvalidOptionError(
-                f"max_poll_interval must be seconds > 0; got {max_poll_interval!r}"
-            )
-        self.max_poll_interval = max_poll_interval
-        self.idle_lease_interval = idle_lease_interval
+            poll_ms = LOCAL_POLL_MS if local else OBJECT_STORE_POLL_MS
+        self.table = table
+        self.queue = queue
+        self.name = name
+        self.max_prefetch = given["max_prefetch"]
+        self.lease_period_s = period_ms / 1000
+        self.ack_batch = given["ack_batch"]
+        self.ack_interval_s = ack_interval_ms / 1000
+        self.max_poll_interval_s = poll_ms / 1000
+        self.idle_lease_interval_s = given["idle_lease_interval_ms"] / 1000
         self._lease_options: dict[str, Any] = {
             "lease_period": period_ms,
-            "max_deliveries": max_deliveries,
-            "max_cancels": max_cancels,
-            "filter": filter,
+            "max_deliveries": given["max_deliveries"] or 0,
+            "max_cancels": given["max_cancels"] or 0,
+            "filter": given["filter"],
         }
         self._cond = threading.Condition()
         self._buffer: deque[Message] = deque()  # prefetched, not delivered yet
@@ -509,13 +523,13 @@ class Consumer:
             room = self.max_prefetch - held
             low = len(self._buffer) <= self._low
             flush_due = bool(self._acks) and (
-                len(self._acks) >= self.ack_batch or now - self._acks_since >= self.ack_interval
+                len(self._acks) >= self.ack_batch or now - self._acks_since >= self.ack_interval_s
             )
             step.renew = self._due_renewals(now)
             idle = poll.idle_since is not None
             woken, self._woken = self._woken, False
             poll_due = idle and (
-                woken or now - poll.idle_since >= self.idle_lease_interval  # type: ignore[operator]
+                woken or now - poll.idle_since >= self.idle_lease_interval_s  # type: ignore[operator]
             )
             fetch = room > 0 and low and (not idle or poll_due)
             if not (fetch or flush_due or step.renew):
@@ -549,7 +563,7 @@ class Consumer:
         moved = poll.watched.moved()
         with self._cond:
             self._woken = self._woken or moved
-            poll.interval = min(poll.interval * 2, self.max_poll_interval)
+            poll.interval = min(poll.interval * 2, self.max_poll_interval_s)
             poll.check_at = time.monotonic() + poll.interval
 
     def _after_lease(self, poll: _Poll) -> None:
@@ -588,7 +602,7 @@ class Consumer:
             now = time.monotonic()
             if step.acks:
                 self._acks[:0] = step.acks
-                self._acks_since = now - self.ack_interval  # due again after the backoff
+                self._acks_since = now - self.ack_interval_s  # due again after the backoff
             for seq in step.renew:
                 if seq in self._renew_at:
                     self._renew_at[seq] = now
@@ -608,11 +622,11 @@ class Consumer:
         return due
 
     def _next_wait(self, now: float, idle: bool, poll: _Poll) -> float:
-        waits = [self.idle_lease_interval]
+        waits = [self.idle_lease_interval_s]
         if idle:
             waits.append(poll.check_at - now)
         if self._acks:
-            waits.append(self._acks_since + self.ack_interval - now)
+            waits.append(self._acks_since + self.ack_interval_s - now)
         if self._renew_at:
             waits.append(self._next_renew - now)
         return max(0.0, min(waits))
@@ -635,7 +649,7 @@ class Consumer:
                 )
             )
             with self._cond:
-                later = time.monotonic() + self.lease_period / 2
+                later = time.monotonic() + self.lease_period_s / 2
                 for seq in renew:
                     if seq in self._renew_at:
                         self._renew_at[seq] = later
@@ -669,7 +683,7 @@ class Consumer:
         messages = self._messages(leased)
         with self._cond:
             now = time.monotonic()
-            renew_at = now + self.lease_period / 2
+            renew_at = now + self.lease_period_s / 2
             # A message whose lease ran out while this consumer held it (an extension that
             # could not land in time) may come back to it: it is leased again, not
             # delivered a second time to a receiver of this consumer.
@@ -835,10 +849,10 @@ class _Pending:
 class Publisher:
     """Single messages of many threads, published to ``queue`` in batches, as Kafka's
     producer: a batch goes when it holds ``max_batch`` messages or its first message has
-    waited ``linger`` seconds, and the next collects while it commits (the wait for a
+    waited ``linger_ms``, and the next collects while it commits (the wait for a
     commit batches by itself under load). Once a batch lands, the next goes as soon as its
     senders are back (what was waiting plus the batch's own), within
-    :data:`GATHER_SECONDS` or ``linger``, the shorter. Made by :meth:`QueueTable.publisher`.
+    :data:`GATHER_SECONDS` or ``linger_ms``, the shorter. Made by :meth:`QueueTable.publisher`.
 
     :meth:`send` returns a future per message: its seq once the commit holding it has
     landed, None where the queue's reject policy refused it or its ``message_id`` was a
@@ -855,20 +869,23 @@ class Publisher:
         table: QueueOperations,
         queue: str,
         *,
-        linger: float = 0.005,
+        linger_ms: str | int = 5,
         max_batch: int = 1000,
         on_reject: str = "drop",
         **arguments: Any,
     ) -> None:
-        if not isinstance(linger, int | float) or linger < 0:
-            raise InvalidOptionError(f"linger must be seconds >= 0; got {linger!r}")
-        if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
-            raise InvalidOptionError(f"max_batch must be a whole number >= 1; got {max_batch!r}")
+        # Checked now, as publish would check them, so a bad one fails here, not in every
+        # future of the first batch.
+        parse_queue_name("queue", queue)
+        given = parse_given(
+            "publisher", {"linger_ms": linger_ms, "max_batch": max_batch, "on_reject": on_reject}
+        )
+        validate_arguments(arguments)
         self.table = table
         self.queue = queue
-        self.linger = linger
-        self.max_batch = max_batch
-        self.on_reject = on_reject
+        self.linger_s = given["linger_ms"] / 1000
+        self.max_batch = given["max_batch"]
+        self.on_reject = given["on_reject"]
         self.arguments = arguments
         self.batches = 0  # batches published, for tests and benchmarks
         self._cond = threading.Condition()
@@ -986,7 +1003,7 @@ class Publisher:
                             break
                         self._cond.wait(self._gather_until - now)
                         continue
-                    left = self._first_at + self.linger - now
+                    left = self._first_at + self.linger_s - now
                     if left <= 0:
                         break
                     self._cond.wait(left)
@@ -1011,7 +1028,7 @@ class Publisher:
         pending now and for the senders of ``batch``."""
         with self._cond:
             self._expected = len(self._pending) + len(batch)
-            self._gather_until = time.monotonic() + min(self.linger, GATHER_SECONDS)
+            self._gather_until = time.monotonic() + min(self.linger_s, GATHER_SECONDS)
 
     def _publish(self, batch: list[_Pending]) -> None:
         rows: list[Any] = [item.row for item in batch]

@@ -304,7 +304,7 @@ class LeaseRequest(Request):
             limits.consumer,
             max_messages=limits.max_messages,
             max_bytes=limits.max_bytes,
-            lease_period=limits.lease_period,
+            lease_period_us=limits.lease_period_us,
             max_deliveries=limits.max_deliveries,
             max_cancels=limits.max_cancels,
             matches=None

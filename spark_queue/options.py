@@ -1,91 +1,37 @@
 """Options of ``format("ringqueue")`` and the queue arguments they declare.
 
 Spark hands a data source its options lower-cased with string values; the Python API passes
-snake_case keyword arguments. Both meet here as :class:`QueueArguments`, so one validator
+snake_case keyword arguments. Both are parsed by the one specification
+(:mod:`spark_queue.arguments`) and meet here as :class:`QueueArguments`, so one validator
 serves the stream, the batch write and ``QueueTable``. ``docs/OPTIONS.md`` is the table of
-every option with its default.
+every option with its default, generated from the specification.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from spark_queue.arguments import ARGUMENTS, Argument, arguments_of, parse_queue_name
+
+# Re-exported: modules that take these from here (the specification defines them).
+from spark_queue.arguments import QUEUE_NAME as QUEUE_NAME
+from spark_queue.arguments import READ_MODES as READ_MODES
+from spark_queue.arguments import REJECT_POLICIES as REJECT_POLICIES
 from spark_queue.errors import InvalidOptionError
 from spark_queue.storage import OPTION_PREFIX, normalise_options
 
-OVERFLOW_POLICIES = ("drop-head", "ring", "reject-publish", "reject-publish-dlx")
-REJECT_POLICIES = ("reject-publish", "reject-publish-dlx")
-ON_REJECT_ACTIONS = ("drop", "fail")
-EXPIRATION_MODELS = ("default", "queue", "earliest", "latest")
-QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,255}$")
+check_queue_name = parse_queue_name
 
 # camelCase option -> snake_case argument, for the queue arguments a write may declare.
-ARGUMENT_OPTIONS = {
-    "maxLength": "max_length",
-    "maxLengthBytes": "max_length_bytes",
-    "overflow": "overflow",
-    "deadLetterQueue": "dead_letter_queue",
-    "rejectThreshold": "reject_threshold",
-    "expiration": "expiration",
-    "expirationModel": "expiration_model",
-    "maxDeliveries": "max_deliveries",
-    "maxCancels": "max_cancels",
-    "exclusive": "exclusive",
-    "redeliveryDelay": "redelivery_delay",
-    "redeliveryMultiplier": "redelivery_multiplier",
-    "maxRedeliveryDelay": "max_redelivery_delay",
-    "messageGroups": "message_groups",
-    "duplicateWindow": "duplicate_window",
-}
-SINK_OPTIONS = ("path", "queue", "ringSize", "onReject", "policies", *ARGUMENT_OPTIONS)
-SOURCE_OPTIONS = (
-    "path",
-    "queue",
-    "consumer",
-    "semantics",
-    "leasePeriod",
-    "maxMessagesPerTrigger",
-    "maxBytesPerTrigger",
-    "maxDeliveries",
-    "maxCancels",
-    "maxBacklog",
-    "ackMode",
-    "filter",
-    "readMode",
-)
-SEMANTICS = ("at-least-once", "at-most-once")
-ACK_MODES = ("commit", "manual")
-READ_MODES = ("executors", "driver")
-BROWSE_OPTIONS = ("path", "queue")
+ARGUMENT_OPTIONS = {a.option: a.name for a in arguments_of("queue") if a.name != "ring_size"}
+SINK_OPTIONS = tuple(a.option for a in arguments_of("sink"))
+SOURCE_OPTIONS = tuple(a.option for a in arguments_of("source"))
+BROWSE_OPTIONS = tuple(a.option for a in arguments_of("browse"))
 # Keys Spark itself adds to a data source's options.
 SPARK_OPTIONS = ("checkpointlocation",)
-
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*$")
-_UNIT_MS = {
-    "": 1,
-    "ms": 1,
-    "millisecond": 1,
-    "milliseconds": 1,
-    "s": 1000,
-    "sec": 1000,
-    "second": 1000,
-    "seconds": 1000,
-    "m": 60_000,
-    "min": 60_000,
-    "minute": 60_000,
-    "minutes": 60_000,
-    "h": 3_600_000,
-    "hour": 3_600_000,
-    "hours": 3_600_000,
-    "d": 86_400_000,
-    "day": 86_400_000,
-    "days": 86_400_000,
-}
 
 
 @dataclass(frozen=True)
@@ -137,71 +83,21 @@ class QueueArguments:
 
 
 ARGUMENT_NAMES = tuple(f.name for f in fields(QueueArguments))
-_OPTION_OF = {snake: camel for camel, snake in ARGUMENT_OPTIONS.items()}
+SURFACES = ("keyword", "option", "flag")
+
+
+def spell(argument: str, surface: str) -> str:
+    """``argument`` (snake_case) as ``surface`` spells it: the keyword itself, its Spark
+    option (camelCase) or its CLI flag (``--kebab-case``)."""
+    spec: Argument | None = ARGUMENTS.get(argument)
+    if spec is None or surface == "keyword":
+        return argument
+    return spec.option if surface == "option" else spec.flag
 
 
 def option_name(argument: str) -> str:
     """The camelCase option of a snake_case argument, for messages."""
-    return _OPTION_OF.get(argument, argument)
-
-
-def parse_limit(name: str, value: Any) -> int | None:
-    """``maxLength``/``maxLengthBytes``: a whole number >= 0, or -1/unset for unlimited."""
-    if value is None:
-        return None
-    if isinstance(value, bool):
-        raise InvalidOptionError(f"{name} must be a whole number >= 0 or -1, got {value!r}")
-    if isinstance(value, int):
-        number = value
-    elif isinstance(value, float) and value.is_integer():
-        number = int(value)
-    else:
-        text = str(value).strip()
-        if not re.fullmatch(r"-?\d+", text):
-            raise InvalidOptionError(
-                f"{name} must be a whole number >= 0, or -1 for unlimited; got {value!r}"
-            )
-        number = int(text)
-    if number == -1:
-        return None
-    if number < 0:
-        raise InvalidOptionError(
-            f"{name} must be a whole number >= 0, or -1 for unlimited; got {value!r}"
-        )
-    return number
-
-
-def parse_delivery_limit(name: str, value: Any) -> int | None:
-    """``maxDeliveries``/``maxCancels`` of a queue: a whole number > 0; 0, -1 or unset for
-    none (0 means none for the consumer options of the same name, too)."""
-    try:
-        number = parse_limit(name, value)
-    except InvalidOptionError:
-        raise InvalidOptionError(
-            f"{name} must be a whole number > 0, or 0 / -1 for no limit; got {value!r}"
-        ) from None
-    return number or None
-
-
-def parse_bool(name: str, value: Any) -> bool:
-    """``true``/``false`` (any case), or a bool."""
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text not in ("true", "false"):
-        raise InvalidOptionError(f"{name} must be true or false; got {value!r}")
-    return text == "true"
-
-
-def parse_multiplier(name: str, value: Any) -> float:
-    """``redeliveryMultiplier``: a finite number >= 1 (1: every redelivery waits the same)."""
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = math.nan
-    if isinstance(value, bool) or not (math.isfinite(number) and number >= 1.0):
-        raise InvalidOptionError(f"{name} must be a number >= 1; got {value!r}")
-    return number
+    return spell(argument, "option")
 
 
 def effective_limit(queue_limit: int | None, consumer_limit: int) -> int:
@@ -212,123 +108,41 @@ def effective_limit(queue_limit: int | None, consumer_limit: int) -> int:
     return min(limits) if limits else 0
 
 
-def parse_duration_ms(name: str, value: Any) -> int | None:
-    """A duration such as ``30 seconds``, ``5m`` or a plain number of milliseconds."""
-    if value is None:
-        return None
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        if value < 0 or not math.isfinite(value):
-            raise InvalidOptionError(f"{name} must be a duration >= 0, got {value!r}")
-        return int(value)
-    match = _DURATION.match(str(value).lower())
-    if not match or match.group(2) not in _UNIT_MS:
-        raise InvalidOptionError(
-            f"{name} must be a duration such as '30 seconds', '5 minutes', '1h' or a number of "
-            f"milliseconds; got {value!r}"
-        )
-    return int(float(match.group(1)) * _UNIT_MS[match.group(2)])
-
-
-def parse_optional_duration(name: str, value: Any) -> int | None:
-    """A duration that may be absent (``redeliveryDelay``, ``duplicateWindow``): as
-    :func:`parse_duration_ms`, with 0 meaning none."""
-    return parse_duration_ms(name, value) or None
-
-
-def parse_choice(name: str, value: Any, choices: tuple[str, ...]) -> str:
-    text = str(value).strip().lower()
-    if text not in choices:
-        raise InvalidOptionError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
-    return text
-
-
-def check_queue_name(name: str, value: Any) -> str:
-    if not isinstance(value, str) or not QUEUE_NAME.match(value):
-        raise InvalidOptionError(
-            f"{name} must be a queue name of 1 to 255 characters from A-Z a-z 0-9 _ . -; "
-            f"got {value!r}"
-        )
-    return value
-
-
-def parse_threshold(name: str, value: Any) -> float:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = math.nan
-    if not (0.0 < number <= 1.0):
-        raise InvalidOptionError(f"{name} must be a fraction in (0, 1]; got {value!r}")
-    return number
-
-
-def validate_arguments(given: Mapping[str, Any], *, camel: bool = False) -> dict[str, Any]:
+def validate_arguments(given: Mapping[str, Any], *, surface: str = "keyword") -> dict[str, Any]:
     """Validate snake_case queue arguments; returns the parsed values of those given.
 
-    ``ring_size=N`` is shorthand for ``max_length=N, overflow="ring"``. With ``camel`` set,
-    messages name the camelCase options, as a stream's user wrote them.
+    ``ring_size=N`` is shorthand for ``max_length=N, overflow="ring"``. Messages spell each
+    argument as ``surface`` does (:func:`spell`). The given arguments alone are checked
+    together here; the queue's effective arguments, after any merge with its stored ones
+    or a policy's, are checked by :func:`check_effective`.
     """
-
-    def label(argument: str) -> str:
-        return option_name(argument) if camel else argument
-
-    unknown = sorted(set(given) - set(ARGUMENT_NAMES) - {"ring_size"})
-    if unknown:
-        valid = ", ".join(label(n) for n in (*ARGUMENT_NAMES, "ring_size"))
-        raise InvalidOptionError(f"unknown queue argument {unknown[0]!r}; valid: {valid}")
-    parsed: dict[str, Any] = {}
-    if given.get("ring_size") is not None:
-        size = parse_limit(label("ring_size") if not camel else "ringSize", given["ring_size"])
-        if "overflow" in given and str(given["overflow"]).strip().lower() != "ring":
+    queue_arguments = {a.name: a for a in arguments_of("queue")}
+    for name in given:
+        if name not in queue_arguments:
+            valid = ", ".join(spell(n, surface) for n in queue_arguments)
             raise InvalidOptionError(
-                f"ringSize means overflow=ring; it cannot be combined with overflow="
-                f"{given['overflow']!r}"
+                f"unknown queue argument {spell(name, surface)!r}; valid: {valid}"
             )
-        if (
-            given.get("max_length") is not None
-            and parse_limit(label("max_length"), given["max_length"]) != size
-        ):
+    parsed = {
+        name: queue_arguments[name].parse(value, spell(name, surface))
+        for name, value in given.items()
+    }
+    if "ring_size" in parsed:
+        size = parsed.pop("ring_size")
+        ring = spell("ring_size", surface)
+        if parsed.get("overflow", "ring") != "ring":
             raise InvalidOptionError(
-                f"ringSize={given['ring_size']!r} and maxLength={given['max_length']!r} disagree"
+                f"{ring} means {spell('overflow', surface)}=ring; it cannot be combined with "
+                f"{spell('overflow', surface)}={given['overflow']!r}"
             )
-        parsed["max_length"] = size
-        parsed["overflow"] = "ring"
-    for argument in ("max_length", "max_length_bytes"):
-        if argument in given and argument not in parsed:
-            parsed[argument] = parse_limit(label(argument), given[argument])
-    if "overflow" in given and "overflow" not in parsed:
-        parsed["overflow"] = parse_choice(label("overflow"), given["overflow"], OVERFLOW_POLICIES)
-    if "dead_letter_queue" in given:
-        value = given["dead_letter_queue"]
-        parsed["dead_letter_queue"] = (
-            None if value in (None, "") else check_queue_name(label("dead_letter_queue"), value)
-        )
-    if "reject_threshold" in given:
-        parsed["reject_threshold"] = parse_threshold(
-            label("reject_threshold"), given["reject_threshold"]
-        )
-    if "expiration" in given:
-        parsed["expiration"] = parse_duration_ms(label("expiration"), given["expiration"])
-    for argument in ("redelivery_delay", "max_redelivery_delay", "duplicate_window"):
-        if argument in given:
-            parsed[argument] = parse_optional_duration(label(argument), given[argument])
-    if "redelivery_multiplier" in given:
-        parsed["redelivery_multiplier"] = parse_multiplier(
-            label("redelivery_multiplier"), given["redelivery_multiplier"]
-        )
-    for argument in ("exclusive", "message_groups"):
-        if argument in given:
-            parsed[argument] = parse_bool(label(argument), given[argument])
-    for argument in ("max_deliveries", "max_cancels"):
-        if argument in given:
-            parsed[argument] = parse_delivery_limit(label(argument), given[argument])
-    if "expiration_model" in given:
-        parsed["expiration_model"] = parse_choice(
-            label("expiration_model"), given["expiration_model"], EXPIRATION_MODELS
-        )
-    if ring_with_byte_limit(parsed.get("overflow"), parsed.get("max_length_bytes")):
-        raise InvalidOptionError(
-            f"{RING_COUNT_ONLY}; {label('max_length_bytes')} needs drop-head or a reject policy"
-        )
+        if parsed.get("max_length", size) != size:
+            raise InvalidOptionError(
+                f"{ring}={given['ring_size']!r} and {spell('max_length', surface)}="
+                f"{given['max_length']!r} disagree"
+            )
+        if size is not None:
+            parsed["max_length"], parsed["overflow"] = size, "ring"
+    check_effective(parsed, surface)
     return parsed
 
 
@@ -336,10 +150,29 @@ RING_COUNT_ONLY = "overflow=ring bounds the message count only"
 
 
 def ring_with_byte_limit(overflow: str | None, max_length_bytes: int | None) -> bool:
-    """The rule every layer (arguments, policy defaults, caps, resolution) checks: a ring
-    bounds the count only (it replaces the oldest message, one for one), so it takes no
-    byte limit."""
+    """The rule of :func:`check_effective`: a ring bounds the count only (it replaces the
+    oldest message, one for one), so it takes no byte limit."""
     return overflow == "ring" and max_length_bytes is not None
+
+
+def check_effective(
+    arguments: QueueArguments | Mapping[str, Any], surface: str = "keyword", queue: str = ""
+) -> None:
+    """The one check of a queue's arguments taken together, run on what was given, on
+    what ``declare`` and ``alter`` end with after merging the queue's stored arguments, and
+    on what a policy resolves (which names the origin of each value itself).
+
+    Raises:
+        InvalidOptionError: a ring with a byte limit; the message names both arguments.
+    """
+    values = arguments if isinstance(arguments, Mapping) else arguments.to_dict()
+    if ring_with_byte_limit(values.get("overflow"), values.get("max_length_bytes")):
+        whose = f"queue {queue!r}: " if queue else ""
+        raise InvalidOptionError(
+            f"{whose}{RING_COUNT_ONLY}; {spell('max_length_bytes', surface)}="
+            f"{values['max_length_bytes']} needs {spell('overflow', surface)}=drop-head or a "
+            "reject policy"
+        )
 
 
 @dataclass(frozen=True)
@@ -363,7 +196,7 @@ class SourceOptions:
     queue: str
     consumer: str = "default"
     semantics: str = "at-least-once"
-    lease_period: int | None = None  # microseconds; None = leases never expire
+    lease_period_us: int | None = None  # None = leases never expire
     max_messages: int | None = None
     max_bytes: int | None = None
     max_deliveries: int = 0
@@ -382,10 +215,12 @@ class BrowseOptions:
     storage: dict[str, str] = field(default_factory=dict, repr=False)
 
 
-def _lookup(options: Mapping[str, str], allowed: tuple[str, ...]) -> dict[str, str]:
-    """Match Spark's lower-cased keys to camelCase names; unknown keys are an error.
+def _lookup(options: Mapping[str, str], scope: str) -> dict[str, str]:
+    """The options of a Spark read or write of ``scope``, by snake_case argument: Spark's
+    lower-cased keys matched to the camelCase options; unknown keys are an error.
     ``storage.*`` keys are not looked up here (:func:`storage_options`)."""
-    by_lower = {name.lower(): name for name in allowed}
+    allowed = arguments_of(scope)
+    by_lower = {a.option.lower(): a.name for a in allowed}
     found: dict[str, str] = {}
     for key, value in options.items():
         lower = key.lower()
@@ -393,11 +228,17 @@ def _lookup(options: Mapping[str, str], allowed: tuple[str, ...]) -> dict[str, s
             continue
         if lower not in by_lower:
             raise InvalidOptionError(
-                f"unknown option {key!r}; valid options: {', '.join(allowed)}, "
+                f"unknown option {key!r}; valid options: {', '.join(a.option for a in allowed)}, "
                 f"and {OPTION_PREFIX}<KEY> for the store (docs/STORAGE.md)"
             )
         found[by_lower[lower]] = value
     return found
+
+
+def _parsed(found: Mapping[str, Any], name: str) -> Any:
+    """An option's value parsed by the specification, or its default where not given."""
+    argument = ARGUMENTS[name]
+    return argument.parse(found[name], argument.option) if name in found else argument.default
 
 
 def storage_options(options: Mapping[str, str]) -> dict[str, str]:
@@ -412,48 +253,34 @@ def storage_options(options: Mapping[str, str]) -> dict[str, str]:
 
 
 def _path(found: Mapping[str, str]) -> str:
-    path = found.get("path")
-    if not path:
+    path = _parsed(found, "path")
+    if path is None:
         raise InvalidOptionError("option 'path' is required: the queue table's location")
     return path
 
 
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
-    found = _lookup(options, SINK_OPTIONS)
-    queue = found.get("queue")
-    if queue is not None:
-        check_queue_name("queue", queue)
-    given = {ARGUMENT_OPTIONS[k]: v for k, v in found.items() if k in ARGUMENT_OPTIONS}
-    if "ringSize" in found:
-        given["ring_size"] = found["ringSize"]
+    found = _lookup(options, "sink")
+    queue_arguments = {n: v for n, v in found.items() if "queue" in ARGUMENTS[n].scopes}
     return SinkOptions(
         path=_path(found),
-        queue=queue,
-        on_reject=parse_choice("onReject", found.get("onReject", "drop"), ON_REJECT_ACTIONS),
-        arguments=validate_arguments(given, camel=True),
-        policies=found.get("policies") or None,
+        queue=_parsed(found, "queue"),
+        on_reject=_parsed(found, "on_reject"),
+        arguments=validate_arguments(queue_arguments, surface="option"),
+        policies=_parsed(found, "policies"),
         storage=storage_options(options),
     )
 
 
-def _count(name: str, value: str | None, *, zero_ok: bool = True) -> int | None:
-    if value is None:
-        return None
-    number = parse_limit(name, value)
-    if number is None or (number == 0 and not zero_ok):
-        raise InvalidOptionError(f"{name} must be a whole number > 0; got {value!r}")
-    return number
-
-
-# A consumer's limits, by their ``QueueTable.lease`` argument and their source option.
-CONSUMER_OPTION_NAMES = {
-    "consumer": "consumer",
-    "lease_period": "leasePeriod",
-    "max_messages": "maxMessagesPerTrigger",
-    "max_bytes": "maxBytesPerTrigger",
-    "max_deliveries": "maxDeliveries",
-    "max_cancels": "maxCancels",
-}
+# A consumer's limits: the arguments of ``QueueTable.lease`` and the source's options.
+CONSUMER_LIMITS = (
+    "consumer",
+    "lease_period",
+    "max_messages",
+    "max_bytes",
+    "max_deliveries",
+    "max_cancels",
+)
 
 
 @dataclass(frozen=True)
@@ -462,7 +289,7 @@ class ConsumerLimits:
     streaming source alike."""
 
     consumer: str
-    lease_period: int | None  # microseconds; None = leases never run out
+    lease_period_us: int | None  # None = leases never run out
     max_messages: int | None  # None = no limit
     max_bytes: int | None
     max_deliveries: int  # 0 = no limit
@@ -470,71 +297,63 @@ class ConsumerLimits:
 
 
 def parse_consumer_limits(
-    given: Mapping[str, Any], *, camel: bool, zero_messages_ok: bool = False
+    given: Mapping[str, Any], *, surface: str, zero_messages_ok: bool = False
 ) -> ConsumerLimits:
-    """Validate a consumer's limits, keyed by ``QueueTable.lease`` argument name; errors name
-    the source option (``camel``) or the argument. ``zero_messages_ok``: a lease call may ask
-    for no message (it then only settles the queue); a micro-batch may not.
+    """Validate a consumer's limits, keyed by ``QueueTable.lease`` argument name; errors
+    spell each as ``surface`` does (:func:`spell`). ``zero_messages_ok``: a lease call may
+    ask for no message (it then only settles the queue); a micro-batch may not.
 
     Raises:
         InvalidOptionError: a value is not valid; the message names it and what is.
     """
 
-    def name(key: str) -> str:
-        return CONSUMER_OPTION_NAMES[key] if camel else key
+    def parsed(name: str) -> Any:
+        if name not in given:
+            return ARGUMENTS[name].default
+        return ARGUMENTS[name].parse(given[name], spell(name, surface))
 
-    consumer = given.get("consumer", "default")
-    if not isinstance(consumer, str) or not consumer or len(consumer) > 255:
-        raise InvalidOptionError(
-            f"{name('consumer')} must be a name of 1 to 255 characters; got {consumer!r}"
-        )
-    period = parse_duration_ms(name("lease_period"), given.get("lease_period"))
-    if period == 0:
-        raise InvalidOptionError(
-            f"{name('lease_period')} must be a duration > 0, or unset for none"
-        )
+    max_messages = 0 if zero_messages_ok and given.get("max_messages") == 0 else None
+    period_ms = parsed("lease_period")
     return ConsumerLimits(
-        consumer=consumer,
-        lease_period=None if period is None else period * 1000,
-        max_messages=_count(
-            name("max_messages"), given.get("max_messages"), zero_ok=zero_messages_ok
-        ),
-        max_bytes=_count(name("max_bytes"), given.get("max_bytes"), zero_ok=False),
-        max_deliveries=_count(name("max_deliveries"), given.get("max_deliveries")) or 0,
-        max_cancels=_count(name("max_cancels"), given.get("max_cancels")) or 0,
+        consumer=parsed("consumer"),
+        lease_period_us=None if period_ms is None else period_ms * 1000,
+        max_messages=parsed("max_messages") if max_messages is None else max_messages,
+        max_bytes=parsed("max_bytes"),
+        max_deliveries=parsed("max_deliveries") or 0,
+        max_cancels=parsed("max_cancels") or 0,
     )
 
 
 def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
-    found = _lookup(options, SOURCE_OPTIONS)
+    found = _lookup(options, "source")
     if "queue" not in found:
         raise InvalidOptionError("option 'queue' is required: the queue to consume")
-    by_argument = {a: found[o] for a, o in CONSUMER_OPTION_NAMES.items() if o in found}
-    limits = parse_consumer_limits(by_argument, camel=True)
+    limits = parse_consumer_limits(
+        {n: found[n] for n in CONSUMER_LIMITS if n in found}, surface="option"
+    )
     return SourceOptions(
         path=_path(found),
-        queue=check_queue_name("queue", found["queue"]),
+        queue=_parsed(found, "queue"),
         consumer=limits.consumer,
-        semantics=parse_choice("semantics", found.get("semantics", SEMANTICS[0]), SEMANTICS),
-        lease_period=limits.lease_period,
+        semantics=_parsed(found, "semantics"),
+        lease_period_us=limits.lease_period_us,
         max_messages=limits.max_messages,
         max_bytes=limits.max_bytes,
         max_deliveries=limits.max_deliveries,
         max_cancels=limits.max_cancels,
-        max_backlog=_count("maxBacklog", found.get("maxBacklog"), zero_ok=False),
-        ack_mode=parse_choice("ackMode", found.get("ackMode", ACK_MODES[0]), ACK_MODES),
-        filter=found.get("filter") or None,
-        read_mode=parse_choice("readMode", found.get("readMode", READ_MODES[0]), READ_MODES),
+        max_backlog=_parsed(found, "max_backlog"),
+        ack_mode=_parsed(found, "ack_mode"),
+        filter=_parsed(found, "filter"),
+        read_mode=_parsed(found, "read_mode"),
         storage=storage_options(options),
     )
 
 
 def parse_browse_options(options: Mapping[str, str]) -> BrowseOptions:
-    found = _lookup(options, BROWSE_OPTIONS)
-    queue = found.get("queue")
-    if queue is not None:
-        check_queue_name("queue", queue)
-    return BrowseOptions(path=_path(found), queue=queue, storage=storage_options(options))
+    found = _lookup(options, "browse")
+    return BrowseOptions(
+        path=_path(found), queue=_parsed(found, "queue"), storage=storage_options(options)
+    )
 
 
 def check_read_options(options: Mapping[str, str]) -> None:

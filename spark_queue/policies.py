@@ -27,24 +27,14 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from spark_queue.errors import PolicyError
+from spark_queue.arguments import ARGUMENTS, SPECIFICATION, parse_duration_ms
+from spark_queue.errors import InvalidOptionError, PolicyError
 from spark_queue.options import (
     ARGUMENT_NAMES,
-    EXPIRATION_MODELS,
-    OVERFLOW_POLICIES,
     RING_COUNT_ONLY,
     QueueArguments,
-    check_queue_name,
+    check_effective,
     option_name,
-    parse_bool,
-    parse_choice,
-    parse_delivery_limit,
-    parse_duration_ms,
-    parse_limit,
-    parse_multiplier,
-    parse_optional_duration,
-    parse_threshold,
-    ring_with_byte_limit,
 )
 
 try:
@@ -57,35 +47,14 @@ POLICY_NAME = re.compile(r"^[A-Za-z0-9_\-]{1,255}$")
 _WORD = re.compile(r"^[A-Za-z0-9_\-]+$")
 ANY_WORDS, ONE_WORD, DELIMITER = "#", "*", "."
 
-# policy key -> (queue argument, validator of the value)
-DEFAULT_KEYS: dict[str, tuple[str, Any]] = {
-    "default-max-length": ("max_length", parse_limit),
-    "default-max-length-bytes": ("max_length_bytes", parse_limit),
-    "default-overflow": ("overflow", lambda n, v: parse_choice(n, v, OVERFLOW_POLICIES)),
-    "default-dead-letter-queue": ("dead_letter_queue", check_queue_name),
-    "default-reject-threshold": ("reject_threshold", parse_threshold),
-    "default-expiration": ("expiration", parse_duration_ms),
-    "default-max-deliveries": ("max_deliveries", parse_delivery_limit),
-    "default-max-cancels": ("max_cancels", parse_delivery_limit),
-    "default-exclusive": ("exclusive", parse_bool),
-    "default-message-groups": ("message_groups", parse_bool),
-    "default-duplicate-window": ("duplicate_window", parse_optional_duration),
-    "default-redelivery-delay": ("redelivery_delay", parse_optional_duration),
-    "default-redelivery-multiplier": ("redelivery_multiplier", parse_multiplier),
-    "default-max-redelivery-delay": ("max_redelivery_delay", parse_optional_duration),
-    "default-expiration-model": (
-        "expiration_model",
-        lambda n, v: parse_choice(n, v, EXPIRATION_MODELS),
-    ),
+# policy key -> queue argument, from the specification: ``default-<argument>`` keys (a
+# default, parsed as the argument is) and ``<argument>`` keys (a cap).
+DEFAULT_KEYS = {
+    f"default-{a.name.replace('_', '-')}": a.name
+    for a in SPECIFICATION
+    if a.policy_default and a.name != "ring_size"
 }
-DELIVERY_LIMITS = ("max_deliveries", "max_cancels")
-CAP_KEYS = {
-    "max-length": "max_length",
-    "max-length-bytes": "max_length_bytes",
-    "max-deliveries": "max_deliveries",
-    "max-cancels": "max_cancels",
-    "duplicate-window": "duplicate_window",
-}
+CAP_KEYS = {a.name.replace("_", "-"): a.name for a in SPECIFICATION if a.policy_cap}
 # Caps on something a queue may go without: a queue without one keeps none (a missing
 # de-duplication window is no window, not an endless one).
 OPTIONAL_CAPS = ("duplicate_window",)
@@ -378,14 +347,10 @@ class _Loader:
         for key, argument in CAP_KEYS.items():
             if key in body:
                 parse = (
-                    parse_delivery_limit
-                    if argument in DELIVERY_LIMITS
-                    else _parse_window
-                    if argument in OPTIONAL_CAPS
-                    else parse_limit
+                    _parse_window if argument in OPTIONAL_CAPS else ARGUMENTS[argument].kind.parse
                 )
                 caps[argument] = self.value(parse, body[key], path, key)
-        if "max_length_bytes" in caps and ring_with_byte_limit(defaults.get("overflow"), 0):
+        if "max_length_bytes" in caps and defaults.get("overflow") == "ring":
             raise self.error(
                 f"{RING_COUNT_ONLY}: a max-length-bytes cap cannot apply to the ring queues "
                 "this policy makes (default-ring-size / default-overflow = ring)",
@@ -406,18 +371,25 @@ class _Loader:
                     clash[0],
                 )
             defaults["max_length"] = self.value(
-                parse_limit, body["default-ring-size"], path, "default-ring-size"
+                ARGUMENTS["ring_size"].kind.parse,
+                body["default-ring-size"],
+                path,
+                "default-ring-size",
             )
             defaults["overflow"] = "ring"
-        for key, (argument, parse) in DEFAULT_KEYS.items():
+        for key, argument in DEFAULT_KEYS.items():
             if key in body:
-                defaults[argument] = self.value(parse, body[key], path, key)
-        if ring_with_byte_limit(defaults.get("overflow"), defaults.get("max_length_bytes")):
+                defaults[argument] = self.value(
+                    ARGUMENTS[argument].kind.parse, body[key], path, key
+                )
+        try:
+            check_effective(defaults)
+        except InvalidOptionError:
             raise self.error(
                 f"{RING_COUNT_ONLY}; drop default-max-length-bytes or use another default-overflow",
                 *path,
                 "default-max-length-bytes",
-            )
+            ) from None
         return defaults
 
     def value(self, parse: Any, value: Any, path: tuple[str, ...], key: str) -> Any:
@@ -481,9 +453,9 @@ class Policies:
 
 def _parse_window(name: str, value: Any) -> int | None:
     """A duration cap; -1 or 0: no cap."""
-    if value in (-1, "-1"):
+    if isinstance(value, int | str) and not isinstance(value, bool) and str(value) == "-1":
         return None
-    return parse_optional_duration(name, value)
+    return parse_duration_ms(name, value, zero_is_none=True)
 
 
 def _resolve(
@@ -511,14 +483,16 @@ def _resolve(
             continue
         if cap is not None and (current is None or current > cap):
             values[argument], origins[argument] = cap, Origin("cap", policy.name, current)
-    if ring_with_byte_limit(values["overflow"], values["max_length_bytes"]):
+    try:
+        check_effective(values, "option", queue)
+    except InvalidOptionError:
         raise PolicyError(
             f"{source}: queue {queue!r}: overflow=ring (from {origins['overflow']}) bounds the "
             f"message count only, but {option_name('max_length_bytes')}="
             f"{values['max_length_bytes']} "
             f"(from {origins['max_length_bytes']}); give ring queues a policy without a byte "
             "limit"
-        )
+        ) from None
     return Resolution(queue, QueueArguments(**values), policy.name if policy else None, origins)
 
 

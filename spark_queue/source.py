@@ -419,7 +419,7 @@ class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAva
                     options.consumer,
                     max_messages=max_messages,
                     max_bytes=max_bytes,
-                    lease_period=options.lease_period,
+                    lease_period_us=options.lease_period_us,
                     max_deliveries=options.max_deliveries,
                     max_cancels=options.max_cancels,
                     max_backlog=options.max_backlog,

@@ -20,7 +20,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_queue.arguments import parse_consumer_name, parse_count, parse_seqs
+from spark_queue.arguments import (
+    ARGUMENTS,
+    parse_consumer_name,
+    parse_count,
+    parse_duration_ms,
+    parse_queue_name,
+    parse_seqs,
+)
 from spark_queue.broker_client import BrokerRouter, routed
 from spark_queue.browse import live_rows, plan_partitions, read_partition, settled_states
 from spark_queue.core import (
@@ -61,14 +68,7 @@ from spark_queue.operations import (
     expire_planner,
     release_planner,
 )
-from spark_queue.options import (
-    ON_REJECT_ACTIONS,
-    QueueArguments,
-    check_queue_name,
-    parse_consumer_limits,
-    parse_duration_ms,
-    validate_arguments,
-)
+from spark_queue.options import QueueArguments, parse_consumer_limits, validate_arguments
 from spark_queue.policies import ENV_VAR, Policies, Resolution, load_policies
 from spark_queue.schema import LEASE_VERSION_KEY
 from spark_queue.store import QueueStore, Snapshot, now_micros, require_queue
@@ -199,19 +199,14 @@ class QueueTable:
         ``i``: False where a reject policy refused it or its ``message_id`` was a duplicate),
         as a :class:`~spark_queue.clients.Publisher` needs to answer each message. Args and
         Raises: as for :meth:`publish`."""
-        check_queue_name("queue", queue)
+        parse_queue_name("queue", queue)
         if (producer is None) != (sequence is None):
             raise InvalidOptionError("producer and sequence go together: give both or neither")
         if producer is not None and (not isinstance(producer, str) or not producer):
             raise InvalidOptionError(f"producer must be a non-empty string; got {producer!r}")
-        if sequence is not None and (
-            isinstance(sequence, bool) or not isinstance(sequence, int) or sequence < 0
-        ):
-            raise InvalidOptionError(f"sequence must be a whole number >= 0; got {sequence!r}")
-        if on_reject not in ON_REJECT_ACTIONS:
-            raise InvalidOptionError(
-                f"on_reject must be one of {', '.join(ON_REJECT_ACTIONS)}; got {on_reject!r}"
-            )
+        if sequence is not None:
+            sequence = parse_count("sequence", sequence)
+        on_reject = ARGUMENTS["on_reject"].parse(on_reject)
         given = validate_arguments(arguments)
         table = as_input_table(rows)
         if not table.num_rows:
@@ -275,7 +270,7 @@ class QueueTable:
             PolicyError: a policy makes the arguments invalid.
             CommitConflictError: every commit attempt lost to another writer.
         """
-        check_queue_name("name", name)
+        parse_queue_name("name", name)
         given = validate_arguments(arguments)
 
         def work(transaction: QueueTransaction) -> QueueArguments:
@@ -306,10 +301,13 @@ class QueueTable:
 
         Raises:
             QueueNotFoundError: no queue ``name``.
-            InvalidOptionError: an unknown argument or an invalid value.
+            InvalidOptionError: an invalid name, an unknown argument or an invalid value,
+                or arguments the queue cannot have together once merged with its own
+                (a byte limit on a ring).
             PolicyError: a policy makes the arguments invalid.
             CommitConflictError: every commit attempt lost to another writer.
         """
+        parse_queue_name("name", name)
         given = validate_arguments(arguments)
 
         def work(transaction: QueueTransaction) -> QueueArguments:
@@ -465,6 +463,7 @@ class QueueTable:
                 as the streaming source's options).
             CommitConflictError: every commit attempt lost to another writer.
         """
+        parse_queue_name("queue", queue)
         limits = parse_consumer_limits(
             {
                 "consumer": consumer,
@@ -474,9 +473,10 @@ class QueueTable:
                 "max_deliveries": max_deliveries,
                 "max_cancels": max_cancels,
             },
-            camel=False,
+            surface="keyword",
             zero_messages_ok=True,
         )
+        filter = ARGUMENTS["filter"].parse(filter)
 
         outcome: LeaseOutcome = self._call(LeaseRequest(queue, limits, filter))
         rows = self._delivered(queue, outcome.leased, outcome.view)
@@ -536,7 +536,7 @@ class QueueTable:
                 seqs, or ``consumer`` not a consumer name.
             CommitConflictError: every commit attempt lost to another writer.
         """
-        wait = None if delay is None else (parse_duration_ms("delay", delay) or 0) * 1000
+        wait = None if delay is None else parse_duration_ms("delay", delay) * 1000
         wanted = parse_seqs("seqs", seqs)
         consumer = _consumer_or_any(consumer)
         planner = cancel_planner(consumer, wait)
@@ -577,10 +577,8 @@ class QueueTable:
                 of seqs, or ``consumer`` not a consumer name.
             CommitConflictError: every commit attempt lost to another writer.
         """
-        millis = parse_duration_ms("period", period)
-        if not millis:
-            raise InvalidOptionError(f"period must be a duration > 0; got {period!r}")
-        limits = parse_consumer_limits({"consumer": consumer}, camel=False)
+        millis = parse_duration_ms("period", period, minimum_ms=1)
+        limits = parse_consumer_limits({"consumer": consumer}, surface="keyword")
         wanted = parse_seqs("seqs", seqs)
         return self._call(ExtendRequest(queue, wanted, limits.consumer, millis * 1000))
 
@@ -623,36 +621,36 @@ class QueueTable:
         Args:
             queue: an existing queue.
             name: the consumer name its leases carry (workers may share one).
-            **options: ``max_prefetch``, ``lease_period``, ``ack_batch``, ``ack_interval``,
-                ``max_poll_interval``, ``idle_lease_interval``,
-                ``max_deliveries``, ``max_cancels``, ``filter`` (see the class).
+            **options: ``max_prefetch``, ``lease_period``, ``ack_batch``,
+                ``ack_interval_ms``, ``max_poll_interval_ms``, ``idle_lease_interval_ms``,
+                ``max_deliveries``, ``max_cancels``, ``filter`` (see the class;
+                docs/CLIENTS.md).
 
         Raises:
-            InvalidOptionError: an invalid option.
+            InvalidOptionError: an invalid queue name, consumer name or option.
         """
         from spark_queue.clients import Consumer
 
         return Consumer(self, queue, name, **options)
 
-    def publisher(
-        self, queue: str, *, linger: float = 0.005, max_batch: int = 1000, **options: Any
-    ) -> Publisher:
+    def publisher(self, queue: str, **options: Any) -> Publisher:
         """A :class:`~spark_queue.clients.Publisher` to ``queue``: single messages of many
-        threads, published in batches of up to ``max_batch`` after at most ``linger``
-        seconds; ``send`` returns a future per message.
+        threads, published in batches of up to ``max_batch`` after at most ``linger_ms``;
+        ``send`` returns a future per message.
 
         Args:
             queue: the queue (declared on first use, as by :meth:`publish`).
-            linger: seconds a batch waits for more messages after its first.
-            max_batch: messages per batch at most.
-            **options: ``on_reject`` and queue arguments, as for :meth:`publish`.
+            **options: ``linger_ms`` (a duration a batch waits for more messages after its
+                first: milliseconds, or a number with a unit; 5 ms), ``max_batch``
+                (messages per batch at most; 1000), ``on_reject`` and queue arguments, as
+                for :meth:`publish`.
 
         Raises:
-            InvalidOptionError: an invalid ``linger`` or ``max_batch``.
+            InvalidOptionError: an invalid queue name or option.
         """
         from spark_queue.clients import Publisher
 
-        return Publisher(self, queue, linger=linger, max_batch=max_batch, **options)
+        return Publisher(self, queue, **options)
 
     def _call(self, request: Request) -> Any:
         """Run ``request`` in this process's group commit of the table (:mod:`spark_queue.
@@ -724,7 +722,7 @@ class QueueTable:
             PolicyError: no policies were given, or they make the arguments invalid.
             InvalidOptionError: an argument is unknown or has an invalid value.
         """
-        check_queue_name("name", name)
+        parse_queue_name("name", name)
         given = validate_arguments(arguments)
         if self.policies is None:
             raise PolicyError(

@@ -53,7 +53,7 @@ from spark_queue.files import (
 )
 from spark_queue.index import index_rows, repeated
 from spark_queue.maintenance import after_commit
-from spark_queue.options import QueueArguments, option_name
+from spark_queue.options import QueueArguments, check_effective, option_name
 from spark_queue.policies import Policies, Resolution, resolve_without_policies
 from spark_queue.retry import backoff
 from spark_queue.schema import UTC_MICROS
@@ -204,6 +204,7 @@ class QueueTransaction:
             arguments, policy = resolution.arguments, resolution.policy
         else:
             arguments, policy = state.arguments.merged(given if alter else {}), state.policy
+            check_effective(arguments, queue=name)
         if alter or (arguments, policy) != (state.arguments, state.policy):
             state.arguments, state.explicit, state.policy = arguments, explicit, policy
             self.touched.add(name)

@@ -30,8 +30,25 @@ def test_a_count_is_a_whole_number(value, parsed):
 
 @pytest.mark.parametrize(
     "value",
-    [True, False, np.True_, 1.5, 5.0, "5.0", "1_000", "1e3", "", "x", None, -1, 2**63, 2**70,
-     "٣", [1], b"1"],
+    [
+        True,
+        False,
+        np.True_,
+        1.5,
+        5.0,
+        "5.0",
+        "1_000",
+        "1e3",
+        "",
+        "x",
+        None,
+        -1,
+        2**63,
+        2**70,
+        "٣",
+        [1],
+        b"1",
+    ],
 )
 def test_a_count_refuses_bools_fractions_and_beyond_int64(value):
     message = refused(spec.parse_count, "maxThings", value)
@@ -98,9 +115,26 @@ def test_durations_have_one_grammar(value, millis):
 
 @pytest.mark.parametrize(
     "value",
-    [1.5, 1.0, True, "1.5", "0.5ms", "1.0001s", "5 fortnights", "-1s", -1, "", "1e3",
-     10**16, 2**62, 2**70, spec.MAX_DURATION_MS + 1, dt.timedelta(microseconds=1),
-     dt.timedelta(seconds=-1), None],
+    [
+        1.5,
+        1.0,
+        True,
+        "1.5",
+        "0.5ms",
+        "1.0001s",
+        "5 fortnights",
+        "-1s",
+        -1,
+        "",
+        "1e3",
+        10**16,
+        2**62,
+        2**70,
+        spec.MAX_DURATION_MS + 1,
+        dt.timedelta(microseconds=1),
+        dt.timedelta(seconds=-1),
+        None,
+    ],
 )
 def test_durations_refuse_fractions_of_a_millisecond_and_beyond_a_timestamp(value):
     message = refused(spec.parse_duration_ms, "leasePeriod", value)

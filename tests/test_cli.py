@@ -116,7 +116,7 @@ def test_every_command_refuses_bad_arguments(queue_path, tmp_path):
     # Refused by the queue table: exit 1, one line naming what is wrong.
     for args, text in (
         (("declare", "bad name!"), "bad name!"),
-        (("declare", "other", "--max-length", "-2"), "max_length must be a whole number >= 0"),
+        (("declare", "other", "--max-length", "-2"), "--max-length must be a whole number >= 0"),
         (("alter", "nope", "--max-length", "1"), missing),
         (("alter", "orders", "--overflow", "sideways"), "overflow must be one of"),
         (("stats", "nope", "--json"), missing),

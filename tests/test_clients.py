@@ -103,7 +103,7 @@ def test_prefetch_never_exceeds_its_bound_and_a_slow_handler_holds_few(table):
 
 def test_acknowledgements_are_batched_and_flushed_by_count_time_and_close(table):
     table.publish("q", [f"m{i}" for i in range(5)])
-    slow = {"ack_interval": 3600.0, "idle_lease_interval": 3600.0, "lease_period": 3 * 3600_000}
+    slow = {"ack_interval_ms": "1h", "idle_lease_interval_ms": "1h", "lease_period": "3h"}
     with table.consumer("q", "c", ack_batch=1000, **slow) as consumer:
         taken = receive_all(consumer, 5)
         wait_until(lambda: consumer.idle, "the consumer found the queue drained")
@@ -117,7 +117,7 @@ def test_acknowledgements_are_batched_and_flushed_by_count_time_and_close(table)
         for message in receive_all(consumer, 3):
             message.ack()
         wait_until(lambda: table.stats("q")["acked"] >= 8, "three acks were flushed")
-    with table.consumer("q", "c", ack_batch=1000, ack_interval=0.05) as consumer:
+    with table.consumer("q", "c", ack_batch=1000, ack_interval_ms=50) as consumer:
         for message in receive_all(consumer, 2):
             message.ack()
         wait_until(lambda: table.stats("q")["acked"] == 10, "acks were flushed by time")
@@ -155,8 +155,8 @@ def test_nack_with_delay_and_without(table):
 def test_an_idle_consumer_polls_cheaply_and_wakes_on_a_publish(table):
     """Publishes from this process (the commit wakes it) and from another process (a new
     log entry does); while idle, with two threads waiting in ``receive``, it checks the log
-    at most every max_poll_interval."""
-    with table.consumer("q", "c", max_poll_interval=0.05) as consumer:
+    at most every max_poll_interval_ms."""
+    with table.consumer("q", "c", max_poll_interval_ms=50) as consumer:
         wait_until(lambda: consumer.idle, "the consumer found the queue empty")
         polls, leases, start = consumer.polls, consumer.leases, time.monotonic()
         # Idle on purpose, count what waiting costs: two receivers that find nothing must
@@ -168,7 +168,7 @@ def test_an_idle_consumer_polls_cheaply_and_wakes_on_a_publish(table):
             receiver.join()
         elapsed = time.monotonic() - start
         assert consumer.polls - polls <= elapsed / 0.05 + 2
-        assert consumer.leases - leases <= elapsed / 1.0 + 1  # idle_lease_interval: 1 s
+        assert consumer.leases - leases <= elapsed / 1.0 + 1  # idle_lease_interval_ms: 1 s
         published = time.monotonic()
         table.publish("q", ["here"])
         (message,) = consumer.receive(1, timeout=PATIENCE)
@@ -193,7 +193,7 @@ def test_an_idle_consumer_wakes_for_its_own_queue_only(table):
     """Commits of this process to another queue of the table do not wake an idle consumer
     into a lease; a publish to its queue does."""
     table.declare("other")
-    with table.consumer("q", "c", idle_lease_interval=3600.0) as consumer:
+    with table.consumer("q", "c", idle_lease_interval_ms="1h") as consumer:
         wait_until(lambda: consumer.idle, "the consumer found the queue empty")
         leases = consumer.leases
         for n in range(5):
@@ -225,7 +225,7 @@ def test_close_releases_what_was_prefetched_and_not_handled(table):
 
 
 def test_publisher_batches_by_size_and_linger_and_flushes_on_close(table):
-    publisher = table.publisher("q", linger=3600.0, max_batch=10)
+    publisher = table.publisher("q", linger_ms="1h", max_batch=10)
     futures = [publisher.send(f"m{i}") for i in range(25)]
     seqs = [f.result(timeout=PATIENCE) for f in futures[:20]]  # two full batches went
     assert not any(f.done() for f in futures[20:])  # the rest lingers
@@ -246,7 +246,7 @@ def test_publisher_batches_by_size_and_linger_and_flushes_on_close(table):
 
 
 def test_a_cancelled_publisher_future_is_not_published_and_the_rest_are(table):
-    publisher = table.publisher("q", linger=3600.0, max_batch=10)
+    publisher = table.publisher("q", linger_ms="1h", max_batch=10)
     first, second, third = (publisher.send(body) for body in ("a", "b", "c"))
     assert second.cancel()
     publisher.close()  # flushes: the batch goes without "b"
@@ -258,7 +258,7 @@ def test_a_cancelled_publisher_future_is_not_published_and_the_rest_are(table):
 
 def test_publisher_futures_of_many_threads_and_refused_messages(table):
     table.declare("small", max_length=3, overflow="reject-publish")
-    with table.publisher("small", linger=3600.0, max_batch=5) as publisher:
+    with table.publisher("small", linger_ms="1h", max_batch=5) as publisher:
         futures = [publisher.send(f"s{i}") for i in range(5)]
         results = [f.result(timeout=PATIENCE) for f in futures]
     assert [r is None for r in results] == [False, False, False, True, True]
@@ -266,7 +266,7 @@ def test_publisher_futures_of_many_threads_and_refused_messages(table):
 
     threads, per_thread = 8, 40
     sent: dict[int, list] = {}
-    with table.publisher("q", linger=0.002, max_batch=64) as publisher:
+    with table.publisher("q", linger_ms=2, max_batch=64) as publisher:
 
         def send(n: int) -> None:
             sent[n] = [publisher.send(f"t{n}-{i}") for i in range(per_thread)]
@@ -362,7 +362,7 @@ def test_a_consumer_waits_out_a_store_that_stops_answering():
         table.publish("q", ["a", "b", "c", "d"])
         # Leases that outlast the outage: the messages in hand stay this consumer's.
         with table.consumer(
-            "q", "c", max_prefetch=2, idle_lease_interval=0.2, lease_period="1 hour"
+            "q", "c", max_prefetch=2, idle_lease_interval_ms=200, lease_period="1 hour"
         ) as consumer:
             first = receive_all(consumer, 2)
             server.send_signal(signal.SIGSTOP)
@@ -395,7 +395,7 @@ def test_a_message_whose_lease_ran_out_in_hand_is_not_delivered_twice():
         table = QueueTable(path, storage_options=options)
         table.publish("q", ["a"])
         with table.consumer(
-            "q", "c", max_prefetch=2, idle_lease_interval=0.2, lease_period="2 seconds"
+            "q", "c", max_prefetch=2, idle_lease_interval_ms=200, lease_period="2 seconds"
         ) as consumer:
             (message,) = receive_all(consumer, 1)
             server.send_signal(signal.SIGSTOP)

@@ -44,4 +44,4 @@ def test_lease_takes_what_the_source_takes(tmp_path):
     options = parse_source_options(
         {"path": table.path, "queue": "q", "maxBytesPerTrigger": "3", "leasePeriod": "1 minute"}
     )
-    assert (options.max_bytes, options.lease_period) == (3, 60_000_000)
+    assert (options.max_bytes, options.lease_period_us) == (3, 60_000_000)

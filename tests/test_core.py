@@ -466,7 +466,7 @@ def test_consumers_match_reference_model(
                 now,
                 consumer,
                 max_messages=count,
-                lease_period=period,
+                lease_period_us=period,
                 max_deliveries=max_deliveries,
                 max_cancels=max_cancels,
                 matches=(lambda seqs: seqs % 2 == 0) if even else None,

@@ -111,7 +111,7 @@ def stored(table: QueueTable, queue: str) -> dict[int, tuple[bytes, int, str | N
 
 def lease_request(queue: str, consumer: str, count: int) -> LeaseRequest:
     limits = parse_consumer_limits(
-        {"consumer": consumer, "max_messages": count}, camel=False, zero_messages_ok=True
+        {"consumer": consumer, "max_messages": count}, surface="keyword", zero_messages_ok=True
     )
     return LeaseRequest(queue, limits, None)
 

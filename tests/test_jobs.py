@@ -109,7 +109,7 @@ def test_help_explains_every_option(job, options):
     [
         ("produce", ["--source", "files", "--input", "x", "--checkpoint", "c"], "--format"),
         ("produce", ["--source", "delta", "--input", "x"], "--checkpoint"),
-        ("produce", ["--ring-size", "-5"], "ring_size"),
+        ("produce", ["--ring-size", "-5"], "--ring-size"),
         ("produce", ["--trigger", "once"], "--trigger"),
         ("consume", ["--path", "p", "--queue", "q", "--output", "o"], "--checkpoint"),
         ("consume", ["--path", "p", "--queue", "q", "--output", "o", "--checkpoint", "c",

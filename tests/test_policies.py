@@ -458,7 +458,7 @@ def test_cli_policies_errors_exit_non_zero_and_name_the_problem(tmp_path, queue_
     name = cli("--policies", good, "policies", "check", "bad name!")
     assert name.returncode == 1 and "queue must be a queue name" in name.stderr
     value = cli("--policies", good, "policies", "check", "q", "--max-length", "many")
-    assert value.returncode == 1 and "max_length must be a whole number" in value.stderr
+    assert value.returncode == 1 and "--max-length must be a whole number" in value.stderr
     # Commands that never declare do not read the policies file.
     QueueTable(queue_path).declare("orders")
     stats = cli("--path", queue_path, "stats", "orders", "--json", env={ENV_VAR: bad})

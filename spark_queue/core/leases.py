@@ -36,7 +36,7 @@ def plan_lease(
     *,
     max_messages: int | None = None,
     max_bytes: int | None = None,
-    lease_period: int | None = None,
+    lease_period_us: int | None = None,
     max_deliveries: int = 0,
     max_cancels: int = 0,
     max_backlog: int | None = None,
@@ -51,7 +51,7 @@ def plan_lease(
     taken, as Delta's ``maxBytesPerTrigger`` admits one file), ``max_backlog`` for the leases
     of all consumers, ``below_seq`` for what existed when an AvailableNow query started.
     Expired messages met on the way are removed (``expired``), never delivered. Due scheduled
-    messages and expired leases are settled first. ``lease_period`` is in microseconds.
+    messages and expired leases are settled first. ``lease_period_us``: how long a lease lasts.
     ``matches`` (a consumer's filter) says which of some seqs this consumer may take; the
     others stay, in place, for other consumers.
     """
@@ -65,7 +65,7 @@ def plan_lease(
     limits.update(max_deliveries=max_deliveries, max_cancels=max_cancels)
     limits["last_lease"] += 1
     lease_id = limits["last_lease"]
-    until = NEVER if lease_period is None else later(now, lease_period)
+    until = NEVER if lease_period_us is None else later(now, lease_period_us)
     budget = max_messages if max_messages is not None else NEVER
     if max_backlog is not None:
         budget = min(budget, max(0, max_backlog - len(state.leases)))
