@@ -13,9 +13,7 @@ are in one grammar (a whole number of milliseconds, or a number with a unit: ``3
 ``5 minutes``, ``1 week``) and at most :data:`MAX_DURATION_MS`, so that now plus any duration
 is a valid timestamp. Out-of-range values are refused, never clamped.
 
-``python -m spark_queue.arguments --markdown SURFACE`` prints a surface's table; the docs'
-tables between ``<!-- arguments:SURFACE -->`` and ``<!-- end -->`` are these, and
-``--write`` regenerates them in place.
+The docs' tables of arguments are generated from here (:mod:`spark_queue.argument_docs`).
 """
 
 from __future__ import annotations
@@ -25,7 +23,7 @@ import math
 import operator
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
@@ -107,7 +105,10 @@ def _number(value: Any) -> float | None:
     if isinstance(value, str):
         number = float(value) if _DECIMAL.match(value) else math.nan
     elif isinstance(value, int | float | np.integer | np.floating):
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:  # an int beyond a float's range
+            return None
     else:
         return None
     return number if math.isfinite(number) else None
@@ -126,6 +127,11 @@ class Kind:
     @property
     def valid(self) -> str:
         raise NotImplementedError
+
+    @property
+    def doc_valid(self) -> str:
+        """The valid values as the docs' tables show them (Markdown, short)."""
+        return self.valid
 
     def convert(self, value: Any) -> Any:
         raise NotImplementedError
@@ -156,6 +162,10 @@ class Count(Kind):
             return f"a whole number >= {self.minimum}"
         return f"a whole number from {self.minimum} to {self.maximum}"
 
+    @property
+    def doc_valid(self) -> str:
+        return self.valid.removeprefix("a ")
+
     def convert(self, value: Any) -> Any:
         number = _whole(value)
         if number is None or not self.minimum <= number <= self.maximum:
@@ -176,6 +186,12 @@ class Limit(Kind):
         if self.zero_is_none:
             return "a whole number > 0, or 0 or -1 for no limit"
         return "a whole number >= 0, or -1 for no limit"
+
+    @property
+    def doc_valid(self) -> str:
+        if self.zero_is_none:
+            return "whole number > 0; 0 or -1: none"
+        return "whole number >= 0, or -1 (unlimited)"
 
     def convert(self, value: Any) -> Any:
         if value is None:
@@ -207,6 +223,13 @@ class Duration(Kind):
             f"a duration {low} and at most {MAX_DURATION_DAYS} days: a whole number of "
             "milliseconds, or a number with a unit (ms, s, m, h, d, w), e.g. '30s', "
             "'5 minutes', '1 week'" + (" (0: none)" if self.zero_is_none else "")
+        )
+
+    @property
+    def doc_valid(self) -> str:
+        low = " > 0" if self.minimum_ms else ""
+        return f"a duration{low}: `30s`, `5 minutes`, `1 week`, or milliseconds" + (
+            "; 0: none" if self.zero_is_none else ""
         )
 
     def convert(self, value: Any) -> Any:
@@ -252,6 +275,10 @@ class Fraction(Kind):
     def valid(self) -> str:
         return "a number above 0 and at most 1"
 
+    @property
+    def doc_valid(self) -> str:
+        return "fraction in (0, 1]"
+
     def convert(self, value: Any) -> Any:
         number = _number(value)
         return number if number is not None and 0.0 < number <= 1.0 else _INVALID
@@ -283,6 +310,10 @@ class Choice(Kind):
     def valid(self) -> str:
         return "one of " + ", ".join(self.values)
 
+    @property
+    def doc_valid(self) -> str:
+        return ", ".join(f"`{v}`" for v in self.values)
+
     def convert(self, value: Any) -> Any:
         if not isinstance(value, str) or value.strip().lower() not in self.values:
             return _INVALID
@@ -298,6 +329,10 @@ class Bool(Kind):
     @property
     def valid(self) -> str:
         return "true or false"
+
+    @property
+    def doc_valid(self) -> str:
+        return "`true`, `false`"
 
     def convert(self, value: Any) -> Any:
         if _is_bool(value):
@@ -321,6 +356,12 @@ class Name(Kind):
     def valid(self) -> str:
         return self.rule + (", or empty for none" if self.optional else "")
 
+    @property
+    def doc_valid(self) -> str:
+        if self.pattern is QUEUE_NAME:
+            return "a queue name, `[A-Za-z0-9_.-]{1,255}`"
+        return self.rule.removeprefix("a name of ")
+
     def convert(self, value: Any) -> Any:
         if self.optional and value in (None, ""):
             return None
@@ -339,6 +380,10 @@ class Text(Kind):
     @property
     def valid(self) -> str:
         return "non-empty text"
+
+    @property
+    def doc_valid(self) -> str:
+        return "text"
 
     def convert(self, value: Any) -> Any:
         if self.optional and value in (None, ""):
@@ -508,7 +553,11 @@ def camel(snake: str) -> str:
 @dataclass(frozen=True)
 class Argument:
     """One argument, once: its snake_case name, kind, default (as parsed), unit, scopes,
-    policy keys (``default-*`` and a cap), and doc line."""
+    policy keys (``default-*`` and a cap), and doc line.
+
+    ``per_scope`` maps a scope where the argument means something more, or has another
+    default, to ``(default as shown, doc line)`` there (a consumer's ``maxDeliveries`` can
+    only lower the queue's). ``cap_doc`` says what its policy cap does."""
 
     name: str
     kind: Kind
@@ -519,6 +568,9 @@ class Argument:
     policy_default: bool = False  # has a ``default-<kebab>`` policy key
     policy_cap: bool = False  # has a ``<kebab>`` cap key
     spark_option: str | None = None  # a Spark option spelt other than camel(name)
+    per_scope: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    cap_doc: str = ""
+    shown_default: str = ""  # the default as the docs show it, where not the value itself
 
     @property
     def option(self) -> str:
@@ -545,206 +597,311 @@ class Argument:
             return None
         return self.kind.parse(label or self.name, value)
 
+    def described(self, scope: str) -> tuple[str, str]:
+        """``(default as shown, doc line)`` in ``scope``."""
+        default, doc = self.per_scope.get(scope, ("", ""))
+        return default or self.shown_default or _shown_default(self), doc or self.doc
+
+
+def _shown_default(argument: Argument) -> str:
+    value = argument.default
+    if value is None and isinstance(argument.kind, Limit):
+        return "none" if argument.kind.zero_is_none else "-1 (unlimited)"
+    if value is None:
+        return "unset"
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, str):
+        return f"`{value}`"
+    if argument.unit == "ms":
+        for unit, size in (("s", 1000), ("ms", 1)):
+            if value % size == 0:
+                return f"{value // size} {unit}"
+    return str(value)
+
 
 def _queue(name: str, kind: Kind, doc: str, default: Any = None, **more: Any) -> Argument:
     scopes = more.pop("scopes", ("queue", "sink"))
     return Argument(name, kind, doc, scopes, default, policy_default=True, **more)
 
 
+_LOWER_ONLY = "with a queue limit too, the lower applies"
 SPECIFICATION: tuple[Argument, ...] = (
     Argument(
         "path",
         Text(),
-        "The queue table: a local path or a URI (s3://, abfss://, gs://, file://). Required.",
+        "the queue table, a local path or a URI (`.start(path)`, `.save(path)`, "
+        "`.load(path)` set it)",
         ("sink", "source", "browse"),
+        shown_default="required",
     ),
     Argument(
         "queue",
         QUEUE_OPTIONAL,
-        "The queue (sink: else each row's queue column; source: required; browse: else all).",
+        "the queue of rows whose `queue` column is null or absent; required when there is "
+        "no `queue` column",
         ("sink", "source", "browse"),
-    ),
-    Argument(
-        "policies",
-        Text(),
-        "A policies file (docs/POLICIES.md); unset: $SPARK_QUEUE_POLICIES.",
-        ("sink",),
+        per_scope={
+            "source": ("required", "the queue to consume"),
+            "browse": ("all queues", "read one queue; an unknown name is an error listing them"),
+        },
     ),
     _queue(
         "max_length",
         LIMIT,
-        "Ready messages kept at most; the overflow policy applies beyond (-1: no limit).",
+        "limit on **ready** messages; the overflow policy applies beyond it",
         unit="messages",
         policy_cap=True,
+        cap_doc="cap on the ready-message count (-1: no cap)",
     ),
     _queue(
         "max_length_bytes",
         LIMIT,
-        "Bytes of ready message bodies kept at most (-1: no limit). Not with overflow=ring.",
+        "limit on the sum of ready messages' `body` lengths; not with `overflow=ring`",
         unit="bytes",
         policy_cap=True,
-    ),
-    _queue(
-        "overflow",
-        Choice(OVERFLOW_POLICIES),
-        "What a full queue does: drop its oldest messages, replace them one for one (ring), "
-        "or refuse new ones.",
-        "drop-head",
+        cap_doc="cap on the ready bodies' bytes (-1: no cap); not on ring queues",
     ),
     Argument(
         "ring_size",
         COUNT,
-        "Shorthand for maxLength=N with overflow=ring.",
+        "shorthand for `maxLength=N, overflow=ring`; with another `overflow` or `maxLength` "
+        "it is an error",
         ("queue", "sink"),
         unit="messages",
         policy_default=True,
     ),
     _queue(
+        "overflow",
+        Choice(OVERFLOW_POLICIES),
+        "what happens at a limit (SEMANTICS §2); `ring` bounds the count only",
+        "drop-head",
+    ),
+    _queue(
         "dead_letter_queue",
         QUEUE_OPTIONAL,
-        "The queue that receives this queue's dropped, expired and dead messages.",
+        "the queue that receives dropped (`drop-head`) and rejected (`reject-publish-dlx`) "
+        "messages, reason `maxlen`, and expired and dead ones",
     ),
     _queue(
         "reject_threshold",
         FRACTION,
-        "Under a reject policy, refuse publishes once the queue is this full.",
+        "reject policies refuse a message once the queue would pass this fraction of a limit "
+        "(Qpid refuses at 0.8)",
         1.0,
+    ),
+    Argument(
+        "on_reject",
+        Choice(ON_REJECT_ACTIONS),
+        "`drop` counts rejected messages; `fail`: a batch with a rejected message fails and "
+        "commits nothing",
+        ("sink", "publish", "publisher"),
+        "drop",
     ),
     _queue(
         "expiration",
         Duration(optional=True),
-        "How long a message stays ready before it expires (unset: never).",
+        "the queue's default message time-to-live, from `enqueued_at` (applied when a "
+        "consumer reaches the message)",
         unit="ms",
     ),
     _queue(
         "expiration_model",
         Choice(EXPIRATION_MODELS),
-        "How a message's own expires_at and the queue's expiration combine.",
+        "how a message's `expires_at` and the queue's `expiration` combine (AMPS): `default` "
+        "the message's own if set, else the queue's; `queue` the queue's only; "
+        "`earliest`/`latest` the earlier/later of those set",
         "default",
     ),
     _queue(
         "max_deliveries",
         DELIVERY_LIMIT,
-        "Deliveries after which a returned message is dead (0 or -1: no limit).",
+        "the queue's delivery limit (RabbitMQ `x-delivery-limit`): a message returned after "
+        "this many deliveries is killed (dead-lettered `delivery_limit`); a consumer's own "
+        "`maxDeliveries` may only lower it",
         unit="deliveries",
         policy_cap=True,
         scopes=("queue", "sink", "source", "lease", "consumer"),
+        per_scope={
+            "source": (
+                "0 (the queue's limit only)",
+                "a message delivered this many times without an ack is killed (dead-lettered "
+                f"`delivery_limit`) instead of returned; {_LOWER_ONLY}",
+            ),
+            "consumer": ("0 (the queue's limit only)", "as for `QueueTable.lease`"),
+        },
+        cap_doc="cap on the queue's delivery limit (0 or -1: no cap): a queue without one "
+        "gets the cap",
     ),
     _queue(
         "max_cancels",
         DELIVERY_LIMIT,
-        "Cancels after which a message is dead (0 or -1: no limit).",
+        "the queue's cancel limit (AMPS `MaxCancels`): the cancel that reaches it kills the "
+        "message (`cancel_limit`); a consumer's `maxCancels` may only lower it",
         unit="cancels",
         policy_cap=True,
         scopes=("queue", "sink", "source", "lease", "consumer"),
+        per_scope={
+            "source": (
+                "0 (the queue's limit only)",
+                "a message cancelled this many times is killed (dead-lettered "
+                f"`cancel_limit`); {_LOWER_ONLY}",
+            ),
+            "consumer": ("0 (the queue's limit only)", "as for `QueueTable.lease`"),
+        },
+        cap_doc="cap on the queue's cancel limit (0 or -1: no cap): a queue without one gets "
+        "the cap",
     ),
-    _queue("exclusive", BOOL, "One consumer name holds the queue at a time.", False),
+    _queue(
+        "exclusive",
+        BOOL,
+        "one consumer name holds the queue at a time (Artemis exclusive queues, RabbitMQ "
+        "single active consumer): the last one that leased something, until it releases or "
+        "its last lease period runs out; others lease nothing meanwhile",
+        False,
+    ),
     _queue(
         "redelivery_delay",
         Duration(zero_is_none=True),
-        "A returned message waits this long before it is ready again (0: none).",
+        "the queue's redelivery backoff (Artemis `redelivery-delay`): a cancelled message, or "
+        "one whose lease ran out, waits this long (counted `scheduled`) before it can be "
+        "leased again",
         unit="ms",
     ),
     _queue(
         "redelivery_multiplier",
         MULTIPLIER,
-        "Each further redelivery waits this many times longer.",
+        "each further redelivery waits the previous delay times this (Artemis "
+        "`redelivery-delay-multiplier`): delay x multiplier^(deliveries - 1)",
         1.0,
     ),
     _queue(
         "max_redelivery_delay",
         Duration(zero_is_none=True),
-        "The longest redelivery wait (unset: 10 x redeliveryDelay).",
+        "the longest a redelivery waits (Artemis `max-redelivery-delay`, same default)",
         unit="ms",
+        shown_default="10 x `redeliveryDelay`",
     ),
     _queue(
         "message_groups",
         BOOL,
-        "Messages with one key are leased to one consumer at a time, in order.",
+        "the messages of one `key` are a group, leased to one consumer at a time and in "
+        "order, while other groups go to other consumers (Artemis message grouping, SQS FIFO "
+        '`MessageGroupId`): SEMANTICS §3 "Message groups"',
         False,
     ),
     _queue(
         "duplicate_window",
         Duration(zero_is_none=True),
-        "A message_id seen within this window is not enqueued again (0: none).",
+        "de-duplication by `message_id` (JetStream's `Duplicates` window): a message whose id "
+        "was enqueued to the queue within this window, by any producer, is not enqueued "
+        "again, and is counted `duplicates`",
         unit="ms",
         policy_cap=True,
+        cap_doc="the longest `duplicateWindow` a queue may have (0 or -1: no cap), which "
+        "bounds what de-duplication stores; a queue without a window keeps none",
     ),
     Argument(
-        "on_reject",
-        Choice(ON_REJECT_ACTIONS),
-        "When a reject policy refuses messages: drop them, or fail the whole batch.",
-        ("sink", "publish", "publisher"),
-        "drop",
+        "policies",
+        Text(),
+        "a policies file (TOML) of defaults and caps for the queues this write declares "
+        "(docs/POLICIES.md); an invalid file fails the write before any task runs, naming "
+        "file, line and key",
+        ("sink",),
+        shown_default="`$SPARK_QUEUE_POLICIES`, else none",
     ),
     Argument(
         "consumer",
         CONSUMER,
-        "The consumer name: leases, acknowledgements and exclusivity are per name.",
+        "this consumer's name; one query per name. A fresh checkpoint starts a new session "
+        "and returns what the name still held",
         ("source", "lease"),
         "default",
     ),
     Argument(
-        "lease_period",
-        Duration(minimum_ms=1, optional=True),
-        "How long a lease lasts (source and lease: unset, leases never run out).",
-        ("source", "lease", "consumer"),
-        unit="ms",
-    ),
-    Argument(
-        "max_messages",
-        POSITIVE,
-        "Messages leased at most per micro-batch / lease call.",
-        ("source", "lease"),
-        unit="messages",
-        spark_option="maxMessagesPerTrigger",
-    ),
-    Argument(
-        "max_bytes",
-        POSITIVE,
-        "Bytes of bodies leased at most per micro-batch / lease call.",
-        ("source", "lease"),
-        unit="bytes",
-        spark_option="maxBytesPerTrigger",
-    ),
-    Argument(
-        "max_backlog",
-        POSITIVE,
-        "Messages leased and not yet committed at most, across micro-batches.",
-        ("source",),
-        unit="messages",
-    ),
-    Argument(
         "semantics",
         Choice(SEMANTICS),
-        "at-least-once: ack after the batch commits; at-most-once: ack when leased.",
+        "at-least-once: leased, acknowledged after Spark commits the batch; at-most-once: "
+        "removed (counted `acked`) when leased",
         ("source",),
         "at-least-once",
     ),
     Argument(
+        "lease_period",
+        Duration(minimum_ms=1, optional=True),
+        "an unacknowledged lease older than this returns the message for any consumer, "
+        "`delivery_count` + 1",
+        ("source", "lease", "consumer"),
+        unit="ms",
+        per_scope={
+            "source": ("unset (leases never expire)", ""),
+            "consumer": (
+                "30 s",
+                "each lease's period; leases of messages prefetched or in hand are extended "
+                "at half of it",
+            ),
+        },
+    ),
+    Argument(
+        "max_messages",
+        POSITIVE,
+        "messages per micro-batch (Spark's `ReadMaxRows`)",
+        ("source", "lease"),
+        unit="messages",
+        spark_option="maxMessagesPerTrigger",
+        per_scope={"source": ("unlimited", "")},
+    ),
+    Argument(
+        "max_bytes",
+        POSITIVE,
+        "body bytes per micro-batch; at least one message is always taken",
+        ("source", "lease"),
+        unit="bytes",
+        spark_option="maxBytesPerTrigger",
+        per_scope={"source": ("unlimited", "")},
+    ),
+    Argument(
+        "max_backlog",
+        POSITIVE,
+        "leases outstanding across all consumers of the queue",
+        ("source",),
+        unit="messages",
+        per_scope={"source": ("unlimited", "")},
+    ),
+    Argument(
         "ack_mode",
         Choice(ACK_MODES),
-        "commit: ack when the micro-batch commits; manual: the application acks.",
+        "`manual`: acknowledge with `QueueTable.ack` (e.g. in `foreachBatch`)",
         ("source",),
         "commit",
     ),
     Argument(
         "read_mode",
         Choice(READ_MODES),
-        "Where a micro-batch's messages are read: in the executors, or on the driver.",
+        "who reads a leased batch. `executors`: Python tasks on the executors, in parallel "
+        "(for throughput). `driver`: the driver's source worker, as it leases the batch, "
+        "handing the rows to Spark with the batch's plan; no executor Python worker starts, "
+        "so each micro-batch is ~60 ms shorter on two cores and small batches arrive sooner "
+        '(for latency; `docs/DESIGN.md`, "Reading a batch on the driver"). A batch then '
+        "passes through the driver whole: without `maxMessagesPerTrigger` or "
+        "`maxBytesPerTrigger` it takes at most 64 MiB of bodies",
         ("source",),
         "executors",
     ),
     Argument(
         "filter",
         Text(),
-        "An SQL predicate over the message columns: only matching messages are leased.",
+        "a SQL predicate over the message columns, e.g. `headers['region'] = 'eu'`: this "
+        "consumer leases only matching messages; the rest stay, in place, for others (an AMPS "
+        "filter, a JMS selector). A predicate that does not parse fails, naming `filter`",
         ("source", "lease", "consumer"),
+        per_scope={"consumer": ("unset", "as for `QueueTable.lease`")},
     ),
     Argument(
         "max_prefetch",
         POSITIVE,
-        "Messages prefetched and in hand at most.",
+        "messages prefetched and in hand (delivered, not settled), at most (pika's "
+        "`prefetch_count`)",
         ("consumer",),
         1000,
         unit="messages",
@@ -752,7 +909,7 @@ SPECIFICATION: tuple[Argument, ...] = (
     Argument(
         "ack_batch",
         POSITIVE,
-        "Acknowledgements flushed once this many are pending.",
+        "pending acknowledgements that trigger a flush",
         ("consumer",),
         1000,
         unit="messages",
@@ -760,23 +917,25 @@ SPECIFICATION: tuple[Argument, ...] = (
     Argument(
         "ack_interval_ms",
         Duration(minimum_ms=1, optional=True),
-        "Acknowledgements flushed once the oldest waited this long (unset: 1 s, or a "
-        "quarter of the lease period where shorter; below half of it).",
+        "the longest an acknowledgement waits for its flush; below half the lease period (an "
+        "acknowledged message's lease is no longer extended)",
         ("consumer",),
         unit="ms",
+        per_scope={"consumer": ("1 s, or a quarter of `lease_period` where shorter", "")},
     ),
     Argument(
         "max_poll_interval_ms",
         Duration(minimum_ms=1, optional=True),
-        "An idle consumer checks for a new table version at least this often (unset: 25 ms "
-        "on a local disk, 100 ms on an object store).",
+        "the longest gap between two log checks of an idle consumer",
         ("consumer",),
         unit="ms",
+        per_scope={"consumer": ("25 ms local, 100 ms object store", "")},
     ),
     Argument(
         "idle_lease_interval_ms",
         Duration(minimum_ms=1),
-        "An idle consumer leases again at least this often.",
+        "an idle consumer leases at least this often (scheduled messages falling due, leases "
+        "running out make no version)",
         ("consumer",),
         1000,
         unit="ms",
@@ -784,7 +943,7 @@ SPECIFICATION: tuple[Argument, ...] = (
     Argument(
         "linger_ms",
         Duration(),
-        "A publisher's message waits at most this long for others to share its commit.",
+        "the longest a batch's first message waits for others to share its commit",
         ("publisher",),
         5,
         unit="ms",
@@ -792,7 +951,7 @@ SPECIFICATION: tuple[Argument, ...] = (
     Argument(
         "max_batch",
         POSITIVE,
-        "Messages published in one commit at most.",
+        "messages published in one commit at most",
         ("publisher",),
         1000,
         unit="messages",

@@ -25,11 +25,6 @@ from spark_queue.storage import OPTION_PREFIX, normalise_options
 
 check_queue_name = parse_queue_name
 
-# camelCase option -> snake_case argument, for the queue arguments a write may declare.
-ARGUMENT_OPTIONS = {a.option: a.name for a in arguments_of("queue") if a.name != "ring_size"}
-SINK_OPTIONS = tuple(a.option for a in arguments_of("sink"))
-SOURCE_OPTIONS = tuple(a.option for a in arguments_of("source"))
-BROWSE_OPTIONS = tuple(a.option for a in arguments_of("browse"))
 # Keys Spark itself adds to a data source's options.
 SPARK_OPTIONS = ("checkpointlocation",)
 
@@ -83,7 +78,6 @@ class QueueArguments:
 
 
 ARGUMENT_NAMES = tuple(f.name for f in fields(QueueArguments))
-SURFACES = ("keyword", "option", "flag")
 
 
 def spell(argument: str, surface: str) -> str:
@@ -149,12 +143,6 @@ def validate_arguments(given: Mapping[str, Any], *, surface: str = "keyword") ->
 RING_COUNT_ONLY = "overflow=ring bounds the message count only"
 
 
-def ring_with_byte_limit(overflow: str | None, max_length_bytes: int | None) -> bool:
-    """The rule of :func:`check_effective`: a ring bounds the count only (it replaces the
-    oldest message, one for one), so it takes no byte limit."""
-    return overflow == "ring" and max_length_bytes is not None
-
-
 def check_effective(
     arguments: QueueArguments | Mapping[str, Any], surface: str = "keyword", queue: str = ""
 ) -> None:
@@ -166,7 +154,9 @@ def check_effective(
         InvalidOptionError: a ring with a byte limit; the message names both arguments.
     """
     values = arguments if isinstance(arguments, Mapping) else arguments.to_dict()
-    if ring_with_byte_limit(values.get("overflow"), values.get("max_length_bytes")):
+    # A ring bounds the count only (it replaces the oldest message, one for one), so it
+    # takes no byte limit.
+    if values.get("overflow") == "ring" and values.get("max_length_bytes") is not None:
         whose = f"queue {queue!r}: " if queue else ""
         raise InvalidOptionError(
             f"{whose}{RING_COUNT_ONLY}; {spell('max_length_bytes', surface)}="
