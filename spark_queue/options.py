@@ -24,6 +24,9 @@ from spark_queue.errors import InvalidOptionError
 from spark_queue.storage import OPTION_PREFIX, normalise_options
 
 check_queue_name = parse_queue_name
+# The options of a readStream and of a read, as Spark spells them.
+SOURCE_OPTIONS = tuple(a.option for a in arguments_of("source"))
+BROWSE_OPTIONS = tuple(a.option for a in arguments_of("browse"))
 
 # Keys Spark itself adds to a data source's options.
 SPARK_OPTIONS = ("checkpointlocation",)
