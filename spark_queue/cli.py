@@ -24,7 +24,7 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any, NoReturn
 
-from spark_queue.arguments import ARGUMENTS, COUNT, arguments_of, parse_queue_name
+from spark_queue.arguments import ARGUMENTS, COUNT, Kind, arguments_of, parse_queue_name
 from spark_queue.broker_client import MODE_ENV_VAR, TOKEN_ENV_VAR, parse_mode
 from spark_queue.core import COUNTERS
 from spark_queue.discovery import DEFAULT_LISTEN, DEFAULT_MAX_REQUEST_BYTES, STOP_TIMEOUT_SECONDS
@@ -94,13 +94,20 @@ def _unrecognized(extras: list[str]) -> str:
     return " ".join(shown) + (" (values not shown)" if hidden else "")
 
 
-def _count(text: str) -> int:
-    """argparse type: a whole number >= 0, the specification's count (else a usage error
-    naming the flag, never the value)."""
-    try:
-        return COUNT.parse("value", text)
-    except InvalidOptionError:
-        raise argparse.ArgumentTypeError(f"must be {COUNT.valid}") from None
+def _kind(kind: Kind) -> Callable[[str], Any]:
+    """argparse type: the specification's parser of ``kind`` (else a usage error naming the
+    flag and the valid values, never the value)."""
+
+    def parse(text: str) -> Any:
+        try:
+            return kind.parse("value", text)
+        except InvalidOptionError:
+            raise argparse.ArgumentTypeError(f"must be {kind.valid}") from None
+
+    return parse
+
+
+_count = _kind(COUNT)
 
 
 def _hours(text: str) -> float:
@@ -236,7 +243,10 @@ def build_parser() -> argparse.ArgumentParser:
     publish.add_argument("--file", help="read the JSON lines from this file, not stdin")
     publish.add_argument("--producer", help="with --sequence: an idempotent publish")
     publish.add_argument("--sequence", type=_count, help="grows with every publish of --producer")
-    publish.add_argument("--on-reject", default="drop", help=ARGUMENTS["on_reject"].doc)
+    on_reject = ARGUMENTS["on_reject"]
+    publish.add_argument(
+        "--on-reject", type=_kind(on_reject.kind), default=on_reject.default, help=on_reject.doc
+    )
     publish.add_argument("--json", action="store_true", help="the result as one JSON object")
     _arguments(publish)
     stats = commands.add_parser("stats", help="gauges and counters of a queue (all if none)")
@@ -483,7 +493,7 @@ def run_command(args: argparse.Namespace) -> str:
             rows,
             producer=args.producer,
             sequence=args.sequence,
-            on_reject=ARGUMENTS["on_reject"].parse(args.on_reject, "--on-reject"),
+            on_reject=args.on_reject,
             **_given(args),
         )
         if args.json:
