@@ -48,6 +48,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
+from spark_queue.arguments import POSITIVE
 from spark_queue.core import NEVER, QueueState, below_heads, live_mask
 from spark_queue.errors import InvalidOptionError
 from spark_queue.files import MESSAGE, REMOVAL, StagedFile, delete_files, write_file
@@ -281,12 +282,13 @@ def log_retention_versions(configuration: dict[str, str]) -> int:
     text = configuration.get(LOG_RETENTION_VERSIONS_KEY)
     if text is None:
         return LOG_RETENTION_VERSIONS
-    if not text.strip().isdigit() or int(text) < 1:
+    try:
+        return POSITIVE.parse(LOG_RETENTION_VERSIONS_KEY, text)
+    except InvalidOptionError:
         raise InvalidOptionError(
             f"table property {LOG_RETENTION_VERSIONS_KEY}={text!r} must be a whole number of "
             f"versions >= 1 (default {LOG_RETENTION_VERSIONS})"
-        )
-    return int(text)
+        ) from None
 
 
 def checkpoint_interval(configuration: dict[str, str]) -> int:

@@ -190,7 +190,7 @@ def test_young_commits_are_never_cut_by_count(queue_path):
 
 
 def test_a_bad_log_retention_in_versions_is_named_and_deletes_nothing(queue_path, caplog):
-    for value in ("0", "-5", "many", "1.5"):
+    for value in ("0", "-5", "many", "1.5", "\u0663", "9" * 20):
         with pytest.raises(InvalidOptionError) as error:
             log_retention_versions({LOG_RETENTION_VERSIONS_KEY: value})
         assert f"{LOG_RETENTION_VERSIONS_KEY}={value!r}" in str(error.value)
