@@ -646,6 +646,14 @@ SPECIFICATION: tuple[Argument, ...] = (
             "browse": ("all queues", "read one queue; an unknown name is an error listing them"),
         },
     ),
+    Argument(
+        "consumer",
+        CONSUMER,
+        "this consumer's name; one query per name. A fresh checkpoint starts a new session "
+        "and returns what the name still held",
+        ("source", "lease"),
+        "default",
+    ),
     _queue(
         "max_length",
         LIMIT,
@@ -809,14 +817,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         "file, line and key",
         ("sink",),
         shown_default="`$SPARK_QUEUE_POLICIES`, else none",
-    ),
-    Argument(
-        "consumer",
-        CONSUMER,
-        "this consumer's name; one query per name. A fresh checkpoint starts a new session "
-        "and returns what the name still held",
-        ("source", "lease"),
-        "default",
     ),
     Argument(
         "semantics",
