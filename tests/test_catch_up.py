@@ -86,7 +86,7 @@ def test_a_table_and_its_clients_left_behind_by_log_cleanup_see_the_present(queu
     short_log(queue_path)
     assert table.publish("q", ["here 0"]).seqs == [0]
     known = table.store.open().version()
-    consumer = table.consumer("q", "w", idle_lease_interval=3600, max_poll_interval=0.05)
+    consumer = table.consumer("q", "w", idle_lease_interval_ms="1h", max_poll_interval_ms=50)
     publisher = table.publisher("q")
     try:
         (first,) = consumer.receive(1, timeout=30)
