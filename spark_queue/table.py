@@ -105,11 +105,13 @@ class QueueTable:
             here; ``"off"`` here; ``"host:port"`` (``"tls://host:port"``) at that broker.
             Wherever a broker cannot be reached, here. None: ``$SPARK_QUEUE_BROKER``, else
             ``"auto"``.
-        broker_token: the broker's token; None: ``$SPARK_QUEUE_BROKER_TOKEN``, if set.
+        broker_token: the broker's token (printable ASCII, not blank); None:
+            ``$SPARK_QUEUE_BROKER_TOKEN``, if set. Never pickled: an unpickled table takes
+            ``$SPARK_QUEUE_BROKER_TOKEN``.
 
     Raises:
-        InvalidOptionError: a storage option is not a string (named by its key), or an
-            invalid ``broker``.
+        InvalidOptionError: a storage option is not a string (named by its key), an
+            invalid ``broker``, or a token that is not printable ASCII or is blank.
         PolicyError: the policies file cannot be read or is invalid.
     """
 
