@@ -32,8 +32,10 @@ DEFAULT_LISTEN = "127.0.0.1:0"  # loopback, a free port
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
 HEARTBEAT_SECONDS = 2.0
 # How long a stopping broker waits for its open requests (--stop-timeout) before it cancels
-# them and exits: a client that holds an upload open does not hold the stop up.
-STOP_TIMEOUT_SECONDS = 10.0
+# them and exits: a client that holds an upload open does not hold the stop up. Above the
+# ~20 s a commit that loses races retries for (transaction.run): a request cancelled mid-way
+# is run again by its client, and a plain publish may then be enqueued twice.
+STOP_TIMEOUT_SECONDS = 30.0
 # A record is live while its heartbeat is younger than this many of its broker's heartbeat
 # intervals (and never less than STALE_FLOOR_SECONDS): clocks of the broker and its clients
 # may differ by a few seconds.
