@@ -24,7 +24,14 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any, NoReturn
 
-from spark_queue.arguments import ARGUMENTS, COUNT, Kind, arguments_of, parse_queue_name
+from spark_queue.arguments import (
+    ARGUMENTS,
+    COUNT,
+    Duration,
+    Kind,
+    arguments_of,
+    parse_queue_name,
+)
 from spark_queue.broker_client import MODE_ENV_VAR, TOKEN_ENV_VAR, parse_mode
 from spark_queue.core import COUNTERS
 from spark_queue.discovery import DEFAULT_LISTEN, DEFAULT_MAX_REQUEST_BYTES, STOP_TIMEOUT_SECONDS
@@ -118,17 +125,6 @@ def _hours(text: str) -> float:
         value = -1.0
     if not 0 <= value < float("inf"):
         raise argparse.ArgumentTypeError("must be a number of hours >= 0")
-    return value
-
-
-def _seconds(text: str) -> float:
-    """argparse type: a number of seconds > 0 (else a usage error naming the value)."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0, got {text!r}")
     return value
 
 
@@ -349,11 +345,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     broker.add_argument(
         "--stop-timeout",
-        type=_seconds,
-        default=STOP_TIMEOUT_SECONDS,
-        metavar="SECONDS",
+        type=_kind(Duration(minimum_ms=1)),
+        default=int(STOP_TIMEOUT_SECONDS * 1000),
+        metavar="DURATION",
         help=f"on SIGTERM, how long to wait for the requests in flight before cancelling "
-        f"them and exiting ({STOP_TIMEOUT_SECONDS:g})",
+        f"them and exiting, e.g. '30s' ({STOP_TIMEOUT_SECONDS:g} s)",
     )
     policies = commands.add_parser("policies", help="queue policies (docs/POLICIES.md)")
     policy_commands = policies.add_subparsers(dest="policies_command", required=True)
@@ -461,7 +457,7 @@ def _run_broker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> st
         token=token,
         max_request_bytes=args.max_request_bytes,
         tls_files=None if args.tls_cert is None else (args.tls_cert, args.tls_key),
-        stop_timeout_seconds=args.stop_timeout,
+        stop_timeout_seconds=args.stop_timeout / 1000,
         announce=lambda line: print(line, flush=True),
     )
     return ""

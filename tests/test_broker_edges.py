@@ -308,7 +308,7 @@ def test_sigterm_cancels_a_stalled_upload_at_the_stop_deadline(tmp_path):
     QueueTable(path, broker="off").publish("jobs", ["first"])
     before = version(path)
     rows = as_input_table(["a", "b"])
-    with BrokerProcess(path, "--stop-timeout", "1", log_path=tmp_path / "broker.log") as broker:
+    with BrokerProcess(path, "--stop-timeout", "1s", log_path=tmp_path / "broker.log") as broker:
         client = flight.FlightClient(f"grpc://{broker.address}")
         descriptor = flight.FlightDescriptor.for_command(publish_request(path, rows, 2))
         writer, _ = client.do_put(descriptor, rows.schema)
