@@ -96,15 +96,17 @@ class BrokerUnreachable(Exception):
     """A broker did not answer (internal: the router then runs the call here)."""
 
 
-def token_of(token: str | None) -> str | None:
+def token_of(token: str | None, mode: str) -> str | None:
     """The client's token: ``token``, else ``$SPARK_QUEUE_BROKER_TOKEN`` where set and not
-    empty; None: no token.
+    empty and ``mode`` may use a broker; None: no token.
 
     Raises:
         InvalidOptionError: a token that is not printable ASCII, or blank (named as given).
     """
     if token is not None:
         return check_token(token, "broker_token")
+    if mode == OFF:
+        return None  # (a broker's own table, say: the variable is the broker's token)
     given = os.environ.get(TOKEN_ENV_VAR)
     return check_token(given, f"${TOKEN_ENV_VAR}") if given else None
 
@@ -360,7 +362,7 @@ class BrokerRouter:
     def __init__(self, location: Location, mode: str | None, token: str | None) -> None:
         self.location = location
         self.mode = parse_mode(mode)
-        self._token = token_of(token)
+        self._token = token_of(token, self.mode)
         self._key = None if self._token is None else token_key(self._token)
         self._forget()
 
@@ -382,7 +384,7 @@ class BrokerRouter:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._token = token_of(None)
+        self._token = token_of(None, self.mode)
         self._key = None if self._token is None else token_key(self._token)
         self._forget()
 
