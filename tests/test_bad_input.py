@@ -25,6 +25,11 @@ BAD_OPTIONS = [
     ("expiration", "soon", "expiration"),
     ("queue", "no spaces", "queue"),
     ("maxLenght", "3", "maxLenght"),
+    ("maxLength", str(2**70), "maxLength"),
+    ("maxLength", "1_000", "maxLength"),
+    ("expiration", "1.5", "expiration"),
+    ("expiration", str(10**16), "expiration"),
+    ("exclusive", "1", "exclusive"),
 ]
 
 
