@@ -5,10 +5,11 @@ source) keeps a Delta table open between calls. Here another process (a real one
 past the log's bound while it is idle, and log cleanup deletes the log entries of the
 version it knew and of the next ones: its next call must see the present and work.
 
-The tables keep a short log (``delta.checkpointInterval`` 10, ``spark_queue.logRetentionVersions``
-5), so a few dozen commits do what 750 do at the defaults, and the other process backdates
-the log's files by twice ``LOG_MIN_AGE_SECONDS`` before its last commits, in place of
-waiting for them to age.
+The tables keep a short log (``delta.checkpointInterval`` 10,
+``spark_queue.logRetentionVersions`` 5), so a few dozen commits do what 750 do at the
+defaults. In place of waiting for the log's files to age past ``LOG_MIN_AGE_SECONDS``, the
+other process backdates them before its last commits (local disk), or runs the cleanup as
+if its clock were past the floor (S3, where a file's age cannot be set).
 """
 
 from __future__ import annotations
