@@ -324,16 +324,19 @@ def test_sigterm_cancels_a_stalled_upload_at_the_stop_deadline(tmp_path):
 
 
 def test_a_long_error_message_is_trimmed_and_keeps_its_class(open_broker):
-    """An error quoting a 20,000-character argument reaches the client as its own class,
-    its message cut below gRPC's header limit: the broker is not taken for unreachable."""
+    """An error quoting a 20,000-character argument (a filter) reaches the client as its
+    own class, its message cut below gRPC's header limit: the broker is not taken for
+    unreachable."""
     path, broker = open_broker.path, open_broker
     table = QueueTable(path)
     assert table.router.address() == broker.address
     refused = broker.status()["refused"]
+    long_filter = "x" * 20_000
     with pytest.raises(QueueError) as direct:
-        QueueTable(path, broker="off").lease("q" * 20_000, "w")
+        QueueTable(path, broker="off").lease("jobs", "w", filter=long_filter)
+    assert len(str(direct.value)) > 16_384  # what would not fit in gRPC's headers
     with pytest.raises(type(direct.value)) as routed:
-        table.lease("q" * 20_000, "w")
+        table.lease("jobs", "w", filter=long_filter)
     assert type(routed.value) is type(direct.value)
     assert len(str(routed.value).encode()) <= 4096 and "(cut: " in str(routed.value)
     assert str(routed.value)[:200] == str(direct.value)[:200]
