@@ -311,7 +311,7 @@ class QueueBroker(flight.FlightServerBase):
                 break
             batches.append(chunk)
         if refusal is not None:
-            raise refusal  # (what arrived is let go as the error travels: no frame holds it)
+            raise refusal  # what arrived goes with this frame, once _serve has answered
         if rows != rows_declared:
             raise BrokerRequestError(
                 f"cut-off upload: {rows} of the {rows_declared} rows its request declares "
