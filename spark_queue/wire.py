@@ -116,7 +116,9 @@ def decode_request(body: bytes, table: str) -> tuple[str, dict[str, Any], Any]:
     """
     try:
         request = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
+    except (UnicodeDecodeError, ValueError, RecursionError) as error:
+        # Beyond JSONDecodeError, Python's decoder refuses valid JSON nested too deeply
+        # (RecursionError) or with a number of over 4300 digits (ValueError).
         raise BrokerRequestError(f"malformed request: not a JSON object ({error})") from None
     if not isinstance(request, dict):
         raise BrokerRequestError("malformed request: not a JSON object")

@@ -363,6 +363,30 @@ def test_flight_methods_a_broker_does_not_serve_get_one_clean_error(open_broker)
     client.close()
 
 
+@pytest.mark.parametrize(
+    "arguments",
+    ["[" * 100_000 + "]" * 100_000, "9" * 5_000],
+    ids=["nested too deeply", "a number of 5000 digits"],
+)
+def test_json_that_python_cannot_read_is_a_malformed_request(open_broker, arguments):
+    """JSON a client may send but Python's decoder refuses (it raised RecursionError and
+    ValueError, which came back as the broker's own failure) is the client's malformed
+    request, and nothing is done."""
+    path, broker = open_broker.path, open_broker
+    before, failed = version(path), broker.status()["failed"]
+    body = f'{{"protocol": {PROTOCOL}, "table": {json.dumps(path)}, "method": "ack", '
+    body += f'"arguments": {{"queue": "jobs", "seqs": {arguments}}}}}'
+    client = flight.FlightClient(f"grpc://{broker.address}")
+    with pytest.raises(flight.FlightServerError) as raised:
+        list(client.do_action(flight.Action("ack", body.encode())))
+    client.close()
+    error = decode_error(raised.value.extra_info)
+    assert isinstance(error, BrokerRequestError), error
+    assert str(error).startswith("malformed request: not a JSON object") and "\n" not in str(error)
+    assert broker.status()["failed"] == failed
+    assert version(path) == before
+
+
 def test_failed_logins_are_logged_without_the_token_and_counted(token_broker):
     path, broker = token_broker.path, token_broker
     before = version(path)
