@@ -62,9 +62,14 @@ class UsageError(Exception):
     """Bad usage of the command line (exit 2): the message names the flag, never its value."""
 
 
-# argparse quotes the value of a flag it refuses ("invalid choice: 'x'"): a value may be a
-# secret (a storage option's, a token), so the quote is dropped.
-_QUOTED_VALUE = re.compile(r"(invalid (?:[\w ]+ value|choice)): (?:'(?:[^'\\]|\\.)*'|\"[^\"]*\")")
+# argparse quotes the value of a flag it refuses ("invalid choice: 'x'", "ignored explicit
+# argument 'x'", "ambiguous option: --p=x"): a value may be a secret (a storage option's, a
+# token), so it is dropped.
+_QUOTED_VALUE = re.compile(
+    r"(invalid (?:[\w ]+ value|choice)|ignored explicit argument):? "
+    r"(?:'(?:[^'\\]|\\.)*'|\"[^\"]*\")"
+)
+_AMBIGUOUS = re.compile(r"^(ambiguous option: -+[^=\s]*)=\S*")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -74,6 +79,7 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         if message.startswith("argument -"):
             message = _QUOTED_VALUE.sub(r"\1", message)
+        message = _AMBIGUOUS.sub(r"\1", message)
         raise UsageError(f"{message} (see {self.prog} --help)")
 
     def parse_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def, override]

@@ -185,6 +185,8 @@ def test_cli_bad_usage_exits_2_and_never_echoes_a_value(queue_path, capsys):
         ["--path", queue_path, "publish", "q", "--on-reject", SECRET],
         ["--path", queue_path, "peek", "q", "--limit", SECRET],
         ["--path", queue_path, "stats", "--bogus", SECRET],
+        ["--path", queue_path, "stats", f"--json={SECRET}"],
+        [f"--p={SECRET}", "stats"],  # --path or --policies?
     ):
         assert main(argv) == 2, argv
         line = one_line(capsys)
