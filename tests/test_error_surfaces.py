@@ -74,6 +74,15 @@ def test_every_error_round_trips_through_pickle_and_cloudpickle(cls):
         assert vars(copy) == vars(error)
 
 
+@pytest.mark.parametrize("cls", error_classes(), ids=lambda cls: cls.__name__)
+def test_every_error_comes_back_from_a_broker_as_itself(cls):
+    from spark_queue.wire import decode_error, encode_error
+
+    error = an_instance(cls)
+    copy = decode_error(encode_error(error))
+    assert type(copy) is cls and str(copy) == str(error)
+
+
 def test_a_missing_table_is_a_table_not_found_error(tmp_path):
     assert issubclass(spark_queue.TableNotFoundError, spark_queue.QueueError)
     nowhere = str(tmp_path / "nowhere")
