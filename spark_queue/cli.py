@@ -602,7 +602,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _say(f"unexpected {type(error).__name__}: {first}", storage)
         return EXIT_REFUSED
     if output:
-        print(output)
+        try:
+            print(output, flush=True)
+        except BrokenPipeError:  # the reader left (`| head -1`): the rest goes nowhere
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return EXIT_REFUSED
     return 0
 
 

@@ -173,6 +173,15 @@ def test_cli_the_spark_queue_command_prints_one_plain_line(tmp_path):
     assert run.returncode == 1 and run.stdout == "", run.stderr
     assert len(run.stderr.splitlines()) == 1 and "\x1b" not in run.stderr, run.stderr
     assert endpoint in run.stderr and SECRET not in run.stderr
+    # A reader that leaves before the output (`| head -1`): no traceback either.
+    QueueTable(tmp_path / "queues").declare("orders")
+    left = subprocess.Popen(
+        [*command, "--path", str(tmp_path / "queues"), "queues", "--broker", "off"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    left.stdout.close()
+    assert left.stderr.read() == b"" and left.wait(timeout=120) in (0, 1)
     usage = subprocess.run(
         [*command, "peek", "orders", "--path", str(tmp_path), "--bogus", SECRET],
         capture_output=True,
