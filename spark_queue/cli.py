@@ -41,7 +41,7 @@ from spark_queue.errors import (
     QueueError,
     TableNotFoundError,
 )
-from spark_queue.maintenance import DEFAULT_VACUUM_HOURS
+from spark_queue.maintenance import DEFAULT_VACUUM_HOURS, MAX_RETENTION_HOURS
 from spark_queue.options import ARGUMENT_NAMES, option_name, validate_arguments
 from spark_queue.policies import ENV_VAR, Policies, load_policies
 from spark_queue.storage import (
@@ -124,13 +124,16 @@ _count = _kind(COUNT)
 
 
 def _hours(text: str) -> float:
-    """argparse type: a number of hours >= 0 (else a usage error naming the flag)."""
+    """argparse type: a number of hours from 0 to vacuum's longest retention (else a usage
+    error naming the flag)."""
     try:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError("must be a number of hours >= 0")
+    if not 0 <= value <= MAX_RETENTION_HOURS:
+        raise argparse.ArgumentTypeError(
+            f"must be a number of hours from 0 to {MAX_RETENTION_HOURS}"
+        )
     return value
 
 

@@ -48,7 +48,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
-from spark_queue.arguments import POSITIVE
+from spark_queue.arguments import MAX_DURATION_DAYS, POSITIVE
 from spark_queue.core import NEVER, QueueState, below_heads, live_mask
 from spark_queue.errors import InvalidOptionError
 from spark_queue.files import MESSAGE, REMOVAL, StagedFile, delete_files, write_file
@@ -72,6 +72,9 @@ LOG_MIN_AGE_SECONDS = 10.0
 DEFAULT_VACUUM_HOURS = 168.0  # Delta's default: a week of time travel
 FILE_RETENTION_HOURS = 168.0  # Delta's delta.deletedFileRetentionDuration default
 MIN_RETENTION_HOURS = 1.0  # the in-flight window of the connector's own reads; see check_retention
+# The longest retention, the longest duration of every argument: delta-rs raises
+# OverflowError beyond 2**64 hours and panics beyond ~2.5e12 (chrono's TimeDelta).
+MAX_RETENTION_HOURS = MAX_DURATION_DAYS * 24
 # Automatic vacuum (docs/MAINTENANCE.md, "Automatic vacuum"): the table property that turns it
 # on (the retention, in hours), and the application transaction through which a process
 # claims an hour's vacuum, so that one process vacuums each hour whatever the count.
@@ -491,6 +494,11 @@ def check_retention(retention_hours: Any, floor: float, force: bool) -> float:
         raise InvalidOptionError(
             f"retention_hours (--retention-hours) must be a number >= 0, got {retention_hours!r}"
         )
+    if hours > MAX_RETENTION_HOURS:
+        raise InvalidOptionError(
+            f"retention_hours (--retention-hours) must be at most {MAX_RETENTION_HOURS} hours "
+            f"({MAX_DURATION_DAYS} days), got {retention_hours!r}"
+        )
     if hours < MIN_RETENTION_HOURS:
         raise InvalidOptionError(
             f"retention_hours (--retention-hours) {hours:g} is below {MIN_RETENTION_HOURS:g} "
@@ -583,11 +591,12 @@ def auto_vacuum_hours(configuration: dict[str, str]) -> float | None:
         hours = float(text)
     except ValueError:
         hours = float("nan")
-    if not floor <= hours < float("inf"):
+    if not floor <= hours <= MAX_RETENTION_HOURS:
         raise InvalidOptionError(
             f"the table property {AUTO_VACUUM_KEY}={text!r} must be a number of hours >= "
             f"{floor:g} (the table's delta.deletedFileRetentionDuration, never below "
-            f"{MIN_RETENTION_HOURS:g}); no automatic vacuum runs until it is"
+            f"{MIN_RETENTION_HOURS:g}) and at most {MAX_RETENTION_HOURS}; no automatic vacuum "
+            "runs until it is"
         )
     return hours
 

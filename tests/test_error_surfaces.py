@@ -128,9 +128,11 @@ def test_cli_unexpected_errors_are_one_line_naming_their_type(queue_path, capsys
     (Path(queue_path) / "_delta_log" / f"{1:020d}.json").write_text("{not json")
     assert main(["--path", queue_path, "stats"]) == 1
     assert one_line(capsys).startswith("spark-queue: unexpected DeltaError: ")
-    # Not ours either, and no traceback: a retention beyond what delta-rs takes.
-    assert main(["--path", queue_path, "vacuum", "--retention-hours", "1e300"]) == 1
-    one_line(capsys)
+    # A retention beyond what delta-rs takes (it raised OverflowError, or panicked with a
+    # traceback) is refused as bad usage, naming the flag.
+    for hours in ("1e300", "1e15"):
+        assert main(["--path", queue_path, "vacuum", "--retention-hours", hours]) == 2
+        assert "argument --retention-hours: must be a number of hours" in one_line(capsys)
 
 
 def test_cli_an_unreachable_store_is_one_line_naming_the_endpoint(capsys, monkeypatch):

@@ -276,6 +276,10 @@ def test_vacuum_refuses_retentions_below_its_floors_and_deletes_nothing(queue_pa
         (-1, True, "must be a number >= 0, got -1"),
         (float("nan"), True, "must be a number >= 0"),
         ("168", False, "must be a number of hours, got '168'"),
+        # Beyond what delta-rs takes: it raised OverflowError or panicked (PanicException).
+        (1e300, True, "must be at most 8760000 hours (365000 days), got 1e+300"),
+        (10**15, True, "must be at most 8760000 hours"),
+        (2.0**64, False, "must be at most 8760000 hours"),
     )
     for hours, force, message in refusals:
         with pytest.raises(InvalidOptionError, match="retention_hours") as error:
@@ -400,7 +404,7 @@ def test_a_table_only_streaming_queries_write_is_vacuumed_by_them(spark, queue_p
 
 
 def test_a_bad_automatic_vacuum_property_is_named_and_deletes_nothing(queue_path, caplog):
-    for value in ("soon", "0.5", "inf", "-1", "nan"):
+    for value in ("soon", "0.5", "inf", "-1", "nan", "1e300", "1e15"):
         with pytest.raises(InvalidOptionError) as error:
             auto_vacuum_hours({AUTO_VACUUM_KEY: value})
         assert f"{AUTO_VACUUM_KEY}={value!r}" in str(error.value)
