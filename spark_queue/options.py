@@ -105,6 +105,9 @@ def effective_limit(queue_limit: int | None, consumer_limit: int) -> int:
     return min(limits) if limits else 0
 
 
+_QUEUE_ARGUMENTS = {a.name: a for a in arguments_of("queue")}
+
+
 def validate_arguments(given: Mapping[str, Any], *, surface: str = "keyword") -> dict[str, Any]:
     """Validate snake_case queue arguments; returns the parsed values of those given.
 
@@ -113,7 +116,7 @@ def validate_arguments(given: Mapping[str, Any], *, surface: str = "keyword") ->
     together here; the queue's effective arguments, after any merge with its stored ones
     or a policy's, are checked by :func:`check_effective`.
     """
-    queue_arguments = {a.name: a for a in arguments_of("queue")}
+    queue_arguments = _QUEUE_ARGUMENTS
     for name in given:
         if name not in queue_arguments:
             valid = ", ".join(spell(n, surface) for n in queue_arguments)
