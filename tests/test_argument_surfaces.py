@@ -327,3 +327,42 @@ def test_the_same_value_is_stored_by_every_surface(table, tmp_path):
     stored = {q: table.arguments(q) for q in ("by-keyword", "by-option", "by-flag", "by-policy")}
     assert len(set(stored.values())) == 1, stored
     assert stored["by-keyword"].expiration == 1500
+
+
+# A filter's SQL is checked at the consumer's first lease, on the table's columns; its type
+# when the consumer is made (test_argument_regressions).
+CLIENT_OPTIONS = [
+    a for a in SPECIFICATION if {"consumer", "publisher"} & set(a.scopes) and a.name != "filter"
+]
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(argument=st.sampled_from(CLIENT_OPTIONS), value=values)
+def test_a_client_option_is_refused_when_made_or_taken_as_parsed(table, argument, value):
+    """A consumer's or publisher's option: refused by name when the client is made (nothing
+    written), or the client runs with what the specification parses."""
+    name = argument.name
+    expected = outcome(lambda: argument.parse(value))
+    before = version(table)
+    make = table.consumer if "consumer" in argument.scopes else table.publisher
+    client_args = ("q", "c") if make == table.consumer else ("q",)
+    # ack_interval_ms must be below half the lease period: a long one leaves it all valid.
+    period = {"lease_period": "1000 days"} if name == "ack_interval_ms" else {}
+    made = outcome(lambda: make(*client_args, **period, **{name: value}))
+    if expected[0] == "refused":
+        assert made[0] == "refused" and name in made[1], (value, made)
+        assert version(table) == before
+        return
+    assert made[0] == "ok", (value, made)
+    client = made[1]
+    client.close()
+    parsed = expected[1]
+    seconds = {"ack_interval_ms", "max_poll_interval_ms", "idle_lease_interval_ms", "linger_ms"}
+    if name in seconds and parsed is not None:
+        assert getattr(client, name.removesuffix("ms") + "s") == parsed / 1000, value
+    elif name in ("max_prefetch", "ack_batch", "max_batch", "on_reject"):
+        assert getattr(client, name) == parsed, value
