@@ -4,11 +4,10 @@ Exit codes a script can rely on: 0 done; 1 the queue table refused (unknown queu
 mismatch, no or not a queue table, an unreachable store, an invalid policies file, vacuum
 below its floor, ...) or an unexpected error; 2 bad usage. Every error goes to stderr as one
 line ``spark-queue: <message>``: no traceback, no colour, never an option's value. The
-global options (``--path``, ``--policies``, ``--storage-option``) go before or after the
-command. Long operations
-(``compact``, ``vacuum``, ``purge``) report progress on stderr, one line per step, when stderr
-is a terminal or with ``--progress``; ``--quiet`` silences them. The reference is
-``docs/CLI.md``.
+global options (``--path``, ``--policies``, ``--storage-option``, ``--broker``) go before or
+after the command. Long operations (``compact``, ``vacuum``, ``purge``) report progress on
+stderr, one line per step, when stderr is a terminal or with ``--progress``; ``--quiet``
+silences them. The reference is ``docs/CLI.md``.
 """
 
 from __future__ import annotations
