@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from spark_queue.arguments import ARGUMENTS, Argument, arguments_of, parse_queue_name
+from spark_queue.arguments import ARGUMENTS, COUNT, Argument, arguments_of, parse_queue_name
 
 # Re-exported: modules that take these from here (the specification defines them).
 from spark_queue.arguments import QUEUE_NAME as QUEUE_NAME
@@ -308,7 +308,13 @@ def parse_consumer_limits(
             return ARGUMENTS[name].default
         return ARGUMENTS[name].parse(given[name], spell(name, surface))
 
-    max_messages = 0 if zero_messages_ok and given.get("max_messages") == 0 else None
+    # A lease's 0 is parsed as a count from 0 (a bool or 0.0 is not 0); others from 1.
+    no_messages = (
+        zero_messages_ok
+        and given.get("max_messages") is not None
+        and COUNT.parse(spell("max_messages", surface), given["max_messages"]) == 0
+    )
+    max_messages = 0 if no_messages else None
     period_ms = parsed("lease_period")
     return ConsumerLimits(
         consumer=parsed("consumer"),

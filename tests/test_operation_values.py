@@ -201,6 +201,21 @@ def test_receive_refuses_bad_counts_and_timeouts(tmp_path, keyword, value):
         assert [m.body for m in consumer.receive(1, timeout=60)] == [b"a"]
 
 
+@pytest.mark.parametrize("count", [False, 0.0, np.float64(0), True, 1.5, "x", -1], ids=repr)
+def test_lease_refuses_a_max_messages_that_is_not_a_count(tmp_path, count):
+    """A lease may ask for 0 messages (it then only settles): False and 0.0 were taken as
+    that 0."""
+    table = QueueTable(str(tmp_path), broker="off")
+    table.publish("q", ["a"])
+    before = version(table)
+    with pytest.raises(InvalidOptionError) as error:
+        table.lease("q", "c", max_messages=count)
+    assert one_line(error, "max_messages", "whole number >= 0")
+    assert version(table) == before
+    assert table.lease("q", "c", max_messages=0).num_rows == 0
+    assert table.lease("q", "c", max_messages="1").num_rows == 1
+
+
 @pytest.mark.parametrize("limit", [-1, 1.5, True, "x", None], ids=repr)
 def test_peek_refuses_a_limit_that_is_not_a_count(tmp_path, limit):
     table = QueueTable(str(tmp_path), broker="off")
