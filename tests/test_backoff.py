@@ -242,7 +242,7 @@ def test_cli_declares_a_backoff_and_nacks_with_a_delay(tmp_path, capsys):
     assert "cancelled 1" in capsys.readouterr().out
     assert _due_of(table, "jobs")[seq] >= before + 60_000_000
     assert cli_main(["--path", path, "declare", "bad", "--redelivery-multiplier", "0"]) != 0
-    assert "redelivery_multiplier must be a number >= 1" in capsys.readouterr().err
+    assert "--redelivery-multiplier must be a finite number >= 1" in capsys.readouterr().err
     assert table.queues() == ["jobs"]
 
 
