@@ -293,6 +293,27 @@ def test_the_cli_refuses_a_fractional_priority(tmp_path):
     assert version(table) == before
 
 
+@pytest.mark.parametrize(
+    ("command", "flags"),
+    [("ack", []), ("cancel", []), ("extend", ["--consumer", "c", "--period", "1m"])],
+    ids=["ack", "cancel", "extend"],
+)
+def test_the_cli_refuses_a_seq_beyond_int64_in_one_line(tmp_path, capsys, command, flags):
+    """``ack w 99999999999999999999999`` printed a traceback."""
+    from spark_queue.cli import main
+
+    table = leased_table(str(tmp_path))
+    before = version(table)
+    argv = ["--path", str(tmp_path), "--broker", "off", command, "q", "0", str(10**23), *flags]
+    assert main(argv) == 1
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.count("\n") == 1 and captured.err.startswith("spark-queue: seqs[1] ")
+    assert "whole number from 0 to 2**63-1" in captured.err
+    assert version(table) == before
+    assert table.stats("q")["leased_by_consumer"] == {"c": 3}
+
+
 # -- through a broker ---------------------------------------------------------------------
 
 
