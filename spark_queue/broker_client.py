@@ -410,7 +410,8 @@ class BrokerRouter:
         if not trusted and record.id not in self._distrusted:
             self._distrusted.add(record.id)
             log.warning(
-                "ignoring the broker record %s in %s (%s, says %s): %s; committing directly",
+                # Not "committing directly": another record may be trusted and used.
+                "ignoring the broker record %s in %s (%s, says %s): %s",
                 record.id,
                 self.location.uri,
                 record.address,

@@ -253,7 +253,9 @@ def forge(path: str, fake: FakeBroker, **fields: object) -> None:
         out.write(json.dumps(record).encode())
 
 
-def test_a_forged_broker_record_gets_neither_the_token_nor_the_messages(token_broker, tmp_path):
+def test_a_forged_broker_record_gets_neither_the_token_nor_the_messages(
+    token_broker, tmp_path, caplog
+):
     """A record written into the store by someone without the token is not used: the
     client goes to the genuine broker, sends the forger nothing, and its message is stored.
     A signed record whose address answers without proving it holds the token gets a hello
@@ -270,6 +272,10 @@ def test_a_forged_broker_record_gets_neither_the_token_nor_the_messages(token_br
             assert fake.calls == [] and not fake.sent_token()
             assert broker.status()["served"] == served + 1
             assert table.peek("jobs", limit=100)["body"].to_pylist()[-1] == b"trusted"
+            # The warning says the record is ignored, not that calls go direct: they did not.
+            (ignored,) = [r.getMessage() for r in caplog.records if "ignoring" in r.getMessage()]
+            assert "not signed with this client's token" in ignored
+            assert "directly" not in ignored
         finally:
             Location.of(path).delete([f"{BROKERS_FOLDER}/forged.json"])
 
