@@ -330,9 +330,9 @@ def expire_planner(consumer: str | None) -> Planner:
     return lambda t, s, seqs: plan_expire(s, t.head_reader(), t.now, seqs, consumer)
 
 
-def cancel_planner(consumer: str | None, delay: int | None) -> Planner:
+def cancel_planner(consumer: str | None, delay_us: int | None) -> Planner:
     return lambda t, s, seqs: plan_return(
-        s, t.head_reader(), t.now, seqs=seqs, consumer=consumer, cancel=True, delay=delay
+        s, t.head_reader(), t.now, seqs=seqs, consumer=consumer, cancel=True, delay=delay_us
     )
 
 
@@ -386,18 +386,18 @@ class ChangeRequest(Request):
 class ExtendRequest(Request):
     """:meth:`QueueTable.extend`."""
 
-    def __init__(self, queue: str, seqs: np.ndarray, consumer: str, period: int) -> None:
+    def __init__(self, queue: str, seqs: np.ndarray, consumer: str, period_us: int) -> None:
         self.queue = queue
         self.seqs = seqs
         self.consumer = consumer
-        self.period = period  # microseconds
+        self.period_us = period_us
 
     def apply(self, round: Round) -> int:
         transaction = round.transaction
         state = queue_state(transaction, self.queue)
         plan, extended = plan_extend(
             state, transaction.head_reader(), transaction.now, self.seqs, self.consumer,
-            self.period,
+            self.period_us,
         )  # fmt: skip
         if not extended and not settles(state, plan.state):
             return 0  # nothing to commit

@@ -538,10 +538,10 @@ class QueueTable:
                 seqs, or ``consumer`` not a consumer name.
             CommitConflictError: every commit attempt lost to another writer.
         """
-        wait = None if delay is None else parse_duration_ms("delay", delay) * 1000
+        delay_us = None if delay is None else parse_duration_ms("delay", delay) * 1000
         wanted = parse_seqs("seqs", seqs)
         consumer = _consumer_or_any(consumer)
-        planner = cancel_planner(consumer, wait)
+        planner = cancel_planner(consumer, delay_us)
         return self._call(ChangeRequest("CANCEL", queue, planner, wanted, consumer))
 
     @routed
@@ -579,10 +579,10 @@ class QueueTable:
                 of seqs, or ``consumer`` not a consumer name.
             CommitConflictError: every commit attempt lost to another writer.
         """
-        millis = parse_duration_ms("period", period, minimum_ms=1)
+        period_ms = parse_duration_ms("period", period, minimum_ms=1)
         limits = parse_consumer_limits({"consumer": consumer}, surface="keyword")
         wanted = parse_seqs("seqs", seqs)
-        return self._call(ExtendRequest(queue, wanted, limits.consumer, millis * 1000))
+        return self._call(ExtendRequest(queue, wanted, limits.consumer, period_ms * 1000))
 
     @routed
     def release(
