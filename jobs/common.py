@@ -53,8 +53,8 @@ from pyspark.sql.streaming.listener import (  # noqa: E402
     QueryTerminatedEvent,
 )
 
-from spark_queue import InvalidOptionError, local_session, register  # noqa: E402
-from spark_queue.arguments import ARGUMENTS, POSITIVE, Kind, shown  # noqa: E402
+from spark_queue import local_session, register  # noqa: E402
+from spark_queue.arguments import ARGUMENTS, POSITIVE, flag_type  # noqa: E402
 from spark_queue.session import configure_s3a  # noqa: E402
 from spark_queue.storage import parse_storage_flags  # noqa: E402
 
@@ -181,25 +181,12 @@ def trigger_kwargs(args: argparse.Namespace) -> dict[str, object]:
     return {"processingTime": args.interval}
 
 
-def kind_type(kind: Kind) -> Callable[[str], Any]:
-    """argparse type: the specification's parser of ``kind``; a bad value is a usage error
-    (argparse names the flag, the message the valid values)."""
-
-    def parse(text: str) -> Any:
-        try:
-            return kind.parse("value", text)
-        except InvalidOptionError:
-            raise argparse.ArgumentTypeError(f"must be {kind.valid}; got {shown(text)}") from None
-
-    return parse
-
-
 def argument_type(name: str) -> Callable[[str], Any]:
     """argparse type of the argument ``name`` of the specification."""
-    return kind_type(ARGUMENTS[name].kind)
+    return flag_type(ARGUMENTS[name].kind)
 
 
-positive_int = kind_type(POSITIVE)
+positive_int = flag_type(POSITIVE)
 
 
 def fail(prog: str, message: str, status: int = 1) -> NoReturn:

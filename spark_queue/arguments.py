@@ -18,11 +18,12 @@ The docs' tables of arguments are generated from here (:mod:`spark_queue.argumen
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import math
 import operator
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -430,6 +431,20 @@ CONSUMER = Name(pattern=CONSUMER_NAME, rule="a name of 1 to 255 characters, no c
 
 
 # -- the kind parsers: stable names other modules call ------------------------------------
+
+
+def flag_type(kind: Kind) -> Callable[[str], Any]:
+    """An argparse ``type`` parsing a flag's text as ``kind``: a bad value is a usage error
+    that argparse prefixes with the flag, saying the valid values and never the value (a
+    flag may carry a secret)."""
+
+    def parse(text: str) -> Any:
+        try:
+            return kind.parse("value", text)
+        except InvalidOptionError:
+            raise argparse.ArgumentTypeError(f"must be {kind.valid}") from None
+
+    return parse
 
 
 def parse_count(label: str, value: Any, minimum: int = 0, maximum: int = INT64_MAX) -> int:

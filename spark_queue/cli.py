@@ -27,8 +27,8 @@ from spark_queue.arguments import (
     ARGUMENTS,
     COUNT,
     Duration,
-    Kind,
     arguments_of,
+    flag_type,
     parse_queue_name,
 )
 from spark_queue.broker_client import MODE_ENV_VAR, TOKEN_ENV_VAR, parse_mode
@@ -106,20 +106,7 @@ def _unrecognized(extras: list[str]) -> str:
     return " ".join(shown) + (" (values not shown)" if hidden else "")
 
 
-def _kind(kind: Kind) -> Callable[[str], Any]:
-    """argparse type: the specification's parser of ``kind`` (else a usage error naming the
-    flag and the valid values, never the value)."""
-
-    def parse(text: str) -> Any:
-        try:
-            return kind.parse("value", text)
-        except InvalidOptionError:
-            raise argparse.ArgumentTypeError(f"must be {kind.valid}") from None
-
-    return parse
-
-
-_count = _kind(COUNT)
+_count = flag_type(COUNT)
 
 
 def _hours(text: str) -> float:
@@ -249,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     publish.add_argument("--sequence", type=_count, help="grows with every publish of --producer")
     on_reject = ARGUMENTS["on_reject"]
     publish.add_argument(
-        "--on-reject", type=_kind(on_reject.kind), default=on_reject.default, help=on_reject.doc
+        "--on-reject", type=flag_type(on_reject.kind), default=on_reject.default, help=on_reject.doc
     )
     publish.add_argument("--json", action="store_true", help="the result as one JSON object")
     _arguments(publish)
@@ -353,7 +340,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     broker.add_argument(
         "--stop-timeout",
-        type=_kind(Duration(minimum_ms=1)),
+        type=flag_type(Duration(minimum_ms=1)),
         default=int(STOP_TIMEOUT_SECONDS * 1000),
         metavar="DURATION",
         help=f"on SIGTERM, how long to wait for the requests in flight before cancelling "
