@@ -295,21 +295,22 @@ def test_maintain_vacuum_keeps_what_the_retention_protects(spark, tmp_path):
 
 @pytest.mark.spark
 @pytest.mark.parametrize(
-    ("flags", "named"),
+    ("flags", "named", "exit_code"),
     [
-        (["--queue", "orders", "--filter", "priority >>> 1"], "filter"),
-        (["--queue", "orders", "--lease-period", "soon"], "leasePeriod"),
-        (["--queue", "nope"], "nope"),
+        (["--queue", "orders", "--filter", "priority >>> 1"], "filter", 1),
+        # A flag's value of the wrong kind is bad usage, refused before Spark starts.
+        (["--queue", "orders", "--lease-period", "soon"], "--lease-period", 2),
+        (["--queue", "nope"], "nope", 1),
     ],
 )
-def test_consume_bad_input_names_it_and_moves_nothing(spark, tmp_path, flags, named):
+def test_consume_bad_input_names_it_and_moves_nothing(spark, tmp_path, flags, named, exit_code):
     queues = str(tmp_path / "queues")
     write_batch(messages(spark, ["a", "b"]), queues, queue="orders")
     result = call_job(
         spark, "consume", "--path", queues, "--output", tmp_path / "out",
         "--checkpoint", tmp_path / "chk", *flags, check=False,
     )  # fmt: skip
-    assert result.returncode == 1
+    assert result.returncode == exit_code
     error = result.stderr.strip().splitlines()[-1]
     assert error.startswith("consume.py: error:") and named in error
     assert not (tmp_path / "out" / "_delta_log").exists()
