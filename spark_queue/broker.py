@@ -124,11 +124,20 @@ class _Credential(flight.ServerMiddleware):
 
 
 class _CredentialReader(flight.ServerMiddlewareFactory):
-    """Hands each call's authorization header to its handler, which checks it
-    (:meth:`QueueBroker._authenticate`) and can log the peer of a call it refuses; refuses
-    the Flight methods a broker does not serve."""
+    """Refuses the Flight methods a broker does not serve (a handler of pyarrow's cannot:
+    GetSchema's error would carry a traceback) and, for a broker with a token
+    (``reads_credentials``), hands each call's authorization header to its handler, which
+    checks it (:meth:`QueueBroker._authenticate`) and can log the peer of a call it
+    refuses. A broker without a token gets no middleware instance per call: an instance
+    costs the call two more trips into the interpreter (as it sends its headers and as it
+    ends), on a broker whose calls already contend for it."""
 
-    def start_call(self, info: flight.CallInfo, headers: dict[str, list[str]]) -> _Credential:
+    def __init__(self, reads_credentials: bool) -> None:
+        self.reads_credentials = reads_credentials
+
+    def start_call(
+        self, info: flight.CallInfo, headers: dict[str, list[str]]
+    ) -> _Credential | None:
         unserved = UNSERVED.get(info.method)
         if unserved is not None:
             served = ", ".join(m for m in ROUTED_METHODS if m != "publish")
@@ -137,6 +146,8 @@ class _CredentialReader(flight.ServerMiddlewareFactory):
                 f"({served}, {STATUS_ACTION}, {HELLO_ACTION}) and DoPut (publish); nothing "
                 f"was done"
             )
+        if not self.reads_credentials:
+            return None
         given = headers.get(TOKEN_HEADER, [])
         return _Credential(given[0] if len(given) == 1 else None)
 
@@ -166,7 +177,7 @@ class QueueBroker(flight.FlightServerBase):
         tls: tuple[bytes, bytes] | None = None,
     ) -> None:
         self._key = token_key(token) if token else None
-        middleware = {"credential": _CredentialReader()}
+        middleware = {"credential": _CredentialReader(reads_credentials=self._key is not None)}
         if tls is None:
             super().__init__(f"grpc://{host}:{port}", middleware=middleware)
         else:
