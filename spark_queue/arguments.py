@@ -137,12 +137,14 @@ class Kind:
     def convert(self, value: Any) -> Any:
         raise NotImplementedError
 
-    def parse(self, label: str, value: Any) -> Any:
+    def parse(self, label: str, value: Any, *, quoted: bool = True) -> Any:
         """The parsed value, or :class:`InvalidOptionError` naming ``label`` and the valid
-        values."""
+        values, and quoting the value unless ``quoted`` is unset (a command line's flags:
+        a shell's history and logs keep what a message prints)."""
         parsed = self.convert(value)
         if parsed is _INVALID:
-            raise InvalidOptionError(f"{label} must be {self.valid}; got {shown(value)}")
+            got = f"; got {shown(value)}" if quoted else ""
+            raise InvalidOptionError(f"{label} must be {self.valid}{got}")
         return parsed
 
 
@@ -605,12 +607,13 @@ class Argument:
             *((kebab,) if self.policy_cap else ()),
         )
 
-    def parse(self, value: Any, label: str | None = None) -> Any:
-        """The parsed value; errors name ``label`` (the caller's spelling) or the name.
-        ``None`` is the argument not given where its default is None (no such value)."""
+    def parse(self, value: Any, label: str | None = None, *, quoted: bool = True) -> Any:
+        """The parsed value; errors name ``label`` (the caller's spelling) or the name, and
+        quote the value unless ``quoted`` is unset. ``None`` is the argument not given
+        where its default is None (no such value)."""
         if value is None and self.default is None:
             return None
-        return self.kind.parse(label or self.name, value)
+        return self.kind.parse(label or self.name, value, quoted=quoted)
 
     def described(self, scope: str) -> tuple[str, str]:
         """``(default as shown, doc line)`` in ``scope``."""

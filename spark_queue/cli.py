@@ -260,13 +260,19 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "cancel":
             command.add_argument(
                 "--delay",
+                type=flag_type(Duration()),
                 help="ready again after this long, e.g. '30s' (default: the queue's backoff)",
             )
     extend = commands.add_parser("extend", help="extend a consumer's leases (slow work)")
     extend.add_argument("queue")
     extend.add_argument("seqs", nargs="+", type=int)
     extend.add_argument("--consumer", required=True)
-    extend.add_argument("--period", required=True, help="e.g. '5 minutes', '30s', 60000 (ms)")
+    extend.add_argument(
+        "--period",
+        required=True,
+        type=flag_type(Duration(minimum_ms=1)),
+        help="e.g. '5 minutes', '30s', 60000 (ms)",
+    )
     release = commands.add_parser("release", help="return everything a consumer holds")
     release.add_argument("consumer")
     release.add_argument("--queue")

@@ -123,8 +123,13 @@ def validate_arguments(given: Mapping[str, Any], *, surface: str = "keyword") ->
             raise InvalidOptionError(
                 f"unknown queue argument {spell(name, surface)!r}; valid: {valid}"
             )
+    quoted = surface != "flag"  # a command line's values stay out of its messages
+
+    def given_as(name: str) -> str:
+        return f"{spell(name, surface)}={given[name]!r}" if quoted else spell(name, surface)
+
     parsed = {
-        name: queue_arguments[name].parse(value, spell(name, surface))
+        name: queue_arguments[name].parse(value, spell(name, surface), quoted=quoted)
         for name, value in given.items()
     }
     if "ring_size" in parsed:
@@ -133,12 +138,11 @@ def validate_arguments(given: Mapping[str, Any], *, surface: str = "keyword") ->
         if parsed.get("overflow", "ring") != "ring":
             raise InvalidOptionError(
                 f"{ring} means {spell('overflow', surface)}=ring; it cannot be combined with "
-                f"{spell('overflow', surface)}={given['overflow']!r}"
+                f"{given_as('overflow')}"
             )
         if parsed.get("max_length", size) != size:
             raise InvalidOptionError(
-                f"{ring}={given['ring_size']!r} and {spell('max_length', surface)}="
-                f"{given['max_length']!r} disagree"
+                f"{given_as('ring_size')} and {given_as('max_length')} disagree"
             )
         if size is not None:
             parsed["max_length"], parsed["overflow"] = size, "ring"

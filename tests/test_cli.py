@@ -125,12 +125,14 @@ def test_every_command_refuses_bad_arguments(queue_path, tmp_path):
         (("ack", "nope", "1"), missing),
         (("cancel", "nope", "1"), missing),
         (("extend", "nope", "1", "--consumer", "c", "--period", "1m"), missing),
-        (("extend", "orders", "1", "--consumer", "c", "--period", "0"), "period must be"),
         (("release", "c", "--queue", "nope"), missing),
         (("vacuum", "--retention-hours", "0", "--force"), "below 1 hour"),
         (("vacuum", "--retention-hours", "12"), "below the safe floor of 24 hours"),
     ):
         assert refused(cli(queue_path, *args), text), (args, cli(queue_path, *args).stderr)
+    # A queue argument's flag is refused by the table's rules, its value never quoted.
+    quoted = cli(queue_path, "declare", "other", "--max-length", "SECRET1", "--ring-size", "4")
+    assert refused(quoted, "--max-length must be") and "SECRET" not in quoted.stderr
     nowhere = str(tmp_path / "nowhere")
     for command in ("compact", "vacuum"):
         assert refused(cli(nowhere, command), f"no queue table at {nowhere}")
@@ -149,6 +151,8 @@ def test_every_command_refuses_bad_arguments(queue_path, tmp_path):
         (("vacuum", "--retention-hours", "a week"), "argument --retention-hours"),
         (("compact", "--progress", "--quiet"), "not allowed with argument --progress"),
         (("compact", "now"), "unrecognized arguments: now"),
+        (("extend", "orders", "1", "--consumer", "c", "--period", "0"), "--period: must be"),
+        (("cancel", "orders", "1", "--delay", "soon"), "argument --delay: must be a duration"),
     ):
         assert usage(cli(queue_path, *args), text), (args, cli(queue_path, *args).stderr)
     missing_path = subprocess.run(
