@@ -13,6 +13,7 @@ neither survives a fork.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import math
@@ -737,6 +738,14 @@ def _seq_of(message: Message | int) -> int:
 # Operations after which a queue may have messages to deliver that it had not before: every
 # one but these (a lease that returned expired leases is caught by the idle lease interval).
 NOT_FEEDING = frozenset({"LEASE", "ACK", "EXTEND", "EXPIRE", "COMPACT", "CONSUME"})
+
+
+# The keyword options of a Consumer, whose names QueueTable.consumer checks.
+CONSUMER_OPTIONS = tuple(
+    p.name
+    for p in inspect.signature(Consumer.__init__).parameters.values()
+    if p.kind is p.KEYWORD_ONLY
+)
 
 
 def may_feed(queue: str, operations: list[str], queues: list[str] | None) -> bool:

@@ -631,8 +631,13 @@ class QueueTable:
         Raises:
             InvalidOptionError: an invalid queue name, consumer name or option.
         """
-        from spark_queue.clients import Consumer
+        from spark_queue.clients import CONSUMER_OPTIONS, Consumer
 
+        unknown = sorted(set(options) - set(CONSUMER_OPTIONS))
+        if unknown:  # Python would say "unexpected keyword argument", as a TypeError
+            raise InvalidOptionError(
+                f"unknown consumer option {unknown[0]!r}; valid: {', '.join(CONSUMER_OPTIONS)}"
+            )
         return Consumer(self, queue, name, **options)
 
     def publisher(self, queue: str, **options: Any) -> Publisher:

@@ -201,6 +201,18 @@ def test_receive_refuses_bad_counts_and_timeouts(tmp_path, keyword, value):
         assert [m.body for m in consumer.receive(1, timeout=60)] == [b"a"]
 
 
+@pytest.mark.parametrize("option", ["prefetch", "ack_interval", "max_messages"])
+def test_a_consumer_refuses_an_unknown_option_by_name(tmp_path, option):
+    """An unknown keyword was Python's bare TypeError ("unexpected keyword argument")."""
+    table = QueueTable(str(tmp_path), broker="off")
+    table.publish("q", ["a"])
+    before = version(table)
+    with pytest.raises(InvalidOptionError) as error:
+        table.consumer("q", "w", **{option: 1})
+    assert one_line(error, repr(option), "max_prefetch", "ack_interval_ms")
+    assert version(table) == before
+
+
 @pytest.mark.parametrize("count", [False, 0.0, np.float64(0), True, 1.5, "x", -1], ids=repr)
 def test_lease_refuses_a_max_messages_that_is_not_a_count(tmp_path, count):
     """A lease may ask for 0 messages (it then only settles): False and 0.0 were taken as
