@@ -26,6 +26,7 @@ from typing import Any, NoReturn
 from spark_queue.arguments import (
     ARGUMENTS,
     COUNT,
+    Count,
     Duration,
     arguments_of,
     flag_type,
@@ -33,7 +34,12 @@ from spark_queue.arguments import (
 )
 from spark_queue.broker_client import MODE_ENV_VAR, TOKEN_ENV_VAR, parse_mode
 from spark_queue.core import COUNTERS
-from spark_queue.discovery import DEFAULT_LISTEN, DEFAULT_MAX_REQUEST_BYTES, STOP_TIMEOUT_SECONDS
+from spark_queue.discovery import (
+    DEFAULT_LISTEN,
+    DEFAULT_MAX_REQUEST_BYTES,
+    MIN_MAX_REQUEST_BYTES,
+    STOP_TIMEOUT_SECONDS,
+)
 from spark_queue.errors import (
     InvalidInputError,
     InvalidOptionError,
@@ -340,7 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_argument("--tls-key", metavar="PEM", help="its private key (with --tls-cert)")
     broker.add_argument(
         "--max-request-bytes",
-        type=_count,
+        type=flag_type(Count(minimum=MIN_MAX_REQUEST_BYTES)),
         default=DEFAULT_MAX_REQUEST_BYTES,
         help=f"refuse larger requests ({DEFAULT_MAX_REQUEST_BYTES})",
     )

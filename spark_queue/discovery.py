@@ -30,6 +30,9 @@ DEFAULT_LISTEN = "127.0.0.1:0"  # loopback, a free port
 # The largest request a broker takes (its JSON and, for publish, its messages as Arrow):
 # a bound on what one client can make it hold, well above a publish of small messages.
 DEFAULT_MAX_REQUEST_BYTES = 64 * 1024 * 1024
+# The least --max-request-bytes: room for a request's own JSON and a small message (a
+# broker refusing everything would have every client commit around it).
+MIN_MAX_REQUEST_BYTES = 1024
 HEARTBEAT_SECONDS = 2.0
 # How long a stopping broker waits for its open requests (--stop-timeout) before it cancels
 # them and exits: a client that holds an upload open does not hold the stop up. Above the

@@ -153,6 +153,7 @@ def test_every_command_refuses_bad_arguments(queue_path, tmp_path):
         (("compact", "now"), "unrecognized arguments: now"),
         (("extend", "orders", "1", "--consumer", "c", "--period", "0"), "--period: must be"),
         (("cancel", "orders", "1", "--delay", "soon"), "argument --delay: must be a duration"),
+        (("broker", "--max-request-bytes", "0"), "argument --max-request-bytes: must be a"),
     ):
         assert usage(cli(queue_path, *args), text), (args, cli(queue_path, *args).stderr)
     missing_path = subprocess.run(
