@@ -285,6 +285,41 @@ def test_a_stream_query_restarted_after_cleanup_passed_its_stop_delivers_each_on
     assert set(counts) == {1}
 
 
+def test_a_running_stream_sink_left_behind_by_cleanup_enqueues_each_batch_once(
+    spark, queue_path, tmp_path
+):
+    """A running ``writeStream.format("ringqueue")`` query, idle between two micro-batches
+    while others committed past log cleanup, commits its next batch on the present: the
+    Python workers Spark reuses keep no table from the batch before."""
+    table = QueueTable(queue_path, broker="off")
+    table.declare("q")
+    short_log(queue_path)
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    (landing / "1.json").write_text('{"body": "first"}\n')
+    query = (
+        spark.readStream.schema("body string")
+        .json(str(landing))
+        .writeStream.format("ringqueue")
+        .option("queue", "q")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start(queue_path)
+    )
+    try:
+        query.processAllAvailable()
+        known = DeltaTable(queue_path).version()
+        publish_elsewhere(queue_path, "q", 30)
+        assert not log_entry(queue_path, known).exists()
+        (landing / "2.json").write_text('{"body": "second"}\n')
+        query.processAllAvailable()
+        assert query.exception() is None
+    finally:
+        query.stop()
+    bodies = [b.decode() for b in table.peek("q", 100)["body"].to_pylist()]
+    assert bodies.count("first") == bodies.count("second") == 1
+    assert table.stats("q")["added"] == published_elsewhere(queue_path, "q") == len(bodies)
+
+
 # On S3 a log file's age cannot be set: the other process runs the cleanup as if its
 # clock were past the floor, after a checkpoint.
 ELSEWHERE_S3 = """
