@@ -123,31 +123,30 @@ class _Credential(flight.ServerMiddleware):
         self.header = header
 
 
+def _unserved(method: str) -> flight.FlightServerError:
+    """The one error of a Flight method a broker does not serve."""
+    served = ", ".join(m for m in ROUTED_METHODS if m != "publish")
+    return flight.FlightServerError(
+        f"{method} is not served by a spark-queue broker: it serves DoAction ({served}, "
+        f"{STATUS_ACTION}, {HELLO_ACTION}) and DoPut (publish); nothing was done"
+    )
+
+
 class _CredentialReader(flight.ServerMiddlewareFactory):
-    """Refuses the Flight methods a broker does not serve (a handler of pyarrow's cannot:
-    GetSchema's error would carry a traceback) and, for a broker with a token
-    (``reads_credentials``), hands each call's authorization header to its handler, which
+    """A broker with a token: hands each call's authorization header to its handler, which
     checks it (:meth:`QueueBroker._authenticate`) and can log the peer of a call it
-    refuses. A broker without a token gets no middleware instance per call: an instance
-    costs the call two more trips into the interpreter (as it sends its headers and as it
-    ends), on a broker whose calls already contend for it."""
+    refuses; refuses the Flight methods a broker does not serve, in one line (pyarrow adds
+    a traceback to GetSchema's error from a handler).
 
-    def __init__(self, reads_credentials: bool) -> None:
-        self.reads_credentials = reads_credentials
+    A broker without a token (on loopback only) has no middleware: a Python middleware
+    costs every call a trip into the interpreter from gRPC's thread, a tenth of 32
+    processes' publish rate through a broker. Its handlers refuse the unserved methods
+    (:meth:`QueueBroker.do_get`, ...)."""
 
-    def start_call(
-        self, info: flight.CallInfo, headers: dict[str, list[str]]
-    ) -> _Credential | None:
+    def start_call(self, info: flight.CallInfo, headers: dict[str, list[str]]) -> _Credential:
         unserved = UNSERVED.get(info.method)
         if unserved is not None:
-            served = ", ".join(m for m in ROUTED_METHODS if m != "publish")
-            raise flight.FlightServerError(
-                f"{unserved} is not served by a spark-queue broker: it serves DoAction "
-                f"({served}, {STATUS_ACTION}, {HELLO_ACTION}) and DoPut (publish); nothing "
-                f"was done"
-            )
-        if not self.reads_credentials:
-            return None
+            raise _unserved(unserved)
         given = headers.get(TOKEN_HEADER, [])
         return _Credential(given[0] if len(given) == 1 else None)
 
@@ -177,7 +176,7 @@ class QueueBroker(flight.FlightServerBase):
         tls: tuple[bytes, bytes] | None = None,
     ) -> None:
         self._key = token_key(token) if token else None
-        middleware = {"credential": _CredentialReader(reads_credentials=self._key is not None)}
+        middleware = {"credential": _CredentialReader()} if self._key is not None else {}
         if tls is None:
             super().__init__(f"grpc://{host}:{port}", middleware=middleware)
         else:
@@ -213,6 +212,32 @@ class QueueBroker(flight.FlightServerBase):
             (STATUS_ACTION, "this broker's id, table and counts"),
             (HELLO_ACTION, "this broker's id and its proof of the token for a nonce"),
         ]
+
+    # A broker with a token refuses these in its middleware, before the handler.
+    def list_flights(self, context: flight.ServerCallContext, criteria: bytes) -> Any:
+        raise _unserved("ListFlights")
+
+    def get_flight_info(
+        self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor
+    ) -> Any:
+        raise _unserved("GetFlightInfo")
+
+    def get_schema(
+        self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor
+    ) -> Any:
+        raise _unserved("GetSchema")
+
+    def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> Any:
+        raise _unserved("DoGet")
+
+    def do_exchange(
+        self,
+        context: flight.ServerCallContext,
+        descriptor: flight.FlightDescriptor,
+        reader: flight.MetadataRecordBatchReader,
+        writer: flight.MetadataRecordBatchWriter,
+    ) -> None:
+        raise _unserved("DoExchange")
 
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Any:
         if action.type == HELLO_ACTION:
