@@ -63,7 +63,7 @@ def work(path: str, broker: str, consumer: str, batch: int, seconds: float, go) 
 
 def run(mode: str, args: argparse.Namespace, root: Path) -> dict:
     from spark_queue import QueueTable
-    from spark_queue.core import identity_holds
+    from spark_queue.rules import identity_holds
 
     path = str(root / f"{mode}-queues")
     fill(path, args.messages)

@@ -126,9 +126,9 @@ def _serve_idle(ports) -> None:
     import pyarrow as pa
     import pyarrow.flight as flight
 
-    from spark_queue.enqueue import PublishResult
-    from spark_queue.operations import PublishOutcome
-    from spark_queue.wire import encode_result
+    from spark_queue.broker.wire import encode_result
+    from spark_queue.commit.enqueue import PublishResult
+    from spark_queue.commit.requests import PublishOutcome
 
     class Server(flight.FlightServerBase):
         def do_put(self, context, descriptor, reader, writer):
@@ -471,7 +471,7 @@ def bench_latency(serve, count):
 
 
 def log_file_count(path: str, options: dict | None) -> int:
-    from spark_queue.storage import Location
+    from spark_queue.storage.location import Location
 
     fs, base = Location.of(path, options).filesystem()
     return len(fs.get_file_info(FileSelector(f"{base.rstrip('/')}/_delta_log")))
@@ -480,7 +480,7 @@ def log_file_count(path: str, options: dict | None) -> int:
 def bench_sustained(path_of, options, count: int, seconds: float, window: float) -> None:
     from deltalake import DeltaTable
 
-    from spark_queue.maintenance import LOG_RETENTION_VERSIONS, LOG_RETENTION_VERSIONS_KEY
+    from spark_queue.commit.maintenance import LOG_RETENTION_VERSIONS, LOG_RETENTION_VERSIONS_KEY
 
     print("\n| one-message `publish` calls, threads, log bound | P | after s | msg/s | log files |")
     print("|---|---|---|---|---|")
@@ -529,7 +529,7 @@ def add_tombstones(path: str, options: dict | None, count: int) -> None:
     from deltalake.transaction import RemoveAction
 
     from spark_queue import QueueTable
-    from spark_queue.schema import PARTITION, TABLE_SCHEMA
+    from spark_queue.model.schema import PARTITION, TABLE_SCHEMA
 
     stamp = int(time.time() * 1000) - 60_000
     DeltaTable(path, storage_options=options).create_write_transaction(

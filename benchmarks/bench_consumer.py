@@ -54,10 +54,10 @@ from pyspark.sql.streaming.datasource import (  # noqa: E402
 )
 
 from spark_queue import QueueTable, local_session  # noqa: E402
-from spark_queue.datasource import BROWSE_SCHEMA  # noqa: E402
-from spark_queue.schema import BROWSE_ARROW_SCHEMA, BROWSE_COLUMNS  # noqa: E402
-from spark_queue.source import ARROW_BATCH_BYTES  # noqa: E402
-from spark_queue.store import QueueStore  # noqa: E402
+from spark_queue.model.schema import BROWSE_ARROW_SCHEMA, BROWSE_COLUMNS  # noqa: E402
+from spark_queue.spark.datasource import BROWSE_SCHEMA  # noqa: E402
+from spark_queue.spark.source import ARROW_BATCH_BYTES  # noqa: E402
+from spark_queue.storage.store import QueueStore  # noqa: E402
 
 GIB = 1024**3
 

@@ -235,8 +235,8 @@ def source_steps(batches: int = 100) -> None:
     from pyspark.sql.datasource import ReadAllAvailable
 
     from spark_queue import QueueTable
-    from spark_queue.options import parse_source_options
-    from spark_queue.source import RingQueueStreamReader
+    from spark_queue.spark.options import parse_source_options
+    from spark_queue.spark.source import RingQueueStreamReader
 
     with tempfile.TemporaryDirectory(prefix="bench-latency-steps-") as folder:
         path = f"{folder}/queues"

@@ -44,8 +44,8 @@ from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, wr
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from spark_queue.maintenance import cleanup_log  # noqa: E402
-from spark_queue.storage import Location  # noqa: E402
+from spark_queue.commit.maintenance import cleanup_log  # noqa: E402
+from spark_queue.storage.location import Location  # noqa: E402
 from tests.object_store import RequestLog, new_bucket, server_options, start_s3_server  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "out"

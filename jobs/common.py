@@ -54,9 +54,9 @@ from pyspark.sql.streaming.listener import (  # noqa: E402
 )
 
 from spark_queue import local_session, register  # noqa: E402
-from spark_queue.arguments import ARGUMENTS, POSITIVE, flag_type  # noqa: E402
-from spark_queue.session import configure_s3a  # noqa: E402
-from spark_queue.storage import parse_storage_flags  # noqa: E402
+from spark_queue.model.arguments import ARGUMENTS, POSITIVE, flag_type  # noqa: E402
+from spark_queue.spark.session import configure_s3a  # noqa: E402
+from spark_queue.storage.location import parse_storage_flags  # noqa: E402
 
 DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",

@@ -32,8 +32,8 @@ from typing import Any
 import common  # puts spark_queue on the path when run from a checkout
 
 from spark_queue import QueueError, QueueTable
-from spark_queue.core import COUNTERS
-from spark_queue.store import now_micros
+from spark_queue.rules import COUNTERS
+from spark_queue.storage.store import now_micros
 
 STEPS = ("expire", "compact", "vacuum", "stats")
 GAUGES = ("ready", "ready_bytes", "leased", "scheduled")

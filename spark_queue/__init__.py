@@ -7,8 +7,8 @@ it with :func:`register` on a session, or build a local one with :func:`local_se
 
 from typing import Any
 
-from spark_queue.clients import Consumer, Message, Publisher
-from spark_queue.enqueue import PublishResult
+from spark_queue.clients.consumer import Consumer, Message, Publisher
+from spark_queue.commit.enqueue import PublishResult
 from spark_queue.errors import (
     ArgumentMismatchError,
     ClientClosedError,
@@ -23,8 +23,8 @@ from spark_queue.errors import (
     StorageError,
     TableNotFoundError,
 )
-from spark_queue.options import QueueArguments
-from spark_queue.storage import check_exclusive_commits
+from spark_queue.model.queue_arguments import QueueArguments
+from spark_queue.storage.location import check_exclusive_commits
 from spark_queue.table import QueueTable
 
 # Spark is optional (``pip install "spark-queue[spark]"``): QueueTable runs without it, so
@@ -35,7 +35,7 @@ _SPARK_HELPERS = ("local_session", "register")
 def __getattr__(name: str) -> Any:
     if name in _SPARK_HELPERS:
         try:
-            from spark_queue import session
+            from spark_queue.spark import session
         except ImportError as error:
             raise ImportError(
                 f"spark_queue.{name} needs PySpark: pip install 'spark-queue[spark]' "

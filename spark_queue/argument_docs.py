@@ -1,5 +1,5 @@
 """The docs' tables of arguments, generated from the specification
-(:mod:`spark_queue.arguments`).
+(:mod:`spark_queue.model.arguments`).
 
 Each table sits in a doc between ``<!-- arguments:NAME -->`` and ``<!-- arguments:end -->``;
 ``python -m spark_queue.argument_docs --write`` regenerates them all, ``--markdown NAME``
@@ -12,7 +12,7 @@ import argparse
 import re
 from pathlib import Path
 
-from spark_queue.arguments import ARGUMENTS, SPECIFICATION, arguments_of
+from spark_queue.model.arguments import ARGUMENTS, SPECIFICATION, arguments_of
 
 README_OPTIONS = (
     "queue",

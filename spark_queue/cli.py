@@ -23,7 +23,21 @@ from dataclasses import asdict
 from datetime import datetime, timezone
 from typing import Any, NoReturn
 
-from spark_queue.arguments import (
+from spark_queue.broker.client import MODE_ENV_VAR, TOKEN_ENV_VAR, parse_mode
+from spark_queue.broker.discovery import (
+    DEFAULT_LISTEN,
+    DEFAULT_MAX_REQUEST_BYTES,
+    MIN_MAX_REQUEST_BYTES,
+    STOP_TIMEOUT_SECONDS,
+)
+from spark_queue.commit.maintenance import DEFAULT_VACUUM_HOURS, MAX_RETENTION_HOURS
+from spark_queue.errors import (
+    InvalidInputError,
+    InvalidOptionError,
+    QueueError,
+    TableNotFoundError,
+)
+from spark_queue.model.arguments import (
     ARGUMENTS,
     COUNT,
     Count,
@@ -32,24 +46,10 @@ from spark_queue.arguments import (
     flag_type,
     parse_queue_name,
 )
-from spark_queue.broker_client import MODE_ENV_VAR, TOKEN_ENV_VAR, parse_mode
-from spark_queue.core import COUNTERS
-from spark_queue.discovery import (
-    DEFAULT_LISTEN,
-    DEFAULT_MAX_REQUEST_BYTES,
-    MIN_MAX_REQUEST_BYTES,
-    STOP_TIMEOUT_SECONDS,
-)
-from spark_queue.errors import (
-    InvalidInputError,
-    InvalidOptionError,
-    QueueError,
-    TableNotFoundError,
-)
-from spark_queue.maintenance import DEFAULT_VACUUM_HOURS, MAX_RETENTION_HOURS
-from spark_queue.options import ARGUMENT_NAMES, option_name, validate_arguments
-from spark_queue.policies import ENV_VAR, Policies, load_policies
-from spark_queue.storage import (
+from spark_queue.model.policies import ENV_VAR, Policies, load_policies
+from spark_queue.model.queue_arguments import ARGUMENT_NAMES, option_name, validate_arguments
+from spark_queue.rules import COUNTERS
+from spark_queue.storage.location import (
     Location,
     check_exclusive_commits,
     one_line,
@@ -440,7 +440,7 @@ def _shown(argument: str, value: Any) -> str:
 
 def _run_broker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
     """``broker``: serve until SIGTERM. A missing token beyond loopback is bad usage."""
-    from spark_queue.broker import check_token, check_token_text, parse_listen, run_broker
+    from spark_queue.broker.server import check_token, check_token_text, parse_listen, run_broker
 
     # An empty variable is no token; a flag given empty is a blank token.
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV_VAR) or None

@@ -121,5 +121,5 @@ class BrokerRequestError(BrokerError, ValueError):
 
 
 class ClientClosedError(QueueError):
-    """A :class:`~spark_queue.clients.Consumer` or :class:`~spark_queue.clients.Publisher`
+    """A :class:`~spark_queue.Consumer` or :class:`~spark_queue.Publisher`
     was used after :meth:`close`."""

@@ -3,7 +3,7 @@
 Runs in the calling process with no SparkSession: it reads and commits through delta-rs.
 Thread-safe: the queue operations (``publish``, ``lease``, ``ack``, ``cancel``, ``expire``,
 ``extend``, ``release``) of every thread, and of every ``QueueTable`` of the same table in
-the process, share commits (:mod:`spark_queue.group`: one commit per round, each caller
+the process, share commits (:mod:`spark_queue.commit.group`: one commit per round, each caller
 with its own result or error); ``declare``, ``alter``, ``purge`` and maintenance commit
 alone. Do not call it in a process that later forks (delta-rs's runtime does not survive a
 fork).
@@ -20,42 +20,18 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_queue.arguments import (
-    ARGUMENTS,
-    parse_consumer_name,
-    parse_count,
-    parse_duration_ms,
-    parse_queue_name,
-    parse_seqs,
-)
-from spark_queue.broker_client import BrokerRouter, routed
-from spark_queue.browse import live_rows, plan_partitions, read_partition, settled_states
-from spark_queue.core import (
-    COUNTERS,
-    Leases,
-    gauges,
-    identity_holds,
-    leased_by_consumer,
-    member,
-)
-from spark_queue.enqueue import PRODUCER_APP_PREFIX, PendingBatch, PublishResult
-from spark_queue.errors import (
-    InvalidOptionError,
-    PolicyError,
-    QueueError,
-    TableNotFoundError,
-)
-from spark_queue.group import group_of
-from spark_queue.maintenance import (
+from spark_queue.broker.client import BrokerRouter, routed
+from spark_queue.commit.enqueue import PRODUCER_APP_PREFIX, PendingBatch, PublishResult
+from spark_queue.commit.group import group_of
+from spark_queue.commit.maintenance import (
     DEFAULT_VACUUM_HOURS,
     Progress,
     checkpoint,
     compact,
     no_progress,
 )
-from spark_queue.maintenance import vacuum as vacuum_files
-from spark_queue.messages import Bodies, as_input_table, normalise
-from spark_queue.operations import (
+from spark_queue.commit.maintenance import vacuum as vacuum_files
+from spark_queue.commit.requests import (
     ChangeRequest,
     ExtendRequest,
     LeaseOutcome,
@@ -68,14 +44,42 @@ from spark_queue.operations import (
     expire_planner,
     release_planner,
 )
-from spark_queue.options import QueueArguments, parse_consumer_limits, validate_arguments
-from spark_queue.policies import ENV_VAR, Policies, Resolution, load_policies
-from spark_queue.schema import LEASE_VERSION_KEY
-from spark_queue.store import QueueStore, Snapshot, now_micros, require_queue
-from spark_queue.transaction import QueueTransaction, run
+from spark_queue.commit.transaction import QueueTransaction, run
+from spark_queue.errors import (
+    InvalidOptionError,
+    PolicyError,
+    QueueError,
+    TableNotFoundError,
+)
+from spark_queue.model.arguments import (
+    ARGUMENTS,
+    parse_consumer_name,
+    parse_count,
+    parse_duration_ms,
+    parse_queue_name,
+    parse_seqs,
+)
+from spark_queue.model.messages import Bodies, as_input_table, normalise
+from spark_queue.model.policies import ENV_VAR, Policies, Resolution, load_policies
+from spark_queue.model.queue_arguments import (
+    QueueArguments,
+    parse_consumer_limits,
+    validate_arguments,
+)
+from spark_queue.model.schema import LEASE_VERSION_KEY
+from spark_queue.rules import (
+    COUNTERS,
+    Leases,
+    gauges,
+    identity_holds,
+    leased_by_consumer,
+    member,
+)
+from spark_queue.storage.browse import live_rows, plan_partitions, read_partition, settled_states
+from spark_queue.storage.store import QueueStore, Snapshot, now_micros, require_queue
 
 if TYPE_CHECKING:
-    from spark_queue.clients import Consumer, Publisher
+    from spark_queue.clients.consumer import Consumer, Publisher
 
 COMPACT_ATTEMPTS = 10
 
@@ -144,7 +148,7 @@ class QueueTable:
         """Enqueue ``rows`` to ``queue`` in one Delta commit, without Spark.
 
         Concurrent calls of this process's threads go into one commit where they can
-        (:mod:`spark_queue.group`); each gets its own result or error.
+        (:mod:`spark_queue.commit.group`); each gets its own result or error.
 
         Messages are stored and limited exactly as the sink stores them; concurrent
         producers (this one's other threads, other processes, Spark queries) are fine: a
@@ -199,7 +203,7 @@ class QueueTable:
     ) -> PublishOutcome:
         """:meth:`publish`, also saying which rows were stored (``accepted[i]`` for row
         ``i``: False where a reject policy refused it or its ``message_id`` was a duplicate),
-        as a :class:`~spark_queue.clients.Publisher` needs to answer each message. Args and
+        as a :class:`~spark_queue.Publisher` needs to answer each message. Args and
         Raises: as for :meth:`publish`."""
         parse_queue_name("queue", queue)
         if (producer is None) != (sequence is None):
@@ -349,7 +353,7 @@ class QueueTable:
         return run(self.store, work, create=False, policies=self.policies)
 
     def compact(self, progress: Progress = no_progress) -> dict[str, int]:
-        """Compact small files now (see :mod:`spark_queue.maintenance`). Safe while
+        """Compact small files now (see :mod:`spark_queue.commit.maintenance`). Safe while
         producers and consumers run: one that commits first makes this try again.
 
         Args:
@@ -615,7 +619,7 @@ class QueueTable:
     # -- clients for services ----------------------------------------------------------------
 
     def consumer(self, queue: str, name: str, **options: Any) -> Consumer:
-        """A :class:`~spark_queue.clients.Consumer` of ``queue`` named ``name``: messages one
+        """A :class:`~spark_queue.Consumer` of ``queue`` named ``name``: messages one
         at a time or in batches, with prefetch, batched acknowledgements, lease extension
         and long polling. Close it (or use it as a context manager) to release what it
         prefetched.
@@ -631,7 +635,7 @@ class QueueTable:
         Raises:
             InvalidOptionError: an invalid queue name, consumer name or option.
         """
-        from spark_queue.clients import CONSUMER_OPTIONS, Consumer
+        from spark_queue.clients.consumer import CONSUMER_OPTIONS, Consumer
 
         unknown = sorted(set(options) - set(CONSUMER_OPTIONS))
         if unknown:  # Python would say "unexpected keyword argument", as a TypeError
@@ -641,7 +645,7 @@ class QueueTable:
         return Consumer(self, queue, name, **options)
 
     def publisher(self, queue: str, **options: Any) -> Publisher:
-        """A :class:`~spark_queue.clients.Publisher` to ``queue``: single messages of many
+        """A :class:`~spark_queue.Publisher` to ``queue``: single messages of many
         threads, published in batches of up to ``max_batch`` after at most ``linger_ms``;
         ``send`` returns a future per message.
 
@@ -655,7 +659,7 @@ class QueueTable:
         Raises:
             InvalidOptionError: an invalid queue name or option.
         """
-        from spark_queue.clients import Publisher
+        from spark_queue.clients.consumer import Publisher
 
         return Publisher(self, queue, **options)
 
@@ -669,7 +673,7 @@ class QueueTable:
     def _delivered(self, queue: str, leased: Leases, snapshot: Snapshot) -> pa.Table:
         """The leased messages' rows, in delivery order, with their delivery count, read
         from ``snapshot``, the table as the lease's commit saw it."""
-        from spark_queue.schema import BROWSE_ARROW_SCHEMA
+        from spark_queue.model.schema import BROWSE_ARROW_SCHEMA
 
         schema = BROWSE_ARROW_SCHEMA
         if not len(leased):
@@ -722,7 +726,7 @@ class QueueTable:
             **arguments: queue arguments, snake_case, as :meth:`declare` takes them.
 
         Returns:
-            A :class:`~spark_queue.policies.Resolution`: each argument's value and origin
+            A :class:`~spark_queue.model.policies.Resolution`: each argument's value and origin
             (given, stored, policy default, policy cap, built-in default).
 
         Raises:
@@ -804,7 +808,7 @@ class QueueTable:
             found.append(ready.slice(0, remaining))
             remaining -= min(remaining, ready.num_rows)
         if not found:
-            from spark_queue.schema import BROWSE_ARROW_SCHEMA
+            from spark_queue.model.schema import BROWSE_ARROW_SCHEMA
 
             return BROWSE_ARROW_SCHEMA.empty_table()
         return pa.concat_tables(found)
@@ -819,13 +823,13 @@ class QueueTable:
 
         Returns:
             One row per queue and version; the columns and their exact meaning are in
-            :mod:`spark_queue.history`.
+            :mod:`spark_queue.storage.history`.
 
         Raises:
             TableNotFoundError: no queue table at the path.
             QueueNotFoundError: no queue ``queue``.
         """
-        from spark_queue.history import queue_history
+        from spark_queue.storage.history import queue_history
 
         return queue_history(self.store, queue, versions)
 

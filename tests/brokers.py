@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from spark_queue.broker_client import BrokerClient
+from spark_queue.broker.client import BrokerClient
 
 START_TIMEOUT = 60.0
 

@@ -1,5 +1,5 @@
-"""The wall clock as the product reads it (``spark_queue.store.now_micros``), for tests whose
-checks depend on time.
+"""The wall clock as the product reads it (``spark_queue.storage.store.now_micros``), for tests
+whose checks depend on time.
 
 A test may wait for an instant the product stored (a lease's ``until``, a message's due
 time) to pass: that is a lower bound, true however slow the machine. What a test must not
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 
-from spark_queue.store import now_micros
+from spark_queue.storage.store import now_micros
 
 __all__ = ["now_micros", "wait_past"]
 

@@ -120,7 +120,7 @@ def pytest_report_header() -> list[str]:
 @pytest.fixture(scope="session")
 def spark(request: pytest.FixtureRequest):
     from spark_queue import local_session, register
-    from spark_queue.session import connect_session
+    from spark_queue.spark.session import connect_session
 
     if CONNECT_PASS:
         session = register(connect_session(request.getfixturevalue("connect_server").url))
@@ -150,7 +150,7 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory):
     the first test that needs it. Its Python workers cannot import ``spark_queue`` unless a
     session ships it, as on a server where it is not installed: every Connect session's
     ``register`` ships it."""
-    from spark_queue.session import local_conf, start_connect_server
+    from spark_queue.spark.session import local_conf, start_connect_server
 
     python = interpreter_without_the_package(tmp_path_factory.mktemp("python"))
     server = start_connect_server(local_conf("spark-queue-connect-tests"), python=python)

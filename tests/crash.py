@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from spark_queue.failpoints import CRASH_AT, CRASH_DIR
+from spark_queue.commit.failpoints import CRASH_AT, CRASH_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 DRIVERS = ROOT / "tests" / "drivers"
@@ -33,7 +33,7 @@ def start(
 ) -> subprocess.Popen:
     """Run a driver script as a new session (so a SIGKILL takes the JVM and every Python
     worker with it), logging beside its first argument. ``crash_at`` (``point:n``) makes
-    it die at that failpoint (``spark_queue.failpoints``). ``go``: the driver's query waits
+    it die at that failpoint (``spark_queue.commit.failpoints``). ``go``: the driver's query waits
     for this file (a driver that supports it: :data:`GO_FILE`)."""
     first = Path(str(args[0]))
     env = {

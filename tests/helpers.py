@@ -9,7 +9,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from spark_queue import QueueTable
-from spark_queue.core import identity_holds
+from spark_queue.rules import identity_holds
 
 
 def set_table_property(path: str, key: str, value: str) -> None:

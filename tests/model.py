@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from spark_queue.core import COUNTERS
-from spark_queue.options import QueueArguments
+from spark_queue.model.queue_arguments import QueueArguments
+from spark_queue.rules import COUNTERS
 
 
 @dataclass

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from spark_queue import InvalidOptionError, QueueTable
-from spark_queue.arguments import MAX_DURATION_MS
+from spark_queue.model.arguments import MAX_DURATION_MS
 
 
 def version(table: QueueTable) -> int:

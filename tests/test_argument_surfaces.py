@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from spark_queue import QueueTable, cli
 from spark_queue.argument_docs import DOC_FILES, DOC_TABLES, regenerate
-from spark_queue.arguments import (
+from spark_queue.errors import InvalidOptionError, PolicyError
+from spark_queue.model.arguments import (
     INT64_MAX,
     SPECIFICATION,
     Argument,
@@ -31,15 +32,9 @@ from spark_queue.arguments import (
     Text,
     arguments_of,
 )
-from spark_queue.errors import InvalidOptionError, PolicyError
-from spark_queue.options import (
-    parse_browse_options,
-    parse_consumer_limits,
-    parse_sink_options,
-    parse_source_options,
-    validate_arguments,
-)
-from spark_queue.policies import Policies
+from spark_queue.model.policies import Policies
+from spark_queue.model.queue_arguments import parse_consumer_limits, validate_arguments
+from spark_queue.spark.options import parse_browse_options, parse_sink_options, parse_source_options
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,4 +1,4 @@
-"""The argument specification and its kind parsers (spark_queue.arguments), without Spark."""
+"""The argument specification and its kind parsers (spark_queue.model.arguments), without Spark."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import datetime as dt
 import numpy as np
 import pytest
 
-from spark_queue import arguments as spec
 from spark_queue.errors import InvalidOptionError
+from spark_queue.model import arguments as spec
 
 
 def refused(parse, label, value) -> str:

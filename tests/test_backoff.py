@@ -18,12 +18,12 @@ from chispa import assert_df_equality
 from deltalake import DeltaTable
 
 from spark_queue import InvalidOptionError, QueueTable
-from spark_queue.browse import plan_browse, read_partition
 from spark_queue.cli import main as cli_main
-from spark_queue.core import identity_holds
-from spark_queue.policies import load_policies
-from spark_queue.storage import Location
-from spark_queue.store import QueueStore
+from spark_queue.model.policies import load_policies
+from spark_queue.rules import identity_holds
+from spark_queue.storage.browse import plan_browse, read_partition
+from spark_queue.storage.location import Location
+from spark_queue.storage.store import QueueStore
 from tests.clock import now_micros, wait_past
 from tests.helpers import consume, output_columns
 

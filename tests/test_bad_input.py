@@ -6,7 +6,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from spark_queue import ArgumentMismatchError, InvalidOptionError, QueueTable
-from spark_queue.options import parse_sink_options
+from spark_queue.spark.options import parse_sink_options
 from tests.helpers import bodies, messages, write_batch
 
 BAD_OPTIONS = [

@@ -26,12 +26,12 @@ import pytest
 from deltalake import write_deltalake
 
 from spark_queue import QueueTable
-from spark_queue.core import identity_holds
-from spark_queue.discovery import BROKERS_FOLDER, read_records, write_record
+from spark_queue.broker.discovery import BROKERS_FOLDER, read_records, write_record
+from spark_queue.broker.wire import PROTOCOL, decode_error, encode_request
 from spark_queue.errors import BrokerAuthenticationError, BrokerRequestError
-from spark_queue.schema import BROWSE_ARROW_SCHEMA
-from spark_queue.storage import Location
-from spark_queue.wire import PROTOCOL, decode_error, encode_request
+from spark_queue.model.schema import BROWSE_ARROW_SCHEMA
+from spark_queue.rules import identity_holds
+from spark_queue.storage.location import Location
 from tests.brokers import BrokerProcess, wait_until
 
 TOKEN = "tok-3d9f1c77a0b24e5f"

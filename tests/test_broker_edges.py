@@ -21,17 +21,17 @@ import pyarrow.flight as flight
 import pytest
 
 from spark_queue import QueueTable
-from spark_queue.discovery import BROKERS_FOLDER, DEFAULT_MAX_REQUEST_BYTES, read_records
-from spark_queue.enqueue import PublishResult
+from spark_queue.broker.discovery import BROKERS_FOLDER, DEFAULT_MAX_REQUEST_BYTES, read_records
+from spark_queue.broker.wire import PROTOCOL, decode_error, encode_result
+from spark_queue.commit.enqueue import PublishResult
+from spark_queue.commit.requests import PublishOutcome
 from spark_queue.errors import (
     BrokerAuthenticationError,
     BrokerRequestError,
     QueueError,
 )
-from spark_queue.messages import as_input_table
-from spark_queue.operations import PublishOutcome
-from spark_queue.storage import Location
-from spark_queue.wire import PROTOCOL, decode_error, encode_result
+from spark_queue.model.messages import as_input_table
+from spark_queue.storage.location import Location
 from tests.brokers import BrokerProcess, wait_until
 
 TOKEN = "edge-token-5b1f0c9e27d4"
@@ -279,8 +279,8 @@ def test_a_forged_broker_record_gets_neither_the_token_nor_the_messages(
         finally:
             Location.of(path).delete([f"{BROKERS_FOLDER}/forged.json"])
 
-        from spark_queue.broker_auth import token_key
-        from spark_queue.discovery import BrokerRecord, write_record
+        from spark_queue.broker.auth import token_key
+        from spark_queue.broker.discovery import BrokerRecord, write_record
 
         # The genuine record, signed, pointing at an address that a process without the
         # token took over.
@@ -425,7 +425,7 @@ def test_the_token_is_in_no_pickle_or_repr(token_broker, monkeypatch):
     pickled = pickle.dumps(table)
     assert TOKEN.encode() not in pickled
     assert TOKEN not in repr(table) and TOKEN not in repr(table.router)
-    from spark_queue.broker_auth import token_key
+    from spark_queue.broker.auth import token_key
 
     assert token_key(TOKEN) not in pickled
     assert pickle.loads(pickled).router.address() is None  # no token: the record is not used

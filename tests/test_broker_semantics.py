@@ -25,7 +25,7 @@ from spark_queue import (
     QueueTable,
     RejectedMessagesError,
 )
-from spark_queue.core import identity_holds
+from spark_queue.rules import identity_holds
 from tests.brokers import BrokerProcess
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from spark_queue.browse import leased_consumers
+from spark_queue.storage.browse import leased_consumers
 
 
 def test_leased_consumers_marks_each_leased_seq_with_its_consumer() -> None:

@@ -23,7 +23,7 @@ import pyarrow.fs as pafs
 from deltalake import DeltaTable
 
 from spark_queue import QueueTable
-from spark_queue.maintenance import LOG_RETENTION_VERSIONS_KEY
+from spark_queue.commit.maintenance import LOG_RETENTION_VERSIONS_KEY
 from tests.brokers import BrokerProcess
 from tests.helpers import consume, output_columns, set_table_property
 
@@ -34,7 +34,7 @@ ELSEWHERE = """
 import os, sys, time
 from pathlib import Path
 from spark_queue import QueueTable
-from spark_queue.maintenance import LOG_MIN_AGE_SECONDS, checkpoint_interval
+from spark_queue.commit.maintenance import LOG_MIN_AGE_SECONDS, checkpoint_interval
 
 path, queue, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
 table = QueueTable(path, broker="off")
@@ -135,8 +135,8 @@ def test_a_commit_planned_before_cleanup_passed_its_version_is_planned_again(que
     """Other writers commit past cleanup between a transaction's plan and its commit: the
     commit is refused, nothing is written at the old version, and it is planned again on
     the present."""
-    from spark_queue.store import QueueStore
-    from spark_queue.transaction import run
+    from spark_queue.commit.transaction import run
+    from spark_queue.storage.store import QueueStore
 
     QueueTable(queue_path, broker="off").declare("q")
     short_log(queue_path)
@@ -162,7 +162,7 @@ def test_a_commit_planned_before_cleanup_passed_its_version_is_planned_again(que
 def test_a_long_poll_left_behind_by_cleanup_wakes(queue_path):
     """A consumer's long poll watches the log from the version its last lease saw; when
     cleanup has deleted that entry and the next, it wakes (and its lease looks)."""
-    from spark_queue.clients import _LogWatch
+    from spark_queue.clients.consumer import _LogWatch
 
     table = QueueTable(queue_path, broker="off")
     table.declare("q")
@@ -204,8 +204,8 @@ def test_a_running_stream_source_left_behind_by_cleanup_delivers_each_message_on
     source worker keeps it between triggers, after cleanup passed the version it knew."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from spark_queue.options import SourceOptions
-    from spark_queue.source import RingQueueStreamReader, read_leased
+    from spark_queue.spark.options import SourceOptions
+    from spark_queue.spark.source import RingQueueStreamReader, read_leased
 
     table = QueueTable(queue_path, broker="off")
     table.publish("q", [f"before {i}" for i in range(3)])
@@ -245,8 +245,8 @@ def test_log_cleanup_stops_at_the_first_entry_it_cannot_delete(queue_path):
     """The entries log cleanup deletes are always all those below some version (what
     makes a reader's probe of the log sound): it deletes oldest first, and where one
     cannot go, nothing after it goes."""
-    from spark_queue.maintenance import cleanup_log
-    from spark_queue.storage import Location
+    from spark_queue.commit.maintenance import cleanup_log
+    from spark_queue.storage.location import Location
 
     table = QueueTable(queue_path, broker="off")
     table.declare("q")
@@ -325,7 +325,7 @@ def test_a_running_stream_sink_left_behind_by_cleanup_enqueues_each_batch_once(
 ELSEWHERE_S3 = """
 import json, sys, time
 from spark_queue import QueueTable
-from spark_queue.maintenance import LOG_MIN_AGE_SECONDS, cleanup_log
+from spark_queue.commit.maintenance import LOG_MIN_AGE_SECONDS, cleanup_log
 
 uri, options, count = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
 table = QueueTable(uri, storage_options=options, broker="off")

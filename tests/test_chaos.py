@@ -43,7 +43,7 @@ from deltalake import DeltaTable
 from deltalake.exceptions import TableNotFoundError
 
 from spark_queue import QueueTable
-from spark_queue.core import identity_holds
+from spark_queue.rules import identity_holds
 from tests.crash import CONSUMER, DRIVERS, PRODUCER, kill, make_input, restart, start
 
 pytestmark = pytest.mark.spark

@@ -17,7 +17,7 @@ import pytest
 from deltalake import DeltaTable
 
 from spark_queue import ClientClosedError, QueueTable, StorageError
-from spark_queue.core import identity_holds
+from spark_queue.rules import identity_holds
 from tests.object_store import new_bucket, server_options, start_s3_server
 
 PATIENCE = 60.0  # seconds a condition may take on a loaded machine before a test fails

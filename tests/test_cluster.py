@@ -27,7 +27,7 @@ import pytest
 from deltalake import DeltaTable
 
 from spark_queue import QueueTable
-from spark_queue.session import delta_jars
+from spark_queue.spark.session import delta_jars
 from tests import jvm
 
 pytestmark = pytest.mark.spark

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from spark_queue import CommitConflictError, QueueTable
-from spark_queue.transaction import QueueTransaction, run
+from spark_queue.commit.transaction import QueueTransaction, run
 
 
 def test_a_commit_that_loses_every_race_fails_naming_the_queue_and_attempts(tmp_path):

@@ -16,8 +16,8 @@ from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
 from spark_queue import QueueTable, register
-from spark_queue.connect import is_connect, ship_package, workers_import_package
-from spark_queue.options import READ_MODES
+from spark_queue.model.queue_arguments import READ_MODES
+from spark_queue.spark.connect import is_connect, ship_package, workers_import_package
 from tests.helpers import assert_identity, bodies, delivered, messages, write_batch
 
 pytestmark = [pytest.mark.spark, pytest.mark.connect_only]

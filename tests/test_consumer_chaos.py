@@ -2,7 +2,7 @@
 
 The consumer is a real driver process (``ringqueue`` -> ``format("delta")``, availableNow,
 one checkpoint throughout); each run is killed either at a failpoint drawn at random (a
-window of the protocol, ``spark_queue.failpoints``) or at a random moment of its work on the
+window of the protocol, ``spark_queue.commit.failpoints``) or at a random moment of its work on the
 queue (0-3 s after it logged its first new offset: a kill while its JVM still starts would
 test nothing of the queue). Each run's driver starts while the run before it works, and its
 query waits for its turn: one run at a time uses the checkpoint. Meanwhile the test's own
@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 
 from spark_queue import QueueTable
-from spark_queue.core import identity_holds
+from spark_queue.rules import identity_holds
 from tests.crash import CONSUMER, crashed, kill, logged, restart, start
 from tests.helpers import assert_identity, messages, write_batch
 

@@ -7,7 +7,7 @@ import pytest
 from deltalake import DeltaTable
 
 from spark_queue import InvalidOptionError, QueueTable
-from spark_queue.options import parse_source_options
+from spark_queue.spark.options import parse_source_options
 
 BAD = [
     ("max_messages", -2, "maxMessagesPerTrigger"),

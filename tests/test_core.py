@@ -12,14 +12,14 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from spark_queue.core import (
+from spark_queue.model.queue_arguments import QueueArguments
+from spark_queue.rules import (
     HEAD_SCHEMA,
     QueueState,
     identity_holds,
     plan_enqueue,
     plan_settle,
 )
-from spark_queue.options import QueueArguments
 from tests.model import ModelMessage, ModelQueue
 
 QUEUE = "q"
@@ -426,7 +426,7 @@ operations_strategy = st.tuples(
 def test_consumers_match_reference_model(
     arguments, operations, max_deliveries, max_cancels, single_priority
 ):
-    from spark_queue.core import plan_ack, plan_extend, plan_lease, plan_return
+    from spark_queue.rules import plan_ack, plan_extend, plan_lease, plan_return
     from tests.model import ModelConsumers
 
     model = ModelConsumers(arguments)
@@ -554,8 +554,8 @@ def test_consumers_match_reference_model(
 def test_leases_split_into_tasks_of_equal_bytes(monkeypatch):
     """split_seqs cuts a batch into tasks of about TASK_BYTES; seq_ranges and clip_ranges
     keep every seq in exactly one task."""
-    import spark_queue.source as source
-    from spark_queue.core import Leases
+    import spark_queue.spark.source as source
+    from spark_queue.rules import Leases
 
     monkeypatch.setattr(source, "TASK_BYTES", 1000)
     seqs = np.array([9, 3, 4, 5, 20, 21, 7], dtype=np.int64)  # in delivery order
@@ -576,8 +576,8 @@ def test_leases_split_into_tasks_of_equal_bytes(monkeypatch):
 def test_a_batch_large_enough_is_split_for_every_core(monkeypatch):
     """Below TASK_BYTES a batch still gets MIN_TASKS tasks where each reads at least
     MIN_TASK_BYTES, so a second core is not idle; a smaller batch stays one task."""
-    import spark_queue.source as source
-    from spark_queue.core import Leases
+    import spark_queue.spark.source as source
+    from spark_queue.rules import Leases
 
     monkeypatch.setattr(source, "MIN_TASK_BYTES", 1000)
     seqs = np.arange(100, 107, dtype=np.int64)
@@ -592,7 +592,7 @@ def test_a_state_from_before_index_rows_reads_its_extras_and_counts_from_json():
     in the state JSON: they load into the columnar indexes, and are written as rows after."""
     import json
 
-    from spark_queue.core import QueueState
+    from spark_queue.rules import QueueState
 
     text = json.dumps(
         {
@@ -619,8 +619,8 @@ def test_delivery_counts_travel_as_runs_and_old_offsets_still_read():
     """An offset names redelivered messages as [first, last, count] runs over the leased
     seqs; a task maps them back to counts; a version 1 offset's count per seq reads as
     one-seq runs."""
-    import spark_queue.source as source
-    from spark_queue.core import Leases
+    import spark_queue.spark.source as source
+    from spark_queue.rules import Leases
 
     seqs = np.array([10, 11, 12, 14, 15, 20, 21, 22], dtype=np.int64)
     deliveries = np.array([2, 2, 2, 2, 3, 1, 1, 2], dtype=np.int64)

@@ -17,8 +17,8 @@ from deltalake import DeltaTable
 from pyspark.sql.streaming import StreamingQuery
 
 from spark_queue import InvalidOptionError, QueueTable, seen
-from spark_queue.core import SeenRun, id_hashes, identity_holds
-from spark_queue.policies import load_policies
+from spark_queue.model.policies import load_policies
+from spark_queue.rules import SeenRun, id_hashes, identity_holds
 from tests.clock import now_micros, wait_past
 
 

@@ -76,7 +76,7 @@ def test_every_error_round_trips_through_pickle_and_cloudpickle(cls):
 
 @pytest.mark.parametrize("cls", error_classes(), ids=lambda cls: cls.__name__)
 def test_every_error_comes_back_from_a_broker_as_itself(cls):
-    from spark_queue.wire import decode_error, encode_error
+    from spark_queue.broker.wire import decode_error, encode_error
 
     error = an_instance(cls)
     copy = decode_error(encode_error(error))
@@ -348,7 +348,7 @@ def test_what_load_cannot_refuse_fails_at_the_first_call_not_in_pickling(queue_p
     from pyspark import cloudpickle
     from pyspark.sql.types import StringType, StructField, StructType
 
-    from spark_queue.datasource import RingQueueDataSource
+    from spark_queue.spark.datasource import RingQueueDataSource
 
     QueueTable(queue_path).declare("orders", max_length=5)
     reader = RingQueueDataSource({"path": queue_path}).streamReader(StructType())

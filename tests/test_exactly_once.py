@@ -1,7 +1,7 @@
 """Exactly once across a crash, window by window, batch 0 included.
 
 Each case runs a real driver process (Spark, Delta, the connector) that SIGKILLs itself at a
-named failpoint (``spark_queue.failpoints``): deterministic, not a timer racing the query.
+named failpoint (``spark_queue.commit.failpoints``): deterministic, not a timer racing the query.
 The checkpoint is checked to be in the window the case names, then the query is restarted
 from it and must end with every message exactly once. The window "after the sink commit,
 before Spark's commit log" has no failpoint of ours inside it (Spark writes the commit log

@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 
 from spark_queue import InvalidOptionError, QueueTable
-from spark_queue.core import identity_holds
+from spark_queue.rules import identity_holds
 from tests.helpers import consume, delivered
 
 

@@ -7,7 +7,7 @@ import pytest
 from deltalake import DeltaTable
 
 from spark_queue import InvalidOptionError, QueueNotFoundError, QueueTable
-from spark_queue.store import QueueStore
+from spark_queue.storage.store import QueueStore
 
 
 def until_of(table: QueueTable, queue: str) -> dict[int, int]:

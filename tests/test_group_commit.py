@@ -20,13 +20,13 @@ from spark_queue import (
     QueueTable,
     RejectedMessagesError,
 )
-from spark_queue.core import identity_holds
-from spark_queue.enqueue import PendingBatch
-from spark_queue.group import CommitGroup, Queued, group_of
-from spark_queue.messages import Bodies, as_input_table, normalise
-from spark_queue.operations import ChangeRequest, LeaseRequest, PublishRequest, ack_planner
-from spark_queue.options import parse_consumer_limits
-from spark_queue.store import QueueStore, now_micros
+from spark_queue.commit.enqueue import PendingBatch
+from spark_queue.commit.group import CommitGroup, Queued, group_of
+from spark_queue.commit.requests import ChangeRequest, LeaseRequest, PublishRequest, ack_planner
+from spark_queue.model.messages import Bodies, as_input_table, normalise
+from spark_queue.model.queue_arguments import parse_consumer_limits
+from spark_queue.rules import identity_holds
+from spark_queue.storage.store import QueueStore, now_micros
 
 THREADS, CALLS = 8, 12
 CLIENTS = 32  # of the issue: no conflict error reaches a caller
@@ -293,7 +293,7 @@ def test_a_hung_holder_of_the_host_lock_delays_a_round_only_so_long(table, monke
     holding it) makes a round wait HOST_LOCK_WAIT, then go on without it."""
     import fcntl
 
-    from spark_queue import group
+    from spark_queue.commit import group
 
     monkeypatch.setattr(group, "HOST_LOCK_WAIT", 0.2)
     table.declare("q")

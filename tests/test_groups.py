@@ -14,8 +14,8 @@ from chispa import assert_df_equality
 from deltalake import DeltaTable
 
 from spark_queue import InvalidOptionError, QueueTable
-from spark_queue.core import identity_holds
-from spark_queue.store import QueueStore
+from spark_queue.rules import identity_holds
+from spark_queue.storage.store import QueueStore
 from tests.clock import wait_past
 from tests.helpers import finish, start_consuming
 
@@ -126,7 +126,7 @@ def test_groups_are_kept_across_table_objects_and_policies(tmp_path):
     sees the group held."""
     policies = tmp_path / "policies.toml"
     policies.write_text('[policy.fifo]\nmatch = "*.fifo"\ndefault-message-groups = true\n')
-    from spark_queue.policies import load_policies
+    from spark_queue.model.policies import load_policies
 
     table = QueueTable(str(tmp_path / "q"), policies=load_policies(str(policies)))
     table.declare("orders.fifo")

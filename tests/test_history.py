@@ -2,7 +2,7 @@
 
 The oracle is delta-spark: time travel to each version and read the `record = 'queue'` state
 rows and the `record = 'lease'` index with Spark SQL, a second reader of the same table that
-shares no code with `spark_queue.history`.
+shares no code with `spark_queue.storage.history`.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from spark_queue import (
     QueueNotFoundError,
     QueueTable,
 )
-from spark_queue.core import COUNTERS, identity_holds
-from spark_queue.history import HISTORY_SCHEMA
+from spark_queue.rules import COUNTERS, identity_holds
+from spark_queue.storage.history import HISTORY_SCHEMA
 from tests.helpers import messages, write_batch
 
 COLUMNS = ["version", "operation", "queue", "ready", "leased", "added", "acked", "dropped"]

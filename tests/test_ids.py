@@ -1,4 +1,4 @@
-"""De-duplication by message id in the pure core (``spark_queue.core.ids``): the hashes, and
+"""De-duplication by message id in the pure core (``spark_queue.rules.ids``): the hashes, and
 the window against the reference model (``tests/model.py``), without Spark or Delta."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pyarrow as pa
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from spark_queue.core import SeenIds, SeenRun, id_hashes
+from spark_queue.rules import SeenIds, SeenRun, id_hashes
 from tests.model import ModelWindow
 
 

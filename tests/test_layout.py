@@ -1,5 +1,5 @@
-"""The package's shape: no import cycles between its modules, and a pure core (no Spark,
-no Delta, no files)."""
+"""The package's shape: layers by role with imports only downward, a pure rules layer (no
+Spark, no Delta, no files), and PySpark in the Spark layer only."""
 
 from __future__ import annotations
 
@@ -9,32 +9,75 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "spark_queue"
 IO_MODULES = ("pyspark", "deltalake", "pyarrow.fs", "pyarrow.parquet", "os", "pathlib")
 
+# The layers, lowest first. A module may import modules of its own layer and of the layers
+# below it, never one above. A name stands for the module and everything under it; the
+# longest name that matches a module places it.
+LAYERS = (
+    ("spark_queue.errors", "spark_queue.portable"),
+    ("spark_queue.model",),
+    ("spark_queue.rules",),
+    ("spark_queue.storage",),
+    ("spark_queue.commit",),
+    ("spark_queue.broker",),  # the client side: wire, auth, discovery, client
+    ("spark_queue.clients",),
+    ("spark_queue.table",),
+    ("spark_queue.broker.server", "spark_queue.spark"),
+    ("spark_queue.cli", "spark_queue.argument_docs", "spark_queue"),
+)
+
 
 def module_name(path: Path) -> str:
     parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
 def imports_of(path: Path) -> set[str]:
-    """Every module ``path`` imports, at the top or inside functions."""
+    """Every module ``path`` imports, at the top or inside functions: ``from a import b``
+    imports the module ``a.b`` where that is one, else ``a``."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found.add(node.module)
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                found.add(submodule if submodule in MODULES else node.module)
     return found
 
 
+def layer_of(module: str) -> int:
+    placed = [
+        (len(name), index)
+        for index, names in enumerate(LAYERS)
+        for name in names
+        if module == name or module.startswith(name + ".")
+    ]
+    assert placed, f"{module} is in no layer of LAYERS"
+    return max(placed)[1]
+
+
 def package_graph() -> dict[str, set[str]]:
-    modules = {module_name(p): p for p in PACKAGE.rglob("*.py")}
-    graph = {}
-    for name, path in modules.items():
-        wanted = imports_of(path)
-        graph[name] = {
-            m for m in modules if m != name and (m in wanted) and not name.startswith(m + ".")
-        }
-    return graph
+    return {
+        name: {m for m in imports_of(path) if m in MODULES and m != name}
+        for name, path in MODULES.items()
+    }
+
+
+def test_every_module_imports_only_its_own_layer_and_those_below():
+    upward = [
+        f"{name} (layer {layer_of(name)}) imports {other} (layer {layer_of(other)})"
+        for name, imported in sorted(package_graph().items())
+        for other in sorted(imported)
+        if layer_of(other) > layer_of(name)
+    ]
+    assert upward == []
+
+
+def test_the_layer_map_names_only_modules_that_exist():
+    assert [n for names in LAYERS for n in names if n not in MODULES] == []
 
 
 def test_no_module_imports_one_that_imports_it():
@@ -57,32 +100,23 @@ def test_no_module_imports_one_that_imports_it():
     assert cycles == []
 
 
-def test_the_core_touches_no_spark_delta_or_files():
-    for path in (PACKAGE / "core").glob("*.py"):
+def test_the_rules_touch_no_spark_delta_or_files():
+    for path in (PACKAGE / "rules").glob("*.py"):
         imported = imports_of(path)
-        outside = {m for m in imported if m.startswith("spark_queue.")} - {
-            m for m in imported if m.startswith("spark_queue.core")
+        inside = ("spark_queue.rules", "spark_queue.model", "spark_queue.errors")
+        outside = {m for m in imported if m.startswith("spark_queue")} - {
+            m for m in imported if m.startswith(inside)
         }
-        assert outside <= {"spark_queue.options"}, (path.name, outside)  # arguments only
+        assert outside == set(), (path.name, outside)
         assert not [m for m in imported if m.startswith(IO_MODULES)], path.name
 
 
-SPARK_MODULES = {
-    f"spark_queue.{name}" for name in ("datasource", "sink", "source", "session", "connect")
-}
-
-
-def test_only_the_spark_shell_imports_pyspark():
-    """``QueueTable`` and the CLI run where PySpark is not installed (``pip install
-    spark-queue`` without the ``spark`` extra): only the modules where Spark meets the queue
-    import it, and none of the others imports one of those."""
-    graph = package_graph()
-    for path in PACKAGE.rglob("*.py"):
-        name = module_name(path)
-        if name in SPARK_MODULES:
-            continue
-        assert not [m for m in imports_of(path) if m.startswith("pyspark")], name
-        assert not graph[name] & SPARK_MODULES, (name, graph[name] & SPARK_MODULES)
+def test_only_the_spark_layer_imports_pyspark():
+    """``QueueTable``, the clients, the broker and the CLI run where PySpark is not
+    installed (``pip install spark-queue`` without the ``spark`` extra)."""
+    for name, path in MODULES.items():
+        if not name.startswith("spark_queue.spark"):
+            assert not [m for m in imports_of(path) if m.startswith("pyspark")], name
 
 
 # What a Spark Connect session lacks: a classic session's JVM handles. Touching one there
@@ -126,11 +160,11 @@ def test_no_code_a_connect_session_reaches_touches_the_jvm():
     in ``session`` and ``connect``, and every module the server's Python workers run (all but
     ``session``), nothing names ``sparkContext``, ``_jvm``, ``_jsc`` or their kin."""
     for path in PACKAGE.rglob("*.py"):
-        if module_name(path) != "spark_queue.session":
+        if module_name(path) != "spark_queue.spark.session":
             assert not jvm_handles_in([ast.parse(path.read_text())]), module_name(path)
     functions = {
         node.name: node
-        for module in ("session.py", "connect.py")
+        for module in ("spark/session.py", "spark/connect.py")
         for node in ast.parse((PACKAGE / module).read_text()).body
         if isinstance(node, ast.FunctionDef | ast.ClassDef)
     }

@@ -17,8 +17,8 @@ from deltalake.exceptions import DeltaError
 from deltalake.transaction import RemoveAction
 
 from spark_queue import InvalidOptionError, QueueTable
-from spark_queue.group import group_of
-from spark_queue.maintenance import (
+from spark_queue.commit.group import group_of
+from spark_queue.commit.maintenance import (
     AUTO_VACUUM_APP_ID,
     AUTO_VACUUM_KEY,
     AUTO_VACUUM_PERIOD_SECONDS,
@@ -31,9 +31,9 @@ from spark_queue.maintenance import (
     cleanup_log,
     log_retention_versions,
 )
-from spark_queue.schema import TABLE_SCHEMA
-from spark_queue.storage import Location
-from spark_queue.store import QueueStore
+from spark_queue.model.schema import TABLE_SCHEMA
+from spark_queue.storage.location import Location
+from spark_queue.storage.store import QueueStore
 from tests.helpers import (
     assert_identity,
     messages,

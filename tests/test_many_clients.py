@@ -8,10 +8,10 @@ import time
 import pytest
 
 from spark_queue import QueueTable
-from spark_queue.core import identity_holds
-from spark_queue.files import REMOVAL
-from spark_queue.group import group_of
-from spark_queue.maintenance import SMALL_FILE_LIMIT, compact
+from spark_queue.commit.group import group_of
+from spark_queue.commit.maintenance import SMALL_FILE_LIMIT, compact
+from spark_queue.rules import identity_holds
+from spark_queue.storage.files import REMOVAL
 
 
 @pytest.fixture

@@ -26,8 +26,8 @@ from spark_queue import (
     StorageError,
     check_exclusive_commits,
 )
-from spark_queue.core import identity_holds
-from spark_queue.storage import Location
+from spark_queue.rules import identity_holds
+from spark_queue.storage.location import Location
 from tests.object_store import SECRET_KEY, RequestLog
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -264,7 +264,7 @@ def test_the_upkeep_reads_each_log_entry_once_in_its_life(
     each time. Entry ``interval + 1`` is counted over the next interval of one-message
     publishes: the commit's own read-back and the leader's catch-up (2 + 2), the upkeep
     table's (2) and the checkpoint writer's replay for the checkpoint ``2 * interval`` (2)."""
-    from spark_queue.group import group_of
+    from spark_queue.commit.group import group_of
 
     table = QueueTable(s3_table, storage_options=s3_options, broker="off")
     table.declare("q")

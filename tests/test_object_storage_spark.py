@@ -15,9 +15,9 @@ from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_queue import QueueTable
-from spark_queue.core import identity_holds
-from spark_queue.options import READ_MODES
-from spark_queue.session import configure_s3a
+from spark_queue.model.queue_arguments import READ_MODES
+from spark_queue.rules import identity_holds
+from spark_queue.spark.session import configure_s3a
 from tests.helpers import messages, write_batch
 from tests.object_store import SECRET_KEY
 

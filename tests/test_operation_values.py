@@ -18,13 +18,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spark_queue import InvalidInputError, InvalidOptionError, QueueTable
-from spark_queue.arguments import parse_seq
-from spark_queue.core import NEVER
-from spark_queue.group import call
-from spark_queue.messages import as_input_table, normalise
-from spark_queue.operations import ChangeRequest, ExtendRequest, LeaseRequest, cancel_planner
-from spark_queue.options import ConsumerLimits
-from spark_queue.wire import encode_request
+from spark_queue.broker.wire import encode_request
+from spark_queue.commit.group import call
+from spark_queue.commit.requests import ChangeRequest, ExtendRequest, LeaseRequest, cancel_planner
+from spark_queue.model.arguments import parse_seq
+from spark_queue.model.messages import as_input_table, normalise
+from spark_queue.model.queue_arguments import ConsumerLimits
+from spark_queue.rules import NEVER
 from tests.brokers import BrokerProcess
 
 NOT_SEQS = [[1.5], [True], ["a"], [None], [2**70], [-1], 2, "12", np.array([1.5])]

@@ -20,18 +20,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_queue import QueueTable
-from spark_queue.core import QueueState
+from spark_queue.commit.transaction import QueueTransaction
 from spark_queue.errors import ArgumentMismatchError, InvalidOptionError, PolicyError
-from spark_queue.options import QueueArguments
-from spark_queue.policies import (
+from spark_queue.model.policies import (
     ENV_VAR,
     Policies,
     compare_specificity,
     load_policies,
     match_words,
 )
-from spark_queue.store import Snapshot
-from spark_queue.transaction import QueueTransaction
+from spark_queue.model.queue_arguments import QueueArguments
+from spark_queue.rules import QueueState
+from spark_queue.storage.store import Snapshot
 
 LAYERS = """
 [policy.everything]

@@ -16,12 +16,12 @@ from spark_queue import (
     InvalidOptionError,
     QueueTable,
 )
-from spark_queue.core import identity_holds
-from spark_queue.enqueue import Reservation, commit_enqueue
-from spark_queue.files import MESSAGE, write_file
-from spark_queue.messages import normalise
-from spark_queue.store import now_micros
-from spark_queue.transaction import StagedQueueFile
+from spark_queue.commit.enqueue import Reservation, commit_enqueue
+from spark_queue.commit.transaction import StagedQueueFile
+from spark_queue.model.messages import normalise
+from spark_queue.rules import identity_holds
+from spark_queue.storage.files import MESSAGE, write_file
+from spark_queue.storage.store import now_micros
 
 WRITERS, BATCHES, PER_BATCH, RING = 4, 3, 4, 5  # Artemis testMultipleConcurrentProducers
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from spark_queue import InvalidOptionError, QueueTable
-from spark_queue.core import identity_holds
-from spark_queue.policies import Policies, load_policies
+from spark_queue.model.policies import Policies, load_policies
+from spark_queue.rules import identity_holds
 
 
 def _cancel_until_gone(table: QueueTable, queue: str, rounds: int, **lease: object) -> list[int]:

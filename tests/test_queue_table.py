@@ -6,8 +6,8 @@ import pyarrow.compute as pc
 import pytest
 
 from spark_queue import InvalidOptionError, QueueNotFoundError, QueueTable
-from spark_queue.maintenance import SMALL_FILE_LIMIT
-from spark_queue.store import QueueStore
+from spark_queue.commit.maintenance import SMALL_FILE_LIMIT
+from spark_queue.storage.store import QueueStore
 from tests.helpers import assert_identity, bodies, messages, write_batch
 
 

@@ -1,4 +1,4 @@
-"""The per-process caches of data-file reads (spark_queue/rowgroups.py), and that reads
+"""The per-process caches of data-file reads (spark_queue/storage/row_cache.py), and that reads
 through them are the same as reads without them."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from spark_queue import QueueTable, rowgroups
-from spark_queue.rowgroups import DataFile, LeastRecentlyUsed
+from spark_queue.storage.row_cache import DataFile, LeastRecentlyUsed
 
 
 def test_least_recently_used_drops_the_oldest_beyond_its_capacity():

@@ -41,7 +41,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 from spark_queue import QueueTable
-from spark_queue.core import identity_holds
+from spark_queue.rules import identity_holds
 from tests.brokers import BrokerProcess, wait_until
 from tests.drivers.service_client import ACK_BATCH, MAX_PREFETCH, QUEUE, WINDOW
 

@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 
 from spark_queue import QueueTable
-from spark_queue.options import READ_MODES
-from spark_queue.store import QueueStore
+from spark_queue.model.queue_arguments import READ_MODES
+from spark_queue.storage.store import QueueStore
 from tests.clock import now_micros, wait_past
 from tests.helpers import assert_identity, consume, delivered, messages, write_batch
 
@@ -207,7 +207,7 @@ def test_manual_ack_mode_leaves_leases_to_the_api(spark, queue_path, tmp_path):
 def test_at_most_once_loses_a_failed_batch_once_its_files_are_gone(spark, queue_path, tmp_path):
     import os
 
-    from spark_queue.store import QueueStore
+    from spark_queue.storage.store import QueueStore
 
     for pair in (["a", "b"], ["c", "d"], ["e", "f"]):  # one file each
         write_batch(messages(spark, pair), queue_path, queue="q")
@@ -241,8 +241,8 @@ def test_a_large_batch_is_read_by_several_tasks_each_message_once(spark, queue_p
     message is read by exactly one task, with its delivery count."""
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from spark_queue.options import SourceOptions
-    from spark_queue.source import RingQueueStreamReader, read_leased
+    from spark_queue.spark.options import SourceOptions
+    from spark_queue.spark.source import RingQueueStreamReader, read_leased
 
     write_batch(messages(spark, [f"m{i}" for i in range(1000)]), queue_path, queue="q")
     table = QueueTable(queue_path)
@@ -279,8 +279,8 @@ def test_a_file_leased_whole_is_streamed_in_bounded_tables(spark, queue_path):
 
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from spark_queue.options import SourceOptions
-    from spark_queue.source import ARROW_BATCH_BYTES, RingQueueStreamReader, read_leased
+    from spark_queue.spark.options import SourceOptions
+    from spark_queue.spark.source import ARROW_BATCH_BYTES, RingQueueStreamReader, read_leased
 
     bodies = [f"{i:05d}" + "x" * 20_000 for i in range(1000)]  # 20 MB in one file
     write_batch(messages(spark, bodies), queue_path, queue="q")
@@ -307,10 +307,10 @@ def test_an_at_most_once_batch_reads_the_files_it_was_leased_from(spark, queue_p
 
     from pyspark.sql.streaming.datasource import ReadAllAvailable
 
-    from spark_queue.maintenance import compact
-    from spark_queue.options import SourceOptions
-    from spark_queue.source import RingQueueStreamReader, read_leased
-    from spark_queue.store import QueueStore
+    from spark_queue.commit.maintenance import compact
+    from spark_queue.spark.options import SourceOptions
+    from spark_queue.spark.source import RingQueueStreamReader, read_leased
+    from spark_queue.storage.store import QueueStore
 
     for part in range(3):
         write_batch(messages(spark, [f"m{part}-{i}" for i in range(5)]), queue_path, queue="q")
@@ -336,8 +336,8 @@ def test_a_lease_spark_never_logged_is_the_next_batch_not_lost(spark, queue_path
     offset: the next run delivers that batch first, and no later ack takes it unread."""
     from pyspark.sql.streaming.datasource import ReadMaxRows
 
-    from spark_queue.options import SourceOptions
-    from spark_queue.source import RingQueueStreamReader
+    from spark_queue.spark.options import SourceOptions
+    from spark_queue.spark.source import RingQueueStreamReader
 
     write_batch(messages(spark, [f"m{i}" for i in range(10)]), queue_path, queue="q")
     options = SourceOptions(path=queue_path, queue="q", max_messages=4)
@@ -375,9 +375,9 @@ def test_a_driver_read_batch_without_bounds_takes_at_most_driver_batch_bytes(
     ``maxMessagesPerTrigger``/``maxBytesPerTrigger`` it bounds a batch by bodies; a replay
     (``readBetweenOffsets``) reads exactly what ``read`` delivered. Called as PySpark's
     simple-reader wrapper calls it, without Spark (the bound is patched small)."""
-    from spark_queue import source
-    from spark_queue.options import parse_source_options
-    from spark_queue.schema import BROWSE_ARROW_SCHEMA
+    from spark_queue.model.schema import BROWSE_ARROW_SCHEMA
+    from spark_queue.spark import source
+    from spark_queue.spark.options import parse_source_options
 
     monkeypatch.setattr(source, "DRIVER_BATCH_BYTES", 2500)
     QueueTable(queue_path).publish("q", [bytes([i]) * 1000 for i in range(5)])

@@ -9,7 +9,7 @@ import textwrap
 from datetime import datetime, timedelta, timezone
 
 from spark_queue import QueueTable
-from spark_queue.store import QueueStore
+from spark_queue.storage.store import QueueStore
 
 
 def test_every_index_record_reads_back_from_the_table(tmp_path):
@@ -61,7 +61,7 @@ def test_small_files_read_whole_leave_the_process_free_to_exit(tmp_path):
     # The read is the last thing the process does: the abort came in ~80% of such runs.
     reader = textwrap.dedent(
         f"""
-        from spark_queue.store import QueueStore
+        from spark_queue.storage.store import QueueStore
         store = QueueStore({path!r})
         relative, size, _ = store.snapshot(with_states=False).state_files[0]
         assert store.read_rows(relative, size=size).num_rows

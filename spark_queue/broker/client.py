@@ -1,0 +1,520 @@
+"""The client side of a queue broker: which calls of a :class:`~spark_queue.QueueTable` go
+to a broker, and how (docs/BROKER.md).
+
+Every ``QueueTable`` has a :class:`BrokerRouter`. Its methods marked :func:`routed`
+(publish, lease, ack, cancel, expire, extend, release, stats) ask the router where to run:
+
+- ``broker="off"``: here, always (what the broker's own table does);
+- ``broker="auto"`` (the default, or ``$SPARK_QUEUE_BROKER``): at the live broker the table
+  records (:mod:`spark_queue.broker.discovery`), looked up at most every 2 seconds; with none,
+  here;
+- ``broker="host:port"``: at that broker (``"tls://host:port"``: over TLS).
+
+A broker that cannot be reached (refused, stopped, killed, timed out) is skipped for a few
+seconds and the call runs here, so a broker is never a single point of failure. A call the
+broker answered with an error raises that error, of the class and with the message the
+table raised there. A wrong token for a broker given by address raises
+:class:`BrokerAuthenticationError` (never falls back: a misconfigured client should be told).
+
+Whom a client trusts (docs/BROKER.md "Security"): a client with a token uses only records
+signed with it, and sends a broker nothing before the broker proved, for a fresh nonce, that
+it holds the token (:mod:`spark_queue.broker.auth`); the token itself never travels. A client
+without a token uses only records of brokers without one, on this machine's loopback.
+
+Thread-safe: one router serves every thread of its ``QueueTable``; a Flight client (a gRPC
+channel) serves concurrent calls. Not fork-safe, like the rest of ``QueueTable``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import pyarrow as pa
+
+from spark_queue.broker.auth import (
+    HELLO_ACTION,
+    broker_proof,
+    check_token,
+    new_nonce,
+    proof_header,
+    same_mac,
+    token_key,
+)
+from spark_queue.broker.discovery import BrokerRecord, is_loopback, live_broker
+from spark_queue.broker.wire import (
+    ROUTED_METHODS,
+    STATUS_ACTION,
+    TOKEN_HEADER,
+    WIRE_NAMES,
+    WRONG_TABLE,
+    decode_error,
+    decode_result,
+    encode_request,
+    signature_of,
+)
+from spark_queue.errors import (
+    BrokerAuthenticationError,
+    BrokerRequestError,
+    InvalidOptionError,
+    QueueError,
+)
+from spark_queue.model.arguments import parse_seqs
+from spark_queue.model.messages import as_input_table
+from spark_queue.model.queue_arguments import check_queue_name
+from spark_queue.storage.location import Location
+
+MODE_ENV_VAR = "SPARK_QUEUE_BROKER"
+TOKEN_ENV_VAR = "SPARK_QUEUE_BROKER_TOKEN"
+TLS_ROOTS_ENV_VAR = "SPARK_QUEUE_BROKER_TLS_ROOTS"
+TLS_PREFIX = "tls://"  # a broker address to reach over TLS
+AUTO, OFF = "auto", "off"
+# How long a lookup of the table's broker records is trusted: a new broker is used, and a
+# stopped one left, within about this long (plus its heartbeat's staleness).
+DISCOVERY_SECONDS = 2.0
+# A broker that could not be reached is not tried again for this long.
+RETRY_AFTER_SECONDS = 5.0
+# The longest a call waits for a broker's answer before committing here instead: a commit
+# that loses races retries for up to ~20 s (transaction.run), so well above that.
+CALL_TIMEOUT_SECONDS = 120.0
+# Publish sends its messages in record batches of at most this many rows, so that the
+# broker can refuse a request over its size limit before it has all of it.
+PUBLISH_BATCH_ROWS = 4096
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+
+
+class BrokerUnreachable(Exception):
+    """A broker did not answer (internal: the router then runs the call here)."""
+
+
+def token_of(token: str | None, mode: str) -> str | None:
+    """The client's token: ``token``, else ``$SPARK_QUEUE_BROKER_TOKEN`` where set and not
+    empty and ``mode`` may use a broker; None: no token.
+
+    Raises:
+        InvalidOptionError: a token that is not printable ASCII, or blank (named as given).
+    """
+    if token is not None:
+        return check_token(token, "broker_token")
+    if mode == OFF:
+        return None  # (a broker's own table, say: the variable is the broker's token)
+    given = os.environ.get(TOKEN_ENV_VAR)
+    return check_token(given, f"${TOKEN_ENV_VAR}") if given else None
+
+
+def parse_mode(value: str | None) -> str:
+    """``auto``, ``off``, or a broker's address: ``host:port`` (plain gRPC) or
+    ``tls://host:port`` (gRPC over TLS); None: ``$SPARK_QUEUE_BROKER``, else ``auto``.
+
+    Raises:
+        InvalidOptionError: anything else.
+    """
+    given = os.environ.get(MODE_ENV_VAR, AUTO) if value is None else value
+    mode = given.strip().lower() if isinstance(given, str) else ""
+    if mode in (AUTO, OFF):
+        return mode
+    host, sep, port = mode.removeprefix(TLS_PREFIX).rpartition(":")
+    if sep and host and port.isdigit() and 0 < int(port) < 65536:
+        return mode
+    raise InvalidOptionError(
+        f"broker must be 'auto', 'off', 'host:port' or 'tls://host:port' (say "
+        f"'127.0.0.1:8815'); got {given!r}"
+    )
+
+
+def _tls_roots() -> bytes | None:
+    """The certificates a client trusts for a broker's TLS: ``$SPARK_QUEUE_BROKER_TLS_ROOTS``
+    (a PEM file), else the system's.
+
+    Raises:
+        InvalidOptionError: the variable names a file that cannot be read.
+    """
+    path = os.environ.get(TLS_ROOTS_ENV_VAR)
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as source:
+            return source.read()
+    except OSError as error:
+        raise InvalidOptionError(
+            f"${TLS_ROOTS_ENV_VAR} names {path!r}, which cannot be read: {error.strerror}"
+        ) from None
+
+
+class BrokerClient:
+    """Calls to one broker at ``address`` (``host:port``, or ``tls://host:port`` over TLS,
+    checked against :func:`_tls_roots`) for the table ``table``.
+
+    With a token, the first call asks the broker to prove it holds the token for a fresh
+    nonce (the broker ``broker_id`` where given: the one a record names) and sends nothing
+    else to a broker that does not; each call then carries this client's proof for that
+    broker. The token itself never travels.
+
+    Thread-safe.
+    """
+
+    def __init__(
+        self, address: str, table: str, token: str | None, broker_id: str | None = None
+    ) -> None:
+        # Imported here: a QueueTable that never meets a broker needs no Flight (some
+        # builds of pyarrow leave it out, and it costs ~40 ms to import).
+        import pyarrow.flight as flight
+
+        self.address = address
+        self.table = table
+        if address.startswith(TLS_PREFIX):
+            location = f"grpc+tls://{address.removeprefix(TLS_PREFIX)}"
+            self._client = flight.FlightClient(location, tls_root_certs=_tls_roots())
+        else:
+            self._client = flight.FlightClient(f"grpc://{address}")
+        self._key = None if token is None else token_key(check_token(token, "broker_token"))
+        self._broker_id = broker_id
+        self._lock = threading.Lock()
+        self._bare = flight.FlightCallOptions(timeout=CALL_TIMEOUT_SECONDS)
+        # The options of calls after the broker's proof (None: not asked yet).
+        self._proven: Any = None if self._key is not None else self._bare
+
+    def __repr__(self) -> str:
+        return f"BrokerClient({self.address!r}, {self.table!r})"
+
+    def _options(self, again: bool = False) -> Any:
+        """The call options that carry this client's proof, once the broker has proven it
+        holds the token (``again``: ask anew, the broker at the address having refused).
+
+        Raises:
+            BrokerAuthenticationError: the broker did not prove it holds the token.
+            pyarrow.flight.FlightError, pyarrow.ArrowException: as :meth:`call` handles.
+        """
+        with self._lock:
+            if self._proven is None or again:
+                self._proven = self._hello()
+            return self._proven
+
+    def _hello(self) -> Any:
+        import pyarrow.flight as flight
+
+        assert self._key is not None
+        nonce = new_nonce()
+        action = flight.Action(HELLO_ACTION, nonce.encode())
+        body = next(iter(self._client.do_action(action, self._bare))).body.to_pybytes()
+        try:
+            answer = json.loads(body)
+            broker_id, proof = answer["broker"], answer["proof"]
+            holds = (
+                isinstance(broker_id, str)
+                and isinstance(proof, str)
+                and self._broker_id in (None, broker_id)
+                and same_mac(proof, broker_proof(self._key, broker_id, nonce))
+            )
+        except (ValueError, TypeError, KeyError):
+            holds = False
+        if not holds:
+            raise BrokerAuthenticationError(
+                f"the broker at {self.address} did not prove that it holds this client's "
+                f"token (a wrong token, or not the broker its record names); nothing was sent "
+                f"to it: give the broker's token (broker_token= or ${TOKEN_ENV_VAR}), or "
+                f"broker='off' to commit directly"
+            )
+        header = proof_header(self._key, broker_id, nonce)
+        return flight.FlightCallOptions(
+            timeout=CALL_TIMEOUT_SECONDS, headers=[(TOKEN_HEADER.encode(), header.encode())]
+        )
+
+    def call(self, method: str, request: bytes, rows: pa.Table | None = None) -> Any:
+        """Run ``method`` at the broker: ``request`` as :func:`wire_request` encodes it,
+        ``rows`` publish's messages.
+
+        Raises:
+            BrokerUnreachable: no answer (the request may or may not have been applied).
+            BrokerAuthenticationError: the broker refused the token.
+            Exception: the error the table raised at the broker (same class and message),
+                or a :class:`BrokerRequestError` / :class:`BrokerError` of the broker.
+        """
+        import pyarrow.flight as flight
+
+        try:
+            try:
+                body = self._send(method, request, rows, self._options())
+            except flight.FlightUnauthenticatedError:
+                if self._key is None:
+                    raise
+                # Refused undone: the broker at the address may have restarted since it
+                # proved itself (it has a new id). Ask it again, once.
+                body = self._send(method, request, rows, self._options(again=True))
+        except flight.FlightUnauthenticatedError:
+            raise BrokerAuthenticationError(
+                f"the broker at {self.address} refused this client's token (missing or "
+                f"wrong): give the broker's token (broker_token= or ${TOKEN_ENV_VAR}), or "
+                f"broker='off' to commit directly"
+            ) from None
+        except flight.FlightError as error:
+            decoded = decode_error(error.extra_info) if error.extra_info else None
+            if decoded is None or (
+                isinstance(decoded, BrokerRequestError) and str(decoded).startswith(WRONG_TABLE)
+            ):
+                raise BrokerUnreachable(f"the broker at {self.address}: {_short(error)}") from None
+            raise decoded from None
+        except pa.ArrowException as error:  # an answer cut short
+            raise BrokerUnreachable(f"the broker at {self.address}: {error}") from None
+        return decode_result(method, body.to_pybytes())
+
+    def _send(self, method: str, request: bytes, rows: pa.Table | None, options: Any) -> Any:
+        import pyarrow.flight as flight
+
+        if rows is None:
+            action = flight.Action(method, request)
+            return next(iter(self._client.do_action(action, options))).body
+        return self._put(request, rows, options)
+
+    def _put(self, request: bytes, rows: pa.Table, options: Any) -> pa.Buffer:
+        """Send a publish by ``do_put``; the broker's answer.
+
+        Raises:
+            BrokerUnreachable: the call ended without an answer.
+            pyarrow.flight.FlightError, pyarrow.ArrowException: as :meth:`call` handles.
+        """
+        import pyarrow.flight as flight
+
+        descriptor = flight.FlightDescriptor.for_command(request)
+        writer, answers = self._client.do_put(descriptor, rows.schema, options)
+        try:
+            writer.write_table(rows, max_chunksize=PUBLISH_BATCH_ROWS)
+            writer.done_writing()
+            body = answers.read()
+        except BaseException:
+            writer.close()  # raises the broker's error, where it sent one
+            raise
+        if body is None:
+            writer.close()  # raises the broker's error, where it sent one
+            raise BrokerUnreachable(f"the broker at {self.address} sent no result")
+        try:
+            writer.close()
+        except (flight.FlightError, pa.ArrowException) as error:
+            # The broker answers only once the publish has committed: an answer in hand is
+            # the result, whatever closing the call says (a stopping broker may have closed
+            # the connection by then). Running it again here would enqueue it twice.
+            log.debug("the broker at %s answered, then: %s", self.address, _short(error))
+        return body
+
+    def status(self) -> dict[str, Any]:
+        """The broker's own report: id, table, requests served and failed."""
+        import pyarrow.flight as flight
+
+        action = flight.Action(STATUS_ACTION, b"")
+        return json.loads(
+            next(iter(self._client.do_action(action, self._options()))).body.to_pybytes()
+        )
+
+
+def _short(error: Exception) -> str:
+    """A Flight error's message without gRPC's debug context (a line of internals)."""
+    return str(error).split(". gRPC client debug context")[0]
+
+
+def wire_request(
+    table: str, method: str, arguments: dict[str, Any]
+) -> tuple[bytes, pa.Table | None]:
+    """A call's bound arguments as the request that carries them (encoded once: a
+    one-message publish is a small request, where encoding is a good part of a client's
+    work), and publish's rows as Arrow.
+
+    Raises:
+        QueueError, TypeError, ValueError: a value the request cannot carry as the table
+            would take it (the caller then runs the call here, where the table judges it).
+    """
+    given = dict(arguments)
+    rows = upload = None
+    if method == "publish":
+        check_queue_name("queue", given["queue"])
+        rows = as_input_table(given.pop("rows"))
+        if not given.get("arguments", True):
+            del given["arguments"]  # no queue arguments given
+        # What the broker checks the upload against: a cut-off one is refused, not stored.
+        upload = {"rows": rows.num_rows, "bytes": rows.nbytes}
+    if given.get("seqs") is not None:
+        given["seqs"] = parse_seqs("seqs", given["seqs"]).tolist()
+    return encode_request(table, method, given, upload), rows
+
+
+class BrokerRouter:
+    """Where the calls of one ``QueueTable`` on ``location`` run: at a broker or here.
+
+    Args:
+        location: the table.
+        mode: ``auto``, ``off`` or ``host:port`` (see the module's docstring).
+        token: the broker's token; None: ``$SPARK_QUEUE_BROKER_TOKEN``, if set. Kept out
+            of pickles: an unpickled router takes ``$SPARK_QUEUE_BROKER_TOKEN``.
+
+    Raises:
+        InvalidOptionError: an invalid ``mode``, or a token that is not printable ASCII or
+            is blank.
+    """
+
+    def __init__(self, location: Location, mode: str | None, token: str | None) -> None:
+        self.location = location
+        self.mode = parse_mode(mode)
+        self._token = token_of(token, self.mode)
+        self._key = None if self._token is None else token_key(self._token)
+        self._forget()
+
+    def _forget(self) -> None:
+        """Start with no clients and nothing looked up or skipped."""
+        self._lock = threading.Lock()
+        self._clients: dict[str, BrokerClient] = {}
+        self._found: tuple[float, Any] | None = None  # (when looked up, record or None)
+        self._skipped: dict[str, float] = {}  # broker id or address -> when to try again
+        self._distrusted: set[str] = set()  # ids of the records ignored (warned of once)
+
+    def __repr__(self) -> str:  # never the token
+        return f"BrokerRouter({self.location.uri!r}, mode={self.mode!r})"
+
+    def __getstate__(self) -> dict[str, Any]:
+        # A QueueTable pickles (as its QueueStore does); locks and gRPC channels do not,
+        # and the token is not written where a pickle may go.
+        return {"location": self.location, "mode": self.mode}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._token = token_of(None, self.mode)
+        self._key = None if self._token is None else token_key(self._token)
+        self._forget()
+
+    def _trusts(self, record: BrokerRecord) -> bool:
+        """Whether this client may send its calls to the broker of ``record``: with a token,
+        a record signed with it; without, a broker that wants none on this machine's
+        loopback (a broker without a token listens nowhere else). A record ignored is
+        logged once."""
+        if self._key is not None:
+            trusted = record.token_required and record.signed_with(self._key)
+            why = "it is not signed with this client's token"
+        else:
+            trusted = (
+                not record.token_required
+                and is_loopback(record.address.rpartition(":")[0].strip("[]"))
+                and record.host == socket.gethostname()
+            )
+            why = (
+                "it wants a token and this client has none"
+                if record.token_required
+                else "it is not on this machine's loopback"
+            )
+        if not trusted and record.id not in self._distrusted:
+            self._distrusted.add(record.id)
+            log.warning(
+                # Not "committing directly": another record may be trusted and used.
+                "ignoring the broker record %s in %s (%s, says %s): %s",
+                record.id,
+                self.location.uri,
+                record.address,
+                "a token" if record.token_required else "no token",
+                why,
+            )
+        return trusted
+
+    def current(self) -> tuple[str, BrokerClient, int | None] | None:
+        """The broker a call goes to now: its key (id or address), its client and its
+        request size limit where known; None: run here."""
+        if self.mode == OFF:
+            return None
+        now = time.monotonic()
+        with self._lock:
+            if self.mode != AUTO:
+                if self._skipped.get(self.mode, 0.0) > now:
+                    return None
+                return self.mode, self._client(self.mode), None
+            if self._found is None or now - self._found[0] > DISCOVERY_SECONDS:
+                skipped = {key for key, until in self._skipped.items() if until > now}
+                try:
+                    record = live_broker(self.location, skipped, self._trusts)
+                except Exception as error:
+                    # Best effort: a lookup that fails, whatever the store raised, means a
+                    # direct call, which reports the store's error itself.
+                    log.debug("broker lookup in %s failed: %s", self.location.uri, error)
+                    record = None
+                self._found = (now, record)
+            record = self._found[1]
+            if record is None or self._skipped.get(record.id, 0.0) > now:
+                return None
+            address = f"{TLS_PREFIX}{record.address}" if record.tls else record.address
+            return record.id, self._client(address, record.id), record.max_request_bytes
+
+    def address(self) -> str | None:
+        """The address of the broker a call would go to now; None: it would run here."""
+        route = self.current()
+        return None if route is None else route[1].address
+
+    def _client(self, address: str, broker_id: str | None = None) -> BrokerClient:
+        """The client of the broker at ``address`` (``broker_id``: the one a record names,
+        which must prove it is that one)."""
+        key = f"{address} {broker_id}"
+        client = self._clients.get(key)
+        if client is None:
+            client = BrokerClient(address, self.location.uri, self._token, broker_id)
+            self._clients[key] = client
+        return client
+
+    def _skip(self, key: str) -> None:
+        with self._lock:
+            self._skipped[key] = time.monotonic() + RETRY_AFTER_SECONDS
+            self._found = None
+
+    def call(
+        self,
+        method_name: str,
+        method: Callable[..., T],
+        table: Any,
+        args: tuple,
+        kwargs: dict[str, Any],
+    ) -> T:
+        """``method(table, *args, **kwargs)``, at the current broker or here."""
+        route = self.current()
+        if route is None:
+            return method(table, *args, **kwargs)
+        key, client, limit = route
+        # Only the arguments given: the broker's method fills in its own defaults.
+        bound = signature_of(method).bind(table, *args, **kwargs)
+        arguments = {k: v for k, v in bound.arguments.items() if k != "self"}
+        try:
+            request, rows = wire_request(client.table, method_name, arguments)
+        except (QueueError, TypeError, ValueError):
+            return method(table, *args, **kwargs)  # the table raises its own error
+        # What the broker weighs against its limit: the request and the rows.
+        size = len(request) + (rows.nbytes if rows is not None else 0)
+        if limit is not None and size > limit:
+            return method(table, *args, **kwargs)  # too large for the broker: no gain there
+        try:
+            return client.call(method_name, request, rows)
+        except BrokerAuthenticationError as error:
+            if self.mode != AUTO:
+                raise
+            # A record signed with the token names this broker, but what answers at its
+            # address cannot prove it holds the token: nothing was sent to it.
+            log.warning("%s; committing directly for %.0f s", error, RETRY_AFTER_SECONDS)
+            self._skip(key)
+            return method(table, *args, **kwargs)
+        except BrokerUnreachable as error:
+            log.warning("%s; committing directly for %.0f s", error, RETRY_AFTER_SECONDS)
+            self._skip(key)
+            return method(table, *args, **kwargs)
+
+
+def routed(method: Callable[..., T]) -> Callable[..., T]:
+    """Mark a ``QueueTable`` method as one a broker may run for it (``self.router``)."""
+    name = WIRE_NAMES.get(method.__name__, method.__name__)
+    if name not in ROUTED_METHODS:
+        raise TypeError(f"{name} is not a method the broker serves")
+
+    @functools.wraps(method)
+    def call(table: Any, *args: Any, **kwargs: Any) -> T:
+        return table.router.call(name, method, table, args, kwargs)
+
+    return call

@@ -1,0 +1,638 @@
+"""The queue broker (``spark-queue broker PATH``, docs/BROKER.md): one process that runs the
+``QueueTable`` calls of many clients of one table, over Arrow Flight.
+
+It holds one :class:`~spark_queue.QueueTable` for the table (with ``broker="off"``) and
+calls its methods from Flight's handler threads, several at once; it answers a request only
+once the call holding it has returned, that is once its commit has landed. It keeps nothing
+the table does not keep, so a broker killed at any moment loses no answered request, and a
+restarted one, or another, takes over. What travels, and how, is :mod:`spark_queue.broker.wire`;
+how clients find it is :mod:`spark_queue.broker.discovery`.
+
+Threads: Flight's (gRPC's) handler threads run requests; the thread that called
+:func:`run_broker` writes the heartbeat and waits for SIGTERM or SIGINT.
+
+With a token, the broker proves it holds it to each new connection and takes calls that
+carry a client's proof of it (:mod:`spark_queue.broker.auth`): the token never travels.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from spark_queue.broker.auth import (
+    HELLO_ACTION,
+    NONCE_BYTES,
+    broker_proof,
+    header_holds,
+    token_key,
+)
+from spark_queue.broker.auth import check_token as check_token_text
+from spark_queue.broker.discovery import (
+    DEFAULT_LISTEN,
+    DEFAULT_MAX_REQUEST_BYTES,
+    HEARTBEAT_SECONDS,
+    STOP_TIMEOUT_SECONDS,
+    BrokerRecord,
+    is_loopback,
+    remove_record,
+    remove_stale_records,
+    write_record,
+)
+from spark_queue.broker.wire import (
+    MAX_STATUS_MESSAGE_BYTES,
+    PROTOCOL,
+    ROUTED_METHODS,
+    STATUS_ACTION,
+    TOKEN_HEADER,
+    checked_upload,
+    decode_request,
+    encode_error,
+    encode_result,
+    signature_of,
+    trimmed,
+)
+from spark_queue.errors import BrokerError, BrokerRequestError, InvalidOptionError, StorageError
+from spark_queue.storage.location import scrubbed
+from spark_queue.table import QueueTable
+
+PUBLISH_KEYWORDS = frozenset({"queue", "rows", "producer", "sequence", "on_reject"})
+# A stopping broker, once its requests in flight are answered, stays up until its last answer
+# is this old before it closes its connections: a socket closed while its peer still writes
+# to it is reset, and a reset can discard an answer the client has received but not read.
+STOP_LINGER_SECONDS = 2.0
+STOPPING = "the broker is stopping"
+# The Flight methods a broker does not serve, as their clients name them: refused as each
+# call starts, with one line (pyarrow would otherwise answer with its own traceback).
+UNSERVED = {
+    flight.FlightMethod.LIST_FLIGHTS: "ListFlights",
+    flight.FlightMethod.GET_FLIGHT_INFO: "GetFlightInfo",
+    flight.FlightMethod.GET_SCHEMA: "GetSchema",
+    flight.FlightMethod.DO_GET: "DoGet",
+    flight.FlightMethod.DO_EXCHANGE: "DoExchange",
+    flight.FlightMethod.HANDSHAKE: "Handshake",
+}
+
+log = logging.getLogger("spark_queue.broker.server")
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as a host and a port; port 0: a free one.
+
+    Raises:
+        InvalidOptionError: not of that form.
+    """
+    host, sep, port = text.strip().rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise InvalidOptionError(
+            f"--listen takes HOST:PORT (say 127.0.0.1:8815, or port 0 for a free one); got {text!r}"
+        )
+    return host, int(port)
+
+
+def check_token(host: str, token: str | None) -> None:
+    """A broker that listens beyond loopback must have a token.
+
+    Raises:
+        InvalidOptionError: ``host`` is not loopback and there is no token.
+    """
+    if not token and not is_loopback(host):
+        raise InvalidOptionError(
+            f"the broker would listen on {host}, beyond loopback, without a token: give one "
+            f"with $SPARK_QUEUE_BROKER_TOKEN (or --token), or listen on 127.0.0.1"
+        )
+
+
+class _Credential(flight.ServerMiddleware):
+    """A call's authorization header (None: none, or more than one), for its handler."""
+
+    def __init__(self, header: str | None) -> None:
+        self.header = header
+
+
+def _unserved(method: str) -> flight.FlightServerError:
+    """The one error of a Flight method a broker does not serve."""
+    served = ", ".join(m for m in ROUTED_METHODS if m != "publish")
+    return flight.FlightServerError(
+        f"{method} is not served by a spark-queue broker: it serves DoAction ({served}, "
+        f"{STATUS_ACTION}, {HELLO_ACTION}) and DoPut (publish); nothing was done"
+    )
+
+
+class _CredentialReader(flight.ServerMiddlewareFactory):
+    """A broker with a token: hands each call's authorization header to its handler, which
+    checks it (:meth:`QueueBroker._authenticate`) and can log the peer of a call it
+    refuses; refuses the Flight methods a broker does not serve, in one line (pyarrow adds
+    a traceback to GetSchema's error from a handler).
+
+    A broker without a token (on loopback only) has no middleware: a Python middleware
+    costs every call a trip into the interpreter from gRPC's thread, a tenth of 32
+    processes' publish rate through a broker. Its handlers refuse the unserved methods
+    (:meth:`QueueBroker.do_get`, ...)."""
+
+    def start_call(self, info: flight.CallInfo, headers: dict[str, list[str]]) -> _Credential:
+        unserved = UNSERVED.get(info.method)
+        if unserved is not None:
+            raise _unserved(unserved)
+        given = headers.get(TOKEN_HEADER, [])
+        return _Credential(given[0] if len(given) == 1 else None)
+
+
+class QueueBroker(flight.FlightServerBase):
+    """A Flight server running ``table``'s calls; it listens once constructed.
+
+    Args:
+        table: the table's ``QueueTable``, with ``broker="off"``.
+        host, port: where to listen (port 0: a free one, then :attr:`port`).
+        token: when given, every call but :data:`HELLO_ACTION` must carry a proof of it.
+        max_request_bytes: larger requests are refused with :class:`BrokerRequestError`,
+            before anything is done, and publish's messages as soon as they pass it.
+        tls: the server's certificate chain and private key (PEM): gRPC over TLS.
+
+    Thread-safe: requests run concurrently on Flight's threads.
+    """
+
+    def __init__(
+        self,
+        table: QueueTable,
+        host: str,
+        port: int,
+        *,
+        token: str | None,
+        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+        tls: tuple[bytes, bytes] | None = None,
+    ) -> None:
+        self._key = token_key(token) if token else None
+        middleware = {"credential": _CredentialReader()} if self._key is not None else {}
+        if tls is None:
+            super().__init__(f"grpc://{host}:{port}", middleware=middleware)
+        else:
+            super().__init__(
+                f"grpc+tls://{host}:{port}",
+                middleware=middleware,
+                tls_certificates=[flight.CertKeyPair(cert=tls[0], key=tls[1])],
+            )
+        self.tls = tls is not None
+        self.table = table
+        self.id = uuid.uuid4().hex[:16]
+        self.max_request_bytes = max_request_bytes
+        self.started_at = time.time()
+        self._counts_lock = threading.Condition()
+        # Requests answered (served), refused with the table's or a request error, failed
+        # in the broker; and those under way now.
+        # Calls refused for a missing or wrong proof of the token: "unauthenticated".
+        self._counts = {
+            "served": 0,
+            "failed": 0,
+            "refused": 0,
+            "unauthenticated": 0,
+            "in_flight": 0,
+        }
+        self._stopping = False
+        self._last_answered = -float("inf")  # time.monotonic() when a request last ended
+
+    # -- Flight methods ----------------------------------------------------------------------
+
+    def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
+        self._authenticate(context, "ListActions")
+        return [(m, f"QueueTable.{m}") for m in ROUTED_METHODS if m != "publish"] + [
+            (STATUS_ACTION, "this broker's id, table and counts"),
+            (HELLO_ACTION, "this broker's id and its proof of the token for a nonce"),
+        ]
+
+    # A broker with a token refuses these in its middleware, before the handler.
+    def list_flights(self, context: flight.ServerCallContext, criteria: bytes) -> Any:
+        raise _unserved("ListFlights")
+
+    def get_flight_info(
+        self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor
+    ) -> Any:
+        raise _unserved("GetFlightInfo")
+
+    def get_schema(
+        self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor
+    ) -> Any:
+        raise _unserved("GetSchema")
+
+    def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> Any:
+        raise _unserved("DoGet")
+
+    def do_exchange(
+        self,
+        context: flight.ServerCallContext,
+        descriptor: flight.FlightDescriptor,
+        reader: flight.MetadataRecordBatchReader,
+        writer: flight.MetadataRecordBatchWriter,
+    ) -> None:
+        raise _unserved("DoExchange")
+
+    def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Any:
+        if action.type == HELLO_ACTION:
+            yield flight.Result(pa.py_buffer(self._hello(action.body.to_pybytes())))
+            return
+        self._authenticate(context, action.type)
+        if action.type == STATUS_ACTION:
+            yield flight.Result(pa.py_buffer(json.dumps(self.status()).encode()))
+            return
+        with self._in_flight():
+            answer = self._serve(action.type, action.body.to_pybytes(), None)
+        yield flight.Result(pa.py_buffer(answer))
+
+    def do_put(
+        self,
+        context: flight.ServerCallContext,
+        descriptor: flight.FlightDescriptor,
+        reader: flight.MetadataRecordBatchReader,
+        writer: flight.FlightMetadataWriter,
+    ) -> None:
+        self._authenticate(context, "publish")
+        with self._in_flight():
+            answer = self._serve(
+                "publish",
+                descriptor.command or b"",
+                lambda declared, request_bytes: self._upload(reader, declared, request_bytes),
+            )
+        writer.write(pa.py_buffer(answer))
+
+    # -- authentication ----------------------------------------------------------------------
+
+    def _hello(self, body: bytes) -> bytes:
+        """The answer to a client's nonce: this broker's id and, with a token, its proof."""
+        nonce = body.decode("ascii", "replace")
+        if len(nonce) != 2 * NONCE_BYTES or not all(c in "0123456789abcdef" for c in nonce):
+            raise flight.FlightServerError(
+                f"malformed {HELLO_ACTION}: its body is a nonce of {NONCE_BYTES} bytes in hex"
+            )
+        answer: dict[str, Any] = {"broker": self.id, "token_required": self._key is not None}
+        if self._key is not None:
+            answer["proof"] = broker_proof(self._key, self.id, nonce)
+        return json.dumps(answer).encode()
+
+    def _authenticate(self, context: flight.ServerCallContext, call: str) -> None:
+        """Refuse (and log, and count) a call without a valid proof of the token; a broker
+        without a token takes every call."""
+        if self._key is None:
+            return
+        credential = context.get_middleware("credential")
+        header = None if credential is None else credential.header
+        if header is not None and header_holds(header, self._key, self.id):
+            return
+        self._count("unauthenticated")
+        log.warning(
+            "refused a %s call from %s: %s proof of the token; nothing was done",
+            repr(call)[1:-1][:100],  # the client names it: one line, escaped
+            context.peer(),
+            "no" if header is None else "a wrong",
+        )
+        raise flight.FlightUnauthenticatedError(
+            "this broker needs a proof of its token: missing or wrong (nothing was done)"
+        )
+
+    # -- serving -----------------------------------------------------------------------------
+
+    def _too_large(self, size: int) -> BrokerRequestError:
+        return BrokerRequestError(
+            f"request too large: {size} bytes or more, above this broker's limit of "
+            f"{self.max_request_bytes} (--max-request-bytes); nothing was done: send "
+            f"smaller batches"
+        )
+
+    def _upload(
+        self,
+        reader: flight.MetadataRecordBatchReader,
+        declared: tuple[int, int],
+        request_bytes: int,
+    ) -> pa.Table:
+        """Publish's messages as they arrive after its request, which ``declared`` their
+        rows and bytes: refused before the first batch where they declare too many bytes,
+        and as soon as what arrived passes the limit or the rows declared, so a refused
+        upload is not held; refused at its end where fewer rows arrived than declared (a
+        client that closed its upload early).
+
+        Raises:
+            BrokerRequestError: any of these.
+        """
+        rows_declared, bytes_declared = declared
+        size = request_bytes + bytes_declared
+        if size > self.max_request_bytes:
+            raise self._too_large(size)
+        batches: list[pa.RecordBatch] = []
+        rows = 0
+        size = request_bytes
+        refusal = None
+        for chunk in _chunks(reader):
+            size += chunk.nbytes
+            rows += chunk.num_rows
+            if size > self.max_request_bytes:
+                refusal = self._too_large(size)
+            elif rows > rows_declared:
+                refusal = BrokerRequestError(
+                    f"malformed request: the upload brings more than the {rows_declared} rows "
+                    f"its request declares; nothing was done"
+                )
+            if refusal is not None:
+                break
+            batches.append(chunk)
+        if refusal is not None:
+            raise refusal  # what arrived goes with this frame, once _serve has answered
+        if rows != rows_declared:
+            raise BrokerRequestError(
+                f"cut-off upload: {rows} of the {rows_declared} rows its request declares "
+                f"arrived (the client closed the upload early); nothing was done"
+            )
+        return pa.Table.from_batches(batches, schema=reader.schema)
+
+    def _serve(
+        self,
+        kind: str,
+        body: bytes,
+        upload: Callable[[tuple[int, int], int], pa.Table] | None,
+    ) -> bytes:
+        """Run one request (``upload``: reads publish's messages, from ``do_put``); its
+        encoded result, or a Flight error carrying the table's error."""
+        try:
+            if len(body) > self.max_request_bytes:
+                raise self._too_large(len(body))
+            method, arguments, declared = decode_request(body, self.table.path)
+            if method != kind or (method == "publish") != (upload is not None):
+                raise BrokerRequestError(
+                    f"malformed request: a {kind} request names the method {method!r} (publish "
+                    f"goes by do_put, every other method by do_action)"
+                )
+            rows = None if upload is None else upload(checked_upload(declared), len(body))
+            result = self._call(method, arguments, rows)
+            answer = encode_result(method, result)
+        except Exception as error:
+            failure = self._failure(kind, error)
+        else:
+            self._count("served")
+            return answer
+        # Raised here, past the except block, so that nothing refers to the error and its
+        # frames (a refused upload's batches among them) once the answer is sent.
+        raise failure
+
+    def _failure(self, kind: str, error: Exception) -> flight.FlightServerError:
+        """The Flight error that carries ``error`` to the client (trimmed to fit gRPC's
+        headers, of the same class)."""
+        payload = encode_error(error)
+        self._count("refused" if payload is not None else "failed")
+        if payload is None:  # not the table's error: the broker's own failure
+            # Storage libraries may quote a URL with a key in it: scrubbed as the
+            # table's own errors are.
+            text = scrubbed(str(error), self.table.store.location.options)
+            log.error("a %s request failed: %s: %s", kind, type(error).__name__, trimmed(text))
+            log.debug("the failure's traceback", exc_info=True)
+            payload = encode_error(
+                BrokerError(f"the broker failed: {type(error).__name__}: {text}")
+            )
+        message = json.loads(payload)["message"]  # for clients that read no extra_info
+        return flight.FlightServerError(
+            trimmed(message, MAX_STATUS_MESSAGE_BYTES), extra_info=payload
+        )
+
+    def _call(self, method: str, arguments: dict[str, Any], rows: pa.Table | None) -> Any:
+        """``self.table.<method>(**arguments)``; publish's rows from the stream."""
+        if rows is not None:
+            named = dict(arguments)
+            queue_arguments = named.pop("arguments", {})
+            clashing = sorted(PUBLISH_KEYWORDS & set(queue_arguments))
+            if clashing:
+                raise BrokerRequestError(
+                    f"malformed request: publish's queue arguments name {clashing}"
+                )
+            named = {**named, **queue_arguments, "rows": rows}
+        else:
+            named = arguments
+        # publish answers with publish_outcome's result (which rows were stored).
+        call = getattr(self.table, "publish_outcome" if method == "publish" else method)
+        try:
+            signature_of(call).bind(**named)
+        except TypeError as error:
+            raise BrokerRequestError(f"malformed request: {method}: {error}") from None
+        return call(**named)
+
+    def _count(self, what: str, by: int = 1) -> None:
+        with self._counts_lock:
+            self._counts[what] += by
+
+    @contextlib.contextmanager
+    def _in_flight(self) -> Iterator[None]:
+        """Count a request under way; once :meth:`drain` began, refuse it instead (the
+        client, told nothing was done, runs it directly)."""
+        with self._counts_lock:
+            if self._stopping:
+                raise flight.FlightUnavailableError(f"{STOPPING}: nothing was done")
+            self._counts["in_flight"] += 1
+        try:
+            yield
+        finally:
+            with self._counts_lock:
+                self._counts["in_flight"] -= 1
+                self._last_answered = time.monotonic()
+                self._counts_lock.notify_all()
+
+    def drain(self, deadline: float, linger_seconds: float = STOP_LINGER_SECONDS) -> int:
+        """Refuse new requests, wait until those in flight are answered, then until the
+        last answer is ``linger_seconds`` old, for its client to read it (see
+        :data:`STOP_LINGER_SECONDS`; an idle broker stops at once), waiting until
+        ``deadline`` (``time.monotonic()``) at most. Call before :meth:`shutdown`.
+
+        Returns:
+            how many requests were still in flight at the deadline.
+        """
+        with self._counts_lock:
+            self._stopping = True
+            self._counts_lock.wait_for(
+                lambda: self._counts["in_flight"] == 0, max(0.0, deadline - time.monotonic())
+            )
+            still_open = self._counts["in_flight"]
+            until = min(deadline, self._last_answered + linger_seconds)
+        if not still_open:
+            time.sleep(max(0.0, until - time.monotonic()))
+        return still_open
+
+    def status(self) -> dict[str, Any]:
+        with self._counts_lock:
+            counts = dict(self._counts)
+            stopping = self._stopping
+        return {
+            "id": self.id,
+            "table": self.table.path,
+            "started_at": self.started_at,
+            "max_request_bytes": self.max_request_bytes,
+            "stopping": stopping,
+            **counts,
+        }
+
+
+def _chunks(reader: flight.MetadataRecordBatchReader) -> Any:
+    while True:
+        try:
+            yield reader.read_chunk().data
+        except StopIteration:
+            return
+
+
+def _read_pem(path: str) -> bytes:
+    """A PEM file's bytes (never quoted in an error: it may be a private key)."""
+    try:
+        with open(path, "rb") as source:
+            return source.read()
+    except OSError as error:
+        raise InvalidOptionError(f"cannot read {path!r}: {error.strerror}") from None
+
+
+def run_broker(
+    path: str,
+    *,
+    listen: str = DEFAULT_LISTEN,
+    advertise: str | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    policies: Any = None,
+    token: str | None = None,
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+    tls_files: tuple[str, str] | None = None,
+    heartbeat_seconds: float = HEARTBEAT_SECONDS,
+    stop_timeout_seconds: float = STOP_TIMEOUT_SECONDS,
+    announce: Callable[[str], None] = print,
+) -> None:
+    """Serve ``path``'s table until SIGTERM or SIGINT, then stop cleanly: the record is
+    removed (clients commit directly or go to another broker), requests in flight finish,
+    new ones are refused; requests still open ``stop_timeout_seconds`` later are cancelled
+    and the process exits. Call from the main thread (it installs the signal handlers).
+
+    Args:
+        listen: ``HOST:PORT`` to listen on (port 0: a free one).
+        advertise: the ``HOST:PORT`` clients reach it at, recorded in the table; default:
+            the listening host (this machine's name where it listens on every address)
+            and the bound port.
+        token: required of clients when given (checked by :func:`check_token_text`);
+            required itself beyond loopback.
+        tls_files: the PEM files of its certificate chain and private key: gRPC over TLS
+            (clients trust the chain's root through ``$SPARK_QUEUE_BROKER_TLS_ROOTS`` or
+            the system's roots).
+        announce: gets one line once listening, naming the address (never the token).
+
+    Raises:
+        InvalidOptionError: a bad ``listen``/``advertise``, no token beyond loopback, or a
+            TLS file that cannot be read.
+        BrokerError: it cannot listen there (the port is taken, say).
+        StorageError: its record cannot be written to the table's store.
+    """
+    host, port = parse_listen(listen)
+    if token is not None:
+        check_token_text(token, "the broker's token")
+    check_token(host, token)
+    if advertise is not None:
+        parse_listen(advertise)
+    tls = None if tls_files is None else (_read_pem(tls_files[0]), _read_pem(tls_files[1]))
+    table = QueueTable(path, policies=policies, storage_options=storage_options, broker="off")
+    _warm_up(table)
+    try:
+        server = QueueBroker(
+            table, host, port, token=token, max_request_bytes=max_request_bytes, tls=tls
+        )
+    except (pa.ArrowException, OSError) as error:  # the port is taken, the host not ours
+        raise BrokerError(f"the broker cannot listen on {host}:{port}: {error}") from None
+    if advertise is None:
+        shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
+        advertise = f"[{shown}]:{server.port}" if ":" in shown else f"{shown}:{server.port}"
+    stop = threading.Event()
+    for number in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(number, lambda *_: stop.set())
+
+    key = token_key(token) if token else None
+
+    def record() -> BrokerRecord:
+        written = BrokerRecord(
+            id=server.id,
+            address=advertise,
+            table=table.path,
+            pid=os.getpid(),
+            host=socket.gethostname(),
+            started_at=server.started_at,
+            heartbeat_at=time.time(),
+            heartbeat_seconds=heartbeat_seconds,
+            token_required=bool(token),
+            max_request_bytes=max_request_bytes,
+            protocol=PROTOCOL,
+            tls=server.tls,
+        )
+        return written if key is None else written.signed(key)
+
+    location = table.store.location
+    try:
+        removed = remove_stale_records(location)
+        if removed:
+            log.info("removed %d records of brokers that stopped beating", removed)
+        try:
+            write_record(location, record())
+        except OSError as error:
+            raise StorageError(location.unreachable(error)) from None
+        announce(
+            f"spark-queue broker {server.id}: serving {table.path} at {advertise} "
+            f"({'TLS, ' if server.tls else ''}token {'required' if token else 'not required'}); "
+            f"stop with SIGTERM"
+        )
+        while not stop.wait(heartbeat_seconds):
+            try:
+                write_record(location, record())
+            except OSError as error:  # clients see the heartbeat age and commit directly
+                log.warning("heartbeat not written: %s", location.unreachable(error))
+    finally:
+        try:
+            remove_record(location, server.id)
+        finally:
+            _stop(server, time.monotonic() + stop_timeout_seconds, stop_timeout_seconds)
+    log.info("broker %s stopped: %s", server.id, server.status())
+
+
+def _stop(server: QueueBroker, deadline: float, timeout_seconds: float) -> None:
+    """Drain ``server`` and shut it down by ``deadline``; past it, cancel what is still
+    open by exiting the process (Flight's shutdown waits for every call, a stalled upload's
+    too, and cancels none): their clients get no answer, as from a broker killed, and run
+    their requests again directly."""
+    still_open = server.drain(deadline)
+    closing = threading.Thread(target=server.shutdown, name="broker-shutdown", daemon=True)
+    closing.start()
+    # An idle server's shutdown takes milliseconds: give it a moment past the deadline.
+    closing.join(max(0.5, deadline - time.monotonic()))
+    if still_open or closing.is_alive():
+        log.warning(
+            "broker %s stopped with requests still open after %g s (--stop-timeout): "
+            "cancelled, nothing of them answered: %s",
+            server.id,
+            timeout_seconds,
+            server.status(),
+        )
+        logging.shutdown()  # flushes the log before the exit skips the interpreter's
+        os._exit(0)
+
+
+def _warm_up(table: QueueTable) -> None:
+    """Before the broker listens, what its first requests would otherwise wait for (~0.3 s
+    on a 2-core machine, more on a slow one: a broker taking over answers its first
+    requests late): the modules a round imports (pyarrow's first conversion of Python
+    values imports pandas) and delta-rs's first open of the table.
+
+    Raises:
+        QueueError: the path holds a Delta table that is not a queue table, or its store
+            cannot be read (the broker does not start).
+    """
+    from spark_queue.model.messages import as_input_table
+
+    as_input_table(["warm-up"])
+    table.queues()

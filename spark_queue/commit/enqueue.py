@@ -1,0 +1,215 @@
+"""One enqueue commit: staged message files become messages of their queues.
+
+Shared by the sink's driver-side ``commit`` and :meth:`QueueTable.publish`. Writers commit
+optimistically (:func:`~spark_queue.commit.transaction.run`): a writer that loses the race plans
+again on the new version. A batch's seqs were numbered from a base read before its files
+were written; when another producer of the same queue committed first, the batch is
+renumbered at commit (:class:`Reservation`), so seqs follow commit order.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_queue.commit.transaction import QueueTransaction, StagedQueueFile, run
+from spark_queue.errors import RejectedMessagesError
+from spark_queue.model.messages import Bodies
+from spark_queue.model.policies import Policies
+from spark_queue.storage.files import MESSAGE, StagedFile, delete_files, write_file
+from spark_queue.storage.store import QueueStore, Snapshot
+
+PRODUCER_APP_PREFIX = "spark-queue-producer-"  # + producer id: a publish's application transaction
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """What :meth:`QueueTable.publish` did."""
+
+    queue: str
+    seqs: list[int]  # of the messages stored, in the order given
+    rejected: int  # refused by a reject policy (never stored)
+    evicted: int  # other messages removed to make room (ring: replaced; drop-head: dropped)
+    dead_lettered: int  # copies this commit sent to the dead-letter queue
+    duplicate: bool = False  # (producer, sequence) was committed before: nothing enqueued
+    version: int | None = None  # the Delta version of the commit (None: nothing committed)
+    attempts: int = 1  # commit attempts it took; above 1, other writers won earlier ones
+    # Messages not enqueued because their message_id was enqueued within the queue's
+    # duplicate_window (or earlier in this same publish).
+    duplicates: int = 0
+
+
+class Reservation:
+    """A batch's staged message files and the first seq they were numbered from.
+
+    When another producer of one of the batch's queues committed seqs at or above the base,
+    the files are rewritten with every seq shifted by one amount, past every seq of the
+    table: the arrival order within the batch stays. Files a renumbering wrote are this
+    object's to delete (:meth:`discard`); the staged originals are the caller's.
+    """
+
+    def __init__(self, base: int, files: list[StagedQueueFile]) -> None:
+        self.base = base
+        self.files = files
+        self.written: list[str] = []
+        self.shifted = 0  # seqs moved by renumbering, in all
+
+    @property
+    def queues(self) -> list[str]:
+        return sorted({f.queue for f in self.files})
+
+    def renumber_after(self, store: QueueStore, transaction: QueueTransaction) -> None:
+        """Shift the batch's seqs past every seq of its queues that ``transaction`` sees."""
+        states = transaction.states
+        taken = max((states[f.queue].next_seq for f in self.files if f.queue in states), default=0)
+        if taken <= self.base:
+            return
+        shift = transaction.next_seq - self.base
+        moved = [
+            StagedQueueFile(f.queue, shift_seqs(store, f.file, shift)) if f.file.rows else f
+            for f in self.files
+        ]
+        delete_files(store.location, self.written)  # an earlier renumbering's, never committed
+        self.written = [f.file.path for f in moved if f.file.rows]
+        self.base, self.files = self.base + shift, moved
+        self.shifted += shift
+
+    def discard(self, store: QueueStore) -> None:
+        delete_files(store.location, self.written)
+
+
+class PendingBatch(Reservation):
+    """One queue's messages still in memory (a publish), numbered when a commit attempt
+    knows the table's last seq: the file is written inside the attempt, so it is written
+    again only when another producer of the queue commits during that attempt."""
+
+    def __init__(self, queue: str, rows: pa.Table | Bodies) -> None:
+        super().__init__(-1, [])
+        self.queue = queue
+        self._rows = rows  # normalised, seqs from 0; or bodies, shaped on first use
+        self._upload: Future | None = None  # the write of the file in :attr:`written`
+
+    @property
+    def num_rows(self) -> int:
+        return self._rows.num_rows
+
+    @property
+    def bodies(self) -> Bodies | None:
+        """The bodies not yet shaped, where the batch is bodies only."""
+        return self._rows if isinstance(self._rows, Bodies) else None
+
+    @property
+    def rows(self) -> pa.Table:
+        """The stored rows, seqs from 0 (bodies are shaped here, in the thread that
+        plans the commit)."""
+        if isinstance(self._rows, Bodies):
+            self._rows = self._rows.normalised(self.queue)
+        return self._rows
+
+    @property
+    def queues(self) -> list[str]:
+        return [self.queue]
+
+    def renumber_after(self, store: QueueStore, transaction: QueueTransaction) -> None:
+        state = transaction.states.get(self.queue)
+        if self.files and (state is None or state.next_seq <= self.base):
+            if self._upload is not None:  # an earlier attempt's file: this commit names it too
+                transaction.uploads.append(self._upload)
+            return
+        base = transaction.next_seq
+        seqs = pc.add(self.rows["seq"], pa.scalar(base, pa.int64()))
+        numbered = _with_seqs(self.rows, seqs)
+        self.discard(store)  # an earlier attempt's file
+        staged, self._upload = transaction.stage_rows(MESSAGE, numbered)
+        transaction.held_rows[staged.path] = numbered
+        self.base, self.written = base, [staged.path]
+        self.files = [StagedQueueFile(self.queue, staged)]
+
+    def discard(self, store: QueueStore) -> None:
+        if self._upload is not None:  # deleted before its write ends, it would stay
+            wait([self._upload])
+        super().discard(store)
+
+
+def shift_seqs(store: QueueStore, staged: StagedFile, shift: int) -> StagedFile:
+    """A copy of a staged message file with every seq ``shift`` higher."""
+    rows = store.read_rows(staged.path, size=staged.size)
+    seqs = pc.add(rows["seq"], pa.scalar(shift, pa.int64()))
+    return write_file(store.location, MESSAGE, _with_seqs(rows, seqs))
+
+
+def _with_seqs(rows: pa.Table, seqs: pa.ChunkedArray) -> pa.Table:
+    return rows.set_column(rows.schema.get_field_index("seq"), "seq", seqs)
+
+
+@dataclass
+class EnqueueOutcome:
+    """What one enqueue commit did."""
+
+    snapshot: Snapshot  # the version it planned on
+    replayed: bool = False  # the application transaction was already at or past its version
+    committed: int | None = None  # the application transaction's version found (replayed)
+    rejected: dict[str, int] = field(default_factory=dict)  # per queue
+    accepted: dict[str, pa.Array] = field(default_factory=dict)  # seqs stored, per queue
+    changes: dict[str, dict[str, int]] = field(default_factory=dict)  # counter deltas
+    attempt: int = 1
+
+
+def commit_enqueue(
+    store: QueueStore,
+    batch: Reservation,
+    *,
+    arguments: dict[str, Any],
+    policies: Policies | None,
+    on_reject: str,
+    operation: str,
+    app_id: str | None = None,
+    app_version: int | None = None,
+) -> EnqueueOutcome:
+    """Enqueue ``batch`` in one Delta commit, with ``Transaction(app_id, app_version)``.
+
+    Where the table's application transaction ``app_id`` is already at or past
+    ``app_version``, nothing is committed (``replayed``). Files are the caller's to delete
+    when this raises or replays; :meth:`Reservation.discard` deletes the renumbered ones.
+
+    Raises:
+        RejectedMessagesError: ``on_reject`` is ``fail`` and a reject policy refused messages.
+        CommitConflictError: every attempt lost the race to another writer.
+    """
+
+    def work(transaction: QueueTransaction) -> EnqueueOutcome:
+        outcome = EnqueueOutcome(transaction.snapshot, attempt=transaction.attempt)
+        if app_id is not None and app_version is not None:
+            committed = transaction.snapshot.table.transaction_version(app_id)
+            if committed is not None and committed >= app_version:
+                outcome.replayed, outcome.committed = True, committed
+                return outcome
+        if isinstance(batch, PendingBatch) and "message_id" in batch.rows.column_names:
+            transaction.check_ids_early(batch.queue, batch.rows["message_id"])
+        batch.renumber_after(store, transaction)
+        before = {q: dict(transaction.states[q].counters) for q in transaction.states}
+        outcome.rejected = transaction.enqueue(batch.files, arguments)
+        if outcome.rejected and on_reject == "fail":
+            raise RejectedMessagesError(
+                "onReject=fail: the queue's reject policy refused "
+                + ", ".join(f"{n} message(s) of queue {q!r}" for q, n in outcome.rejected.items())
+                + "; nothing of this batch was committed"
+            )
+        transaction.commit(app_id=app_id, app_version=app_version, operation=operation)
+        outcome.accepted = dict(transaction.accepted)
+        for name, state in transaction.states.items():
+            old = before.get(name, {})
+            changed = {
+                c: n - old.get(c, 0) for c, n in state.counters.items() if n != old.get(c, 0)
+            }
+            if changed:
+                outcome.changes[name] = changed
+        return outcome
+
+    queues = batch.queues
+    what = ("queue " if len(queues) == 1 else "queues ") + ", ".join(repr(q) for q in queues)
+    return run(store, work, policies=policies, what=what)

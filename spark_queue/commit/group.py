@@ -1,0 +1,522 @@
+"""Group commit: the queue operations of every thread of a process on one table, one Delta
+commit per round.
+
+Every :class:`~spark_queue.table.QueueTable` of one table (same URI and storage options)
+in a process shares one :class:`CommitGroup`. Callers queue requests
+(:mod:`spark_queue.commit.requests`) and wait on a future; a leader thread, started on demand,
+takes every request queued while the previous commit was in flight (a *round*), applies
+them in arrival order to one :class:`QueueTransaction` from one snapshot, commits once and
+hands each caller its own result or its own error:
+
+- a request that cannot be applied (an unknown queue, an argument mismatch, a rejected
+  ``on_reject='fail'`` publish) fails alone: the round is planned again without it;
+- a request that must see the round's commit first (:meth:`Request.waits`) starts the next
+  round, with every request behind it, so arrival order is kept and nobody starves;
+- a lost race plans the round again on the new version after a jittered backoff, taking in
+  what arrived meanwhile, until :data:`~spark_queue.commit.transaction.COMMIT_BUDGET` runs out: a
+  call returns late rather than failing.
+
+The leader keeps its Delta table open and updates it incrementally (one log entry per
+round). The table's upkeep after a commit (checkpoints, compaction) runs in a thread of its
+own, after the callers have their answers, and rounds go on meanwhile: a caller never waits
+for it. The leader is a daemon thread that ends after :data:`IDLE_SECONDS` without requests.
+Nothing here survives a fork (delta-rs's runtime does not either).
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import os
+import tempfile
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # not on Windows: no host lock there
+    fcntl = None  # type: ignore[assignment]
+
+from spark_queue.commit.backoff import backoff
+from spark_queue.commit.maintenance import (
+    auto_vacuum_look_due,
+    auto_vacuum_safely,
+    checkpoint_at,
+    checkpoint_due,
+    compact_if_needed,
+    needs_compaction,
+)
+from spark_queue.commit.requests import PublishRun, Request, Round, Unmergeable, mergeable
+from spark_queue.commit.transaction import COMMIT_BUDGET, QueueTransaction
+from spark_queue.errors import CommitConflictError, QueueError, TableNotFoundError
+from spark_queue.storage.location import Location
+from spark_queue.storage.store import QueueStore
+
+IDLE_SECONDS = 30.0  # a leader with nothing to do for this long ends (a new one starts)
+HOST_LOCK_WAIT = 5.0  # seconds a round waits for the host lock before going on without it
+COMPACTION_CHECK_ROUNDS = 8  # small files are counted every 8th round
+GATHER_SECONDS = 0.002  # a round waits this long at most for the callers of the last
+CURRENT_SECONDS = 0.01  # a table caught up this recently is planned on without a probe
+MAX_ROUND = 2048  # requests in one round, at most: a commit's size stays bounded
+
+
+class HostLock:
+    """An exclusive lock (``flock``) that the group commits of every process of this host
+    take, per table, around planning and committing a round: they then take turns instead
+    of losing races to each other, which wastes a whole planned round each. It only spares
+    work; correctness stays with Delta's optimistic commits (other hosts, Spark jobs, and
+    systems without ``fcntl``, where it does nothing). The kernel drops it with its
+    process, so a killed process never holds it; one that holds it and hangs (stopped, or
+    stuck on storage) delays the others by :data:`HOST_LOCK_WAIT` a round at most, after
+    which they go on without it. Used by one thread at a time (the leader)."""
+
+    def __init__(self, location: Location) -> None:
+        digest = hashlib.sha256(location.uri.encode()).hexdigest()[:32]
+        self.path = os.path.join(tempfile.gettempdir(), "spark-queue-locks", f"{digest}.lock")
+        self._held: Any = None  # the open file whose lock this process holds
+        # A child forked meanwhile shares the open file, and with it the lock, until it
+        # closes its copy: it does at once.
+        os.register_at_fork(after_in_child=self._forget_in_child)
+
+    def _forget_in_child(self) -> None:
+        if self._held is not None:
+            self._held.close()
+            self._held = None
+
+    def __enter__(self) -> None:
+        if fcntl is None:
+            return
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        opened = open(self.path, "a")
+        try:
+            fcntl.flock(opened.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self._held = opened
+            return
+        except BlockingIOError:
+            pass
+        # Wait in the kernel's queue, in a thread, for HOST_LOCK_WAIT at most; a lock it
+        # gets after this round gave up is released at once (closing its file).
+        decided = threading.Lock()
+        got = threading.Event()
+        abandoned = False
+
+        def wait() -> None:
+            fcntl.flock(opened.fileno(), fcntl.LOCK_EX)
+            with decided:
+                if abandoned:
+                    opened.close()
+                else:
+                    got.set()
+
+        threading.Thread(target=wait, name="spark-queue-host-lock", daemon=True).start()
+        got.wait(HOST_LOCK_WAIT)
+        with decided:
+            if got.is_set():
+                self._held = opened
+            else:
+                abandoned = True
+
+    def __exit__(self, *exc: object) -> None:
+        if self._held is not None:
+            self._held.close()  # closing the file releases its lock
+            self._held = None
+
+
+@dataclass
+class Queued:
+    request: Request
+    future: Future
+
+
+class RoundFailed(Exception):
+    """A request failed while its round was planned: plan again without it."""
+
+
+class CommitGroup:
+    """The group commit of one table in this process. Thread-safe; see the module."""
+
+    def __init__(self, location: Location) -> None:
+        self.store = QueueStore(location)
+        self._host_lock = HostLock(location)
+        self._lock = threading.Condition()
+        self._pending: deque[Queued] = deque()
+        self._leader: threading.Thread | None = None
+        self._listening = threading.Lock()
+        self.rounds = 0  # commits made (paces the checks for small files)
+        self.budget = COMMIT_BUDGET
+        self._listeners: list[Callable[[list[str]], None]] = []
+        # Upkeep in its own thread (:meth:`_upkeep`), with a store of its own (its table
+        # stays open in that thread): what is due, whether the thread lives, whether it
+        # works now; all under _upkeep_signal.
+        self._upkeep_store = QueueStore(location)
+        self._upkeep_signal = threading.Condition()
+        self._checkpoint_due: int | None = None
+        self._compaction_due = False
+        self._vacuum_due = False
+        self._upkeeping = False
+        self._upkeep_working = False
+        self._upkeep_thread: threading.Thread | None = None
+        self._closed = False
+        self._expected = 0  # requests the next round gathers for (see _lead)
+        self._current_at = -float("inf")  # time.monotonic() of the last catch-up
+        self._gathering = False  # the leader waits for them
+
+    def listen(self, callback: Callable[[list[str]], None]) -> None:
+        """Call ``callback`` with the operations of every commit of the group, after it
+        landed (quickly, without raising: it runs on the leader thread)."""
+        with self._listening:
+            self._listeners.append(callback)
+
+    def unlisten(self, callback: Callable[[list[str]], None]) -> None:
+        with self._listening:
+            self._listeners.remove(callback)
+
+    def submit(self, request: Request) -> Future:
+        """Queue ``request`` for the next round; its future holds what
+        :meth:`Request.apply` returned once the commit holding it has landed, or its error."""
+        future: Future = Future()
+        with self._lock:
+            if self._closed:
+                raise QueueError(
+                    f"the commit group of {self.store.uri} is closed: the process exits"
+                )
+            self._pending.append(Queued(request, future))
+            if self._leader is None:
+                self._leader = threading.Thread(
+                    target=self._lead, name=f"spark-queue-group {self.store.uri}", daemon=True
+                )
+                self._leader.start()
+            elif not self._gathering or len(self._pending) >= self._expected:
+                # A gathering leader is woken once, by the request it waits for last (or
+                # its timeout): each wake-up costs it the GIL, taken from the callers.
+                self._lock.notify()
+        return future
+
+    # -- the leader ------------------------------------------------------------------------
+
+    def _lead(self) -> None:
+        while True:
+            with self._lock:
+                if not self._pending and not self._closed:
+                    self._lock.wait(IDLE_SECONDS)
+                if not self._pending:
+                    self._leader = None
+                    return
+                # Callers of the last round are still coming back with their next request
+                # (each needs the GIL for a moment): the round waits for them a little, as
+                # a commit costs far more than the wait. Else synchronous callers split
+                # into cohorts that take turns, each round half as full.
+                gather_until = time.monotonic() + GATHER_SECONDS
+                self._gathering = True
+                while len(self._pending) < self._expected and not self._closed:
+                    left = gather_until - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._lock.wait(left)
+                self._gathering = False
+                batch = self._take(MAX_ROUND)
+            commits = self.rounds
+            try:
+                left = self._round(batch)
+            except BaseException as error:  # an unexpected failure: every caller hears of it
+                for item in batch:
+                    if not item.future.done():
+                        item.request.discard(self.store)
+                        item.future.set_exception(error)
+                left = []
+            with self._lock:
+                self._pending.extendleft(reversed(left))  # first in the next round
+            self._catch_up(committed=self.rounds > commits)
+
+    def _catch_up(self, committed: bool) -> None:
+        """Bring the leader's table to the latest version (the commit just made, at
+        least) while the callers just answered come back with their next requests: delta-rs
+        reads a commit, even its own, back from the log (~4 ms on a local disk, the GIL
+        released), and the next round then finds the table current. After a commit there
+        is a newer log entry for sure: no probe for it (on S3, a request a round)."""
+        try:
+            self.store.open(moved=True if committed else None)
+        except Exception:  # the next round opens the table again, and reports its error
+            return
+        self._current_at = time.monotonic()
+
+    def _take(self, limit: int) -> list[Queued]:
+        taken = []
+        while self._pending and len(taken) < limit:
+            taken.append(self._pending.popleft())
+        return taken
+
+    def _round(self, candidates: list[Queued]) -> list[Queued]:
+        """Commit a prefix of ``candidates`` (those that do not wait for it) and settle their
+        futures; returns the rest, in order."""
+        from deltalake.exceptions import CommitFailedError
+
+        deadline = time.monotonic() + self.budget
+        attempt = 0
+        merge = True
+        while True:
+            attempt += 1
+            store = self.store
+            units = self._units(candidates, merge)
+            with self._host_lock:
+                # _catch_up updated the table after the last round; where that was a moment
+                # ago, no probe for a newer log entry (on S3, a request a round): a writer
+                # that committed since makes this attempt lose, and the next one probes.
+                current = time.monotonic() - self._current_at < CURRENT_SECONDS
+                table = store.open(moved=False if current and attempt == 1 else None)
+                if table is None and any(item.request.creates for item in candidates):
+                    table = store.create()
+                if table is None:
+                    error = TableNotFoundError(store.uri)
+                    for item in candidates:
+                        item.future.set_exception(error)
+                    return []
+                snapshot = store.snapshot(table)
+                assert snapshot is not None
+                transaction = QueueTransaction(store, snapshot, attempt=attempt)
+                round = Round(transaction)
+                results: list[Any] = []
+                try:
+                    taken = self._plan(round, units, results)
+                    if round.changed:
+                        transaction.commit(
+                            operation="; ".join(round.operations),
+                            app_transactions=round.app_versions,
+                        )
+                except (RoundFailed, Unmergeable) as error:
+                    transaction.discard()
+                    discard_runs(units, store)
+                    merge = merge and not isinstance(error, Unmergeable)
+                    candidates[:] = [item for item in candidates if not item.future.done()]
+                    for item in candidates:
+                        item.request.forget(store)
+                    attempt -= 1  # not a lost race
+                    continue
+                except CommitFailedError:
+                    transaction.discard()
+                    discard_runs(units, store)
+                    lost = True
+                except BaseException:
+                    transaction.discard()
+                    discard_runs(units, store)
+                    raise
+                else:
+                    lost = False
+            if lost:
+                pause = backoff(attempt + 1)
+                if time.monotonic() + pause > deadline:
+                    error = CommitConflictError(
+                        f"could not commit to {store.uri}: another writer committed first in "
+                        f"each of {attempt} attempts over {self.budget:g} s"
+                    )
+                    for item in candidates:
+                        item.request.discard(store)
+                        item.future.set_exception(error)
+                    return []
+                time.sleep(pause)
+                with self._lock:  # what arrived meanwhile joins the next attempt
+                    candidates += self._take(MAX_ROUND - len(candidates))
+                continue
+            if transaction.committed:
+                self.rounds += 1
+                with self._listening:
+                    listeners = list(self._listeners)
+                for listener in listeners:
+                    listener(round.operations)
+            if transaction.committed:  # started before the answers: settle() sees it
+                self._upkeep(snapshot)
+            with self._lock:  # the next round gathers for these and their callers
+                self._expected = min(MAX_ROUND, len(self._pending) + taken)
+            for item, result in zip(candidates[:taken], results, strict=True):
+                item.future.set_result(result)
+            return candidates[taken:]
+
+    def _upkeep(self, planned_on: Any) -> None:
+        """The work after a commit (:func:`maintenance.after_commit`), in a thread of its
+        own, one at a time: a log checkpoint at the interval (delta-rs replays the log
+        since the last one and writes a Parquet checkpoint, ~100 ms every 50 commits) and
+        compaction (hundreds of milliseconds), during which the leader commits rounds on.
+        A compaction overtaken by them still lands, as its files are still there; a round
+        it overtakes is planned again. A checkpoint that falls due while the thread is
+        busy is taken when it is done. Where the table sets ``spark_queue.autoVacuumHours``,
+        also its automatic vacuum (:func:`maintenance.auto_vacuum`: once an hour for the
+        whole table, listing every file under it; a process exiting waits for one under
+        way)."""
+        checkpoint = checkpoint_due(planned_on.table)
+        # Looking for small files costs a few ms over the file list: every few rounds is
+        # enough, as compaction waits for 32 of them.
+        compaction = not self.rounds % COMPACTION_CHECK_ROUNDS and needs_compaction(planned_on)
+        vacuum = auto_vacuum_look_due(self.store.uri, planned_on.table)
+        if checkpoint is None and not compaction and not vacuum:
+            return
+        with self._upkeep_signal:
+            if self._closed:  # close() may be joining already
+                return
+            if checkpoint is not None:
+                self._checkpoint_due = max(self._checkpoint_due or 0, checkpoint)
+            self._compaction_due = self._compaction_due or compaction
+            self._vacuum_due = self._vacuum_due or vacuum
+            if self._upkeeping:  # the running thread takes them
+                self._upkeep_signal.notify_all()
+                return
+            self._upkeeping = self._upkeep_working = True
+            self._upkeep_thread = threading.Thread(
+                target=self._upkeep_loop, name="spark-queue-upkeep", daemon=True
+            )
+            self._upkeep_thread.start()
+
+    def _upkeep_loop(self) -> None:
+        """The upkeep thread: it lives while work keeps falling due and ends after
+        :data:`IDLE_SECONDS` without any. Living on keeps its table open: each checkpoint
+        and compaction then reads only the log entries since the last (on S3, two requests
+        an entry), where a table opened afresh reads the last checkpoint and every entry
+        since it, each time."""
+        try:
+            while self._upkeep_next(IDLE_SECONDS):
+                pass
+        finally:  # ended, even by an error its jobs did not catch: the next one starts anew
+            with self._upkeep_signal:
+                if self._upkeep_thread is threading.current_thread():  # not a successor
+                    self._upkeeping = self._upkeep_working = False
+                    self._upkeep_signal.notify_all()
+
+    def _upkeep_next(self, wait: float) -> bool:
+        """Run what is due, waiting ``wait`` seconds at most for some; False where nothing
+        fell due (then the thread ends) or the group closed."""
+        with self._upkeep_signal:
+            self._upkeep_working = False
+            if not self._any_due() and not self._closed:
+                self._upkeep_signal.notify_all()  # settle(): nothing under way
+                self._upkeep_signal.wait(wait)
+            checkpoint, compaction, vacuum = (
+                self._checkpoint_due,
+                self._compaction_due,
+                self._vacuum_due,
+            )
+            self._checkpoint_due, self._compaction_due, self._vacuum_due = None, False, False
+            if checkpoint is None and not compaction and not vacuum:
+                self._upkeeping = False
+                self._upkeep_signal.notify_all()
+                return False
+            self._upkeep_working = True
+        store = self._upkeep_store
+        if checkpoint is not None:
+            checkpoint_at(store, checkpoint)
+        if compaction:
+            compact_if_needed(store)
+        if vacuum:
+            auto_vacuum_safely(store)
+        return True
+
+    def _any_due(self) -> bool:
+        """Whether upkeep work has fallen due (under _upkeep_signal)."""
+        return self._checkpoint_due is not None or self._compaction_due or self._vacuum_due
+
+    def settle(self) -> None:
+        """Wait until the upkeep that fell due so far (a checkpoint, a compaction, an
+        automatic vacuum) has run: for a caller that must see it, as a test does. Rounds go
+        on meanwhile."""
+        with self._upkeep_signal:
+            self._upkeep_signal.wait_for(
+                lambda: not self._upkeeping or (not self._upkeep_working and not self._any_due())
+            )
+
+    def close(self) -> None:
+        """Let the leader finish what is queued, and end it and any compaction: delta-rs
+        objects held by threads still running when the interpreter finalises crash it (a
+        segmentation fault at exit). Called at exit; later requests raise ``QueueError``."""
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+            leader = self._leader
+        if leader is not None:
+            leader.join()
+        with self._upkeep_signal:  # upkeep the leader started before it saw the close
+            self._upkeep_signal.notify_all()
+            upkeep = self._upkeep_thread
+        if upkeep is not None:
+            upkeep.join()
+
+    def _units(self, candidates: list[Queued], merge: bool) -> list[tuple[list[Queued], Request]]:
+        """The candidates as units of planning: alone, or, with ``merge``, neighbouring
+        publishes of one queue and the same arguments as one :class:`PublishRun`."""
+        runs: list[list[Queued]] = []
+        for item in candidates:
+            if merge and runs and mergeable(runs[-1][0].request, item.request):
+                runs[-1].append(item)
+            else:
+                runs.append([item])
+        return [
+            (run, PublishRun([i.request for i in run]) if len(run) > 1 else run[0].request)
+            for run in runs
+        ]
+
+    def _plan(
+        self, round: Round, units: list[tuple[list[Queued], Request]], results: list[Any]
+    ) -> int:
+        """Apply units in order until one waits for this round's commit; returns how many
+        requests were applied. A failing one gets its error (every request of a run the
+        same) and raises :class:`RoundFailed`; a run that cannot share out its result
+        raises :class:`Unmergeable`."""
+        from deltalake.exceptions import CommitFailedError
+
+        taken = 0
+        for index, (items, request) in enumerate(units):
+            if index and request.waits(round):
+                return taken
+            round.transaction.policies = request.policies
+            try:
+                result = request.apply(round)
+            except (CommitFailedError, Unmergeable):
+                raise
+            except Exception as error:
+                request.discard(self.store)
+                for item in items:
+                    item.request.discard(self.store)
+                    item.future.set_exception(error)
+                raise RoundFailed from error
+            results.extend(result if isinstance(request, PublishRun) else [result])
+            taken += len(items)
+        return taken
+
+
+def discard_runs(units: list[tuple[list[Queued], Request]], store: QueueStore) -> None:
+    """Delete the files of the publish runs of an attempt that did not commit (the next
+    attempt makes its runs again)."""
+    for _, request in units:
+        if isinstance(request, PublishRun):
+            request.discard(store)
+
+
+_GROUPS: dict[tuple[int, str, tuple[tuple[str, str], ...]], CommitGroup] = {}
+_GROUPS_LOCK = threading.Lock()
+
+
+@atexit.register
+def _close_groups() -> None:
+    with _GROUPS_LOCK:
+        groups = [g for (pid, _, _), g in _GROUPS.items() if pid == os.getpid()]
+    for group in groups:
+        group.close()
+
+
+def group_of(location: Location) -> CommitGroup:
+    """The process's commit group of the table at ``location`` (made on first use)."""
+    key = (os.getpid(), location.uri, tuple(sorted(location.options.items())))
+    with _GROUPS_LOCK:
+        group = _GROUPS.get(key)
+        if group is None:
+            group = _GROUPS[key] = CommitGroup(location)
+        return group
+
+
+def call(location: Location, request: Request, finish: Callable[[Any], Any] | None = None) -> Any:
+    """Submit ``request`` to the table's group and wait: its result (through ``finish``,
+    in the calling thread), or its error."""
+    outcome = group_of(location).submit(request).result()
+    return finish(outcome) if finish is not None else outcome

@@ -1,0 +1,5 @@
+"""What the queue's values are, before any rule or storage: the one argument specification
+(``arguments``), queue arguments and consumer limits (``queue_arguments``), policies
+(``policies``), the table's column layouts (``schema``) and messages as producers hand them
+in (``messages``). Imports nothing of the package but :mod:`spark_queue.errors`.
+"""

@@ -1,0 +1,223 @@
+"""Queue arguments and consumer limits as the Python API, the Spark options and the CLI
+hand them in, parsed by the one specification (:mod:`spark_queue.model.arguments`) into
+:class:`QueueArguments` and :class:`ConsumerLimits`, so one validator serves the stream, the
+batch write, ``QueueTable`` and the clients.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from spark_queue.errors import InvalidOptionError
+from spark_queue.model.arguments import ARGUMENTS, COUNT, Argument, arguments_of, parse_queue_name
+
+# Re-exported: modules that take these from here (the specification defines them).
+from spark_queue.model.arguments import QUEUE_NAME as QUEUE_NAME
+from spark_queue.model.arguments import READ_MODES as READ_MODES
+from spark_queue.model.arguments import REJECT_POLICIES as REJECT_POLICIES
+
+check_queue_name = parse_queue_name
+
+
+@dataclass(frozen=True)
+class QueueArguments:
+    """A queue's arguments. ``None`` limits mean unlimited."""
+
+    max_length: int | None = None
+    max_length_bytes: int | None = None
+    overflow: str = "drop-head"
+    dead_letter_queue: str | None = None
+    reject_threshold: float = 1.0
+    expiration: int | None = None  # milliseconds
+    expiration_model: str = "default"
+    # A leased message returned this many times after delivery / after a cancel is killed
+    # (dead-lettered ``delivery_limit`` / ``cancel_limit``); a consumer may set a lower one.
+    max_deliveries: int | None = None
+    max_cancels: int | None = None
+    # One consumer name holds the queue at a time (Artemis exclusive queues, RabbitMQ single
+    # active consumer): SEMANTICS §3 "Exclusive queues".
+    exclusive: bool = False
+    # A cancelled message, or one whose lease ran out, is not leased again before
+    # redelivery_delay x redelivery_multiplier^(deliveries - 1) milliseconds, at most
+    # max_redelivery_delay (None: 10 x redelivery_delay), as Artemis's address settings of
+    # the same names: SEMANTICS §3 "Redelivery backoff".
+    redelivery_delay: int | None = None
+    redelivery_multiplier: float = 1.0
+    max_redelivery_delay: int | None = None
+    # Messages with the same ``key`` form a group, leased to one consumer at a time, in
+    # order (Artemis message grouping, SQS FIFO message groups): SEMANTICS §3 "Message groups".
+    message_groups: bool = False
+    # Milliseconds: a message_id enqueued to the queue within this window is not enqueued
+    # again (JetStream's Duplicates window): SEMANTICS §2 "De-duplication".
+    duplicate_window: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        # Every field is a scalar: no deep copy (dataclasses.asdict's) is needed, and a
+        # commit writes each queue's arguments with its state.
+        return {name: getattr(self, name) for name in ARGUMENT_NAMES}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> QueueArguments:
+        return cls(**json.loads(text))
+
+    def merged(self, given: Mapping[str, Any]) -> QueueArguments:
+        return replace(self, **given)
+
+
+ARGUMENT_NAMES = tuple(f.name for f in fields(QueueArguments))
+
+
+def spell(argument: str, surface: str) -> str:
+    """``argument`` (snake_case) as ``surface`` spells it: the keyword itself, its Spark
+    option (camelCase) or its CLI flag (``--kebab-case``)."""
+    spec: Argument | None = ARGUMENTS.get(argument)
+    if spec is None or surface == "keyword":
+        return argument
+    return spec.option if surface == "option" else spec.flag
+
+
+def option_name(argument: str) -> str:
+    """The camelCase option of a snake_case argument, for messages."""
+    return spell(argument, "option")
+
+
+def effective_limit(queue_limit: int | None, consumer_limit: int) -> int:
+    """A delivery or cancel limit as it applies: the lower of the queue's (None: none) and
+    the consumer's (0: none), so a consumer can tighten its queue's limit, never loosen it.
+    0 where neither sets one."""
+    limits = [n for n in (queue_limit, consumer_limit) if n]
+    return min(limits) if limits else 0
+
+
+_QUEUE_ARGUMENTS = {a.name: a for a in arguments_of("queue")}
+
+
+def validate_arguments(given: Mapping[str, Any], *, surface: str = "keyword") -> dict[str, Any]:
+    """Validate snake_case queue arguments; returns the parsed values of those given.
+
+    ``ring_size=N`` is shorthand for ``max_length=N, overflow="ring"``. Messages spell each
+    argument as ``surface`` does (:func:`spell`). The given arguments alone are checked
+    together here; the queue's effective arguments, after any merge with its stored ones
+    or a policy's, are checked by :func:`check_effective`.
+    """
+    queue_arguments = _QUEUE_ARGUMENTS
+    for name in given:
+        if name not in queue_arguments:
+            valid = ", ".join(spell(n, surface) for n in queue_arguments)
+            raise InvalidOptionError(
+                f"unknown queue argument {spell(name, surface)!r}; valid: {valid}"
+            )
+    quoted = surface != "flag"  # a command line's values stay out of its messages
+
+    def given_as(name: str) -> str:
+        return f"{spell(name, surface)}={given[name]!r}" if quoted else spell(name, surface)
+
+    parsed = {
+        name: queue_arguments[name].parse(value, spell(name, surface), quoted=quoted)
+        for name, value in given.items()
+    }
+    if "ring_size" in parsed:
+        size = parsed.pop("ring_size")
+        ring = spell("ring_size", surface)
+        if parsed.get("overflow", "ring") != "ring":
+            raise InvalidOptionError(
+                f"{ring} means {spell('overflow', surface)}=ring; it cannot be combined with "
+                f"{given_as('overflow')}"
+            )
+        if parsed.get("max_length", size) != size:
+            raise InvalidOptionError(
+                f"{given_as('ring_size')} and {given_as('max_length')} disagree"
+            )
+        if size is not None:
+            parsed["max_length"], parsed["overflow"] = size, "ring"
+    check_effective(parsed, surface)
+    return parsed
+
+
+RING_COUNT_ONLY = "overflow=ring bounds the message count only"
+
+
+def check_effective(
+    arguments: QueueArguments | Mapping[str, Any], surface: str = "keyword", queue: str = ""
+) -> None:
+    """The one check of a queue's arguments taken together, run on what was given, on
+    what ``declare`` and ``alter`` end with after merging the queue's stored arguments, and
+    on what a policy resolves (which names the origin of each value itself).
+
+    Raises:
+        InvalidOptionError: a ring with a byte limit; the message names both arguments.
+    """
+    values = arguments if isinstance(arguments, Mapping) else arguments.to_dict()
+    # A ring bounds the count only (it replaces the oldest message, one for one), so it
+    # takes no byte limit.
+    if values.get("overflow") == "ring" and values.get("max_length_bytes") is not None:
+        whose = f"queue {queue!r}: " if queue else ""
+        raise InvalidOptionError(
+            f"{whose}{RING_COUNT_ONLY}; {spell('max_length_bytes', surface)}="
+            f"{values['max_length_bytes']} needs {spell('overflow', surface)}=drop-head or a "
+            "reject policy"
+        )
+
+
+# A consumer's limits: the arguments of ``QueueTable.lease`` and the source's options.
+CONSUMER_LIMITS = (
+    "consumer",
+    "lease_period",
+    "max_messages",
+    "max_bytes",
+    "max_deliveries",
+    "max_cancels",
+)
+
+
+@dataclass(frozen=True)
+class ConsumerLimits:
+    """What a consumer asks of one lease, validated once for ``QueueTable.lease`` and the
+    streaming source alike."""
+
+    consumer: str
+    lease_period_us: int | None  # None = leases never run out
+    max_messages: int | None  # None = no limit
+    max_bytes: int | None
+    max_deliveries: int  # 0 = no limit
+    max_cancels: int
+
+
+def parse_consumer_limits(
+    given: Mapping[str, Any], *, surface: str, zero_messages_ok: bool = False
+) -> ConsumerLimits:
+    """Validate a consumer's limits, keyed by ``QueueTable.lease`` argument name; errors
+    spell each as ``surface`` does (:func:`spell`). ``zero_messages_ok``: a lease call may
+    ask for no message (it then only settles the queue); a micro-batch may not.
+
+    Raises:
+        InvalidOptionError: a value is not valid; the message names it and what is.
+    """
+
+    def parsed(name: str) -> Any:
+        if name not in given:
+            return ARGUMENTS[name].default
+        return ARGUMENTS[name].parse(given[name], spell(name, surface))
+
+    # A lease's 0 is parsed as a count from 0 (a bool or 0.0 is not 0); others from 1.
+    no_messages = (
+        zero_messages_ok
+        and given.get("max_messages") is not None
+        and COUNT.parse(spell("max_messages", surface), given["max_messages"]) == 0
+    )
+    max_messages = 0 if no_messages else None
+    period_ms = parsed("lease_period")
+    return ConsumerLimits(
+        consumer=parsed("consumer"),
+        lease_period_us=None if period_ms is None else period_ms * 1000,
+        max_messages=parsed("max_messages") if max_messages is None else max_messages,
+        max_bytes=parsed("max_bytes"),
+        max_deliveries=parsed("max_deliveries") or 0,
+        max_cancels=parsed("max_cancels") or 0,
+    )

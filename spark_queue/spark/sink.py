@@ -1,0 +1,284 @@
+"""The sink: ``df.writeStream.format("ringqueue")`` and ``df.write.format("ringqueue")``.
+
+What runs where (the "Processes" table of ``docs/DESIGN.md``):
+
+- The writer is created on the driver side for every micro-batch and **pickled** into the
+  tasks. The batch's sequence numbers are reserved once, in the driver-side planner process,
+  before any task starts: when the batch writer is made (``DataSource.writer``), and when
+  the streaming writer is pickled (:meth:`_QueueWriter.__getstate__`; ``streamWriter`` also
+  makes the instance that commits, which reserves nothing). A refusal (a re-declare
+  mismatch, not a queue table, an unreachable store) is raised there, by the batch writer;
+  an error raised while pickling would reach the user as a pickling error, so the streaming
+  writer carries it into its tasks, which raise it before writing anything.
+- ``write()`` runs in executor tasks: it validates and normalises the rows, gives each its
+  ``seq`` (``base + partition * SEQ_STRIDE + row``: arrival order), and stages Parquet files
+  under the table root. Nothing is visible yet; a failed, retried or speculative attempt
+  leaves only unreferenced files.
+- ``commit()`` runs on the driver, in a fresh writer instance, and publishes every staged
+  file, the evictions, the dead letters and the new queue states in **one** Delta commit
+  carrying ``Transaction(app_id, batchId)``, so a replayed batch commits nothing twice
+  (:func:`spark_queue.commit.enqueue.commit_enqueue`; a batch another producer of its queue
+  overtook is renumbered there).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+
+from spark_queue.commit import failpoints
+from spark_queue.commit.enqueue import Reservation, commit_enqueue
+from spark_queue.commit.transaction import QueueTransaction, StagedQueueFile
+from spark_queue.errors import InvalidInputError, QueueError
+from spark_queue.model.messages import normalise
+from spark_queue.model.policies import load_policies
+from spark_queue.model.schema import FILE_SCHEMA
+from spark_queue.portable import Portable
+from spark_queue.spark.options import SinkOptions
+from spark_queue.storage.files import (
+    MESSAGE,
+    ROW_GROUP_BYTES,
+    ROW_GROUP_ROWS,
+    StagedFile,
+    delete_files,
+    file_stats,
+    new_file,
+    parquet_options,
+    prepare_target,
+)
+from spark_queue.storage.location import Location
+from spark_queue.storage.store import QueueStore, now_micros
+
+SEQ_STRIDE = 1 << 32  # seqs reserved per task partition in one batch
+log = logging.getLogger("spark_queue")
+
+
+@dataclass
+class StagedPartition(Portable, WriterCommitMessage):
+    """What one task staged: its files per queue, and the reservation it used.
+
+    Made by :meth:`_QueueWriter.write` in an executor task and pickled back to the driver,
+    where ``commit`` gets one per task (None for a task that failed)."""
+
+    partition: int
+    base: int
+    query_id: str | None
+    files: list[StagedQueueFile] = field(default_factory=list)
+
+
+class _QueueWriter(Portable):
+    """Shared by the batch and the streaming writer."""
+
+    def __init__(self, options: SinkOptions, columns: list[str]) -> None:
+        self.options = options
+        self.columns = columns
+        self.location = Location.of(options.path, options.storage)
+        self._base: int | None = None
+        self._refusal: QueueError | None = None  # raised by the tasks: see the module's doc
+        # Read on the driver side for every batch (the writer is made again for each), so a
+        # bad file fails the batch before any task runs and an edited file applies next batch.
+        self.policies = load_policies(options.policies)
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Pickling ships this writer to the tasks: reserve the batch's seqs first, once.
+        if self._base is None and self._refusal is None:
+            try:
+                self._base = self._reserve()
+            except QueueError as error:
+                self._refusal = error
+        return self.__dict__
+
+    def reserve(self) -> None:
+        """Reserve the write's seqs now, on the driver side: refusals raise here, where
+        Spark reports them as they are."""
+        if self._base is None:
+            self._base = self._reserve()
+
+    def _reserve(self) -> int:
+        """Create the table if needed, fail fast on a re-declare mismatch, pick the base."""
+        store = QueueStore(self.location)
+        snapshot = store.snapshot(store.create())
+        assert snapshot is not None
+        if self.options.queue is not None:
+            QueueTransaction(store, snapshot, policies=self.policies).declare(
+                self.options.queue, self.options.arguments
+            )
+        return max((s.next_seq for s in snapshot.states.values()), default=0)
+
+    # -- tasks ------------------------------------------------------------------------------
+
+    def _write(self, batches: Iterator[pa.RecordBatch]) -> StagedPartition:
+        from pyspark import TaskContext
+
+        if self._refusal is not None:
+            raise self._refusal
+        context = TaskContext.get()
+        partition = context.partitionId() if context else 0
+        query_id = context.getLocalProperty("sql.streaming.queryId") if context else None
+        assert self._base is not None, "the writer reached a task without a reservation"
+        staging = _Staging(self.location)
+        next_seq = self._base + partition * SEQ_STRIDE
+        enqueued_at = now_micros()
+        try:
+            for batch in batches:
+                if batch.num_rows == 0:
+                    continue
+                if next_seq + batch.num_rows >= self._base + (partition + 1) * SEQ_STRIDE:
+                    raise InvalidInputError(
+                        f"a task received more than {SEQ_STRIDE} rows in one batch"
+                    )
+                rows = normalise(batch, next_seq, enqueued_at, self.options.queue)
+                next_seq += batch.num_rows
+                staging.add(rows)
+            files = staging.close()
+            failpoints.reached("sink.staged")
+        except BaseException:
+            staging.discard()
+            raise
+        return StagedPartition(partition, self._base, query_id, files)
+
+    # -- the driver ---------------------------------------------------------------------------
+
+    def _commit(self, messages: list[StagedPartition | None], batch_id: int | None) -> None:
+        staged = [m for m in messages if m is not None]
+        files = [f for m in staged for f in m.files]
+        if not files:
+            return
+        query_id = next((m.query_id for m in staged if m.query_id), None)
+        app_id = f"spark-queue-{query_id}" if (query_id and batch_id is not None) else None
+        store = QueueStore(self.location)
+        batch = Reservation(staged[0].base, files)
+        try:
+            outcome = commit_enqueue(
+                store,
+                batch,
+                arguments=self.options.arguments,
+                policies=self.policies,
+                on_reject=self.options.on_reject,
+                operation="ENQUEUE" if batch_id is None else f"ENQUEUE batch {batch_id}",
+                app_id=app_id,
+                app_version=batch_id,
+            )
+        except BaseException:
+            self._abort(messages)
+            batch.discard(store)
+            raise
+        if outcome.replayed:
+            # Already committed before a restart: this replay's files are not needed.
+            self._abort(messages)
+            batch.discard(store)
+            log.info("batch %s was already committed to %s; replay skipped", batch_id, store.uri)
+            return
+        failpoints.reached("sink.committed")
+        if outcome.rejected:
+            log.warning("batch %s: rejected %s", batch_id, outcome.rejected)
+
+    def _abort(self, messages: list[StagedPartition | None]) -> None:
+        paths = [f.file.path for m in messages if m is not None for f in m.files]
+        delete_files(self.location, paths)
+
+
+class _Staging:
+    """One task's open Parquet files, one per queue, written a row group at a time."""
+
+    def __init__(self, location: Location) -> None:
+        self.location = location
+        self.fs, self.base = location.filesystem()
+        self.buffers: dict[str, list[pa.Table]] = {}
+        self.buffered: dict[str, int] = {}  # rows
+        self.buffered_bytes: dict[str, int] = {}
+        self.writers: dict[str, tuple[pq.ParquetWriter, pa.NativeFile, str]] = {}
+        self.parts: dict[str, list[pa.Table]] = {}  # small columns, for statistics
+
+    def add(self, rows: pa.Table) -> None:
+        queues = rows.column("queue")
+        names = pc.unique(queues).to_pylist()
+        for name in names:
+            part = rows if len(names) == 1 else rows.filter(pc.equal(queues, name))
+            self.buffers.setdefault(name, []).append(part)
+            self.buffered[name] = self.buffered.get(name, 0) + part.num_rows
+            self.buffered_bytes[name] = self.buffered_bytes.get(name, 0) + part["body"].nbytes
+            if self.buffered[name] >= ROW_GROUP_ROWS or self.buffered_bytes[name] >= (
+                ROW_GROUP_BYTES
+            ):
+                self._flush(name)
+
+    def _flush(self, name: str) -> None:
+        table = pa.concat_tables(self.buffers.pop(name))
+        self.buffered[name] = self.buffered_bytes[name] = 0
+        if name not in self.writers:
+            relative = new_file(MESSAGE)
+            stream = self.fs.open_output_stream(prepare_target(self.fs, self.base, relative))
+            writer = pq.ParquetWriter(stream, FILE_SCHEMA, **parquet_options(FILE_SCHEMA.names))
+            self.writers[name] = (writer, stream, relative)
+        self.writers[name][0].write_table(table, row_group_size=ROW_GROUP_ROWS)
+        self.parts.setdefault(name, []).append(table.select(["queue", "seq", "priority"]))
+
+    def close(self) -> list[StagedQueueFile]:
+        for name in list(self.buffers):
+            self._flush(name)
+        files = []
+        for name, (writer, stream, relative) in self.writers.items():
+            writer.close()
+            size = stream.tell()  # not a stat: on an object store, a request
+            stream.close()
+            small = pa.concat_tables(self.parts[name])
+            files.append(
+                StagedQueueFile(
+                    name, StagedFile(relative, size, MESSAGE, file_stats(small), small.num_rows)
+                )
+            )
+        return files
+
+    def discard(self) -> None:
+        for writer, stream, _ in self.writers.values():
+            writer.close()
+            stream.close()
+        delete_files(self.location, [relative for _, _, relative in self.writers.values()])
+
+
+class RingQueueBatchWriter(_QueueWriter, DataSourceArrowWriter):
+    """``df.write.format("ringqueue")``: one Delta commit for the whole write.
+
+    Made on the driver side, where it reserves the write's seqs, and pickled into every
+    task. ``write`` runs in executor tasks and stages Parquet files; ``commit`` runs on the
+    driver and publishes them in one Delta commit; ``abort`` deletes what tasks staged."""
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedPartition:
+        return self._write(iterator)
+
+    def commit(self, messages: list[StagedPartition | None]) -> None:  # type: ignore[override]
+        self._commit(messages, None)
+
+    def abort(self, messages: list[StagedPartition | None]) -> None:  # type: ignore[override]
+        self._abort(messages)
+
+
+class RingQueueStreamWriter(_QueueWriter, DataSourceStreamArrowWriter):
+    """``df.writeStream.format("ringqueue")``: one Delta commit per micro-batch.
+
+    Made on the driver side for every micro-batch and pickled into its tasks (pickling
+    reserves the batch's seqs). ``write`` runs in executor tasks and stages Parquet files;
+    ``commit(messages, batchId)`` runs on the driver, in a fresh instance, and publishes them
+    in one Delta commit with the application transaction ``(query id, batchId)``, so a
+    replayed batch is a no-op; ``abort`` deletes what tasks staged."""
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedPartition:
+        return self._write(iterator)
+
+    def commit(self, messages: list[StagedPartition | None], batchId: int) -> None:
+        self._commit(messages, batchId)
+
+    def abort(self, messages: list[StagedPartition | None], batchId: int) -> None:
+        self._abort(messages)

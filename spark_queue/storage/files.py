@@ -1,0 +1,184 @@
+"""Files of a queue table: where they go, how they are written (one set of Parquet writer
+settings for every writer, task or driver), their Delta statistics, and their deletion.
+
+Runs anywhere: executor tasks stage message files with these functions. They reach the
+table through its :class:`~spark_queue.storage.location.Location` (pyarrow on local disk, delta-rs's
+object store on S3, Azure and GCS), never through a Delta log.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from spark_queue.model.schema import FILE_SCHEMA, PARTITION, STATS_COLUMNS
+from spark_queue.storage.location import Location
+
+# Records: the partition values of the table's files (``record=<name>``).
+MESSAGE, REMOVAL, QUEUE = "message", "removal", "queue"
+SCHEDULED, LEASE, EXTRA, REDELIVERED = "scheduled", "lease", "extra", "redelivered"
+STATE_RECORDS = (QUEUE, SCHEDULED, LEASE, EXTRA, REDELIVERED)
+# Ids recorded for de-duplication: appended per commit, removed once out of the window.
+SEEN = "seen"
+ROW_GROUP_ROWS = 64 * 1024  # small enough that a head read skips most of a large file
+ROW_GROUP_BYTES = 32 * 1024 * 1024  # of bodies: a reader holds one row group at a time
+DICTIONARY_COLUMNS = ("queue", "outcome", "death_reason", "original_queue")
+UPLOAD_SLICE_BYTES = 1024 * 1024  # see upload_file
+
+
+@dataclass(frozen=True)
+class StagedFile:
+    """A Parquet file written under the table root, not yet in the Delta log."""
+
+    path: str  # relative to the table root, as the log records it
+    size: int
+    record: str
+    stats: str  # Delta statistics JSON
+    rows: int
+
+
+def file_stats(table: pa.Table) -> str:
+    mins: dict[str, Any] = {}
+    maxs: dict[str, Any] = {}
+    nulls: dict[str, int] = {}
+    for name in STATS_COLUMNS:
+        if name not in table.column_names:  # left out of the file: null in every row
+            nulls[name] = table.num_rows
+            continue
+        column = table.column(name)
+        nulls[name] = column.null_count
+        if column.null_count < len(column):
+            bounds = pc.min_max(column)
+            mins[name] = bounds["min"].as_py()
+            maxs[name] = bounds["max"].as_py()
+    return json.dumps(
+        {"numRecords": table.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls}
+    )
+
+
+def row_group_rows(rows: pa.Table) -> int:
+    """Rows per row group: ``ROW_GROUP_ROWS``, fewer where bodies are large."""
+    if not rows.num_rows or "body" not in rows.column_names:
+        return ROW_GROUP_ROWS
+    per_row = max(1, rows.column("body").nbytes // rows.num_rows)
+    return max(1, min(ROW_GROUP_ROWS, ROW_GROUP_BYTES // per_row))
+
+
+def new_file(record: str, tag: str = "") -> str:
+    """A new file's path relative to the table root, in partition ``record``."""
+    return f"{PARTITION}={record}/part-{tag}{uuid.uuid4().hex}.parquet"
+
+
+def prepare_target(fs: pafs.FileSystem, base: str, relative: str) -> str:
+    """The full path of ``relative`` under ``base``, its folder created on a local disk
+    (object stores have no folders: creating one would store marker objects)."""
+    target = f"{base.rstrip('/')}/{relative}"
+    if isinstance(fs, pafs.LocalFileSystem):
+        fs.create_dir(target.rsplit("/", 1)[0], recursive=True)
+    return target
+
+
+def parquet_options(columns: list[str]) -> dict[str, Any]:
+    """The writer settings of every file of a queue table, for a file of ``columns``:
+    dictionary encoding on the small repeated columns only (bodies dominate, and would
+    only cost time), statistics on the columns Delta's file skipping uses."""
+    return {
+        "compression": "snappy",
+        "use_dictionary": [name for name in DICTIONARY_COLUMNS if name in columns],
+        "write_statistics": [name for name in STATS_COLUMNS if name in columns],
+    }
+
+
+def write_file(location: Location, record: str, rows: pa.Table, tag: str = "") -> StagedFile:
+    """Write ``rows`` (:data:`FILE_SCHEMA`) as one Parquet file of partition ``record``."""
+    rows = _file_rows(record, rows)
+    relative = new_file(record, tag)
+    fs, base = location.filesystem()
+    with fs.open_output_stream(prepare_target(fs, base, relative)) as stream:
+        _write_parquet(rows, stream)
+        size = stream.tell()  # not a stat afterwards: on an object store, a request
+    return StagedFile(relative, size, record, file_stats(rows), rows.num_rows)
+
+
+def encode_file(record: str, rows: pa.Table, tag: str = "") -> tuple[StagedFile, pa.Buffer]:
+    """``rows`` encoded as :func:`write_file` writes them, in memory: the file they make
+    once :func:`upload_file` has stored the bytes (its size is known before then)."""
+    rows = _file_rows(record, rows)
+    sink = pa.BufferOutputStream()
+    _write_parquet(rows, sink)
+    data = sink.getvalue()
+    return StagedFile(
+        new_file(record, tag), data.size, record, file_stats(rows), rows.num_rows
+    ), data
+
+
+def upload_file(location: Location, relative: str, data: pa.Buffer) -> None:
+    """Store the bytes of a file :func:`encode_file` made at ``relative``."""
+    fs, base = location.filesystem()
+    target = prepare_target(fs, base, relative)
+    if not isinstance(fs, pafs.PyFileSystem):
+        with fs.open_output_stream(target) as stream:
+            stream.write(data)  # the buffer as it is, without a copy
+        return
+    # delta-rs's store (a PyFileSystem: Azure, GCS, S3 with delta-rs's retry options) takes
+    # bytes, never the Arrow buffer a write hands it; slices smaller than the stream's
+    # buffer are copied into that buffer, which reaches the store as bytes.
+    with fs.open_output_stream(target, buffer_size=2 * UPLOAD_SLICE_BYTES) as stream:
+        for start in range(0, data.size, UPLOAD_SLICE_BYTES):
+            stream.write(data.slice(start, min(UPLOAD_SLICE_BYTES, data.size - start)))
+
+
+def _file_rows(record: str, rows: pa.Table) -> pa.Table:
+    """The columns a file of ``record`` stores, as the file's schema types them."""
+    if record == MESSAGE:
+        return rows.select(FILE_SCHEMA.names).cast(FILE_SCHEMA)
+    # Index and removal rows fill a few of the columns: the others are left out of the
+    # file, which Delta readers (delta-spark, delta-rs, ``read_rows``) read as nulls, and
+    # writing them would cost more than the rows themselves.
+    fields = [
+        field_
+        for field_ in FILE_SCHEMA
+        if field_.name in rows.column_names and rows.column(field_.name).null_count < rows.num_rows
+    ]
+    return rows.select([field_.name for field_ in fields]).cast(pa.schema(fields))
+
+
+def _write_parquet(rows: pa.Table, sink: Any) -> None:
+    pq.write_table(
+        rows, sink, row_group_size=row_group_rows(rows), **parquet_options(rows.column_names)
+    )
+
+
+def delete_files(location: Location, relatives: list[str]) -> None:
+    location.delete(relatives)
+
+
+def record_rows(columns: dict[str, Any]) -> pa.Table:
+    """Rows of a record other than ``message``: only ``columns`` (all of one length), typed
+    as in :data:`FILE_SCHEMA`; :func:`write_file` leaves the other columns out."""
+    arrays = {}
+    for name, value in columns.items():
+        kind = FILE_SCHEMA.field(name).type
+        if isinstance(value, pa.ChunkedArray):
+            value = value.combine_chunks()
+        arrays[name] = value.cast(kind) if isinstance(value, pa.Array) else pa.array(value, kind)
+    return pa.table(arrays)
+
+
+def empty_rows(columns: dict[str, Any], count: int) -> pa.Table:
+    """A :data:`FILE_SCHEMA` table of ``count`` rows, nulls except ``columns``."""
+    given = record_rows(columns)
+    return pa.Table.from_arrays(
+        [
+            given.column(field_.name) if field_.name in columns else pa.nulls(count, field_.type)
+            for field_ in FILE_SCHEMA
+        ],
+        schema=FILE_SCHEMA,
+    )

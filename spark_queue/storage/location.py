@@ -1,0 +1,404 @@
+"""Where a queue table lives: its URI and the storage options that reach it.
+
+One map of storage options (delta-rs's keys: ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,
+``AZURE_STORAGE_ACCOUNT_KEY``, ``GOOGLE_SERVICE_ACCOUNT``, ...) feeds both libraries that
+touch the table: delta-rs opens the log with it, and the data files are read and written
+through delta-rs's own object store (``deltalake.fs.DeltaStorageHandler``, a pyarrow
+filesystem), so a credential that reaches the log reaches the files. Keys left out fall back
+to the environment of the process, as delta-rs resolves it (``AWS_*`` variables, instance
+profiles, ``GOOGLE_APPLICATION_CREDENTIALS``, ...). Local paths use pyarrow's local
+filesystem and take no options.
+
+A :class:`Location` is pickled into tasks with its options: that is how executors reach the
+store without environment variables set on every machine. Its ``repr`` and every error this
+package raises name option keys, never their values (:func:`redacted`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow.fs as pafs
+
+from spark_queue.errors import InvalidOptionError, NotAQueueTableError, StorageError
+
+# The prefix of storage options among a data source's options: ``storage.AWS_REGION``.
+OPTION_PREFIX = "storage."
+# URI schemes delta-rs's object store serves; anything else goes to pyarrow.
+OBJECT_STORE_SCHEMES = frozenset(
+    {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "azure", "r2", "lakefs"}
+)
+
+_filesystems: dict[tuple[int, str, str, tuple[tuple[str, str], ...]], pafs.FileSystem] = {}
+_filesystems_lock = threading.Lock()
+
+
+# delta-rs reads its retry, runtime and log cache settings under these lower-case keys only
+# (the object stores' own keys, ``AWS_REGION`` or ``timeout``, in either case): spelt in
+# upper case they are ignored without a word, and ``max_retries`` stays at its default of
+# 10 retries over 3 minutes.
+_LOWER_CASE_KEYS = frozenset(
+    {
+        *("max_retries", "retry_timeout"),
+        *(
+            f"{prefix}{name}"
+            for prefix in ("", "backoff_config.", "backoff.")
+            for name in ("init_backoff", "max_backoff", "base")
+        ),
+        *("multi_threaded", "worker_threads", "thread_name", "enable_io", "enable_time"),
+        *("max_size_memory_mb", "max_size_disk_mb", "directory"),
+    }
+)
+
+
+def normalise_options(given: Mapping[str, Any] | None, *, what: str = "storage option") -> dict:
+    """Storage options with string values and upper-case keys, but for the keys delta-rs
+    reads in lower case only (:data:`_LOWER_CASE_KEYS`: retries, backoff, its runtime).
+
+    Raises:
+        InvalidOptionError: a key is empty or a value is not a string, number or bool; the
+            message names the key, never the value.
+    """
+    options: dict[str, str] = {}
+    for key, value in (given or {}).items():
+        if not isinstance(key, str) or not key.strip():
+            raise InvalidOptionError(f"{what} keys must be non-empty strings; got {key!r}")
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        elif isinstance(value, int | float):
+            value = str(value)
+        elif not isinstance(value, str):
+            raise InvalidOptionError(
+                f"{what} {key.strip().upper()} must be a string; got a {type(value).__name__}"
+            )
+        name = key.strip().upper()
+        options[name.lower() if name.lower() in _LOWER_CASE_KEYS else name] = value
+    return options
+
+
+def parse_storage_flags(flags: list[str] | None) -> dict[str, str]:
+    """``KEY=VALUE`` strings (the CLI's and jobs' ``--storage-option``) as storage options.
+
+    Raises:
+        InvalidOptionError: a flag has no ``=``.
+    """
+    options: dict[str, str] = {}
+    for number, flag in enumerate(flags or [], start=1):
+        key, sep, value = flag.partition("=")
+        if not sep or not key.strip():
+            # Not quoted: a flag without '=' may be a secret given without its key.
+            raise InvalidOptionError(
+                f"--storage-option takes KEY=VALUE (say AWS_REGION=eu-west-1); flag {number} "
+                f"has no '=' or no key"
+            )
+        options[key.strip()] = value
+    return normalise_options(options)
+
+
+def redacted(options: Mapping[str, str]) -> str:
+    """The keys of ``options``, for messages and reprs: values never leave this module."""
+    return "{" + ", ".join(f"{key}=***" for key in sorted(options)) + "}"
+
+
+# Options whose values are no secret: an error may quote them (an endpoint, a region, a flag
+# or a number); every other value is taken for a secret.
+_NOT_SECRET = frozenset(
+    {
+        *("AWS_ENDPOINT_URL", "AWS_ENDPOINT", "AWS_REGION", "AWS_DEFAULT_REGION"),
+        *("AWS_ALLOW_HTTP", "AWS_S3_ALLOW_UNSAFE_RENAME", "AWS_CONDITIONAL_PUT"),
+        *("AWS_S3_LOCKING_PROVIDER", "AWS_VIRTUAL_HOSTED_STYLE_REQUEST", "ALLOW_HTTP"),
+        *("AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_USE_EMULATOR", "TIMEOUT"),
+        *_LOWER_CASE_KEYS,
+    }
+)
+_ENDPOINT_KEYS = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def scrubbed(text: str, options: Mapping[str, str]) -> str:
+    """``text`` (say, a storage library's error) with every option value of ``options`` that
+    may be a secret and appears in it replaced by ``***``: a SAS token or key may be part of
+    a URL it quotes. Endpoints, regions and flags stay: they say where the store is."""
+    secrets = [v for k, v in options.items() if k.upper() not in _NOT_SECRET and len(v) >= 4]
+    for value in sorted(secrets, key=len, reverse=True):
+        text = text.replace(value, "***")
+    return text
+
+
+def one_line(text: str) -> str:
+    """A storage library's error on one line: its chain of causes (delta-rs prints one per
+    line, in colour) joined by ``: ``, colour codes and the arrows dropped."""
+    parts = [line.strip().lstrip("\u21b3").strip() for line in _ANSI.sub("", text).splitlines()]
+    return ": ".join(part for part in parts if part)
+
+
+def without_userinfo(url: str) -> str:
+    """``url`` without a ``user:password@`` part, which may hold a credential."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    host, slash, path = rest.partition("/")
+    return f"{scheme}://{host.rpartition('@')[2]}{slash}{path}"
+
+
+# delta-rs's S3 keys and the pyarrow S3FileSystem argument each becomes.
+_PYARROW_S3 = {
+    "AWS_ACCESS_KEY_ID": "access_key",
+    "AWS_SECRET_ACCESS_KEY": "secret_key",
+    "AWS_SESSION_TOKEN": "session_token",
+    "AWS_REGION": "region",
+    "AWS_ENDPOINT_URL": "endpoint_override",
+}
+# Keys about the Delta log or plain HTTP, which the file client needs no twin of.
+_LOG_ONLY_KEYS = frozenset(
+    {
+        "AWS_ALLOW_HTTP",
+        "AWS_S3_ALLOW_UNSAFE_RENAME",
+        "AWS_S3_LOCKING_PROVIDER",
+        "AWS_CONDITIONAL_PUT",
+        "DELTA_DYNAMO_TABLE_NAME",
+    }
+)
+_SYNONYMS = {
+    "AWS_DEFAULT_REGION": "AWS_REGION",
+    "AWS_ENDPOINT": "AWS_ENDPOINT_URL",
+    "AWS_TOKEN": "AWS_SESSION_TOKEN",
+}
+
+
+def pyarrow_s3_options(options: Mapping[str, str]) -> dict[str, Any] | None:
+    """pyarrow ``S3FileSystem`` arguments with the meaning of delta-rs's S3 ``options``,
+    the environment filling keys left out as delta-rs fills them; None where an option has
+    no pyarrow twin (then delta-rs's own store serves the files, so nothing is lost)."""
+    given = {_SYNONYMS.get(k, k): v for k, v in options.items() if k not in _LOG_ONLY_KEYS}
+    if set(given) - set(_PYARROW_S3):
+        return None
+    for key in (*_PYARROW_S3, *_SYNONYMS):
+        if _SYNONYMS.get(key, key) not in given and os.environ.get(key):
+            given[_SYNONYMS.get(key, key)] = os.environ[key]
+    arguments: dict[str, Any] = {_PYARROW_S3[k]: v for k, v in given.items()}
+    endpoint = arguments.get("endpoint_override")
+    if endpoint and "://" in endpoint:
+        scheme, _, host = endpoint.partition("://")
+        arguments.update(endpoint_override=host.rstrip("/"), scheme=scheme)
+    if endpoint:  # an S3-compatible store: buckets in the path, as delta-rs addresses them
+        arguments["force_virtual_addressing"] = False
+    arguments.setdefault("region", "us-east-1")
+    # Small files (state, an enqueue's messages) in one PUT, not a multipart upload.
+    arguments["allow_delayed_open"] = True
+    return arguments
+
+
+def table_uri(path: str | os.PathLike[str]) -> str:
+    """A local path made absolute; URIs (``s3://``, ``file://``, ...) unchanged.
+
+    Raises:
+        InvalidOptionError: ``path`` is neither a string nor a path, or is blank (which
+            would make the current directory the table).
+    """
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if not isinstance(path, str) or not path.strip():
+        raise InvalidOptionError(
+            f"path must be the queue table's location, a local path or a URI such as "
+            f"s3://bucket/queues; got {path!r}"
+        )
+    return path if "://" in path else os.path.abspath(path)
+
+
+@dataclass(frozen=True)
+class Location:
+    """A queue table's URI and the storage options that reach it. Picklable."""
+
+    uri: str
+    options: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, path: str | os.PathLike[str], options: Mapping[str, Any] | None = None) -> Location:
+        return cls(table_uri(path), normalise_options(options))
+
+    def __repr__(self) -> str:
+        return f"Location({self.uri!r}, storage_options={redacted(self.options)})"
+
+    def __str__(self) -> str:
+        return self.uri
+
+    @property
+    def scheme(self) -> str:
+        return self.uri.split("://", 1)[0].lower() if "://" in self.uri else ""
+
+    def delta_options(self) -> dict[str, str] | None:
+        """The options for delta-rs calls: None where there are none (the environment)."""
+        return dict(self.options) or None
+
+    def filesystem(self) -> tuple[pafs.FileSystem, str]:
+        """A pyarrow filesystem and the table root's path on it.
+
+        S3 goes through pyarrow's own S3 client, configured from the same options
+        (:func:`pyarrow_s3_options`), because it uploads a small file in one request where
+        delta-rs's store makes three; where the options hold a key it cannot take, and on
+        every other object store, files go through delta-rs's store. One client per bucket
+        and options in each process: building one costs more than a small request.
+        """
+        if not self.scheme:
+            return pafs.LocalFileSystem(), self.uri
+        if self.scheme not in OBJECT_STORE_SCHEMES:
+            return pafs.FileSystem.from_uri(self.uri)
+        bucket, key = self._bucket_and_key()
+        s3 = pyarrow_s3_options(self.options) if self.scheme in ("s3", "s3a") else None
+        if s3 is not None:
+            return self._client("pyarrow", lambda: pafs.S3FileSystem(**s3)), f"{bucket}/{key}"
+        return self._delta_rs_client(), key
+
+    def delete(self, relatives: Iterable[str], *, in_order: bool = False) -> int:
+        """Delete files under the table root (paths relative to it); missing ones are fine.
+        Returns how many are gone.
+
+        ``in_order``: one after another, stopping at the first that cannot be deleted, so
+        the files gone are always the first ones of ``relatives`` (log cleanup: see
+        :meth:`spark_queue.storage.store.QueueStore.is_latest`). Else a failure skips the file.
+
+        Object stores delete through delta-rs's store: pyarrow's S3 client would store a
+        folder marker where it deletes the last file of a prefix.
+        """
+        if self.scheme in OBJECT_STORE_SCHEMES:
+            fs, base = self._delta_rs_client(), self._bucket_and_key()[1]
+        else:
+            fs, base = self.filesystem()
+        gone = 0
+        for relative in relatives:
+            try:
+                fs.delete_file(f"{base}/{relative}" if base else relative)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                if in_order:
+                    break
+                continue
+            gone += 1
+        return gone
+
+    def _bucket_and_key(self) -> tuple[str, str]:
+        bucket, _, key = self.uri.split("://", 1)[1].partition("/")
+        return bucket, key.rstrip("/")
+
+    def _delta_rs_client(self) -> pafs.FileSystem:
+        from deltalake.fs import DeltaStorageHandler
+
+        root = f"{self.scheme}://{self._bucket_and_key()[0]}"
+        return self._client(
+            "delta-rs",
+            lambda: pafs.PyFileSystem(DeltaStorageHandler(root, dict(self.options))),
+        )
+
+    def _client(self, kind: str, make: Callable[[], pafs.FileSystem]) -> pafs.FileSystem:
+        """One client per kind, bucket and options in each process. By process: a client
+        made before a fork must not be used after it (delta-rs refuses its runtime in a
+        forked child)."""
+        key = (os.getpid(), kind, self._bucket_and_key()[0], tuple(sorted(self.options.items())))
+        with _filesystems_lock:
+            client = _filesystems.get(key)
+            if client is None:
+                client = _filesystems[key] = make()
+        return client
+
+    def delta_table(self, version: int | None = None) -> Any:
+        """The Delta table here (``deltalake.DeltaTable``), at ``version`` or its latest."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import DeltaError, TableNotFoundError
+
+        try:
+            return DeltaTable(self.uri, version=version, storage_options=self.delta_options())
+        except OSError as error:  # the store refused or is down; no table is TableNotFoundError
+            raise StorageError(self.unreachable(error)) from None
+        except DeltaError as error:
+            if not isinstance(error, TableNotFoundError) and os.path.isfile(self.uri):
+                raise NotAQueueTableError(
+                    f"{self.uri} is a file, not a queue table: point the path at a folder, "
+                    f"new or a queue table's"
+                ) from None
+            raise
+
+    def endpoint(self) -> str | None:
+        """The object store's endpoint where one is set (an S3-compatible store), from the
+        options or, as delta-rs reads it, the environment; None for the provider's own."""
+        for key in _ENDPOINT_KEYS:
+            value = self.options.get(key) or os.environ.get(key)
+            if value:
+                return without_userinfo(value)
+        return None
+
+    def unreachable(self, error: BaseException) -> str:
+        """A message for ``error`` from the store, on one line: the URI, the endpoint, the
+        option keys and the cause, no secrets."""
+        endpoint = self.endpoint()
+        at = f" through endpoint {endpoint}" if endpoint else ""
+        return (
+            f"cannot reach the queue table at {self.uri}{at} (storage options "
+            f"{redacted(self.options)}; keys left out come from the environment): "
+            f"{one_line(scrubbed(str(error), self.options))}"
+        )
+
+
+def check_exclusive_commits(location: Location) -> int:
+    """Check that two writers' commits of one version at ``location``'s store exclude each
+    other, as every writer of a queue table relies on.
+
+    delta-rs commits version N by writing ``_delta_log/N.json`` with a conditional put
+    (``If-None-Match: *``) on S3, Azure and GCS. A store that ignores the condition lets the
+    second of two racing writers overwrite the first's commit, silently. The check races two
+    commits of a scratch table under ``_spark_queue_probe/`` next to the table's files and
+    deletes it after.
+
+    Args:
+        location: a table's URI and storage options (``Location.of(uri, options)``).
+
+    Returns:
+        The milliseconds the check took.
+
+    Raises:
+        StorageError: both commits succeeded (the store ignores conditional puts), or the
+            store cannot be reached; the message names the URI, never a credential.
+    """
+    import uuid
+
+    import pyarrow as pa
+    from deltalake import CommitProperties, write_deltalake
+    from deltalake.exceptions import CommitFailedError, DeltaError
+
+    started = time.monotonic()
+    probe = Location(
+        f"{location.uri.rstrip('/')}/_spark_queue_probe/{uuid.uuid4().hex}", location.options
+    )
+    rows = pa.table({"probe": pa.array([1], pa.int64())})
+    once = CommitProperties(max_commit_retries=0)
+    try:
+        write_deltalake(probe.uri, rows, storage_options=probe.delta_options())
+        first, second = probe.delta_table(), probe.delta_table()
+        write_deltalake(first, rows, mode="append", commit_properties=once)
+        try:
+            write_deltalake(second, rows, mode="append", commit_properties=once)
+        except CommitFailedError:
+            return int((time.monotonic() - started) * 1000)
+        raise StorageError(
+            f"the store of {location.uri} does not honour conditional puts (If-None-Match): "
+            f"two writers both committed version 1 of a scratch table, so one overwrote the "
+            f"other. Writers of a queue table would lose commits there; use a store that "
+            f"supports conditional writes (AWS S3, MinIO, Azure, GCS do)"
+        )
+    except (DeltaError, OSError) as error:
+        raise StorageError(location.unreachable(error)) from None
+    finally:
+        fs, base = probe.filesystem()
+        with contextlib.suppress(OSError):
+            found = fs.get_file_info(pafs.FileSelector(base, recursive=True))
+            probe.delete(
+                info.path[len(base) + 1 :] for info in found if info.type == pafs.FileType.File
+            )

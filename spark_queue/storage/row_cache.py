@@ -1,0 +1,139 @@
+"""Footers and decoded row groups of a queue table's data files, kept for the next read.
+
+A data file of a queue table never changes once written: every file gets a name of its own
+(:func:`spark_queue.storage.files.new_file`), and compaction or a rewrite writes new files. So what
+was read of a file stays true for as long as any snapshot lists it, and a process that
+reads the same file again (a lease after a lease, a broker serving many consumers, the
+consumer's idle checks) can keep it instead of reading and decoding it again: on a local
+disk that is decoding time, on an object store a request or two per read.
+
+Both caches are per process, shared by every :class:`~spark_queue.storage.store.QueueStore` and
+thread, bounded (footers by count, row groups by decoded bytes), and least recently used
+first out. A file that is deleted (vacuum, a discarded attempt) is no longer listed by any
+snapshot, so its entries are never asked for again and simply age out.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any, Generic, TypeVar
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+FOOTERS = 4096  # footers kept, at most (a few KB each)
+ROW_GROUP_BYTES = 128 * 1024 * 1024  # decoded row groups kept, at most (Arrow buffers)
+V = TypeVar("V")
+T = TypeVar("T")
+
+
+class LeastRecentlyUsed(Generic[V]):
+    """A thread-safe map that drops its least recently used entries once their weights
+    (given with each, 1 by default) add up to more than ``capacity``."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._entries: OrderedDict[Hashable, tuple[V, int]] = OrderedDict()
+        self._held = 0
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable) -> V | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            self._entries.move_to_end(key)
+            return entry[0]
+
+    def put(self, key: Hashable, value: V, weight: int = 1) -> None:
+        if weight > self.capacity:
+            return  # would push out everything else and still not fit
+        with self._lock:
+            old = self._entries.pop(key, None)
+            if old is not None:
+                self._held -= old[1]
+            self._entries[key] = (value, weight)
+            self._held += weight
+            while self._held > self.capacity:
+                _, (_, dropped) = self._entries.popitem(last=False)
+                self._held -= dropped
+
+    @property
+    def held(self) -> int:
+        """The total weight held."""
+        with self._lock:
+            return self._held
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._held = 0
+
+
+_FOOTERS: LeastRecentlyUsed[pq.FileMetaData] = LeastRecentlyUsed(FOOTERS)
+_ROW_GROUPS: LeastRecentlyUsed[Any] = LeastRecentlyUsed(ROW_GROUP_BYTES)
+
+
+class DataFile:
+    """One data file of a table, read through the caches. ``uri`` is its full path on
+    ``fs``; nothing is read until asked for."""
+
+    def __init__(self, fs: pafs.FileSystem, uri: str) -> None:
+        self.fs = fs
+        self.uri = uri
+        self._opened: dict[tuple[str, ...], pq.ParquetFile] = {}
+
+    @property
+    def metadata(self) -> pq.FileMetaData:
+        """The file's footer (its schema, row groups and their statistics)."""
+        footer = _FOOTERS.get(self.uri)
+        if footer is None:
+            footer = self._open().metadata
+            _FOOTERS.put(self.uri, footer)
+        return footer
+
+    def row_group(self, index: int, columns: Sequence[str]) -> pa.Table:
+        """Row group ``index``'s ``columns`` (each in the file), decoded; kept."""
+        return self.derived(index, tuple(columns), lambda: self._decoded(index, columns))
+
+    def derived(self, index: int, name: Hashable, make: Callable[[], tuple[T, int]]) -> T:
+        """What ``make`` derives from row group ``index`` (kept under ``name``): it returns
+        the value and the bytes it holds."""
+        key = (self.uri, index, name)
+        value = _ROW_GROUPS.get(key)
+        if value is None:
+            value, weight = make()
+            _ROW_GROUPS.put(key, value, weight)
+        return value
+
+    def read(
+        self, index: int, columns: Sequence[str], read_dictionary: Sequence[str] = ()
+    ) -> pa.Table:
+        """Row group ``index``'s ``columns`` (each in the file), decoded; not kept."""
+        return self._open(read_dictionary).read_row_group(index, columns=list(columns))
+
+    def _decoded(self, index: int, columns: Sequence[str]) -> tuple[pa.Table, int]:
+        rows = self.read(index, columns)
+        return rows, rows.nbytes
+
+    def _open(self, read_dictionary: Sequence[str] = ()) -> pq.ParquetFile:
+        key = tuple(read_dictionary)
+        opened = self._opened.get(key)
+        if opened is None:
+            opened = self._opened[key] = pq.ParquetFile(
+                self.uri,
+                filesystem=self.fs,
+                metadata=_FOOTERS.get(self.uri),  # a known footer is not read again
+                read_dictionary=list(read_dictionary) or None,
+                pre_buffer=True,  # a row group's column chunks in one coalesced read (S3)
+            )
+        return opened
+
+
+def clear() -> None:
+    """Forget every footer and row group (tests; a process that wants its memory back)."""
+    _FOOTERS.clear()
+    _ROW_GROUPS.clear()

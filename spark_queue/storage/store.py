@@ -1,0 +1,816 @@
+"""The queue table on storage (:class:`QueueStore`): opening and creating it, its
+snapshots (files and queue states, with a cache of states already read), reads of message
+rows (the head of a level, leased ranges, filters), and the Delta commit.
+
+Every write to the log goes through delta-rs (``deltalake``); the files a commit publishes
+are written by :mod:`spark_queue.storage.files` (tasks stage message files, the driver writes
+removals, dead letters and state) and the state's indexes are encoded by
+:mod:`spark_queue.storage.state_rows`. Nothing here knows queue rules: that is
+:mod:`spark_queue.rules`.
+Runs on the driver side only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+from spark_queue.errors import NotAQueueTableError, QueueNotFoundError
+from spark_queue.model.schema import (
+    FILE_SCHEMA,
+    FORMAT_DESCRIPTION,
+    PARTITION,
+    TABLE_CONFIGURATION,
+    TABLE_SCHEMA,
+)
+from spark_queue.rules import (
+    HEAD_SCHEMA,
+    Leases,
+    MessageIndex,
+    QueueState,
+)
+from spark_queue.storage.files import (
+    EXTRA,
+    MESSAGE,
+    QUEUE,
+    REDELIVERED,
+    SCHEDULED,
+    SEEN,
+    STATE_RECORDS,
+    StagedFile,
+    empty_rows,
+)
+from spark_queue.storage.location import Location
+from spark_queue.storage.row_cache import DataFile
+from spark_queue.storage.state_rows import (
+    MESSAGE_INDEX_COLUMNS,
+    REDELIVERED_COLUMNS,
+    join_redelivered,
+    read_columnar,
+    read_leases,
+)
+
+_HEAD_READ = ("queue", "seq", "size", "priority", "deliver_at", "enqueued_at", "expires_at")
+FIRST_HEAD_SLICE = 1024  # rows of a level's first slice of a row group (then doubling)
+# Files up to this size are read whole, in one request (QueueStore.read_rows): fetching
+# columns not wanted costs less than a request more, on any object store, below it.
+WHOLE_READ_BYTES = 1024 * 1024
+# delta-rs's refusal of a commit from a table whose version's log entry is gone (1.6.6:
+# ``Invalid table version: N``; it writes nothing): see QueueStore.commit.
+PASSED_VERSION_ERROR = "Invalid table version"
+
+
+def now_micros() -> int:
+    return time.time_ns() // 1000
+
+
+def require_queue(states: dict[str, QueueState], queue: str, table: str) -> QueueState:
+    """``queue``'s state; raises :class:`QueueNotFoundError` naming the table's queues."""
+    state = states.get(queue)
+    if state is None:
+        raise QueueNotFoundError(queue, table, states)
+    return state
+
+
+@dataclass(frozen=True)
+class MessageFiles:
+    """A snapshot's message files by ``min_seq``, with their statistics as arrays: picking
+    the files of a queue level is a few array comparisons, not a compute call per bound
+    (it runs for every lease and ack). Missing statistics bound nothing."""
+
+    files: pa.Table
+    min_seq: np.ndarray
+    max_seq: np.ndarray
+    min_priority: np.ndarray
+    max_priority: np.ndarray
+    min_queue: list[str | None]
+    max_queue: list[str | None]
+
+    @classmethod
+    def of(cls, files: pa.Table) -> MessageFiles:
+        def bound(name: str, missing: int) -> np.ndarray:
+            return files[name].cast(pa.int64()).fill_null(missing).to_numpy()
+
+        low, high = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+        return cls(
+            files,
+            bound("min_seq", low),
+            bound("max_seq", high),
+            bound("min_priority", low),
+            bound("max_priority", high),
+            files["min_queue"].to_pylist(),
+            files["max_queue"].to_pylist(),
+        )
+
+    def holding(self, queue: str, priority: int | None, from_seq: int) -> pa.Table:
+        """The files that may hold ``queue`` rows (of ``priority``) at or after ``from_seq``."""
+        mask = self.max_seq >= from_seq
+        if priority is not None:
+            mask &= (self.min_priority <= priority) & (self.max_priority >= priority)
+        mask &= np.fromiter(
+            (
+                (low is None or low <= queue) and (high is None or high >= queue)
+                for low, high in zip(self.min_queue, self.max_queue, strict=True)
+            ),
+            dtype=bool,
+            count=len(self.min_queue),
+        )
+        if mask.all():
+            return self.files
+        return self.files.take(np.flatnonzero(mask))
+
+
+@dataclass
+class Snapshot:
+    """One version of a queue table: its files and its queues' states."""
+
+    table: Any  # deltalake.DeltaTable
+    version: int
+    files: pa.Table  # flattened add actions
+    states: dict[str, QueueState]
+    state_files: list[tuple[str, int, str]] = field(default_factory=list)  # path, size, record
+    _messages: MessageFiles | None = field(default=None, init=False, repr=False, compare=False)
+
+    def message_files(
+        self, queue: str, *, priority: int | None = None, from_seq: int = 0
+    ) -> pa.Table:
+        """Message files that may hold ``queue`` rows (of ``priority``) at or after a seq,
+        by ``min_seq``. A file without statistics may hold anything."""
+        if self._messages is None:  # every lease and ack asks: prepared once per version
+            files = self.files.filter(pc.equal(self.files["record"], MESSAGE)).sort_by("min_seq")
+            self._messages = MessageFiles.of(files)
+        return self._messages.holding(queue, priority, from_seq)
+
+    def seen_files(self, queue: str) -> pa.Table:
+        """``queue``'s files of recorded ids (de-duplication), oldest first."""
+        files = self.files.filter(pc.equal(self.files["record"], SEEN))
+        files = files.filter(pc.fill_null(pc.equal(files["min_queue"], queue), False))
+        return files.sort_by("modified")
+
+
+def _flatten_files(table: Any) -> pa.Table:
+    raw = pa.table(table.get_add_actions(flatten=True))
+    names = raw.column_names
+
+    def column(name: str, kind: pa.DataType, default: Any = None) -> pa.Array:
+        if name in names:
+            return raw.column(name).cast(kind)
+        return pa.array([default] * raw.num_rows, type=kind)
+
+    return pa.table(
+        {
+            "path": column("path", pa.string()),
+            "size": column("size_bytes", pa.int64()),
+            "modified": column("modification_time", pa.int64()),  # milliseconds
+            "rows": column("num_records", pa.int64()),
+            "record": column(f"partition.{PARTITION}", pa.string()),
+            "min_queue": column("min.queue", pa.string()),
+            "max_queue": column("max.queue", pa.string()),
+            "min_seq": column("min.seq", pa.int64()),
+            "max_seq": column("max.seq", pa.int64()),
+            "min_priority": column("min.priority", pa.int32()),
+            "max_priority": column("max.priority", pa.int32()),
+        }
+    )
+
+
+def staged_file_rows(staged: list[StagedFile]) -> pa.Table:
+    """Rows as :func:`_flatten_files` makes them for files not in the log yet, their
+    statistics from the JSON they will be committed with."""
+    stats = [json.loads(f.stats) for f in staged]
+
+    def bound(kind: str, column: str, of: pa.DataType) -> pa.Array:
+        return pa.array([s.get(kind, {}).get(column) for s in stats], of)
+
+    return pa.table(
+        {
+            "path": pa.array([f.path for f in staged], pa.string()),
+            "size": pa.array([f.size for f in staged], pa.int64()),
+            "modified": pa.array([int(time.time() * 1000)] * len(staged), pa.int64()),
+            "rows": pa.array([f.rows for f in staged], pa.int64()),
+            "record": pa.array([f.record for f in staged], pa.string()),
+            "min_queue": bound("minValues", "queue", pa.string()),
+            "max_queue": bound("maxValues", "queue", pa.string()),
+            "min_seq": bound("minValues", "seq", pa.int64()),
+            "max_seq": bound("maxValues", "seq", pa.int64()),
+            "min_priority": bound("minValues", "priority", pa.int32()),
+            "max_priority": bound("maxValues", "priority", pa.int32()),
+        }
+    )
+
+
+class QueueStore:
+    """A queue table at ``path``: opening, reading state, reading heads, committing.
+
+    ``storage_options`` reach an object store (:mod:`spark_queue.storage.location`); None: the
+    environment's."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | Location,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.location = path if isinstance(path, Location) else Location.of(path, storage_options)
+        self.uri = self.location.uri
+        # The queue states of the state files this process last wrote or read. State files
+        # are new in every commit that changes a state, so the same paths mean the same
+        # states: a consumer whose last commit is still the newest reads none of them again.
+        self._known_states: tuple[frozenset[str], dict[str, QueueState]] | None = None
+        # The DeltaTable this thread last opened, brought up to date incrementally by the
+        # next open: replaying the whole log on every operation costs more than the operation
+        # (an ack at depth spent half its time there). Per thread, because a snapshot plans a
+        # commit from its table's version, which another thread's open would move.
+        self._opened = threading.local()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Tasks read files, never states; DeltaTables and thread-locals do not pickle.
+        return {**self.__dict__, "_known_states": None, "_opened": None}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _opened=threading.local())
+
+    @property
+    def fs(self) -> pafs.FileSystem:
+        return self.location.filesystem()[0]
+
+    @property
+    def base(self) -> str:
+        """The table root's path on :attr:`fs`."""
+        return self.location.filesystem()[1]
+
+    def log_entry(self, version: int) -> str:
+        """The path on :attr:`fs` of the Delta log entry (commit file) of ``version``."""
+        return f"{self.base.rstrip('/')}/_delta_log/{version:020d}.json"
+
+    def remember_states(self, paths: list[str], states: dict[str, QueueState]) -> None:
+        """The states just committed in the state files at ``paths``."""
+        self._known_states = (frozenset(paths), {n: s.copy() for n, s in states.items()})
+
+    # -- the Delta table -------------------------------------------------------------------
+
+    def open(self, *, moved: bool | None = None) -> Any | None:
+        """The DeltaTable at its latest version, or None where no table exists yet.
+
+        The table this thread opened before is kept where :meth:`is_latest` says no newer
+        version exists: two probes of log entries (a local disk: two system calls; S3: two
+        HEADs) cost far less than delta-rs's update, which lists the log folder (~3.5 ms
+        locally with nothing new). Where there is a newer one, where log cleanup has passed
+        the table's version (a table left idle while other writers committed), or where the
+        caller knows there is one (``moved=True``: it has just committed), the table is
+        updated with the commits since (its own included): delta-rs starts again from the
+        newest checkpoint where the entries after the table's version are gone, and the
+        table is opened afresh where even that fails. ``moved=False``: the caller brought
+        the table up to date a moment ago, so it is kept without a probe. A commit planned
+        on a table that is not the latest fails all the same where another writer has
+        just committed (:meth:`commit`).
+        """
+        from deltalake.exceptions import DeltaError, TableNotFoundError
+
+        table = getattr(self._opened, "table", None)
+        if table is not None:
+            if moved is False or (moved is None and self.is_latest(table.version())):
+                return table
+            try:
+                table.update_incremental()
+                return table
+            except DeltaError:
+                self._opened.table = None
+        try:
+            table = self.location.delta_table()
+        except TableNotFoundError:
+            return None
+        self._check_format(table)
+        self._opened.table = table
+        return table
+
+    def table_at(self, version: int, *, or_later: bool = False) -> Any:
+        """A DeltaTable at ``version``: this thread's table moved on to it where it is at or
+        before it (delta-rs reads the log entries since, no more), else one opened at it
+        (the last checkpoint and every entry since). ``or_later``: this thread's table as it
+        is where it has passed ``version``. A thread without a table keeps the one opened;
+        :meth:`open` moves it on from there."""
+        from deltalake.exceptions import DeltaError
+
+        table = getattr(self._opened, "table", None)
+        if table is not None and or_later and table.version() > version:
+            return table
+        if table is not None and table.version() <= version:
+            try:
+                table.load_as_version(version)
+                return table
+            except DeltaError:  # its log was cleaned up, say: open one afresh
+                table = self._opened.table = None
+        opened = self.location.delta_table(version)
+        if table is None:
+            self._check_format(opened)
+            self._opened.table = opened
+        return opened
+
+    def is_latest(self, version: int) -> bool:
+        """Whether ``version`` is the table's latest, by two probes of the log: no entry
+        follows it, and its own entry is still there (where storage cannot say: no).
+
+        The second probe is what makes the first sound. A missing entry for the next
+        version means that no writer made it yet, or that log cleanup deleted it after a
+        checkpoint past it: a reader left idle while others committed more than
+        ``spark_queue.logRetentionVersions`` versions would take the log for quiet for
+        ever. Log cleanup (:func:`spark_queue.commit.maintenance.cleanup_log`) deletes the oldest
+        entries first, one at a time, and stops at the first it cannot delete, so the
+        entries it has deleted are always all those below some version, whatever number
+        of cleanups run at once. ``version``'s entry, there after the next one was found
+        missing, was there at that moment, so the next one had not been deleted then: it
+        was not written yet. A probe trusted for some seconds would not do: cleanup keeps
+        the commits of the last ``LOG_MIN_AGE_SECONDS`` by its own clock against the
+        store's, and its time rule (``delta.logRetentionDuration``) has no such floor
+        (docs/decisions/log-retention.md).
+        """
+        try:
+            # Opening a stream costs one request on S3 (a HEAD; get_file_info lists too, for
+            # a folder, where the object is missing) and reads nothing yet.
+            self.fs.open_input_stream(self.log_entry(version + 1)).close()
+            return False
+        except FileNotFoundError:
+            pass
+        except OSError:
+            return False
+        return self.has_log_entry(version)  # after the probe above: the order makes it sound
+
+    def has_log_entry(self, version: int) -> bool:
+        """Whether ``version``'s log entry is on storage (where storage cannot say: no)."""
+        try:
+            self.fs.open_input_stream(self.log_entry(version)).close()
+        except OSError:  # FileNotFoundError too: log cleanup has passed it
+            return False
+        return True
+
+    def _check_format(self, table: Any) -> None:
+        metadata = table.metadata()
+        columns = set(pa.schema(table.schema()).names)
+        missing = set(TABLE_SCHEMA.names) - columns
+        if metadata.partition_columns != [PARTITION] or missing:
+            raise NotAQueueTableError(
+                f"{self.uri} holds a Delta table that is not a spark-queue table "
+                f"(partition columns {metadata.partition_columns}, missing columns "
+                f"{sorted(missing)}); point 'path' at a new location or an existing queue table"
+            )
+
+    def create(self) -> Any:
+        """Open the table, creating an empty queue table first where there is none."""
+        from deltalake import Schema
+        from deltalake.exceptions import DeltaError
+        from deltalake.transaction import create_table_with_add_actions
+
+        table = self.open()
+        if table is not None:
+            return table
+        # Another writer may create it meanwhile: then open what is there.
+        with contextlib.suppress(DeltaError):
+            create_table_with_add_actions(
+                self.uri,
+                Schema.from_arrow(TABLE_SCHEMA),
+                [],
+                mode="error",
+                partition_by=[PARTITION],
+                name="spark-queue",
+                description=FORMAT_DESCRIPTION,
+                configuration=TABLE_CONFIGURATION,
+                storage_options=self.location.delta_options(),
+            )
+        table = self.open()
+        assert table is not None
+        return table
+
+    def snapshot(self, table: Any | None = None, *, with_states: bool = True) -> Snapshot | None:
+        """Read the table's files and queue states at its current version (``with_states``
+        unset: the files only, and ``states`` is empty)."""
+        table = table if table is not None else self.open()
+        if table is None:
+            return None
+        version = table.version()
+        flattened = getattr(self._opened, "flattened", None)
+        if flattened is not None and flattened[0] is table and flattened[1] == version:
+            # The same table at the same version: the same files (an idle consumer's poll
+            # would flatten them again ~70 times a second).
+            files, listed = flattened[2], flattened[3]
+        else:
+            files = _flatten_files(table)
+            state_files = files.filter(pc.is_in(files["record"], pa.array(STATE_RECORDS)))
+            listed = [
+                (p, s, r)
+                for p, s, r in zip(
+                    state_files["path"].to_pylist(),
+                    state_files["size"].to_pylist(),
+                    state_files["record"].to_pylist(),
+                    strict=True,
+                )
+            ]
+            self._opened.flattened = (table, version, files, listed)
+        states = self._read_states(listed) if with_states else {}
+        return Snapshot(table, version, files, states, listed)  # read only: shared safely
+
+    def files_at(self, version: int) -> Snapshot | None:
+        """The files (no states) of an earlier ``version``, or None where its log is gone."""
+        from deltalake.exceptions import DeltaError
+
+        try:  # a table of its own: this thread's open table stays at the latest version
+            table = self.location.delta_table(version)
+        except (DeltaError, OSError):
+            return None
+        return Snapshot(table, version, _flatten_files(table), {})
+
+    def all_exist(self, relatives: list[str]) -> bool:
+        """Whether every one of these data files is still on storage (not vacuumed)."""
+        infos = self.fs.get_file_info([f"{self.base.rstrip('/')}/{r}" for r in relatives])
+        return all(info.type != pafs.FileType.NotFound for info in infos)
+
+    def read_rows(
+        self,
+        relative: str,
+        columns: list[str] | None = None,
+        filters: Any = None,
+        *,
+        size: int | None = None,
+    ) -> pa.Table:
+        """A data file's ``columns`` (all where None), its rows matching ``filters``.
+
+        ``size``: the file's size, where the caller knows it (the log records it). A file
+        of :data:`WHOLE_READ_BYTES` or less is then read whole in one request, footer and
+        all (without ``filters``): on object storage an open (a HEAD) and one GET, where
+        reading its footer and then its columns takes a GET each.
+        """
+        path = f"{self.base.rstrip('/')}/{relative}"
+        if size is not None and size <= WHOLE_READ_BYTES and filters is None:
+            with self.fs.open_input_stream(path) as stream:
+                file = pq.ParquetFile(pa.BufferReader(stream.read()))
+            # One thread, and not read_table's dataset layer: a threaded read of an
+            # in-memory file leaves a thread that aborts the process at its exit, in most
+            # runs ("terminate called without an active exception", apache/arrow#34314).
+            wanted = columns or FILE_SCHEMA.names
+            present = set(file.schema_arrow.names)
+            rows = file.read([n for n in wanted if n in present], use_threads=False)
+            # As read_table(schema=FILE_SCHEMA) gives it: the columns a record's file does
+            # not hold (a state file holds a few) as nulls, each in its schema type.
+            held = {name: rows.column(name) for name in rows.column_names}
+            return empty_rows(held, rows.num_rows).select(wanted)
+        # One open file, its column chunks read in coalesced ranges: by path, pyarrow's
+        # dataset reader would stat the file twice first (object stores: two requests each).
+        with self.fs.open_input_file(path) as source:
+            return pq.read_table(
+                source, columns=columns, filters=filters, schema=FILE_SCHEMA, pre_buffer=True
+            )
+
+    def stream_rows(
+        self, relative: str, columns: list[str], batch_bytes: int
+    ) -> Iterator[pa.Table]:
+        """A file's ``columns``, decoded a batch of about ``batch_bytes`` at a time: a reader
+        holds one batch rather than the file, hands each on as soon as it is decoded, and
+        reuses the memory of the last: decoding a whole file at once is slower, mostly in
+        fresh memory."""
+        # pre_buffer: a row group's column chunks in one coalesced read, not one each (S3)
+        file = pq.ParquetFile(
+            f"{self.base.rstrip('/')}/{relative}", filesystem=self.fs, pre_buffer=True
+        )
+        metadata = file.metadata
+        if not metadata.num_rows:
+            return
+        if not set(columns) <= set(file.schema_arrow.names):  # written without some columns
+            yield self.read_rows(relative, columns)
+            return
+        first = metadata.row_group(0)
+        row_bytes = max(1, first.total_byte_size // max(1, first.num_rows))
+        for batch in file.iter_batches(
+            batch_size=max(1, batch_bytes // row_bytes), columns=columns
+        ):
+            yield pa.Table.from_batches([batch])
+
+    def _read_states(self, state_files: list[tuple[str, int, str]]) -> dict[str, QueueState]:
+        known = self._known_states
+        if known is not None and known[0] == frozenset(path for path, _, _ in state_files):
+            return {name: state.copy() for name, state in known[1].items()}
+        states = self.read_state_files(state_files)
+        self._known_states = (frozenset(path for path, _, _ in state_files), states)
+        return {name: state.copy() for name, state in states.items()}
+
+    def read_state_files(self, state_files: list[tuple[str, int, str]]) -> dict[str, QueueState]:
+        queue_rows: list[pa.Table] = []
+        scheduled: dict[str, list[MessageIndex]] = {}
+        leases: dict[str, list[Leases]] = {}
+        extras: dict[str, list[MessageIndex]] = {}
+        redelivered: dict[str, list[dict[str, np.ndarray]]] = {}
+        for path, size, record in state_files:
+            if record == QUEUE:
+                queue_rows.append(self.read_rows(path, ["queue", "queue_state"], size=size))
+            elif record in (SCHEDULED, EXTRA):
+                found = scheduled if record == SCHEDULED else extras
+                for queue, (_, arrays) in read_columnar(
+                    self.read_rows(path, size=size), MESSAGE_INDEX_COLUMNS
+                ).items():
+                    found.setdefault(queue, []).append(MessageIndex(**arrays))
+            elif record == REDELIVERED:
+                for queue, (_, arrays) in read_columnar(
+                    self.read_rows(path, size=size), REDELIVERED_COLUMNS
+                ).items():
+                    redelivered.setdefault(queue, []).append(arrays)
+            else:
+                for queue, held in read_leases(self.read_rows(path, size=size)).items():
+                    leases.setdefault(queue, []).append(held)
+        states: dict[str, QueueState] = {}
+        for rows in queue_rows:
+            for name, text in zip(
+                rows.column("queue").to_pylist(),
+                rows.column("queue_state").to_pylist(),
+                strict=True,
+            ):
+                # No rows of its own: none, or a state written before they had rows (in
+                # its JSON, which from_json reads then).
+                states[name] = QueueState.from_json(
+                    name,
+                    text,
+                    MessageIndex.concat(scheduled.get(name, [])),
+                    Leases.concat(leases.get(name, [])),
+                    MessageIndex.concat(extras[name]) if name in extras else None,
+                    join_redelivered(redelivered[name]) if name in redelivered else None,
+                )
+        return states
+
+    # -- reading messages ------------------------------------------------------------------
+
+    def head_reader(self, snapshot: Snapshot) -> FileHeadReader:
+        return FileHeadReader(self, snapshot)
+
+    def read_messages(
+        self, snapshot: Snapshot, queue: str, seqs: np.ndarray, columns: list[str] | None = None
+    ) -> pa.Table:
+        """The stored message rows of ``queue`` with the given seqs (any order)."""
+        if not len(seqs):
+            return FILE_SCHEMA.empty_table()
+        wanted = pa.array(np.unique(seqs), type=pa.int64())
+        low, high = int(wanted[0].as_py()), int(wanted[-1].as_py())
+        files = snapshot.message_files(queue, from_seq=low)
+        files = files.filter(pc.fill_null(pc.less_equal(files["min_seq"], high), True))
+        parts = []
+        for path in files["path"].to_pylist():
+            for rows in self._row_groups_between(path, queue, low, high, columns):
+                rows = rows.filter(pc.is_in(rows["seq"], wanted))
+                if rows.num_rows:
+                    parts.append(rows)
+        if not parts:
+            return (
+                FILE_SCHEMA.empty_table()
+                if columns is None
+                else FILE_SCHEMA.empty_table().select(columns)
+            )
+        return pa.concat_tables(parts)
+
+    def _row_groups_between(
+        self, relative: str, queue: str, low: int, high: int, columns: list[str] | None
+    ) -> Iterator[pa.Table]:
+        """The row groups of a message file that may hold ``queue`` rows with seqs from
+        ``low`` to ``high`` (by their statistics), as :data:`FILE_SCHEMA` (or its
+        ``columns``), through :mod:`spark_queue.storage.row_cache`: consumers lease from the same
+        few row groups at the head one after another, and each lease's rows are read back."""
+        source = DataFile(self.fs, f"{self.base.rstrip('/')}/{relative}")
+        metadata = source.metadata
+        wanted = (
+            FILE_SCHEMA if columns is None else pa.schema([FILE_SCHEMA.field(c) for c in columns])
+        )
+        if not set(wanted.names) <= set(metadata.schema.to_arrow_schema().names):
+            # Written without some columns: read as nulls.
+            bounds = [("queue", "=", queue), ("seq", ">=", low), ("seq", "<=", high)]
+            yield self.read_rows(relative, columns, filters=bounds)
+            return
+        names = metadata.schema.names  # of the leaf columns, as the row groups' statistics
+        seq_column, queue_column = names.index("seq"), names.index("queue")
+        for index in range(metadata.num_row_groups):
+            group = metadata.row_group(index)
+            seqs, queues = (
+                group.column(seq_column).statistics,
+                group.column(queue_column).statistics,
+            )
+            if seqs is not None and seqs.has_min_max and (seqs.max < low or seqs.min > high):
+                continue
+            if queues is not None and queues.has_min_max and not queues.min <= queue <= queues.max:
+                continue
+            if _only(queues, queue):
+                rows = source.row_group(index, wanted.names)
+            else:
+                read = wanted.names + ["queue"] * ("queue" not in wanted.names)
+                rows = source.row_group(index, read)
+                rows = rows.filter(pc.equal(rows["queue"], queue)).select(wanted.names)
+            yield rows.cast(wanted)
+
+    def read_head_rows(
+        self, relative: str, queue: str, priority: int, from_seq: int
+    ) -> Iterator[pa.Table]:
+        """One file's rows of a queue level from a seq, as :data:`HEAD_SCHEMA`, in seq order.
+
+        Row groups wholly below ``from_seq`` are skipped by their statistics, and the rows
+        of the others come in slices that start small and double (:data:`FIRST_HEAD_SLICE`
+        rows, then twice as many, ...), each only if the caller asks: a lease of ten
+        messages looks at about a thousand rows, a lease of a million at a few dozen slices.
+        A row group's level rows, once decoded, filtered and sorted, are kept for the next
+        read (:mod:`spark_queue.storage.row_cache`): leases after leases read the same head."""
+        source = DataFile(self.fs, f"{self.base.rstrip('/')}/{relative}")
+        metadata = source.metadata
+        seq_column = metadata.schema.names.index("seq")
+        for index in range(metadata.num_row_groups):
+            stats = metadata.row_group(index).column(seq_column).statistics
+            if stats is not None and stats.has_min_max and stats.max < from_seq:
+                continue
+            rows, seqs = source.derived(
+                index,
+                ("head", queue, priority),
+                lambda index=index: _level_rows(source, index, queue, priority),
+            )
+            start = int(np.searchsorted(seqs, from_seq))
+            size = FIRST_HEAD_SLICE
+            while start < rows.num_rows:
+                yield rows.slice(start, size)
+                start += size
+                size *= 2
+
+    # -- committing ------------------------------------------------------------------------
+
+    def commit(
+        self,
+        table: Any,
+        adds: list[StagedFile],
+        removes: list[tuple[str, int, str]],
+        *,
+        app_id: str | None = None,
+        app_version: int | None = None,
+        operation: dict[str, Any] | None = None,
+        app_transactions: Mapping[str, int] | None = None,
+    ) -> None:
+        """Publish files in one Delta commit; raises ``CommitFailedError`` on a conflict.
+
+        The commit records the application transaction ``(app_id, app_version)`` and every
+        one of ``app_transactions`` (id -> version; a group commit's idempotent publishes).
+
+        delta-rs would rebase a conflicting commit onto the winner by itself; a queue commit
+        was planned from the state it read, so it must be planned again instead
+        (``max_commit_retries=0``).
+
+        delta-rs's own post-commit hooks are off: they raise *after* the commit is written,
+        which would make a committed batch look failed. Checkpoints, log cleanup and
+        compaction run in :func:`spark_queue.commit.maintenance.after_commit` instead (called by
+        :func:`spark_queue.commit.transaction.run` and by compaction), which never raises.
+
+        A ``table`` whose version's log entry log cleanup has deleted meanwhile (planned
+        before other writers committed more than the log keeps) is a lost race too:
+        delta-rs refuses it, writing nothing, with ``Invalid table version``, and the next
+        :meth:`open` moves on from the newest checkpoint.
+        """
+        from deltalake import CommitProperties, PostCommitHookProperties, Transaction
+        from deltalake.exceptions import CommitFailedError, DeltaError
+        from deltalake.transaction import AddAction, RemoveAction
+
+        stamp = int(time.time() * 1000)
+        actions: list[Any] = [
+            AddAction(f.path, f.size, {PARTITION: f.record}, stamp, True, f.stats) for f in adds
+        ]
+        actions += [
+            RemoveAction(path, True, stamp, size, {PARTITION: record})
+            for path, size, record in removes
+        ]
+        versions = dict(app_transactions or {})
+        if app_id is not None and app_version is not None:
+            versions[app_id] = app_version
+        transactions = [Transaction(i, v) for i, v in sorted(versions.items())] or None
+        try:
+            table.create_write_transaction(
+                actions,
+                mode="append",
+                schema=TABLE_SCHEMA,
+                partition_by=[PARTITION],
+                commit_properties=CommitProperties(
+                    custom_metadata={"spark_queue": json.dumps(operation or {}, sort_keys=True)},
+                    max_commit_retries=0,
+                    app_transactions=transactions,
+                ),
+                post_commithook_properties=PostCommitHookProperties(
+                    create_checkpoint=False, cleanup_expired_logs=False
+                ),
+            )
+        except CommitFailedError:
+            raise
+        except DeltaError as error:
+            if not str(error).startswith(PASSED_VERSION_ERROR):
+                raise
+            raise CommitFailedError(
+                f"version {table.version()} of {self.uri} was planned on, and log cleanup has "
+                f"deleted its log entry since: planned again on the latest ({error})"
+            ) from error
+
+
+def _level_rows(
+    source: DataFile, index: int, queue: str, priority: int
+) -> tuple[tuple[pa.Table, np.ndarray], int]:
+    """Row group ``index``'s rows of one queue level as :data:`HEAD_SCHEMA` in seq order
+    (one chunk), with their seqs as an array, and the bytes they hold."""
+    metadata = source.metadata
+    names = metadata.schema.names  # of the leaf columns, as the row groups' statistics
+    group = metadata.row_group(index)
+    # The queue is compared, never needed as text.
+    rows = source.read(index, _HEAD_READ, read_dictionary=("queue",))
+    # Files are written in seq order with one queue and level each, as a rule: then the
+    # statistics say every row is wanted, and neither a filter nor a sort runs.
+    if not (
+        _only(group.column(names.index("queue")).statistics, queue)
+        and _only(group.column(names.index("priority")).statistics, priority)
+    ):
+        rows = rows.filter(
+            pc.and_(pc.equal(rows["queue"], queue), pc.equal(rows["priority"], priority))
+        )
+    seqs = rows.column("seq").to_numpy()
+    if len(seqs) > 1 and bool((seqs[1:] < seqs[:-1]).any()):
+        rows = rows.sort_by("seq")
+    level = pa.table(
+        {
+            "seq": rows.column("seq"),
+            "size": rows.column("size"),
+            "deliver_at": rows.column("deliver_at").cast(pa.int64()),
+            "enqueued_at": rows.column("enqueued_at").cast(pa.int64()),
+            "expires_at": rows.column("expires_at").cast(pa.int64()),
+        },
+        schema=HEAD_SCHEMA,
+    ).combine_chunks()
+    seqs = level.column("seq").to_numpy()
+    return (level, seqs), level.nbytes + seqs.nbytes
+
+
+def _only(stats: Any, value: Any) -> bool:
+    """Whether row group ``stats`` say every value of the column is ``value``."""
+    return (
+        stats is not None
+        and stats.has_min_max
+        and stats.has_null_count
+        and stats.null_count == 0
+        and stats.min == value
+        and stats.max == value
+    )
+
+
+class FileHeadReader:
+    """:class:`spark_queue.rules.HeadReader` over the table's files, pruned by their stats.
+
+    Files whose seq ranges overlap (after compaction) are read together and merged, so rows
+    always come out in seq order.
+    """
+
+    def __init__(self, store: QueueStore, snapshot: Snapshot) -> None:
+        self.store = store
+        self.snapshot = snapshot
+
+    def read(self, queue: str, priority: int, from_seq: int) -> Iterator[pa.Table]:
+        files = self.snapshot.message_files(queue, priority=priority, from_seq=from_seq)
+        for run in file_runs(files):
+            if len(run) == 1:  # the usual case: stream it a row group at a time
+                yield from self.store.read_head_rows(run[0], queue, priority, from_seq)
+                continue
+            parts = [
+                part
+                for path in run
+                for part in self.store.read_head_rows(path, queue, priority, from_seq)
+            ]
+            if parts:
+                yield pa.concat_tables(parts).sort_by("seq")
+
+    def keys(self, queue: str, seqs: np.ndarray) -> pa.Array:
+        if not len(seqs):
+            return pa.array([], pa.string())
+        rows = self.store.read_messages(self.snapshot, queue, seqs, ["seq", "key"])
+        found = rows.column("seq").to_numpy()
+        order = np.argsort(found)
+        at = order[np.searchsorted(found, seqs, sorter=order)]
+        return rows.column("key").combine_chunks().take(pa.array(at)).cast(pa.string())
+
+
+def file_runs(files: pa.Table) -> list[list[str]]:
+    """Group files (sorted by ``min_seq``) into runs whose seq ranges overlap only within a
+    run, so reading run after run, each sorted, yields rows in seq order."""
+    paths = files["path"].to_pylist()
+    lows = files["min_seq"].fill_null(0).to_pylist()
+    highs = files["max_seq"].fill_null(np.iinfo(np.int64).max).to_pylist()
+    runs: list[list[str]] = []
+    high = None
+    for path, low, top in zip(paths, lows, highs, strict=True):
+        if runs and high is not None and low <= high:
+            runs[-1].append(path)
+            high = max(high, top)
+        else:
+            runs.append([path])
+            high = top
+    return runs
