@@ -29,7 +29,8 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from spark_queue import QueueTable, seen  # noqa: E402
+from spark_queue import QueueTable  # noqa: E402
+from spark_queue.storage import dedup_window  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "out"
 
@@ -74,7 +75,7 @@ def main() -> None:
         order = ("plain", "deduplicated") if round_ % 2 == 0 else ("deduplicated", "plain")
         for queue in order:
             times[queue].append(timed_publish(table, queue, batch_of(args.batch)))
-    seen.forget()  # a process that has not read the window yet
+    dedup_window.forget()  # a process that has not read the window yet
     cold = timed_publish(table, "deduplicated", batch_of(args.batch))
 
     window_ids = args.window_ids + args.repeats * args.batch

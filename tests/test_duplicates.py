@@ -16,9 +16,10 @@ from chispa import assert_df_equality
 from deltalake import DeltaTable
 from pyspark.sql.streaming import StreamingQuery
 
-from spark_queue import InvalidOptionError, QueueTable, seen
+from spark_queue import InvalidOptionError, QueueTable
 from spark_queue.model.policies import load_policies
 from spark_queue.rules import SeenRun, id_hashes, identity_holds
+from spark_queue.storage import dedup_window
 from tests.clock import now_micros, wait_past
 
 
@@ -66,7 +67,7 @@ def test_ids_hold_across_producers_and_restarts(tmp_path):
     one.declare("q", duplicate_window="1 hour")
     one.publish("q", _messages(["a", "b"]))
     assert two.publish("q", _messages(["b", "c"])).duplicates == 1
-    seen.forget()  # as a new process: read from the table's seen files
+    dedup_window.forget()  # as a new process: read from the table's seen files
     assert QueueTable(path).publish("q", _messages(["a", "c", "d"])).duplicates == 2
     assert QueueTable(path).stats("q")["added"] == 4
 

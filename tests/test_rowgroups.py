@@ -9,7 +9,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import pytest
 
-from spark_queue import QueueTable, rowgroups
+from spark_queue import QueueTable
+from spark_queue.storage import row_cache
 from spark_queue.storage.row_cache import DataFile, LeastRecentlyUsed
 
 
@@ -37,9 +38,9 @@ def parquet_file(tmp_path):
     path = str(tmp_path / "rows.parquet")
     rows = pa.table({"seq": np.arange(1000, dtype=np.int64), "body": [b"x"] * 1000})
     pq.write_table(rows, path, row_group_size=300)
-    rowgroups.clear()
+    row_cache.clear()
     yield path
-    rowgroups.clear()
+    row_cache.clear()
 
 
 def test_a_row_group_and_a_footer_are_read_once_and_kept(parquet_file):
@@ -85,7 +86,7 @@ def test_reads_through_the_caches_match_a_fresh_process(tmp_path):
     cached_stats = table.stats("q")
     through_caches = table.lease("q", "d", max_messages=1000)
     table.release("d", queue="q")
-    rowgroups.clear()
+    row_cache.clear()
     fresh = QueueTable(path, broker="off")
     assert fresh.stats("q")["ready"] == cached_stats["ready"]
     fresh_read = fresh.lease("q", "e", max_messages=1000)
