@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]
 PACKAGE_NAME = PACKAGE.name
 
 

@@ -40,7 +40,7 @@ def delta_jars() -> list[str]:
     """The Delta JAR files to put on ``spark.jars``, or ``[]`` when none were fetched."""
     folder = os.environ.get(JARS_ENV)
     candidates = [Path(folder)] if folder else []
-    candidates.append(Path(__file__).resolve().parent.parent / "jars")
+    candidates.append(Path(__file__).resolve().parents[2] / "jars")
     for candidate in candidates:
         jars = sorted(str(p) for p in candidate.glob("*.jar"))
         if any("delta-spark" in Path(j).name for j in jars):
@@ -52,7 +52,7 @@ def s3_jars() -> list[str]:
     """hadoop-aws and the AWS SDK bundle (``jars/s3/``), or ``[]`` when none were fetched."""
     folder = os.environ.get(JARS_ENV)
     candidates = [Path(folder) / "s3"] if folder else []
-    candidates.append(Path(__file__).resolve().parent.parent / "jars" / "s3")
+    candidates.append(Path(__file__).resolve().parents[2] / "jars" / "s3")
     for candidate in candidates:
         jars = sorted(str(p) for p in candidate.glob("*.jar"))
         if any("hadoop-aws" in Path(j).name for j in jars):
