@@ -1,4 +1,4 @@
-"""Many small clients through a queue broker (issue #23): W worker processes loop
+"""Many small clients through a queue broker: W worker processes loop
 ``QueueTable.lease(max_messages=10)`` then ``ack`` on one queue, each under its own consumer
 name, for ``--seconds``; once committing directly (``broker="off"``) and once through one
 ``spark-queue broker`` process (``broker=host:port``), side by side.

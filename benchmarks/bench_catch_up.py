@@ -1,5 +1,5 @@
 """What a group commit's catch-up costs, and whether checkpoints more often make it cheaper
-(issue #23, docs/BENCHMARKS.md "The catch-up and the checkpoint interval").
+(docs/BENCHMARKS.md, "Catch-up and the checkpoint interval").
 
 A round's leader reads its own commit back with delta-rs's ``update_incremental`` (the
 binding keeps no snapshot of the commit it wrote). This measures, side by side in one run:

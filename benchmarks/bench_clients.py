@@ -1,11 +1,11 @@
-"""Many small clients on one queue table (issue #23): direct (each process's group commit)
+"""Many small clients on one queue table: direct (each process's group commit)
 and through a queue broker (one group commit for every client), side by side.
 
 - **workers**: W processes, each one ``QueueTable.consumer`` whose handler does nothing,
   drain ``--messages`` messages; the aggregate rate is messages / time to drain (each
   worker's prefetch starts at one message and grows, so this includes the ramp);
 - **steady**: the same for ``--seconds`` on a queue that never runs dry;
-- **raw**: the issue's baseline, W processes looping ``lease(max_messages=10)`` then
+- **raw**: the baseline, W processes looping ``lease(max_messages=10)`` then
   ``ack`` (two commits per 10 messages), for ``--seconds``;
 - **slow**: W processes whose handler takes ``--handler-ms`` a message, for ``--seconds``;
   the aggregate rate against the ideal W x 1000 / handler-ms, with per-worker counts;
@@ -251,7 +251,7 @@ def bench_workers(serve, counts, messages):
 
 
 def raw_loop(target: Target, name: str, seconds: float, go):
-    """A worker process of the issue's baseline: ``lease(max_messages=10)`` then ``ack``."""
+    """A worker process of the baseline: ``lease(max_messages=10)`` then ``ack``."""
     table = target.table()
     table.lease(QUEUE, name, max_messages=0)  # warm: the table opened, its state read
     acked = errors = 0

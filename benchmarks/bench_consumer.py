@@ -454,7 +454,7 @@ def bench_returns(spark: SparkSession, args: argparse.Namespace, work: Path) -> 
     """Return a whole batch of ``--return-batch`` leases (``release``, what a restarted
     consumer or a lease period running out does), then time the queue's next commit (a small
     lease) and the ack of the returned messages leased again, against the ack of the same
-    batch. Returns have no goal in the issue; they must not be a cliff."""
+    batch. Returns have no target figure; they must not be a cliff."""
     count = args.return_batch
     bodies = work / "bodies-returns"
     write_bodies(bodies, count, 200, 2, seed=5)

@@ -1,4 +1,4 @@
-"""What the consumer controls of issue #15 cost (docs/BENCHMARKS.md "Consumer controls").
+"""What the consumer controls cost (docs/BENCHMARKS.md, "Consumer controls").
 
 Two measurements, each side by side in one run:
 

@@ -1,4 +1,4 @@
-"""What de-duplication by message id costs (issue #15, docs/BENCHMARKS.md
+"""What de-duplication by message id costs (docs/BENCHMARKS.md,
 "De-duplication"): a publish of 1,000,000 messages into a queue whose window already holds
 10,000,000 ids, against the same publish into a queue without a window, in one table,
 alternating, side by side in one run. Goal: at most 1.5x.

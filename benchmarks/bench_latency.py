@@ -12,14 +12,14 @@ returned (one clock: one machine). Two pipelines, in one Spark application, taki
 - **delta**: ``deltalake.write_deltalake(mode="append")`` into a plain Delta table,
   ``readStream.format("delta")``.
 
-With ``--producer spark`` (issue #23's setup) the producer is the consuming session itself:
-a thread writes a DataFrame of ``--messages`` rows (one, in the issue) every ``--interval``
+With ``--producer spark`` the producer is the consuming session itself:
+a thread writes a DataFrame of ``--messages`` rows (one, say) every ``--interval``
 seconds with ``df.write.format("ringqueue")`` or ``df.write.format("delta")``, and a batch's
 latency runs from the write call's return. Delta's reader then learns of the write from its
 own JVM's log cache, which a Python data source cannot share.
 
-Goal (issue #12): p50 and p90 ratios ringqueue / delta <= 1.0; issue #23 asks the same of
-``--producer spark --messages 1``.
+Goal: p50 and p90 ratios ringqueue / delta <= 1.0, also with ``--producer spark
+--messages 1``.
 
 With ``--reader-paths`` it times Spark's micro-batch phases for two toy sources of one row per
 trigger, one read by executor tasks and one whose rows come with the plan (PySpark's simple

@@ -1,5 +1,5 @@
 """A queue table on object storage against one on local disk, and what a commit costs in
-requests (issue #14).
+requests.
 
 One run, side by side: a local S3-compatible server (moto's, started here on 127.0.0.1 with
 its request log on) and a local folder. For each batch size:

@@ -8,8 +8,8 @@ server), each living seconds to minutes. Two JVM settings take most of that away
 - a dynamic class-data-sharing archive (``jars/spark-classes.jsa``, written by ``make
   test`` once per set of packages and JARs: ``python -m tests.jvm``): the classes a queue
   session loads, parsed and verified once and mapped into every later driver. A bare
-  driver's start to its first job went from 31 s to 10-16 s on the machine of stop 34
-  (docs/TESTING.md);
+  driver's start to its first job goes from 31 s to 10-16 s on a slow
+  two-core machine (docs/decisions/test-jvm-settings.md);
 - C1 only (``-XX:TieredStopAtLevel=1``): C2 spends the two cores on code that is never hot
   enough to pay back in a test.
 

@@ -1,4 +1,4 @@
-"""Redelivery backoff and nacks with a delay (issue #15), as the brokers document them:
+"""Redelivery backoff and nacks with a delay, as the brokers document them:
 Artemis's ``redelivery-delay``, ``redelivery-delay-multiplier`` and ``max-redelivery-delay``
 address settings (the maximum defaults to 10 x the delay), JetStream's ``NakWithDelay``. A
 message waiting out its delay is ``scheduled``: not leased, not counted ready.

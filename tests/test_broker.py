@@ -1,4 +1,4 @@
-"""The queue broker (``spark-queue broker``, issue #23): real broker processes on real Delta
+"""The queue broker (``spark-queue broker``): real broker processes on real Delta
 tables; discovery, clean stops, faults (kill -9 under load, two brokers, an unreachable
 one) and bad input (a wrong token, a request too large or malformed)."""
 

@@ -153,7 +153,7 @@ def test_a_cut_off_upload_is_refused_and_nothing_is_written(open_broker):
 
 def test_tokens_grpc_cannot_carry_are_refused_with_a_named_error(token_broker, tmp_path):
     """A token with a newline (read from a file), a non-ASCII character, or only spaces is
-    refused where it is given, naming it, in the client (it used to abort inside gRPC) and
+    refused where it is given, naming it, in the client (gRPC would abort on it) and
     in the broker."""
     script = """if True:
         import os, sys

@@ -1,4 +1,4 @@
-"""Every queue semantic is the same through a broker (issue #23): each test runs twice, on a
+"""Every queue semantic is the same through a broker: each test runs twice, on a
 ``QueueTable`` that commits directly and on one whose calls a real ``spark-queue broker``
 process runs, with the same assertions. One table and one broker serve the whole module;
 each test uses queues of its own (``q``, a prefix unique to the test and the variant).

@@ -1,4 +1,4 @@
-"""Clients for services (issue #23): the consumer (prefetch, batched acknowledgements, lease
+"""Clients for services: the consumer (prefetch, batched acknowledgements, lease
 extension, nack with delay, long polling, close) and the publisher (linger, batch size,
 futures), on real tables. Waits are for conditions, with generous time limits."""
 

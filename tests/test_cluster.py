@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SPARK_BIN = Path(pyspark.__file__).resolve().parent / "bin"
 HOST = "127.0.0.1"
 # One worker of two cores: each application gets one executor of two cores. Two workers of
-# one core each started two executor JVMs an application on the same two cores (stop 36).
+# one core each start two executor JVMs an application on the same two cores.
 WORKERS, WORKER_CORES = 1, 2
 MESSAGES, FILES = 400, 4
 

@@ -1,4 +1,4 @@
-"""De-duplication by message id (issue #15): a queue with a ``duplicate_window`` enqueues a
+"""De-duplication by message id: a queue with a ``duplicate_window`` enqueues a
 ``message_id`` once within it, across producers, batches and restarts, as JetStream does
 with ``Nats-Msg-Id`` and its ``Duplicates`` window (Artemis: the duplicate-id cache; SQS
 FIFO: a five-minute window). Duplicates are counted, never stored."""

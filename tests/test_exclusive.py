@@ -1,4 +1,4 @@
-"""Exclusive queues (issue #15), after Artemis's exclusive queues ("all messages go to one
+"""Exclusive queues, after Artemis's exclusive queues ("all messages go to one
 consumer until it disconnects") and RabbitMQ's single active consumer: one consumer name
 holds the queue; another gets nothing until the holder releases or its last lease runs out.
 No Spark: ``QueueTable`` runs the same core as the streaming source."""

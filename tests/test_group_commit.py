@@ -1,4 +1,4 @@
-"""Group commit (issue #23): the operations of many threads on one table, one commit per
+"""Group commit: the operations of many threads on one table, one commit per
 round, each caller with exactly its own result or its own error."""
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from spark_queue.rules import identity_holds
 from spark_queue.storage.store import QueueStore, now_micros
 
 THREADS, CALLS = 8, 12
-CLIENTS = 32  # of the issue: no conflict error reaches a caller
+CLIENTS = 32  # callers at once, and no conflict error reaches any of them
 PROCESSES, PROCESS_CALLS = 3, 10
 
 

@@ -1,4 +1,4 @@
-"""Message groups (issue #15): a queue argument ``message_groups`` makes the messages of one
+"""Message groups: a queue argument ``message_groups`` makes the messages of one
 ``key`` a group, leased to one consumer at a time and in order, while other groups are
 consumed in parallel: Artemis message grouping (``JMSXGroupID``), SQS FIFO
 ``MessageGroupId``. Tests follow their documented examples; the streaming test runs two

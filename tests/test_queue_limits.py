@@ -1,4 +1,4 @@
-"""Delivery and cancel limits that belong to the queue (issue #15), as the brokers keep them:
+"""Delivery and cancel limits that belong to the queue, as the brokers keep them:
 RabbitMQ's ``x-delivery-limit``, Artemis's ``max-delivery-attempts`` address setting, AMPS's
 ``MaxDeliveries`` / ``MaxCancels`` in the queue definition. A consumer may set a lower limit,
 never a higher one. No Spark: ``QueueTable`` runs the same core as the streaming source."""

@@ -1,4 +1,4 @@
-"""Chaos for the service clients and the broker (issue #23), without Spark.
+"""Chaos for the service clients and the broker, without Spark.
 
 Two ``Publisher`` processes and two ``Consumer`` processes (tests/drivers/service_client.py)
 share queue ``jobs`` through the table's broker, and one process at a time is killed at
