@@ -127,8 +127,7 @@ def _serve_idle(ports) -> None:
     import pyarrow.flight as flight
 
     from spark_queue.broker.wire import encode_result
-    from spark_queue.commit.enqueue import PublishResult
-    from spark_queue.commit.requests import PublishOutcome
+    from spark_queue.model.results import PublishOutcome, PublishResult
 
     class Server(flight.FlightServerBase):
         def do_put(self, context, descriptor, reader, writer):

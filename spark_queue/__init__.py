@@ -8,7 +8,6 @@ it with :func:`register` on a session, or build a local one with :func:`local_se
 from typing import Any
 
 from spark_queue.clients.consumer import Consumer, Message, Publisher
-from spark_queue.commit.enqueue import PublishResult
 from spark_queue.errors import (
     ArgumentMismatchError,
     ClientClosedError,
@@ -24,6 +23,7 @@ from spark_queue.errors import (
     TableNotFoundError,
 )
 from spark_queue.model.queue_arguments import QueueArguments
+from spark_queue.model.results import PublishResult
 from spark_queue.storage.location import check_exclusive_commits
 from spark_queue.table import QueueTable
 

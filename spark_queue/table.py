@@ -21,7 +21,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_queue.broker.client import BrokerRouter, routed
-from spark_queue.commit.enqueue import PRODUCER_APP_PREFIX, PendingBatch, PublishResult
+from spark_queue.commit.enqueue import PRODUCER_APP_PREFIX, PendingBatch
 from spark_queue.commit.group import group_of
 from spark_queue.commit.maintenance import (
     DEFAULT_VACUUM_HOURS,
@@ -36,7 +36,6 @@ from spark_queue.commit.requests import (
     ExtendRequest,
     LeaseOutcome,
     LeaseRequest,
-    PublishOutcome,
     PublishRequest,
     Request,
     ack_planner,
@@ -66,6 +65,7 @@ from spark_queue.model.queue_arguments import (
     parse_consumer_limits,
     validate_arguments,
 )
+from spark_queue.model.results import PublishOutcome, PublishResult
 from spark_queue.model.schema import LEASE_VERSION_KEY
 from spark_queue.rules import (
     COUNTERS,

@@ -23,14 +23,13 @@ import pytest
 from spark_queue import QueueTable
 from spark_queue.broker.discovery import BROKERS_FOLDER, DEFAULT_MAX_REQUEST_BYTES, read_records
 from spark_queue.broker.wire import PROTOCOL, decode_error, encode_result
-from spark_queue.commit.enqueue import PublishResult
-from spark_queue.commit.requests import PublishOutcome
 from spark_queue.errors import (
     BrokerAuthenticationError,
     BrokerRequestError,
     QueueError,
 )
 from spark_queue.model.messages import as_input_table
+from spark_queue.model.results import PublishOutcome, PublishResult
 from spark_queue.storage.location import Location
 from tests.brokers import BrokerProcess, wait_until
 

@@ -111,6 +111,14 @@ def test_the_rules_touch_no_spark_delta_or_files():
         assert not [m for m in imported if m.startswith(IO_MODULES)], path.name
 
 
+def test_the_wire_format_imports_only_the_model():
+    """``broker.wire`` is pure functions over values: requests and results on the wire
+    need the model's values and errors, never the commit engine or the store."""
+    imported = {m for m in imports_of(PACKAGE / "broker" / "wire.py") if m in MODULES}
+    below = ("spark_queue.model", "spark_queue.errors", "spark_queue.portable")
+    assert {m for m in imported if not m.startswith(below)} == set()
+
+
 def test_only_the_spark_layer_imports_pyspark():
     """``QueueTable``, the clients, the broker and the CLI run where PySpark is not
     installed (``pip install spark-queue`` without the ``spark`` extra)."""

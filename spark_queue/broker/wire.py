@@ -32,9 +32,8 @@ import numpy as np
 import pyarrow as pa
 
 from spark_queue import errors
-from spark_queue.commit.enqueue import PublishResult
-from spark_queue.commit.requests import PublishOutcome
 from spark_queue.errors import BrokerRequestError, QueueError
+from spark_queue.model.results import PublishOutcome, PublishResult
 
 # 2: publish declares its upload; calls carry a proof of the token, never the token.
 PROTOCOL = 2

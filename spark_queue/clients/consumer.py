@@ -54,7 +54,7 @@ from spark_queue.model.queue_arguments import validate_arguments
 from spark_queue.model.schema import LEASE_VERSION_KEY
 
 if TYPE_CHECKING:
-    from spark_queue.commit.requests import PublishOutcome
+    from spark_queue.model.results import PublishOutcome
     from spark_queue.storage.store import QueueStore
 
 

@@ -26,23 +26,6 @@ from spark_queue.storage.store import QueueStore, Snapshot
 PRODUCER_APP_PREFIX = "spark-queue-producer-"  # + producer id: a publish's application transaction
 
 
-@dataclass(frozen=True)
-class PublishResult:
-    """What :meth:`QueueTable.publish` did."""
-
-    queue: str
-    seqs: list[int]  # of the messages stored, in the order given
-    rejected: int  # refused by a reject policy (never stored)
-    evicted: int  # other messages removed to make room (ring: replaced; drop-head: dropped)
-    dead_lettered: int  # copies this commit sent to the dead-letter queue
-    duplicate: bool = False  # (producer, sequence) was committed before: nothing enqueued
-    version: int | None = None  # the Delta version of the commit (None: nothing committed)
-    attempts: int = 1  # commit attempts it took; above 1, other writers won earlier ones
-    # Messages not enqueued because their message_id was enqueued within the queue's
-    # duplicate_window (or earlier in this same publish).
-    duplicates: int = 0
-
-
 class Reservation:
     """A batch's staged message files and the first seq they were numbered from.
 

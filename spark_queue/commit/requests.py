@@ -19,12 +19,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from spark_queue.commit.enqueue import PRODUCER_APP_PREFIX, PendingBatch, PublishResult
+from spark_queue.commit.enqueue import PRODUCER_APP_PREFIX, PendingBatch
 from spark_queue.commit.transaction import QueueTransaction
 from spark_queue.errors import InvalidInputError, RejectedMessagesError
 from spark_queue.model.messages import Bodies
 from spark_queue.model.policies import Policies
 from spark_queue.model.queue_arguments import ConsumerLimits
+from spark_queue.model.results import PublishOutcome, PublishResult
 from spark_queue.rules import (
     Leases,
     QueuePlan,
@@ -77,15 +78,6 @@ class Request:
 
 def queue_state(transaction: QueueTransaction, queue: str) -> QueueState:
     return require_queue(transaction.states, queue, transaction.store.uri)
-
-
-@dataclass(frozen=True)
-class PublishOutcome:
-    """What a publish request did: the caller's result, and which of its rows were stored
-    (``accepted[i]``: row ``i``, in the order given)."""
-
-    result: PublishResult
-    accepted: np.ndarray
 
 
 class PublishRequest(Request):

@@ -1,5 +1,6 @@
 """What the queue's values are, before any rule or storage: the one argument specification
 (``arguments``), queue arguments and consumer limits (``queue_arguments``), policies
-(``policies``), the table's column layouts (``schema``) and messages as producers hand them
-in (``messages``). Imports nothing of the package but :mod:`spark_queue.errors`.
+(``policies``), the table's column layouts (``schema``), messages as producers hand them
+in (``messages``) and what an operation hands back (``results``). Imports nothing of the
+package but :mod:`spark_queue.errors`.
 """
