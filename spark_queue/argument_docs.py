@@ -1,9 +1,9 @@
-"""The docs' tables of arguments, generated from the specification
-(:mod:`spark_queue.model.arguments`).
+"""The arguments page, ``docs/ARGUMENTS.md``, generated from the specification
+(:mod:`spark_queue.model.arguments`) and the command line's parser.
 
-Each table sits in a doc between ``<!-- arguments:NAME -->`` and ``<!-- arguments:end -->``;
-``python -m spark_queue.argument_docs --write`` regenerates them all, ``--markdown NAME``
-prints one, and a test fails when a doc and the specification drift apart.
+``python -m spark_queue.argument_docs --write`` writes it (and any table a doc still keeps
+between ``<!-- arguments:NAME -->`` and ``<!-- arguments:end -->``), ``--markdown NAME``
+prints one table, and a test fails when a doc and the specification drift apart.
 """
 
 from __future__ import annotations
@@ -12,7 +12,16 @@ import argparse
 import re
 from pathlib import Path
 
-from spark_queue.model.arguments import ARGUMENTS, SPECIFICATION, arguments_of
+from spark_queue.cli import build_parser
+from spark_queue.model.arguments import (
+    ARGUMENTS,
+    MAX_DURATION_DAYS,
+    SPECIFICATION,
+    Argument,
+    arguments_of,
+)
+
+ARGUMENTS_PAGE = "docs/ARGUMENTS.md"
 
 README_OPTIONS = (
     "queue",
@@ -126,23 +135,229 @@ def regenerate(text: str) -> str:
     return _REGION.sub(lambda m: m.group(1) + markdown(m.group(2)) + m.group(3), text)
 
 
+# -- the arguments page -------------------------------------------------------------------
+
+# Each scope (:data:`spark_queue.model.arguments.SCOPES`) as a user meets it.
+_REFERENCE = "reference/queue-table.md#spark_queue.QueueTable"
+SCOPE_SURFACES = {
+    "queue": (
+        "a queue argument, stored with the queue: a keyword of "
+        f"[`QueueTable.declare`]({_REFERENCE}.declare), "
+        f"[`alter`]({_REFERENCE}.alter) and [`publish`]({_REFERENCE}.publish), a flag of the "
+        "CLI's `declare`, `alter` and `publish`, and a policy's default"
+    ),
+    "sink": 'an option of a write: `df.writeStream.format("ringqueue")`, '
+    '`df.write.format("ringqueue")`',
+    "source": 'an option of a streaming read: `spark.readStream.format("ringqueue")`',
+    "browse": 'an option of a batch read: `spark.read.format("ringqueue")`',
+    "lease": f"a keyword of [`QueueTable.lease`]({_REFERENCE}.lease)",
+    "consumer": f"a keyword of [`QueueTable.consumer`]({_REFERENCE}.consumer)",
+    "publisher": f"a keyword of [`QueueTable.publisher`]({_REFERENCE}.publisher)",
+    "publish": f"a keyword of [`QueueTable.publish`]({_REFERENCE}.publish)",
+}
+SPARK_SCOPES = ("sink", "source", "browse")
+KEYWORD_SCOPES = ("queue", "lease", "consumer", "publisher", "publish")
+NONE = ""  # a surface that does not take the argument: an empty cell
+
+_PAGE_HEAD = f"""# Arguments
+
+<!-- Generated from spark_queue/model/arguments.py by
+     `python -m spark_queue.argument_docs --write`: edit the specification, not this page. -->
+
+Every argument spark-queue takes, once. Each surface (Spark options, the Python keywords of
+`QueueTable` and its clients, the command line's flags, the policies file) reads the one
+specification in `spark_queue/model/arguments.py`, from which this page is generated, so a
+value means the same everywhere. Each surface spells an argument its own way:
+
+- a **Spark option** of `format("ringqueue")` is camelCase and case-insensitive (Spark
+  lower-cases it): `maxLength`;
+- a **Python keyword** is snake_case: `max_length`;
+- a **CLI flag** is kebab-case: `--max-length`;
+- a **policy key** is `default-max-length` (the default a policy gives a queue) or
+  `max-length` (the cap it puts on one).
+
+An unknown argument, or a value outside its valid values, is refused with one line naming the
+argument as that surface spells it and the values it takes
+([`InvalidOptionError`](reference/errors.md#spark_queue.InvalidOptionError)); nothing is
+written.
+
+## Values
+
+Values are checked as what they are, and refused, never rounded or clamped:
+
+- **Whole numbers** (limits, counts, seqs) are an `int` or decimal digits (`"1000"`), within
+  an int64: not a bool, not a fraction (`5.0`, `"5.0"`), not `"1_000"` or `"1e3"`.
+- **Durations** have one grammar: a whole number of milliseconds (`250`), or a number with a
+  unit, `ms`, `s`/`seconds`, `m`/`minutes`, `h`/`hours`, `d`/`days`, `w`/`weeks` (`"30s"`,
+  `"1.5 s"`, `"5 minutes"`, `"1 week"`); a Python keyword also takes a `timedelta`. A
+  fraction of a millisecond is refused. A duration is at most {MAX_DURATION_DAYS:,} days, so
+  now plus any duration is a valid timestamp. Python keywords whose unit is not in the
+  duration's grammar say it in their name (`linger_ms`, `ack_interval_ms`: milliseconds, or a
+  number with a unit).
+- **Fractions** and **multipliers** are finite numbers; **choices** any case; **bools**
+  `true`/`false`, never 0 or 1.
+- A queue's arguments are also checked together once merged (with a queue's own on `alter`,
+  with a policy's on every declare): a ring takes no byte limit.
+
+## Where an argument applies
+
+| scope | where |
+|---|---|
+"""
+
+_OTHER_KEYS = """## Other keys
+
+Options of a write or read that are not arguments:
+
+| option | scopes | default | meaning |
+|---|---|---|---|
+| `storage.<KEY>` | sink, source, browse | the environment | a delta-rs storage option, how to \
+reach an object store: `storage.AWS_ENDPOINT_URL`, `storage.AZURE_STORAGE_ACCOUNT_KEY`, ... \
+([Storage](STORAGE.md)); keys are case-insensitive, values never appear in errors |
+| `checkpointLocation` | sink, source | Spark's | Spark's own, passed through |
+
+A policy's keys that select the queues it applies to, beside the policy keys above
+([Policies](POLICIES.md)):
+
+| key | value | meaning |
+|---|---|---|
+""" + "".join(f"| {key} | {value} | {meaning} |\n" for key, value, meaning in SELECTOR_ROWS)
+
+
+def cli_flags() -> dict[str, list[str]]:
+    """Each flag of the command line's subcommands, and the subcommands that take it."""
+    flags: dict[str, list[str]] = {}
+
+    def walk(parser: argparse.ArgumentParser, prefix: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    walk(sub, f"{prefix} {name}".strip())
+            elif prefix:
+                for flag in action.option_strings:
+                    flags.setdefault(flag, []).append(prefix)
+
+    walk(build_parser(), "")
+    return flags
+
+
+def _flag_commands(argument: Argument, flags: dict[str, list[str]]) -> list[str]:
+    """The commands whose flag is this argument: the queue arguments' flags and
+    ``--on-reject`` (read by the specification), and the global options every command
+    takes (``--path``, ``--policies``); a command's own flag of the same spelling
+    (``release --queue``) is not the argument."""
+    commands = flags.get(argument.flag, [])
+    every = set(flags["--path"])
+    if set(commands) == every or {"queue", "publish"} & set(argument.scopes):
+        return commands
+    return []
+
+
+def _keyword(argument: Argument) -> str:
+    scopes = [s for s in KEYWORD_SCOPES if s in argument.scopes]
+    return f"`{argument.name}`" if scopes else NONE
+
+
+def _option(argument: Argument) -> str:
+    return f"`{argument.option}`" if set(SPARK_SCOPES) & set(argument.scopes) else NONE
+
+
+def _summary_row(argument: Argument, flags: dict[str, list[str]]) -> str:
+    cells = (
+        f"[`{argument.name}`](#{argument.name})",
+        _option(argument),
+        _keyword(argument),
+        f"`{argument.flag}`" if _flag_commands(argument, flags) else NONE,
+        ", ".join(f"`{key}`" for key in argument.policy_keys) or NONE,
+        argument.described(argument.scopes[0])[0],
+        argument.unit or NONE,
+        argument.kind.doc_valid,
+        ", ".join(argument.scopes),
+    )
+    return "| " + " | ".join(cells) + " |\n"
+
+
+def _section(argument: Argument, flags: dict[str, list[str]]) -> str:
+    lines = [f"### `{argument.name}`", "", argument.doc[0].upper() + argument.doc[1:] + ".", ""]
+    spelled = []
+    if _option(argument) != NONE:
+        scopes = ", ".join(s for s in SPARK_SCOPES if s in argument.scopes)
+        spelled.append(f"Spark option {_option(argument)} ({scopes})")
+    keyword_scopes = [s for s in KEYWORD_SCOPES if s in argument.scopes]
+    if keyword_scopes:
+        spelled.append(f"Python keyword `{argument.name}` ({', '.join(keyword_scopes)})")
+    commands = _flag_commands(argument, flags)
+    if set(commands) == set(flags["--path"]):
+        spelled.append(f"CLI flag `{argument.flag}` (every command)")
+    elif commands:
+        spelled.append(f"CLI flag `{argument.flag}` ({', '.join(f'`{c}`' for c in commands)})")
+    lines.append("- " + "; ".join(spelled) + ".")
+    default = argument.described(argument.scopes[0])[0]
+    unit = f" Unit: {argument.unit}." if argument.unit else ""
+    lines.append(f"- Default: {default}.{unit} Valid: {argument.kind.doc_valid}.")
+    for scope in argument.scopes:
+        if scope in argument.per_scope:
+            scope_default, scope_doc = argument.described(scope)
+            more = f": {scope_doc}" if argument.per_scope[scope][1] else ""
+            lines.append(f"- In {scope}: default {scope_default}{more}.")
+    for key, meaning in _policy_meanings(argument):
+        lines.append(f"- Policy key `{key}`: {meaning}.")
+    return "\n".join(lines) + "\n"
+
+
+def _policy_meanings(argument: Argument) -> list[tuple[str, str]]:
+    meanings = []
+    for key in argument.policy_keys:
+        if not key.startswith("default-"):
+            meaning = argument.cap_doc
+        elif argument.name == "ring_size":
+            meaning = (
+                'shorthand for `default-max-length = N` and `default-overflow = "ring"`; '
+                "giving it with either of those is an error"
+            )
+        else:
+            meaning = f"the default of `{argument.option}`"
+        meanings.append((key, meaning))
+    return meanings
+
+
+def arguments_page() -> str:
+    """``docs/ARGUMENTS.md``: every argument of the specification, one row each, then what
+    each means."""
+    flags = cli_flags()
+    parts = [_PAGE_HEAD]
+    parts += [f"| {scope} | {where} |\n" for scope, where in SCOPE_SURFACES.items()]
+    parts.append(
+        "\n## All arguments\n\n"
+        "| argument | Spark option | Python keyword | CLI flag | policy keys | default | unit "
+        "| valid values | scopes |\n|" + "---|" * 9 + "\n"
+    )
+    parts += [_summary_row(argument, flags) for argument in SPECIFICATION]
+    parts.append("\n## Each argument\n")
+    parts += ["\n" + _section(argument, flags) for argument in SPECIFICATION]
+    parts.append("\n" + _OTHER_KEYS)
+    return "".join(parts)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
         prog="python -m spark_queue.argument_docs",
-        description="Print a table of the argument specification, or write the docs' tables.",
+        description=f"Print a table of the argument specification, or write {ARGUMENTS_PAGE}.",
     )
     parser.add_argument("--markdown", choices=sorted(DOC_TABLES), help="print this table")
     parser.add_argument(
-        "--write", action="store_true", help=f"regenerate the tables in {', '.join(DOC_FILES)}"
+        "--write", action="store_true", help=f"write {ARGUMENTS_PAGE} and the docs' tables"
     )
     args = parser.parse_args(argv)
     if args.markdown:
         print(markdown(args.markdown), end="")
     if args.write:
         root = Path(__file__).resolve().parents[1]
+        (root / ARGUMENTS_PAGE).write_text(arguments_page(), encoding="utf-8")
         for name in DOC_FILES:
             path = root / name
-            path.write_text(regenerate(path.read_text(encoding="utf-8")), encoding="utf-8")
+            if path.exists():
+                path.write_text(regenerate(path.read_text(encoding="utf-8")), encoding="utf-8")
 
 
 if __name__ == "__main__":

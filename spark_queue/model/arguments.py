@@ -754,6 +754,7 @@ SPECIFICATION: tuple[Argument, ...] = (
                 "a message delivered this many times without an ack is killed (dead-lettered "
                 f"`delivery_limit`) instead of returned; {_LOWER_ONLY}",
             ),
+            "lease": ("0 (the queue's limit only)", "as for the source"),
             "consumer": ("0 (the queue's limit only)", "as for `QueueTable.lease`"),
         },
         cap_doc="cap on the queue's delivery limit (0 or -1: no cap): a queue without one "
@@ -773,6 +774,7 @@ SPECIFICATION: tuple[Argument, ...] = (
                 "a message cancelled this many times is killed (dead-lettered "
                 f"`cancel_limit`); {_LOWER_ONLY}",
             ),
+            "lease": ("0 (the queue's limit only)", "as for the source"),
             "consumer": ("0 (the queue's limit only)", "as for `QueueTable.lease`"),
         },
         cap_doc="cap on the queue's cancel limit (0 or -1: no cap): a queue without one gets "
@@ -867,7 +869,10 @@ SPECIFICATION: tuple[Argument, ...] = (
         ("source", "lease"),
         unit="messages",
         spark_option="maxMessagesPerTrigger",
-        per_scope={"source": ("unlimited", "")},
+        per_scope={
+            "source": ("unlimited", ""),
+            "lease": ("100", "messages per lease; 0 leases none and only settles"),
+        },
     ),
     Argument(
         "max_bytes",
