@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: setup jars demo test stress lint bench clean
+.PHONY: setup jars demo test stress lint docs bench clean
 
 # Bytecode for the package: the editable install writes none, and where
 # PYTHONDONTWRITEBYTECODE is set no process does, so every Python worker Spark starts
@@ -11,12 +11,12 @@ PY     := $(VENV)/bin/python
 setup: $(VENV)/.installed jars
 	$(PY) -m compileall -q spark_queue jobs
 
-# The pinned set (conf/constraints.txt) of the package with Spark, its Spark Connect client
-# and the test tools.
+# The pinned set (conf/constraints.txt) of the package with Spark, its Spark Connect client,
+# the test tools and the docs site's builder.
 $(VENV)/.installed: pyproject.toml conf/constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c conf/constraints.txt -e ".[spark,connect,dev]"
+	$(PY) -m pip install -q -c conf/constraints.txt -e ".[spark,connect,dev,docs]"
 	touch $@
 
 # Delta's JARs into jars/ and hadoop-aws's into jars/s3/, from Maven Central (git-ignored;
@@ -63,6 +63,11 @@ stress: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
+
+# The docs site (mkdocs.yml) into build/site; any warning fails it: a broken link, anchor or
+# cross-reference, a page left out of the navigation, a docstring it cannot read.
+docs: $(VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site
 
 bench: setup
 	$(PY) benchmarks/bench_sink.py

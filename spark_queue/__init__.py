@@ -5,7 +5,7 @@ it with :func:`register` on a session, or build a local one with :func:`local_se
 :class:`QueueTable` is the Python API of a queue table.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spark_queue.clients.consumer import Consumer, Message, Publisher
 from spark_queue.errors import (
@@ -28,7 +28,11 @@ from spark_queue.storage.location import check_exclusive_commits
 from spark_queue.table import QueueTable
 
 # Spark is optional (``pip install "spark-queue[spark]"``): QueueTable runs without it, so
-# the session helpers are imported only when asked for.
+# the session helpers are imported only when asked for. Type checkers and the API reference
+# read them from their module.
+if TYPE_CHECKING:
+    from spark_queue.spark.session import local_session, register
+
 _SPARK_HELPERS = ("local_session", "register")
 
 
