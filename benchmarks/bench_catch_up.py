@@ -1,5 +1,5 @@
 """What a group commit's catch-up costs, and whether checkpoints more often make it cheaper
-(docs/BENCHMARKS.md, "Catch-up and the checkpoint interval").
+(docs/decisions/checkpoint-interval.md).
 
 A round's leader reads its own commit back with delta-rs's ``update_incremental`` (the
 binding keeps no snapshot of the commit it wrote). This measures, side by side in one run:
