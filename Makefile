@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: setup jars demo test stress lint docs bench clean
+.PHONY: setup jars demo test stress lint typecheck docs bench clean
 
 # Bytecode for the package: the editable install writes none, and where
 # PYTHONDONTWRITEBYTECODE is set no process does, so every Python worker Spark starts
@@ -63,6 +63,10 @@ stress: setup
 
 lint: setup
 	$(VENV)/bin/ruff check .
+
+# The type checker, configured in pyproject.toml ([tool.mypy]).
+typecheck: setup
+	$(VENV)/bin/mypy
 
 # The docs site (mkdocs.yml) into build/site; any warning fails it: a broken link, anchor or
 # cross-reference, a page left out of the navigation, a docstring it cannot read.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Sequence
 from pathlib import Path
 
 from spark_queue.cli import build_parser
@@ -63,7 +64,7 @@ DOC_FILES = ("README.md", "docs/OPTIONS.md", "docs/POLICIES.md", "docs/CLI.md", 
 _REGION = re.compile(r"(<!-- arguments:([a-z-]+) -->\n).*?(<!-- arguments:end -->)", re.DOTALL)
 
 
-def _rows(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+def _rows(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines) + "\n"

@@ -87,7 +87,7 @@ class _Parser(argparse.ArgumentParser):
         message = _AMBIGUOUS.sub(r"\1", message)
         raise UsageError(f"{message} (see {self.prog} --help)")
 
-    def parse_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def, override]
+    def parse_args(self, args=None, namespace=None):
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
             self.error(f"unrecognized arguments: {_unrecognized(extras)}")

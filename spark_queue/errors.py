@@ -12,7 +12,9 @@ from collections.abc import Iterable
 from typing import Any
 
 
-def _restored(cls: type[QueueError], args: tuple, attributes: dict[str, Any]) -> QueueError:
+def _restored(
+    cls: type[QueueError], args: tuple[Any, ...], attributes: dict[str, Any]
+) -> QueueError:
     """An error unpickled: its class, ``args`` and attributes, its ``__init__`` not run."""
     error = cls.__new__(cls)
     error.args = args
@@ -23,7 +25,7 @@ def _restored(cls: type[QueueError], args: tuple, attributes: dict[str, Any]) ->
 class QueueError(Exception):
     """Base class of every spark-queue error."""
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         return (_restored, (type(self), self.args, dict(self.__dict__)))
 
 

@@ -20,8 +20,12 @@ import importlib
 import operator
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, SupportsIndex, cast
 
 ROOT = str(Path(__file__).resolve().parent.parent)
+# pickle's helpers in copyreg, which its type stubs leave out.
+_NEWOBJ = copyreg.__newobj__  # type: ignore[attr-defined]
+_RECONSTRUCTOR = copyreg._reconstructor  # type: ignore[attr-defined]
 
 
 class _Call:
@@ -32,7 +36,7 @@ class _Call:
         self.function = function
         self.args = args
 
-    def __reduce__(self) -> tuple:
+    def __reduce__(self) -> tuple[Any, ...]:
         return (self.function, self.args)
 
 
@@ -50,10 +54,11 @@ class Portable:
     """A mixin: instances pickle as usual (state, ``__getstate__``), but with their class
     found through :func:`portable_class`."""
 
-    def __reduce_ex__(self, protocol: int) -> tuple:  # type: ignore[override]
-        function, args, *rest = super().__reduce_ex__(protocol)
-        if function is copyreg.__newobj__ and args == (type(self),):
+    def __reduce_ex__(self, protocol: SupportsIndex) -> tuple[Any, ...]:
+        # object's reduction of an instance is a tuple (text is for module-level names).
+        function, args, *rest = cast(tuple[Any, ...], super().__reduce_ex__(protocol))
+        if function is _NEWOBJ and args == (type(self),):
             # pickle writes __newobj__ as an opcode that takes the class itself; the
             # protocol 0 spelling of the same call, object.__new__(cls), takes any argument.
-            function, args = copyreg._reconstructor, (portable_class(type(self)), object, None)
+            function, args = _RECONSTRUCTOR, (portable_class(type(self)), object, None)
         return (function, args, *rest)

@@ -36,6 +36,7 @@ from spark_queue.commit.requests import (
     ExtendRequest,
     LeaseOutcome,
     LeaseRequest,
+    Outcome,
     PublishRequest,
     Request,
     ack_planner,
@@ -70,6 +71,7 @@ from spark_queue.model.schema import LEASE_VERSION_KEY
 from spark_queue.rules import (
     COUNTERS,
     Leases,
+    QueueState,
     gauges,
     identity_holds,
     leased_by_consumer,
@@ -249,7 +251,8 @@ class QueueTable:
         table = self.store.open()
         if table is None:
             raise TableNotFoundError(self.path)
-        return table.transaction_version(f"{PRODUCER_APP_PREFIX}{producer}")
+        version: int | None = table.transaction_version(f"{PRODUCER_APP_PREFIX}{producer}")
+        return version
 
     # -- declaring and changing queues -----------------------------------------------------
 
@@ -663,7 +666,7 @@ class QueueTable:
 
         return Publisher(self, queue, **options)
 
-    def _call(self, request: Request) -> Any:
+    def _call(self, request: Request[Outcome]) -> Outcome:
         """Run ``request`` in this process's group commit of the table (:mod:`spark_queue.
         group`): one Delta commit with the requests of other threads queued meanwhile. Blocks
         until the commit holding it has landed; raises its own error only."""
@@ -841,7 +844,7 @@ class QueueTable:
             raise TableNotFoundError(self.path)
         return snapshot
 
-    def _require(self, snapshot: Snapshot, name: str) -> Any:
+    def _require(self, snapshot: Snapshot, name: str) -> QueueState:
         return require_queue(snapshot.states, name, self.path)
 
     def _purgeable(
@@ -857,4 +860,5 @@ class QueueTable:
             parts.append(live_rows(partition, ["seq"])["seq"].to_numpy())
             progress(f"purging queue {name}: {done}/{len(partitions)} file runs read")
         seqs = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-        return seqs[~member(seqs, leased)]
+        purgeable: np.ndarray = seqs[~member(seqs, leased)]
+        return purgeable

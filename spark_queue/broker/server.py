@@ -27,7 +27,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -395,8 +395,10 @@ class QueueBroker(flight.FlightServerBase):
             text = scrubbed(str(error), self.table.store.location.options)
             log.error("a %s request failed: %s: %s", kind, type(error).__name__, trimmed(text))
             log.debug("the failure's traceback", exc_info=True)
-            payload = encode_error(
-                BrokerError(f"the broker failed: {type(error).__name__}: {text}")
+            # A BrokerError is one of the table's errors: it always encodes.
+            payload = cast(
+                bytes,
+                encode_error(BrokerError(f"the broker failed: {type(error).__name__}: {text}")),
             )
         message = json.loads(payload)["message"]  # for clients that read no extra_info
         return flight.FlightServerError(

@@ -217,14 +217,14 @@ class Consumer:
                 "filter": filter,
             },
         )
-        ack_interval_ms = given["ack_interval_ms"]
-        if ack_interval_ms is None:
-            ack_interval_ms = min(DEFAULT_ACK_INTERVAL_MS, period_ms / 4)
-        if ack_interval_ms >= period_ms / 2:
+        interval_ms: float | None = given["ack_interval_ms"]
+        if interval_ms is None:
+            interval_ms = min(DEFAULT_ACK_INTERVAL_MS, period_ms / 4)
+        if interval_ms >= period_ms / 2:
             # An acknowledged message's lease is no longer extended: its flush must land
             # before the lease runs out, or the message is delivered again.
             raise InvalidOptionError(
-                f"ack_interval_ms ({ack_interval_ms:g} ms) must be below half the "
+                f"ack_interval_ms ({interval_ms:g} ms) must be below half the "
                 f"lease_period ({period_ms} ms)"
             )
         poll_ms = given["max_poll_interval_ms"]
@@ -237,7 +237,7 @@ class Consumer:
         self.max_prefetch = given["max_prefetch"]
         self.lease_period_s = period_ms / 1000
         self.ack_batch = given["ack_batch"]
-        self.ack_interval_s = ack_interval_ms / 1000
+        self.ack_interval_s = interval_ms / 1000
         self.max_poll_interval_s = poll_ms / 1000
         self.idle_lease_interval_s = given["idle_lease_interval_ms"] / 1000
         self._lease_options: dict[str, Any] = {
@@ -323,7 +323,7 @@ class Consumer:
                 if left is not None and left <= 0:
                     return []
                 self._cond.wait(left)
-            taken = []
+            taken: list[Message] = []
             while self._buffer and len(taken) < max_messages:
                 message = self._buffer.popleft()
                 self._in_hand[message.seq] = message
@@ -623,7 +623,7 @@ class Consumer:
         return due
 
     def _next_wait(self, now: float, idle: bool, poll: _Poll) -> float:
-        waits = [self.idle_lease_interval_s]
+        waits: list[float] = [self.idle_lease_interval_s]
         if idle:
             waits.append(poll.check_at - now)
         if self._acks:
@@ -852,7 +852,7 @@ def _listen(table: QueueOperations, callback: Any) -> _Listening:
 @dataclass
 class _Pending:
     row: dict[str, Any]
-    future: Future
+    future: Future[int | None]
 
 
 class Publisher:
@@ -921,7 +921,7 @@ class Publisher:
         priority: int | None = None,
         deliver_at: datetime | None = None,
         expires_at: datetime | None = None,
-    ) -> Future:
+    ) -> Future[int | None]:
         """Queue one message for the next batch; returns its future (see the class).
 
         Raises:
@@ -941,7 +941,7 @@ class Publisher:
                 row[name] = value
         if len(row) > 1 or not isinstance(body, bytes | str):
             as_input_table([row])  # its own errors, now, not its batch's
-        future: Future = Future()
+        future: Future[int | None] = Future()
         with self._cond:
             if self._closed:
                 raise ClientClosedError(f"publisher of {self.queue!r} is closed")

@@ -35,7 +35,7 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 try:
     import fcntl
@@ -51,7 +51,15 @@ from spark_queue.commit.maintenance import (
     compact_if_needed,
     needs_compaction,
 )
-from spark_queue.commit.requests import PublishRun, Request, Round, Unmergeable, mergeable
+from spark_queue.commit.requests import (
+    Outcome,
+    PublishRequest,
+    PublishRun,
+    Request,
+    Round,
+    Unmergeable,
+    mergeable,
+)
 from spark_queue.commit.transaction import COMMIT_BUDGET, QueueTransaction
 from spark_queue.errors import CommitConflictError, QueueError, TableNotFoundError
 from spark_queue.storage.location import Location
@@ -129,8 +137,8 @@ class HostLock:
 
 @dataclass
 class Queued:
-    request: Request
-    future: Future
+    request: Request[Any]
+    future: Future[Any]
 
 
 class RoundFailed(Exception):
@@ -176,10 +184,10 @@ class CommitGroup:
         with self._listening:
             self._listeners.remove(callback)
 
-    def submit(self, request: Request) -> Future:
+    def submit(self, request: Request[Outcome]) -> Future[Outcome]:
         """Queue ``request`` for the next round; its future holds what
         :meth:`Request.apply` returned once the commit holding it has landed, or its error."""
-        future: Future = Future()
+        future: Future[Outcome] = Future()
         with self._lock:
             if self._closed:
                 raise QueueError(
@@ -222,15 +230,15 @@ class CommitGroup:
                 batch = self._take(MAX_ROUND)
             commits = self.rounds
             try:
-                left = self._round(batch)
+                rest = self._round(batch)
             except BaseException as error:  # an unexpected failure: every caller hears of it
                 for item in batch:
                     if not item.future.done():
                         item.request.discard(self.store)
                         item.future.set_exception(error)
-                left = []
+                rest = []
             with self._lock:
-                self._pending.extendleft(reversed(left))  # first in the next round
+                self._pending.extendleft(reversed(rest))  # first in the next round
             self._catch_up(committed=self.rounds > commits)
 
     def _catch_up(self, committed: bool) -> None:
@@ -246,7 +254,7 @@ class CommitGroup:
         self._current_at = time.monotonic()
 
     def _take(self, limit: int) -> list[Queued]:
-        taken = []
+        taken: list[Queued] = []
         while self._pending and len(taken) < limit:
             taken.append(self._pending.popleft())
         return taken
@@ -310,13 +318,13 @@ class CommitGroup:
             if lost:
                 pause = backoff(attempt + 1)
                 if time.monotonic() + pause > deadline:
-                    error = CommitConflictError(
+                    conflict = CommitConflictError(
                         f"could not commit to {store.uri}: another writer committed first in "
                         f"each of {attempt} attempts over {self.budget:g} s"
                     )
                     for item in candidates:
                         item.request.discard(store)
-                        item.future.set_exception(error)
+                        item.future.set_exception(conflict)
                     return []
                 time.sleep(pause)
                 with self._lock:  # what arrived meanwhile joins the next attempt
@@ -452,7 +460,8 @@ class CommitGroup:
             else:
                 runs.append([item])
         return [
-            (run, PublishRun([i.request for i in run]) if len(run) > 1 else run[0].request)
+            # A run of more than one holds publishes only (mergeable).
+            (run, PublishRun(_publishes(run)) if len(run) > 1 else run[0].request)
             for run in runs
         ]
 
@@ -520,3 +529,8 @@ def call(location: Location, request: Request, finish: Callable[[Any], Any] | No
     in the calling thread), or its error."""
     outcome = group_of(location).submit(request).result()
     return finish(outcome) if finish is not None else outcome
+
+
+def _publishes(run: list[Queued]) -> list[PublishRequest]:
+    """A merged run's requests: publishes, as :func:`mergeable` joins no others."""
+    return cast(list[PublishRequest], [item.request for item in run])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, Generic, TypeVar, cast
 
 import numpy as np
 import pyarrow as pa
@@ -55,8 +55,11 @@ class Round:
         return bool(self.operations)
 
 
-class Request:
-    """One caller's queue operation in a group commit."""
+Outcome = TypeVar("Outcome")
+
+
+class Request(Generic[Outcome]):
+    """One caller's queue operation in a group commit, whose caller gets an ``Outcome``."""
 
     creates = False  # whether it creates the table where there is none
     policies: Policies | None = None  # applied by the declares it makes
@@ -65,7 +68,7 @@ class Request:
         """Whether it must go into the next round because of what this round holds."""
         return False
 
-    def apply(self, round: Round) -> Any:
+    def apply(self, round: Round) -> Outcome:
         """Apply it to ``round.transaction``; what the caller gets once the commit landed."""
         raise NotImplementedError
 
@@ -80,7 +83,7 @@ def queue_state(transaction: QueueTransaction, queue: str) -> QueueState:
     return require_queue(transaction.states, queue, transaction.store.uri)
 
 
-class PublishRequest(Request):
+class PublishRequest(Request[PublishOutcome]):
     """:meth:`QueueTable.publish`: one queue's rows, maybe an idempotent (producer,
     sequence) pair."""
 
@@ -199,7 +202,7 @@ def mergeable(first: Request, other: Request) -> bool:
 _RESULT_FIELDS = tuple(f.name for f in fields(PublishResult))
 
 
-class PublishRun(Request):
+class PublishRun(Request[list[PublishOutcome]]):
     """Publishes of one queue with the same arguments, next to each other in a round, as one
     enqueue and one message file (a round of many single-message publishes would otherwise
     write a file each, and compaction would follow). Where every message was stored and
@@ -210,8 +213,8 @@ class PublishRun(Request):
     def __init__(self, requests: list[PublishRequest]) -> None:
         first = requests[0]
         self.sizes = [r.batch.num_rows for r in requests]
-        bodies = [r.batch.bodies for r in requests]
-        if all(part is not None for part in bodies):  # shaped once, for the whole run
+        bodies = [r.batch.bodies for r in requests if r.batch.bodies is not None]
+        if len(bodies) == len(requests):  # shaped once, for the whole run
             batch = PendingBatch(first.queue, Bodies.concat(bodies))
         else:
             # Each publish's rows are numbered from 0 (normalised): the run's, from 0 on.
@@ -273,7 +276,7 @@ class LeaseOutcome:
     view: Snapshot
 
 
-class LeaseRequest(Request):
+class LeaseRequest(Request[LeaseOutcome]):
     """:meth:`QueueTable.lease`."""
 
     def __init__(self, queue: str, limits: ConsumerLimits, filter: str | None) -> None:
@@ -315,11 +318,14 @@ Planner = Callable[[QueueTransaction, QueueState, "np.ndarray | None"], QueuePla
 
 
 def ack_planner(consumer: str | None) -> Planner:
-    return lambda t, s, seqs: plan_ack(s, t.head_reader(), t.now, seqs, consumer)
+    # An ack and an expire always name their seqs (only a release may not).
+    return lambda t, s, seqs: plan_ack(s, t.head_reader(), t.now, cast(np.ndarray, seqs), consumer)
 
 
 def expire_planner(consumer: str | None) -> Planner:
-    return lambda t, s, seqs: plan_expire(s, t.head_reader(), t.now, seqs, consumer)
+    return lambda t, s, seqs: plan_expire(
+        s, t.head_reader(), t.now, cast(np.ndarray, seqs), consumer
+    )
 
 
 def cancel_planner(consumer: str | None, delay_us: int | None) -> Planner:
@@ -334,7 +340,7 @@ def release_planner(consumer: str) -> Planner:
     )
 
 
-class ChangeRequest(Request):
+class ChangeRequest(Request[int]):
     """:meth:`QueueTable.ack`, ``cancel``, ``expire`` and ``release``: end leases. Returns
     how many of the leases it targets (``seqs`` of ``consumer``, any if None) it ended.
     Leases whose period ran out are returned by the same commit but not counted: their
@@ -375,7 +381,7 @@ class ChangeRequest(Request):
         return ended
 
 
-class ExtendRequest(Request):
+class ExtendRequest(Request[int]):
     """:meth:`QueueTable.extend`."""
 
     def __init__(self, queue: str, seqs: np.ndarray, consumer: str, period_us: int) -> None:

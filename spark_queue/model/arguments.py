@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import Any, Generic, Literal, TypeVar, cast, overload
 
 import numpy as np
 import pyarrow as pa
@@ -118,10 +118,21 @@ def _number(value: Any) -> float | None:
 # -- kinds --------------------------------------------------------------------------------
 
 
+Parsed = TypeVar("Parsed")
+
+
+class _Invalid:
+    """What :meth:`Kind.convert` returns for a value that is not of its kind."""
+
+
+_INVALID = _Invalid()
+
+
 @dataclass(frozen=True)
-class Kind:
+class Kind(Generic[Parsed]):
     """A kind of value: what it accepts (:attr:`valid`, quoted by its one message) and its
-    parser. Subclasses define :meth:`convert`, returning None where the value is not one."""
+    parser, whose values are of type ``Parsed``. Subclasses define :meth:`convert`,
+    returning :data:`_INVALID` where the value is not one."""
 
     name = "value"
 
@@ -134,25 +145,22 @@ class Kind:
         """The valid values as the docs' tables show them (Markdown, short)."""
         return self.valid
 
-    def convert(self, value: Any) -> Any:
+    def convert(self, value: Any) -> Parsed | _Invalid:
         raise NotImplementedError
 
-    def parse(self, label: str, value: Any, *, quoted: bool = True) -> Any:
+    def parse(self, label: str, value: Any, *, quoted: bool = True) -> Parsed:
         """The parsed value, or :class:`InvalidOptionError` naming ``label`` and the valid
         values, and quoting the value unless ``quoted`` is unset (a command line's flags:
         a shell's history and logs keep what a message prints)."""
         parsed = self.convert(value)
-        if parsed is _INVALID:
+        if isinstance(parsed, _Invalid):
             got = f"; got {shown(value)}" if quoted else ""
             raise InvalidOptionError(f"{label} must be {self.valid}{got}")
         return parsed
 
 
-_INVALID = object()
-
-
 @dataclass(frozen=True)
-class Count(Kind):
+class Count(Kind[int]):
     """A whole number from ``minimum`` to ``maximum`` (an int64 unless narrower)."""
 
     minimum: int = 0
@@ -169,7 +177,7 @@ class Count(Kind):
     def doc_valid(self) -> str:
         return self.valid.removeprefix("a ")
 
-    def convert(self, value: Any) -> Any:
+    def convert(self, value: Any) -> int | _Invalid:
         number = _whole(value)
         if number is None or not self.minimum <= number <= self.maximum:
             return _INVALID
@@ -177,7 +185,7 @@ class Count(Kind):
 
 
 @dataclass(frozen=True)
-class Limit(Kind):
+class Limit(Kind[int | None]):
     """A whole number >= 0 (an int64), or ``None`` / one of ``none`` for no limit (parsed as
     None). With ``zero_is_none`` 0 also means no limit, and the least limit is 1."""
 
@@ -196,7 +204,7 @@ class Limit(Kind):
             return "whole number > 0; 0 or -1: none"
         return "whole number >= 0, or -1 (unlimited)"
 
-    def convert(self, value: Any) -> Any:
+    def convert(self, value: Any) -> int | _Invalid | None:
         if value is None:
             return None
         number = _whole(value)
@@ -208,7 +216,7 @@ class Limit(Kind):
 
 
 @dataclass(frozen=True)
-class Duration(Kind):
+class Duration(Kind[int | None]):
     """A duration in milliseconds: a whole number (milliseconds), a ``timedelta``, or text,
     a number with a unit (``250ms``, ``1.5s``, ``5 minutes``, ``2h``, ``1 day``, ``1 week``);
     at most :data:`MAX_DURATION_MS` and at least ``minimum_ms``. With ``zero_is_none``, 0 and
@@ -235,7 +243,7 @@ class Duration(Kind):
             "; 0: none" if self.zero_is_none else ""
         )
 
-    def convert(self, value: Any) -> Any:
+    def convert(self, value: Any) -> int | _Invalid | None:
         if value is None and (self.optional or self.zero_is_none):
             return None
         millis = duration_ms(value)
@@ -269,7 +277,7 @@ def duration_ms(value: Any) -> int | None:
 
 
 @dataclass(frozen=True)
-class Fraction(Kind):
+class Fraction(Kind[float]):
     """A number in (0, 1]."""
 
     name = "fraction"
@@ -282,13 +290,13 @@ class Fraction(Kind):
     def doc_valid(self) -> str:
         return "fraction in (0, 1]"
 
-    def convert(self, value: Any) -> Any:
+    def convert(self, value: Any) -> float | _Invalid:
         number = _number(value)
         return number if number is not None and 0.0 < number <= 1.0 else _INVALID
 
 
 @dataclass(frozen=True)
-class Multiplier(Kind):
+class Multiplier(Kind[float]):
     """A finite number >= 1."""
 
     name = "multiplier"
@@ -297,13 +305,13 @@ class Multiplier(Kind):
     def valid(self) -> str:
         return "a finite number >= 1"
 
-    def convert(self, value: Any) -> Any:
+    def convert(self, value: Any) -> float | _Invalid:
         number = _number(value)
         return number if number is not None and number >= 1.0 else _INVALID
 
 
 @dataclass(frozen=True)
-class Choice(Kind):
+class Choice(Kind[str]):
     """One of ``values`` (text, any case, surrounding blanks ignored)."""
 
     values: tuple[str, ...] = ()
@@ -317,14 +325,14 @@ class Choice(Kind):
     def doc_valid(self) -> str:
         return ", ".join(f"`{v}`" for v in self.values)
 
-    def convert(self, value: Any) -> Any:
+    def convert(self, value: Any) -> str | _Invalid:
         if not isinstance(value, str) or value.strip().lower() not in self.values:
             return _INVALID
         return value.strip().lower()
 
 
 @dataclass(frozen=True)
-class Bool(Kind):
+class Bool(Kind[bool]):
     """``True``/``False``, or the text ``true``/``false`` (any case); never a number."""
 
     name = "bool"
@@ -337,7 +345,7 @@ class Bool(Kind):
     def doc_valid(self) -> str:
         return "`true`, `false`"
 
-    def convert(self, value: Any) -> Any:
+    def convert(self, value: Any) -> bool | _Invalid:
         if _is_bool(value):
             return bool(value)
         if isinstance(value, str) and value.strip().lower() in ("true", "false"):
@@ -346,7 +354,7 @@ class Bool(Kind):
 
 
 @dataclass(frozen=True)
-class Name(Kind):
+class Name(Kind[str | None]):
     """A name matching ``pattern`` (described by ``rule``). With ``optional``, ``None`` and
     ``""`` parse as None (not set)."""
 
@@ -365,7 +373,7 @@ class Name(Kind):
             return "a queue name, `[A-Za-z0-9_.-]{1,255}`"
         return self.rule.removeprefix("a name of ")
 
-    def convert(self, value: Any) -> Any:
+    def convert(self, value: Any) -> str | _Invalid | None:
         if self.optional and value in (None, ""):
             return None
         if not isinstance(value, str) or not self.pattern.match(value):
@@ -374,7 +382,7 @@ class Name(Kind):
 
 
 @dataclass(frozen=True)
-class Text(Kind):
+class Text(Kind[str | None]):
     """Non-empty text (a path, an SQL predicate). With ``optional``, None and "" are None."""
 
     optional: bool = True
@@ -388,7 +396,7 @@ class Text(Kind):
     def doc_valid(self) -> str:
         return "text"
 
-    def convert(self, value: Any) -> Any:
+    def convert(self, value: Any) -> str | _Invalid | None:
         if self.optional and value in (None, ""):
             return None
         return value if isinstance(value, str) and value.strip() else _INVALID
@@ -435,7 +443,7 @@ CONSUMER = Name(pattern=CONSUMER_NAME, rule="a name of 1 to 255 characters, no c
 # -- the kind parsers: stable names other modules call ------------------------------------
 
 
-def flag_type(kind: Kind) -> Callable[[str], Any]:
+def flag_type(kind: Kind[Any]) -> Callable[[str], Any]:
     """An argparse ``type`` parsing a flag's text as ``kind``: a bad value is a usage error
     that argparse prefixes with the flag, saying the valid values and never the value (a
     flag may carry a secret)."""
@@ -507,6 +515,18 @@ def parse_delivery_limit(label: str, value: Any) -> int | None:
     return DELIVERY_LIMIT.parse(label, value)
 
 
+@overload
+def parse_duration_ms(
+    label: str, value: Any, minimum_ms: int = 0, zero_is_none: Literal[False] = False
+) -> int: ...
+
+
+@overload
+def parse_duration_ms(
+    label: str, value: Any, minimum_ms: int = 0, *, zero_is_none: bool
+) -> int | None: ...
+
+
 def parse_duration_ms(
     label: str, value: Any, minimum_ms: int = 0, zero_is_none: bool = False
 ) -> int | None:
@@ -536,12 +556,12 @@ def parse_bool(label: str, value: Any) -> bool:
 
 def parse_queue_name(label: str, value: Any) -> str:
     """A queue name: 1 to 255 characters from A-Z a-z 0-9 _ . -."""
-    return QUEUE.parse(label, value)
+    return cast(str, QUEUE.parse(label, value))  # not optional: never None
 
 
 def parse_consumer_name(label: str, value: Any) -> str:
     """A consumer name: 1 to 255 characters, no control characters."""
-    return CONSUMER.parse(label, value)
+    return cast(str, CONSUMER.parse(label, value))  # not optional: never None
 
 
 # -- the specification --------------------------------------------------------------------
@@ -577,7 +597,7 @@ class Argument:
     only lower the queue's). ``cap_doc`` says what its policy cap does."""
 
     name: str
-    kind: Kind
+    kind: Kind[Any]
     doc: str
     scopes: tuple[str, ...]
     default: Any = None
@@ -638,7 +658,7 @@ def _shown_default(argument: Argument) -> str:
     return str(value)
 
 
-def _queue(name: str, kind: Kind, doc: str, default: Any = None, **more: Any) -> Argument:
+def _queue(name: str, kind: Kind[Any], doc: str, default: Any = None, **more: Any) -> Argument:
     scopes = more.pop("scopes", ("queue", "sink"))
     return Argument(name, kind, doc, scopes, default, policy_default=True, **more)
 

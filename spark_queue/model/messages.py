@@ -67,7 +67,11 @@ def normalise(
         default = pa.array([default_queue] * n, pa.string())
         queue = default if queue is None else pc.coalesce(queue, default)
     # One queue for every row (a publish's, as a rule) is checked without a pass over them.
-    names = [default_queue] if queue is default else pc.unique(queue).to_pylist()
+    names: list[str] = (
+        [default_queue]
+        if queue is default and default_queue is not None
+        else pc.unique(queue).to_pylist()
+    )
     for name in names:
         if not QUEUE_NAME.match(name):
             raise InvalidInputError(

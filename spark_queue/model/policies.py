@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+import sys
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,10 +38,10 @@ from spark_queue.model.queue_arguments import (
     option_name,
 )
 
-try:
+if sys.version_info >= (3, 11):
     import tomllib
-except ModuleNotFoundError:  # Python 3.10: the same parser, from PyPI
-    import tomli as tomllib  # type: ignore[no-redef]
+else:  # Python 3.10: the same parser, from PyPI
+    import tomli as tomllib
 
 ENV_VAR = "SPARK_QUEUE_POLICIES"
 POLICY_NAME = re.compile(r"^[A-Za-z0-9_\-]{1,255}$")

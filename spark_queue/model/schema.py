@@ -85,7 +85,7 @@ REQUIRED_INPUT = "body"
 
 
 def _text(kind: pa.DataType) -> bool:
-    return pa.types.is_string(kind) or pa.types.is_large_string(kind)
+    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind))
 
 
 def _bytes(kind: pa.DataType) -> bool:

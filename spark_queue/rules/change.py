@@ -151,7 +151,8 @@ class LevelCursor:
 
             def column(name: str, null: int, rows: pa.Table = batch) -> np.ndarray:
                 values = rows.column(name).fill_null(null)
-                return values.to_numpy(zero_copy_only=False).astype(np.int64)
+                ints: np.ndarray = values.to_numpy(zero_copy_only=False).astype(np.int64)
+                return ints
 
             seqs, sizes = column("seq", 0), column("size", 0)
             due = column("deliver_at", NO_TIME)
@@ -410,7 +411,8 @@ class QueueChange:
                 effective_limit(queue_limit, state.consumers.get(c, {}).get(name, 0))
                 for c in leases.names
             ]
-            return np.array(per_consumer or [0], np.int64)[leases.consumer_ids]
+            limits: np.ndarray = np.array(per_consumer or [0], np.int64)[leases.consumer_ids]
+            return limits
 
         max_cancels, max_deliveries = limit("max_cancels"), limit("max_deliveries")
         cancel_limit = (max_cancels > 0) & (cancels >= max_cancels) & cancel
@@ -510,7 +512,8 @@ def redelivery_delays(arguments: QueueArguments, deliveries: np.ndarray) -> np.n
     millis = np.minimum(first * growth, ceiling)
     # A float beyond int64 would cast to int64's minimum, a time long past: 2**62 us (146
     # thousand years) is as good as never, and later_each adds it to now without wrapping.
-    return np.minimum(millis * 1000, 2.0**62).astype(np.int64)
+    delays: np.ndarray = np.minimum(millis * 1000, 2.0**62).astype(np.int64)
+    return delays
 
 
 def _promote_due(queue: QueueChange) -> None:

@@ -74,7 +74,8 @@ def member(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     ordered = ascending(wanted)
     at = np.searchsorted(ordered, values)
     at[at == len(ordered)] = 0
-    return ordered[at] == values
+    found: np.ndarray = ordered[at] == values
+    return found
 
 
 def is_ascending(values: np.ndarray) -> bool:

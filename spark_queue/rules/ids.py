@@ -32,7 +32,8 @@ def _fmix(values: np.ndarray) -> np.ndarray:
     values = values * _FMIX[0]
     values = values ^ (values >> np.uint64(33))
     values = values * _FMIX[1]
-    return values ^ (values >> np.uint64(33))
+    mixed: np.ndarray = values ^ (values >> np.uint64(33))
+    return mixed
 
 
 def _words(data: np.ndarray, starts: np.ndarray, length: int) -> np.ndarray:
@@ -153,7 +154,10 @@ class SeenRun:
             return np.zeros(len(first), dtype=bool)
         at = np.searchsorted(self.first, first)
         at[at == len(self)] = 0
-        return (self.first[at] == first) & (self.second[at] == second) & (self.seen_at[at] >= since)
+        seen: np.ndarray = (
+            (self.first[at] == first) & (self.second[at] == second) & (self.seen_at[at] >= since)
+        )
+        return seen
 
 
 class SeenIds:

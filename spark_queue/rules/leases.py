@@ -123,10 +123,15 @@ def plan_lease(
             if window < len(chunk[0]):
                 break  # reached what arrived after an AvailableNow query started
         if parts:  # one lease array per level: joining chunk by chunk copies quadratically
+            level_seqs, level_sizes, level_expires = (
+                np.concatenate(column) for column in zip(*parts, strict=True)
+            )
             leased.append(
                 _new_leases(
                     state,
-                    *(np.concatenate(column) for column in zip(*parts, strict=True)),
+                    level_seqs,
+                    level_sizes,
+                    level_expires,
                     priority,
                     consumer,
                     lease_id,
@@ -178,7 +183,8 @@ class _GroupGate:
         if not len(self._blocked):
             return np.ones(len(keys), dtype=bool)
         held = pc.is_in(keys, value_set=self._blocked)
-        return ~held.to_numpy(zero_copy_only=False)
+        free: np.ndarray = ~held.to_numpy(zero_copy_only=False)
+        return free
 
 
 def _new_leases(

@@ -22,14 +22,19 @@ import hashlib
 import tempfile
 import zipfile
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeGuard, cast
 
 from pyspark.sql import SparkSession
+
+if TYPE_CHECKING:  # importing Connect's session imports gRPC: for the type checker only
+    from pyspark.sql._typing import UserDefinedFunctionLike
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
 
 PACKAGE = Path(__file__).resolve().parents[1]
 PACKAGE_NAME = PACKAGE.name
 
 
-def is_connect(spark: SparkSession) -> bool:
+def is_connect(spark: SparkSession | ConnectSession) -> TypeGuard[ConnectSession]:
     """Whether ``spark`` is a Spark Connect client session rather than a classic one.
 
     Decided by the session's class, so that the check needs neither a JVM nor the
@@ -38,7 +43,7 @@ def is_connect(spark: SparkSession) -> bool:
     return type(spark).__module__.startswith("pyspark.sql.connect")
 
 
-def workers_import_package(spark: SparkSession) -> bool:
+def workers_import_package(spark: ConnectSession) -> bool:
     """Whether the Python workers of ``spark``'s server can import ``spark_queue`` now (from
     their environment or from artifacts this session already added).
 
@@ -51,13 +56,15 @@ def workers_import_package(spark: SparkSession) -> bool:
 
     # No type hints: Connect's udf reads them to pick an Arrow or pandas kind, and warns
     # ("Cannot infer the eval type") on plain ones.
-    def importable(_):  # type: ignore[no-untyped-def]
+    def importable(_):
         import importlib.util
 
         return importlib.util.find_spec(PACKAGE_NAME) is not None
 
-    probe = udf(importable, "boolean")
-    return bool(spark.range(1).select(probe("id")).first()[0])
+    # udf(function, type) is the UDF (its other form, udf(type), a decorator).
+    probe = cast("UserDefinedFunctionLike", udf(importable, "boolean"))
+    row = spark.range(1).select(probe("id")).first()
+    return row is not None and bool(row[0])
 
 
 def package_zip(folder: Path, session_id: str) -> Path:
@@ -80,7 +87,7 @@ def package_zip(folder: Path, session_id: str) -> Path:
     return target
 
 
-def ship_package(spark: SparkSession, ship: bool | None = None) -> bool:
+def ship_package(spark: ConnectSession, ship: bool | None = None) -> bool:
     """Make ``spark_queue`` importable by the Python workers of a Connect session's server.
 
     Args:

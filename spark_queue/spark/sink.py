@@ -277,8 +277,8 @@ class RingQueueStreamWriter(_QueueWriter, DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedPartition:
         return self._write(iterator)
 
-    def commit(self, messages: list[StagedPartition | None], batchId: int) -> None:
+    def commit(self, messages: list[StagedPartition | None], batchId: int) -> None:  # type: ignore[override]
         self._commit(messages, batchId)
 
-    def abort(self, messages: list[StagedPartition | None], batchId: int) -> None:
+    def abort(self, messages: list[StagedPartition | None], batchId: int) -> None:  # type: ignore[override]
         self._abort(messages)

@@ -559,7 +559,7 @@ class DriverReadStreamReader(Portable, SimpleDataSourceStreamReader, SupportsTri
     def prepareForTriggerAvailableNow(self) -> None:
         self.leases.prepareForTriggerAvailableNow()
 
-    def read(self, start: dict) -> tuple[Iterator[pa.RecordBatch], dict]:  # type: ignore[override]
+    def read(self, start: dict) -> tuple[Iterator[pa.RecordBatch], dict]:
         leases = self.leases
         end = leases.latestOffset(start, self._limit)
         if end == start:
@@ -570,7 +570,7 @@ class DriverReadStreamReader(Portable, SimpleDataSourceStreamReader, SupportsTri
         # copy).
         return iter(self._batches(leases.partitions_over(end, files))), end
 
-    def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+    def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[pa.RecordBatch]:
         return iter(self._batches(self.leases.partitions(start, end)))
 
     def _batches(self, partitions: list[LeasedRange]) -> list[pa.RecordBatch]:

@@ -66,7 +66,7 @@ def plan_partitions(
     if queue is not None:
         require_queue(states, queue, store.uri)
     names = [queue] if queue is not None else sorted(states)
-    partitions = []
+    partitions: list[BrowsePartition] = []
     for name in names:
         state = states[name]
         for priority in sorted(state.levels, reverse=True):

@@ -13,6 +13,7 @@ Runs on the driver side only.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import threading
@@ -632,7 +633,7 @@ class QueueStore:
             rows, seqs = source.derived(
                 index,
                 ("head", queue, priority),
-                lambda index=index: _level_rows(source, index, queue, priority),
+                functools.partial(_level_rows, source, index, queue, priority),
             )
             start = int(np.searchsorted(seqs, from_seq))
             size = FIRST_HEAD_SLICE
