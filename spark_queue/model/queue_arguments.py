@@ -24,49 +24,69 @@ check_queue_name = parse_queue_name
 
 @dataclass(frozen=True)
 class QueueArguments:
-    """A queue's arguments. ``None`` limits mean unlimited."""
+    """A queue's arguments, as parsed: each field is the queue argument of the same name
+    (``docs/ARGUMENTS.md``), durations in milliseconds, and ``None`` for no limit.
+
+    Attributes:
+        max_length: the limit on ready messages (None: unlimited).
+        max_length_bytes: the limit on the ready messages' body bytes (None: unlimited).
+        overflow: what happens at a limit: ``drop-head``, ``ring``, ``reject-publish`` or
+            ``reject-publish-dlx``.
+        dead_letter_queue: the queue dropped, rejected, expired and dead messages go to.
+        reject_threshold: the fraction of a limit at which reject policies refuse.
+        expiration: the default time-to-live of a message, in milliseconds.
+        expiration_model: how a message's ``expires_at`` and ``expiration`` combine.
+        max_deliveries: a message returned after this many deliveries is killed
+            (dead-lettered ``delivery_limit``); a consumer may set a lower limit.
+        max_cancels: the cancel that reaches this many kills the message
+            (dead-lettered ``cancel_limit``); a consumer may set a lower limit.
+        exclusive: one consumer name holds the queue at a time (Artemis exclusive queues,
+            RabbitMQ single active consumer).
+        redelivery_delay: milliseconds a cancelled message, or one whose lease ran out,
+            waits before it is leased again, times ``redelivery_multiplier`` to the power
+            of its deliveries - 1.
+        redelivery_multiplier: the growth of the redelivery delay with each delivery.
+        max_redelivery_delay: the longest redelivery delay (None: 10 x
+            ``redelivery_delay``), in milliseconds.
+        message_groups: messages with the same ``key`` are leased to one consumer at a
+            time, in order.
+        duplicate_window: milliseconds within which a ``message_id`` enqueued to the queue
+            is not enqueued again.
+    """
 
     max_length: int | None = None
     max_length_bytes: int | None = None
     overflow: str = "drop-head"
     dead_letter_queue: str | None = None
     reject_threshold: float = 1.0
-    expiration: int | None = None  # milliseconds
+    expiration: int | None = None
     expiration_model: str = "default"
-    # A leased message returned this many times after delivery / after a cancel is killed
-    # (dead-lettered ``delivery_limit`` / ``cancel_limit``); a consumer may set a lower one.
     max_deliveries: int | None = None
     max_cancels: int | None = None
-    # One consumer name holds the queue at a time (Artemis exclusive queues, RabbitMQ single
-    # active consumer): SEMANTICS §3 "Exclusive queues".
     exclusive: bool = False
-    # A cancelled message, or one whose lease ran out, is not leased again before
-    # redelivery_delay x redelivery_multiplier^(deliveries - 1) milliseconds, at most
-    # max_redelivery_delay (None: 10 x redelivery_delay), as Artemis's address settings of
-    # the same names: SEMANTICS §3 "Redelivery backoff".
     redelivery_delay: int | None = None
     redelivery_multiplier: float = 1.0
     max_redelivery_delay: int | None = None
-    # Messages with the same ``key`` form a group, leased to one consumer at a time, in
-    # order (Artemis message grouping, SQS FIFO message groups): SEMANTICS §3 "Message groups".
     message_groups: bool = False
-    # Milliseconds: a message_id enqueued to the queue within this window is not enqueued
-    # again (JetStream's Duplicates window): SEMANTICS §2 "De-duplication".
     duplicate_window: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        """The arguments by name, as stored with the queue."""
         # Every field is a scalar: no deep copy (dataclasses.asdict's) is needed, and a
         # commit writes each queue's arguments with its state.
         return {name: getattr(self, name) for name in ARGUMENT_NAMES}
 
     def to_json(self) -> str:
+        """The arguments as one JSON object (:meth:`to_dict`'s)."""
         return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> QueueArguments:
+        """The arguments :meth:`to_json` wrote."""
         return cls(**json.loads(text))
 
     def merged(self, given: Mapping[str, Any]) -> QueueArguments:
+        """These arguments with those ``given`` (by name, parsed) in their place."""
         return replace(self, **given)
 
 

@@ -10,18 +10,31 @@ import numpy as np
 
 @dataclass(frozen=True)
 class PublishResult:
-    """What :meth:`QueueTable.publish` did."""
+    """What :meth:`~spark_queue.QueueTable.publish` did.
+
+    Attributes:
+        queue: the queue published to.
+        seqs: the seqs of the messages stored, in the order given.
+        rejected: messages a reject policy refused (never stored).
+        evicted: other messages removed to make room (a ring's replaced, drop-head's
+            dropped).
+        dead_lettered: copies this commit sent to the dead-letter queue.
+        duplicate: the ``(producer, sequence)`` pair was committed before: nothing was
+            enqueued.
+        version: the Delta version of the commit (None: nothing was committed).
+        attempts: the commit attempts it took; above 1, other writers won earlier ones.
+        duplicates: messages not enqueued because their ``message_id`` was enqueued within
+            the queue's ``duplicate_window`` (or earlier in the same publish).
+    """
 
     queue: str
-    seqs: list[int]  # of the messages stored, in the order given
-    rejected: int  # refused by a reject policy (never stored)
-    evicted: int  # other messages removed to make room (ring: replaced; drop-head: dropped)
-    dead_lettered: int  # copies this commit sent to the dead-letter queue
-    duplicate: bool = False  # (producer, sequence) was committed before: nothing enqueued
-    version: int | None = None  # the Delta version of the commit (None: nothing committed)
-    attempts: int = 1  # commit attempts it took; above 1, other writers won earlier ones
-    # Messages not enqueued because their message_id was enqueued within the queue's
-    # duplicate_window (or earlier in this same publish).
+    seqs: list[int]
+    rejected: int
+    evicted: int
+    dead_lettered: int
+    duplicate: bool = False
+    version: int | None = None
+    attempts: int = 1
     duplicates: int = 0
 
 
