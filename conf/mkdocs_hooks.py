@@ -3,8 +3,8 @@ stay readable on GitHub as they are.
 
 - The repository's README.md is the site's ``index.md``; its links into ``docs/`` are
   rewritten to the site's pages (``docs/CLI.md`` is ``CLI.md`` there).
-- The "Decisions" section of the navigation lists every ``docs/decisions/*.md``, so a new
-  decision record is on the site without an edit here.
+- The "Decisions" section of the navigation lists every ``docs/decisions/*.md``, its
+  ``index.md`` first, so a new decision record is on the site without an edit here.
 - A link from a page to a file of the repository outside ``docs/`` (a source file) goes to
   that file under ``repo_url`` where mkdocs.yml sets one, else it is shown as the path in code.
 """
@@ -31,7 +31,9 @@ def _root(config: MkDocsConfig) -> Path:
 
 def on_config(config: MkDocsConfig) -> MkDocsConfig:
     decisions = Path(config.docs_dir) / "decisions"
-    pages = [f"decisions/{path.name}" for path in sorted(decisions.glob("*.md"))]
+    # The section's index first, then the records by name.
+    names = sorted(path.name for path in decisions.glob("*.md"))
+    pages = [f"decisions/{name}" for name in sorted(names, key=lambda name: name != "index.md")]
     for entry in config.nav or []:
         if isinstance(entry, dict) and DECISIONS in entry:
             entry[DECISIONS] = pages
