@@ -5,8 +5,9 @@ stay readable on GitHub as they are.
   rewritten to the site's pages (``docs/CLI.md`` is ``CLI.md`` there).
 - The "Decisions" section of the navigation lists every ``docs/decisions/*.md``, its
   ``index.md`` first, so a new decision record is on the site without an edit here.
-- A link from a page to a file of the repository outside ``docs/`` (a source file) goes to
-  that file under ``repo_url`` where mkdocs.yml sets one, else it is shown as the path in code.
+- A link from a page to the README goes to the home page; one to another file of the
+  repository outside ``docs/`` (a source file) goes to that file under ``repo_url`` where
+  mkdocs.yml sets one, else it is shown as the path in code.
 """
 
 from __future__ import annotations
@@ -52,7 +53,8 @@ def on_page_markdown(markdown: str, page: Page, config: MkDocsConfig, files: Fil
 
 
 def _outside_docs(match: re.Match, page: Page, config: MkDocsConfig) -> str:
-    """A link to a repository file outside ``docs/``: to ``repo_url``, or its path in code."""
+    """A link to a repository file outside ``docs/``: the README to the home page, another
+    to ``repo_url``, or its path in code."""
     text, target, anchor = match.group(1), match.group(2), match.group(3) or ""
     if "://" in target or target.startswith(("mailto:", "/")):
         return match.group(0)
@@ -63,6 +65,9 @@ def _outside_docs(match: re.Match, page: Page, config: MkDocsConfig) -> str:
     if resolved.is_relative_to(docs) or not resolved.exists():
         return match.group(0)
     path = resolved.relative_to(_root(config)).as_posix()
+    if path == README:  # the home page
+        home = posixpath.relpath("index.md", posixpath.dirname(page.file.src_uri) or ".")
+        return f"[{text}]({home}{anchor})"
     if config.repo_url:
         return f"[{text}]({config.repo_url.rstrip('/')}/blob/main/{path}{anchor})"
     return text if text.startswith("`") else f"`{path}`"
