@@ -12,6 +12,8 @@ import inspect
 import re
 from pathlib import Path
 
+import pytest
+
 import spark_queue
 from spark_queue import Consumer, Message, Publisher, QueueTable
 from spark_queue.cli import build_parser
@@ -262,3 +264,27 @@ def test_the_commands_the_docs_run_exist():
                 run.append(command)
                 assert command in COMMANDS, f"{page}: spark-queue {command}: no such command"
     assert "declare" in run  # the docs' command lines were found
+
+
+# -- the site ------------------------------------------------------------------------------
+
+
+def nav_pages(entries: list) -> list[str]:
+    """The pages of mkdocs.yml's navigation (the "Decisions" section is filled by its hook)."""
+    pages = []
+    for entry in entries:
+        value = next(iter(entry.values())) if isinstance(entry, dict) else entry
+        pages += nav_pages(value) if isinstance(value, list) else [value]
+    return pages
+
+
+def test_the_site_navigation_lists_every_page_and_only_pages_that_exist():
+    yaml = pytest.importorskip("yaml")  # the docs extra
+    config = yaml.safe_load((ROOT / "mkdocs.yml").read_text(encoding="utf-8"))
+    listed = nav_pages(config["nav"])
+    docs = ROOT / config["docs_dir"]
+    missing = [page for page in listed if page != "index.md" and not (docs / page).is_file()]
+    assert not missing, f"mkdocs.yml's nav lists pages that do not exist: {missing}"
+    pages = {str(p.relative_to(docs)) for p in docs.rglob("*.md")}
+    left_out = {p for p in pages - set(listed) if not p.startswith("decisions/")}
+    assert not left_out, f"pages missing from mkdocs.yml's nav: {sorted(left_out)}"
