@@ -7,7 +7,9 @@ it with :func:`register` on a session, or build a local one with :func:`local_se
 
 from typing import TYPE_CHECKING, Any
 
-from spark_queue.clients.consumer import Consumer, Message, Publisher
+from spark_queue.clients.consumer import Consumer
+from spark_queue.clients.message import Message
+from spark_queue.clients.publisher import Publisher
 from spark_queue.errors import (
     ArgumentMismatchError,
     ClientClosedError,

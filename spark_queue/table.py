@@ -81,7 +81,8 @@ from spark_queue.storage.browse import live_rows, plan_partitions, read_partitio
 from spark_queue.storage.store import QueueStore, Snapshot, now_micros, require_queue
 
 if TYPE_CHECKING:
-    from spark_queue.clients.consumer import Consumer, Publisher
+    from spark_queue.clients.consumer import Consumer
+    from spark_queue.clients.publisher import Publisher
 
 COMPACT_ATTEMPTS = 10
 
@@ -662,7 +663,7 @@ class QueueTable:
         Raises:
             InvalidOptionError: an invalid queue name or option.
         """
-        from spark_queue.clients.consumer import Publisher
+        from spark_queue.clients.publisher import Publisher
 
         return Publisher(self, queue, **options)
 

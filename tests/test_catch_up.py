@@ -162,13 +162,13 @@ def test_a_commit_planned_before_cleanup_passed_its_version_is_planned_again(que
 def test_a_long_poll_left_behind_by_cleanup_wakes(queue_path):
     """A consumer's long poll watches the log from the version its last lease saw; when
     cleanup has deleted that entry and the next, it wakes (and its lease looks)."""
-    from spark_queue.clients.consumer import _LogWatch
+    from spark_queue.clients.polling import LogWatch
 
     table = QueueTable(queue_path, broker="off")
     table.declare("q")
     short_log(queue_path)
     known = table.store.open().version()
-    watch = _LogWatch(table, "q", known)
+    watch = LogWatch(table, "q", known)
     assert not watch.moved()
     publish_elsewhere(queue_path, "q", 25)
     assert not log_entry(queue_path, known + 1).exists()

@@ -1,0 +1,99 @@
+"""A message a consumer delivered (:class:`Message`), made from the rows a lease returned
+(:func:`messages_of`), and the seq an acknowledgement names (:func:`seq_of`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+import pyarrow as pa
+
+from spark_queue.errors import InvalidOptionError
+from spark_queue.model.arguments import SEQ, parse_seq, shown
+
+
+class Settler(Protocol):
+    """What a message is acknowledged or returned through: the
+    :class:`~spark_queue.clients.consumer.Consumer` that delivered it."""
+
+    def ack(self, message: Message | int) -> None: ...
+
+    def nack(self, message: Message | int, delay: str | int | None = None) -> None: ...
+
+
+# The columns of a lease's rows that a Message carries, in its fields' order.
+MESSAGE_COLUMNS = (
+    "queue",
+    "seq",
+    "body",
+    "key",
+    "headers",
+    "message_id",
+    "priority",
+    "delivery_count",
+    "enqueued_at",
+)
+
+
+@dataclass
+class Message:
+    """A message a :class:`~spark_queue.clients.consumer.Consumer` delivered: ack it, or
+    nack it, once handled."""
+
+    queue: str
+    seq: int
+    body: bytes
+    key: str | None
+    headers: dict[str, str] | None
+    message_id: str | None
+    priority: int
+    delivery_count: int  # 1 on the first delivery
+    enqueued_at: datetime | None
+    consumer: Settler = field(repr=False, compare=False)
+
+    def ack(self) -> None:
+        """Acknowledge it (batched: see :class:`~spark_queue.clients.consumer.Consumer`)."""
+        self.consumer.ack(self)
+
+    def nack(self, delay: str | int | None = None) -> None:
+        """Return it to the queue now (see :meth:`Consumer.nack
+        <spark_queue.clients.consumer.Consumer.nack>`)."""
+        self.consumer.nack(self, delay)
+
+
+def messages_of(leased: pa.Table, consumer: Settler) -> list[Message]:
+    """The messages of the rows a lease of ``consumer`` returned, in their order."""
+    columns = leased.select(list(MESSAGE_COLUMNS)).to_pydict()
+    return [
+        Message(
+            queue=columns["queue"][i],
+            seq=columns["seq"][i],
+            body=columns["body"][i],
+            key=columns["key"][i],
+            headers=None if columns["headers"][i] is None else dict(columns["headers"][i]),
+            message_id=columns["message_id"][i],
+            priority=columns["priority"][i],
+            delivery_count=columns["delivery_count"][i],
+            enqueued_at=columns["enqueued_at"][i],
+            consumer=consumer,
+        )
+        for i in range(leased.num_rows)
+    ]
+
+
+def seq_of(message: Message | int) -> int:
+    """The seq of a message given to ``Consumer.ack`` or ``Consumer.nack``: a
+    :class:`Message`, or its seq.
+
+    Raises:
+        InvalidOptionError: ``message`` is neither.
+    """
+    if isinstance(message, Message):
+        return message.seq
+    try:
+        return parse_seq("message", message)
+    except InvalidOptionError:
+        raise InvalidOptionError(
+            f"message must be a Message or {SEQ.valid}; got {shown(message)}"
+        ) from None
