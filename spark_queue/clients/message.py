@@ -38,8 +38,7 @@ MESSAGE_COLUMNS = (
 
 @dataclass
 class Message:
-    """A message a :class:`~spark_queue.clients.consumer.Consumer` delivered: ack it, or
-    nack it, once handled."""
+    """A message a :class:`Consumer` delivered: ack it, or nack it, once handled."""
 
     queue: str
     seq: int
@@ -53,12 +52,11 @@ class Message:
     consumer: Settler = field(repr=False, compare=False)
 
     def ack(self) -> None:
-        """Acknowledge it (batched: see :class:`~spark_queue.clients.consumer.Consumer`)."""
+        """Acknowledge it (batched: see :class:`Consumer`)."""
         self.consumer.ack(self)
 
     def nack(self, delay: str | int | None = None) -> None:
-        """Return it to the queue now (see :meth:`Consumer.nack
-        <spark_queue.clients.consumer.Consumer.nack>`)."""
+        """Return it to the queue now (see :meth:`Consumer.nack`)."""
         self.consumer.nack(self, delay)
 
 
