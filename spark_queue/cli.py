@@ -351,6 +351,12 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"refuse larger requests ({DEFAULT_MAX_REQUEST_BYTES})",
     )
     broker.add_argument(
+        "--sqs",
+        metavar="HOST:PORT",
+        help="also serve Amazon SQS's API there (docs/SQS.md; port 0: a free one); beyond "
+        "loopback, $SPARK_QUEUE_SQS_KEYS must name a file of access keys",
+    )
+    broker.add_argument(
         "--stop-timeout",
         type=flag_type(Duration(minimum_ms=1)),
         default=int(STOP_TIMEOUT_SECONDS * 1000),
@@ -452,6 +458,17 @@ def _run_broker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> st
         parser.error(str(error))
     if (args.tls_cert is None) != (args.tls_key is None):
         parser.error("--tls-cert and --tls-key go together: give both or neither")
+    sqs_keys = None
+    if args.sqs is not None:
+        from spark_queue.broker.server import check_sqs_keys
+        from spark_queue.broker.sqs import KEYS_ENV_VAR, load_keys
+
+        keys_file = os.environ.get(KEYS_ENV_VAR) or None
+        try:
+            sqs_keys = None if keys_file is None else load_keys(keys_file)
+            check_sqs_keys(parse_listen(args.sqs)[0], sqs_keys)
+        except InvalidOptionError as error:
+            parser.error(str(error).replace("--listen", "--sqs"))
     logging.basicConfig(level=logging.INFO, format="spark-queue broker: %(message)s")
     run_broker(
         args.broker_path,
@@ -466,6 +483,8 @@ def _run_broker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> st
         tls_files=None if args.tls_cert is None else (args.tls_cert, args.tls_key),
         stop_timeout_seconds=args.stop_timeout / 1000,
         announce=lambda line: print(line, flush=True),
+        sqs_listen=args.sqs,
+        sqs_keys=sqs_keys,
     )
     return ""
 

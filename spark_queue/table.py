@@ -94,6 +94,18 @@ def _consumer_or_any(consumer: Any) -> str | None:
     return parse_consumer_name("consumer", consumer)
 
 
+def _deliveries(seqs: np.ndarray, deliveries: Any) -> np.ndarray | None:
+    """An operation's ``deliveries``: None, or one delivery count per seq."""
+    if deliveries is None:
+        return None
+    parsed = parse_seqs("deliveries", deliveries)
+    if len(parsed) != len(seqs):
+        raise InvalidOptionError(
+            f"deliveries must give one delivery count per seq: {len(parsed)} for {len(seqs)} seqs"
+        )
+    return parsed
+
+
 class QueueTable:
     """The queues stored in one Delta table at ``path``.
 
@@ -444,6 +456,7 @@ class QueueTable:
         max_deliveries: int = 0,
         max_cancels: int = 0,
         filter: str | None = None,
+        strict_groups: bool = False,
     ) -> pa.Table:
         """Deliver up to ``max_messages`` head messages to ``consumer`` (SEMANTICS §3).
 
@@ -462,6 +475,9 @@ class QueueTable:
             max_cancels: a message cancelled this many times is killed (0: no limit).
             filter: a SQL predicate over the message columns: only matching messages are
                 leased, the rest stay for others.
+            strict_groups: in a queue with message groups, a group with a message leased
+                is passed over by this consumer too, not only by others (SQS FIFO queues:
+                a group's next message comes once the one in flight is gone or back).
 
         Returns:
             The leased messages, in delivery order, with their ``delivery_count``; the
@@ -487,14 +503,23 @@ class QueueTable:
             zero_messages_ok=True,
         )
         filter = ARGUMENTS["filter"].parse(filter)
+        if not isinstance(strict_groups, bool):
+            raise InvalidOptionError(f"strict_groups must be True or False; got {strict_groups!r}")
 
-        outcome: LeaseOutcome = self._call(LeaseRequest(queue, limits, filter))
+        outcome: LeaseOutcome = self._call(LeaseRequest(queue, limits, filter, strict_groups))
         rows = self._delivered(queue, outcome.leased, outcome.view)
         # Where a consumer's long polling starts (a lease that found nothing commits nothing).
         return rows.replace_schema_metadata({LEASE_VERSION_KEY: str(outcome.view.version)})
 
     @routed
-    def ack(self, queue: str, seqs: list[int], consumer: str | None = None) -> int:
+    def ack(
+        self,
+        queue: str,
+        seqs: list[int],
+        consumer: str | None = None,
+        *,
+        deliveries: list[int] | None = None,
+    ) -> int:
         """Acknowledge leased messages: they leave the queue (outcome ``acked``).
 
         Args:
@@ -503,6 +528,10 @@ class QueueTable:
             consumer: only leases of this consumer (None: any); others' are ignored, as
                 are seqs not leased (already acked, or their lease ran out). A call that
                 ends no lease commits nothing.
+            deliveries: only the leases in these deliveries, ``deliveries[i]`` (the
+                ``delivery_count`` :meth:`lease` returned) for ``seqs[i]``: a message
+                delivered again since, to anyone, is left alone (SQS's stale receipt
+                handle). None: whichever delivery.
 
         Returns:
             How many leases this call ended.
@@ -510,12 +539,15 @@ class QueueTable:
         Raises:
             QueueNotFoundError: no queue ``queue``.
             InvalidOptionError: ``seqs`` is not a list of seqs (whole numbers, not bools or
-                fractions, within int64), or ``consumer`` not a consumer name.
+                fractions, within int64), ``consumer`` not a consumer name, or
+                ``deliveries`` not one count per seq.
             CommitConflictError: every commit attempt lost to another writer.
         """
         wanted = parse_seqs("seqs", seqs)
+        counts = _deliveries(wanted, deliveries)
         consumer = _consumer_or_any(consumer)
-        return self._call(ChangeRequest("ACK", queue, ack_planner(consumer), wanted, consumer))
+        planner = ack_planner(consumer)
+        return self._call(ChangeRequest("ACK", queue, planner, wanted, consumer, counts))
 
     @routed
     def cancel(
@@ -525,6 +557,7 @@ class QueueTable:
         consumer: str | None = None,
         *,
         delay: str | int | None = None,
+        deliveries: list[int] | None = None,
     ) -> int:
         """Return leased messages to their position (a nack); each cancel counts toward
         ``max_cancels``. They are ready again after ``delay`` (JetStream ``NakWithDelay``),
@@ -536,6 +569,7 @@ class QueueTable:
             consumer: only leases of this consumer (None: whoever holds them).
             delay: ``30 seconds``, ``5m`` or milliseconds; ``0`` returns them at once
                 whatever the queue's backoff; None applies the queue's backoff.
+            deliveries: only the leases in these deliveries, as for :meth:`ack`.
 
         Returns:
             How many leases ended.
@@ -548,9 +582,10 @@ class QueueTable:
         """
         delay_us = None if delay is None else parse_duration_ms("delay", delay) * 1000
         wanted = parse_seqs("seqs", seqs)
+        counts = _deliveries(wanted, deliveries)
         consumer = _consumer_or_any(consumer)
         planner = cancel_planner(consumer, delay_us)
-        return self._call(ChangeRequest("CANCEL", queue, planner, wanted, consumer))
+        return self._call(ChangeRequest("CANCEL", queue, planner, wanted, consumer, counts))
 
     @routed
     def expire(self, queue: str, seqs: list[int], consumer: str | None = None) -> int:
@@ -565,7 +600,15 @@ class QueueTable:
         return self._call(ChangeRequest("EXPIRE", queue, planner, wanted, consumer))
 
     @routed
-    def extend(self, queue: str, seqs: list[int], consumer: str, period: str | int) -> int:
+    def extend(
+        self,
+        queue: str,
+        seqs: list[int],
+        consumer: str,
+        period: str | int,
+        *,
+        deliveries: list[int] | None = None,
+    ) -> int:
         """Extend leases for slow work: each of ``consumer``'s leases of ``seqs`` now runs
         out ``period`` from now (JetStream ``AckProgress``, SQS ``ChangeMessageVisibility``).
 
@@ -577,6 +620,7 @@ class QueueTable:
             seqs: the messages' ``seq`` values, as :meth:`lease` returned them.
             consumer: the consumer holding the leases.
             period: ``30 seconds``, ``5m`` or milliseconds; more than 0.
+            deliveries: only the leases in these deliveries, as for :meth:`ack`.
 
         Returns:
             How many leases were extended.
@@ -590,7 +634,8 @@ class QueueTable:
         period_ms = parse_duration_ms("period", period, minimum_ms=1)
         limits = parse_consumer_limits({"consumer": consumer}, surface="keyword")
         wanted = parse_seqs("seqs", seqs)
-        return self._call(ExtendRequest(queue, wanted, limits.consumer, period_ms * 1000))
+        counts = _deliveries(wanted, deliveries)
+        return self._call(ExtendRequest(queue, wanted, limits.consumer, period_ms * 1000, counts))
 
     @routed
     def release(

@@ -116,6 +116,19 @@ def check_token(host: str, token: str | None) -> None:
         )
 
 
+def check_sqs_keys(host: str, keys: Mapping[str, str] | None) -> None:
+    """An SQS API that listens beyond loopback must check signatures.
+
+    Raises:
+        InvalidOptionError: ``host`` is not loopback and there are no access keys.
+    """
+    if not keys and not is_loopback(host):
+        raise InvalidOptionError(
+            f"the SQS API would listen on {host}, beyond loopback, without access keys: name "
+            f"a file of them with $SPARK_QUEUE_SQS_KEYS, or listen on 127.0.0.1"
+        )
+
+
 class _Credential(flight.ServerMiddleware):
     """A call's authorization header (None: none, or more than one), for its handler."""
 
@@ -510,6 +523,8 @@ def run_broker(
     heartbeat_seconds: float = HEARTBEAT_SECONDS,
     stop_timeout_seconds: float = STOP_TIMEOUT_SECONDS,
     announce: Callable[[str], None] = print,
+    sqs_listen: str | None = None,
+    sqs_keys: Mapping[str, str] | None = None,
 ) -> None:
     """Serve ``path``'s table until SIGTERM or SIGINT, then stop cleanly: the record is
     removed (clients commit directly or go to another broker), requests in flight finish,
@@ -527,6 +542,10 @@ def run_broker(
             (clients trust the chain's root through ``$SPARK_QUEUE_BROKER_TLS_ROOTS`` or
             the system's roots).
         announce: gets one line once listening, naming the address (never the token).
+        sqs_listen: ``HOST:PORT`` where it also serves Amazon SQS's API (docs/SQS.md;
+            :mod:`spark_queue.broker.sqs_server`); None: it does not.
+        sqs_keys: the access keys SQS requests must be signed with (id -> secret); None:
+            unsigned requests are taken, on loopback only.
 
     Raises:
         InvalidOptionError: a bad ``listen``/``advertise``, no token beyond loopback, or a
@@ -540,6 +559,9 @@ def run_broker(
     check_token(host, token)
     if advertise is not None:
         parse_listen(advertise)
+    sqs_address = None if sqs_listen is None else parse_listen(sqs_listen)
+    if sqs_address is not None:
+        check_sqs_keys(sqs_address[0], sqs_keys)
     tls = None if tls_files is None else (_read_pem(tls_files[0]), _read_pem(tls_files[1]))
     table = QueueTable(path, policies=policies, storage_options=storage_options, broker="off")
     _warm_up(table)
@@ -549,6 +571,17 @@ def run_broker(
         )
     except (pa.ArrowException, OSError) as error:  # the port is taken, the host not ours
         raise BrokerError(f"the broker cannot listen on {host}:{port}: {error}") from None
+    sqs_server = None
+    if sqs_address is not None:
+        from spark_queue.broker.sqs_server import SqsServer, SqsService
+
+        try:
+            sqs_server = SqsServer(SqsService(table, sqs_keys), *sqs_address, tls_files)
+        except OSError as error:
+            server.shutdown()
+            raise BrokerError(
+                f"the broker cannot serve SQS on {sqs_address[0]}:{sqs_address[1]}: {error}"
+            ) from None
     if advertise is None:
         shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
         advertise = f"[{shown}]:{server.port}" if ":" in shown else f"{shown}:{server.port}"
@@ -584,10 +617,17 @@ def run_broker(
             write_record(location, record())
         except OSError as error:
             raise StorageError(location.unreachable(error)) from None
+        sqs_line = ""
+        if sqs_server is not None:
+            shown = sqs_server.host if ":" not in sqs_server.host else f"[{sqs_server.host}]"
+            sqs_line = (
+                f"; SQS API at {sqs_server.scheme}://{shown}:{sqs_server.port} "
+                f"(signatures {'required' if sqs_keys else 'not checked'})"
+            )
         announce(
             f"spark-queue broker {server.id}: serving {table.path} at {advertise} "
-            f"({'TLS, ' if server.tls else ''}token {'required' if token else 'not required'}); "
-            f"stop with SIGTERM"
+            f"({'TLS, ' if server.tls else ''}token {'required' if token else 'not required'})"
+            f"{sqs_line}; stop with SIGTERM"
         )
         while not stop.wait(heartbeat_seconds):
             try:
@@ -598,6 +638,8 @@ def run_broker(
         try:
             remove_record(location, server.id)
         finally:
+            if sqs_server is not None:
+                sqs_server.stop(stop_timeout_seconds)
             _stop(server, time.monotonic() + stop_timeout_seconds, stop_timeout_seconds)
     log.info("broker %s stopped: %s", server.id, server.status())
 

@@ -279,10 +279,17 @@ class LeaseOutcome:
 class LeaseRequest(Request[LeaseOutcome]):
     """:meth:`QueueTable.lease`."""
 
-    def __init__(self, queue: str, limits: ConsumerLimits, filter: str | None) -> None:
+    def __init__(
+        self,
+        queue: str,
+        limits: ConsumerLimits,
+        filter: str | None,
+        strict_groups: bool = False,
+    ) -> None:
         self.queue = queue
         self.limits = limits
         self.filter = filter
+        self.strict_groups = strict_groups
 
     def waits(self, round: Round) -> bool:
         # A filter runs on the committed version: it would not see this round's arrivals.
@@ -305,6 +312,7 @@ class LeaseRequest(Request[LeaseOutcome]):
             matches=None
             if self.filter is None
             else filter_matcher(transaction.snapshot, self.queue, self.filter),
+            strict_groups=self.strict_groups,
         )
         view = transaction.view()
         if not len(plan.leased) and not settles(state, plan.state):
@@ -346,7 +354,9 @@ class ChangeRequest(Request[int]):
     Leases whose period ran out are returned by the same commit but not counted: their
     period ended them, not this call.
 
-    ``queue`` None (a release only): every queue of the table, in one commit."""
+    ``queue`` None (a release only): every queue of the table, in one commit.
+    ``deliveries`` (with ``seqs``): only the leases in those deliveries, ``deliveries[i]``
+    for ``seqs[i]``; a message delivered again since is left alone."""
 
     def __init__(
         self,
@@ -355,12 +365,14 @@ class ChangeRequest(Request[int]):
         planner: Planner,
         seqs: np.ndarray | None,
         consumer: str | None,
+        deliveries: np.ndarray | None = None,
     ) -> None:
         self.operation = operation
         self.queue = queue
         self.planner = planner
         self.seqs = seqs
         self.consumer = consumer
+        self.deliveries = deliveries
 
     def apply(self, round: Round) -> int:
         transaction = round.transaction
@@ -368,33 +380,47 @@ class ChangeRequest(Request[int]):
         ended = 0
         for name in names:
             leases = queue_state(transaction, name).leases
+            seqs = self.seqs
+            if seqs is not None and self.deliveries is not None:
+                seqs = leases.in_deliveries(seqs, self.deliveries)
             targeted = int(
-                (leases.held(self.seqs, self.consumer) & (leases.until > transaction.now)).sum()
+                (leases.held(seqs, self.consumer) & (leases.until > transaction.now)).sum()
             )
             before = transaction.states[name]
-            plan = self.planner(transaction, before, self.seqs)
+            plan = self.planner(transaction, before, seqs)
             if not settles(before, plan.state) and before.consumers == plan.state.consumers:
                 continue  # nothing held, nothing ran out: no commit for it
             transaction.apply_plan(name, plan)
             round.operations.append(f"{self.operation} {name}")
-            ended += targeted - int(plan.state.leases.held(self.seqs, self.consumer).sum())
+            ended += targeted - int(plan.state.leases.held(seqs, self.consumer).sum())
         return ended
 
 
 class ExtendRequest(Request[int]):
     """:meth:`QueueTable.extend`."""
 
-    def __init__(self, queue: str, seqs: np.ndarray, consumer: str, period_us: int) -> None:
+    def __init__(
+        self,
+        queue: str,
+        seqs: np.ndarray,
+        consumer: str,
+        period_us: int,
+        deliveries: np.ndarray | None = None,
+    ) -> None:
         self.queue = queue
         self.seqs = seqs
         self.consumer = consumer
         self.period_us = period_us
+        self.deliveries = deliveries  # as for ChangeRequest
 
     def apply(self, round: Round) -> int:
         transaction = round.transaction
         state = queue_state(transaction, self.queue)
+        seqs = self.seqs
+        if self.deliveries is not None:
+            seqs = state.leases.in_deliveries(seqs, self.deliveries)
         plan, extended = plan_extend(
-            state, transaction.head_reader(), transaction.now, self.seqs, self.consumer,
+            state, transaction.head_reader(), transaction.now, seqs, self.consumer,
             self.period_us,
         )  # fmt: skip
         if not extended and not settles(state, plan.state):

@@ -229,6 +229,17 @@ class Leases:
             mask &= self.consumer_ids == self.names.index(consumer)
         return mask
 
+    def in_deliveries(self, seqs: np.ndarray, deliveries: np.ndarray) -> np.ndarray:
+        """The ``seqs`` whose lease is in delivery ``deliveries[i]`` (its ``deliveries``
+        count): a lease delivered again since, or not leased, drops out."""
+        if not len(self):
+            return seqs[:0]
+        order = np.argsort(self.seq, kind="stable")
+        leased = self.seq[order]
+        position = np.minimum(np.searchsorted(leased, seqs), len(leased) - 1)
+        found = leased[position] == seqs
+        return seqs[found & (self.deliveries[order][position] == deliveries)]
+
     def groups_by_consumer(self) -> dict[str, int]:
         """Message groups held per consumer (distinct keys of its leases), for those holding
         any."""

@@ -43,6 +43,7 @@ def plan_lease(
     below_seq: int | None = None,
     remove: bool = False,
     matches: Callable[[np.ndarray], np.ndarray] | None = None,
+    strict_groups: bool = False,
 ) -> QueuePlan:
     """Deliver head messages to ``consumer`` (SEMANTICS §3): lease them, or with ``remove``
     (at-most-once) take them out at once, counted as ``acked``.
@@ -53,14 +54,20 @@ def plan_lease(
     Expired messages met on the way are removed (``expired``), never delivered. Due scheduled
     messages and expired leases are settled first. ``lease_period_us``: how long a lease lasts.
     ``matches`` (a consumer's filter) says which of some seqs this consumer may take; the
-    others stay, in place, for other consumers.
+    others stay, in place, for other consumers. ``strict_groups``: a message group with a
+    message leased is passed over by this consumer too (SQS FIFO queues: a group's next
+    message is delivered once the one in flight is deleted or visible again).
     """
     queue = QueueChange(state.copy(), reader, now)
     queue.catch_up()
     state = queue.state
     if state.arguments.exclusive and exclusive_holder(state, now) not in (None, consumer):
         return queue.plan(np.zeros(0, bool), np.zeros(0, bool))  # another holds the queue
-    groups = _GroupGate(state, reader, consumer) if state.arguments.message_groups else None
+    groups = (
+        _GroupGate(state, reader, None if strict_groups else consumer)
+        if state.arguments.message_groups
+        else None
+    )
     limits = state.consumers.setdefault(consumer, {"last_lease": 0})
     limits.update(max_deliveries=max_deliveries, max_cancels=max_cancels)
     limits["last_lease"] += 1
@@ -162,9 +169,14 @@ class _GroupGate:
     those another consumer holds a lease of, nor those with a returned message waiting out
     its redelivery delay (its group waits with it, so the group keeps its order)."""
 
-    def __init__(self, state: QueueState, reader: HeadReader, consumer: str) -> None:
+    def __init__(self, state: QueueState, reader: HeadReader, consumer: str | None) -> None:
+        """``consumer`` None: every lease blocks its group, the leasing consumer's too."""
         self._reader, self._queue = reader, state.name
-        others = state.leases.take(~state.leases.held(consumer=consumer))
+        others = (
+            state.leases
+            if consumer is None
+            else state.leases.take(~state.leases.held(consumer=consumer))
+        )
         blocked = [others.keys] if others.keys is not None else []
         waiting = state.scheduled.seq[member(state.scheduled.seq, state.redelivered.seq)]
         if len(waiting):

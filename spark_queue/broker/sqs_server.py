@@ -1,0 +1,707 @@
+"""The broker's SQS API (``spark-queue broker PATH --sqs HOST:PORT``, docs/SQS.md): Amazon
+SQS's AWS JSON 1.0 protocol served by aiohttp, on the broker's ``QueueTable`` and its group
+commit, beside the Flight service.
+
+What each action does to the table is :mod:`spark_queue.broker.sqs` (pure mapping); this
+module is the HTTP side: it reads and signs nothing itself beyond calling that module,
+runs the table's blocking calls on a thread pool, and long-polls an empty queue without
+committing (a lease that finds nothing commits nothing; between leases it waits for a send
+through this broker, or for a new table version, checked every :data:`POLL_SECONDS`).
+
+The settings SQS has and queue arguments lack (``VisibilityTimeout``, ``DelaySeconds``,
+``MaximumMessageSize``, ``ReceiveMessageWaitTimeSeconds``, ``ContentBasedDeduplication``,
+tags, a deletion through SQS) are kept in ``_spark_queue/sqs/<queue>.json`` under the table
+root (:class:`SqsSettings`).
+
+Every request is reported to :attr:`SqsService.observe` (action, seconds, error code or
+None): the one place per-action counts, errors and latency are recorded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import concurrent.futures
+import functools
+import json
+import logging
+import ssl
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from aiohttp import web
+
+from spark_queue.broker import sqs
+from spark_queue.broker.sqs import CONSUMER, SqsError, SqsOnly, invalid
+from spark_queue.errors import (
+    ArgumentMismatchError,
+    InvalidInputError,
+    InvalidOptionError,
+    QueueError,
+    QueueNotFoundError,
+)
+from spark_queue.storage.location import Location
+from spark_queue.storage.store import now_micros
+from spark_queue.table import QueueTable
+
+log = logging.getLogger("spark_queue.broker.sqs_server")
+
+SETTINGS_FOLDER = "_spark_queue/sqs"
+SETTINGS_TTL_SECONDS = 5.0  # another broker's change to a queue's settings shows this late
+POLL_SECONDS = 0.05  # an idle long poll checks for a new table version this often (local)
+OBJECT_STORE_POLL_SECONDS = 0.2  # and on an object store, where each check is a request
+SETTLE_SECONDS = 1.0  # and leases again at least this often (leases run out, delays end)
+# A request body this large is refused before it is parsed (JSON escapes may double a
+# batch's 1 MiB of bodies).
+MAX_REQUEST_BYTES = 4 * sqs.MAX_MESSAGE_BYTES
+THREADS = 32
+
+Observer = Callable[[str, float, "str | None"], None]
+
+
+def _unobserved(action: str, seconds: float, error: str | None) -> None:
+    """The default :attr:`SqsService.observe`: records nothing."""
+
+
+class SqsSettings:
+    """Each queue's :class:`~spark_queue.broker.sqs.SqsOnly`, one JSON file per queue,
+    cached for :data:`SETTINGS_TTL_SECONDS`. A queue without a file has SQS's defaults."""
+
+    def __init__(self, location: Location) -> None:
+        self.fs, base = location.filesystem()
+        self.folder = f"{base.rstrip('/')}/{SETTINGS_FOLDER}"
+        self.local = not location.scheme
+        self._cache: dict[str, tuple[float, SqsOnly | None]] = {}
+        self._lock = threading.Lock()
+
+    def _path(self, name: str) -> str:
+        return f"{self.folder}/{name}.json"
+
+    def get(self, name: str) -> SqsOnly | None:
+        """The queue's settings; None where it has no file."""
+        with self._lock:
+            cached = self._cache.get(name)
+        if cached is not None and time.monotonic() - cached[0] < SETTINGS_TTL_SECONDS:
+            return cached[1]
+        try:
+            with self.fs.open_input_stream(self._path(name)) as stream:
+                found: SqsOnly | None = SqsOnly.from_json(stream.read().decode())
+        except FileNotFoundError:
+            found = None
+        except (OSError, ValueError, TypeError) as error:
+            if "not found" not in str(error).lower() and "no such" not in str(error).lower():
+                raise
+            found = None
+        with self._lock:
+            self._cache[name] = (time.monotonic(), found)
+        return found
+
+    def put(self, name: str, settings: SqsOnly) -> None:
+        body = settings.to_json().encode()
+        path = self._path(name)
+        if self.local:  # through a rename: a reader never sees half a file
+            self.fs.create_dir(self.folder, recursive=True)
+            staged = f"{path}.{uuid.uuid4().hex[:8]}.writing"
+            with self.fs.open_output_stream(staged) as out:
+                out.write(body)
+            self.fs.move(staged, path)
+        else:  # an object store's PUT is atomic by itself
+            with self.fs.open_output_stream(path) as out:
+                out.write(body)
+        with self._lock:
+            self._cache[name] = (time.monotonic(), settings)
+
+
+def _now_seconds() -> int:
+    return int(time.time())
+
+
+class SqsService:
+    """The SQS actions on ``table`` (a ``QueueTable`` with ``broker="off"``).
+
+    Args:
+        table: the broker's table.
+        keys: access key id -> secret: requests must be signed with one (SigV4); None:
+            requests are taken unsigned or signed with any key (loopback only).
+    """
+
+    def __init__(self, table: QueueTable, keys: Mapping[str, str] | None) -> None:
+        self.table = table
+        self.keys = dict(keys) if keys else None
+        self.settings = SqsSettings(table.store.location)
+        self.observe: Observer = _unobserved
+        self.poll_seconds = POLL_SECONDS if self.settings.local else OBJECT_STORE_POLL_SECONDS
+        self._pool = concurrent.futures.ThreadPoolExecutor(THREADS, "sqs")
+        self._known: set[str] = set()  # queues seen in the table (never removed from it)
+        self._known_lock = threading.Lock()
+        self._events: dict[str, asyncio.Event] = {}
+        self.actions: dict[str, Callable[[dict[str, Any], str], Any]] = {
+            "CreateQueue": self.create_queue,
+            "GetQueueUrl": self.get_queue_url,
+            "ListQueues": self.list_queues,
+            "GetQueueAttributes": self.get_queue_attributes,
+            "SetQueueAttributes": self.set_queue_attributes,
+            "DeleteQueue": self.delete_queue,
+            "PurgeQueue": self.purge_queue,
+            "SendMessage": self.send_message,
+            "SendMessageBatch": self.send_message_batch,
+            "ReceiveMessage": self.receive_message,
+            "DeleteMessage": self.delete_message,
+            "DeleteMessageBatch": self.delete_message_batch,
+            "ChangeMessageVisibility": self.change_message_visibility,
+            "ChangeMessageVisibilityBatch": self.change_message_visibility_batch,
+            "TagQueue": self.tag_queue,
+            "UntagQueue": self.untag_queue,
+            "ListQueueTags": self.list_queue_tags,
+            "ListDeadLetterSourceQueues": self.list_dead_letter_source_queues,
+        }
+
+    # -- HTTP ----------------------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        application = web.Application(client_max_size=MAX_REQUEST_BYTES)
+        application.router.add_post("/{tail:.*}", self.handle)
+        return application
+
+    async def handle(self, request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        target = request.headers.get("X-Amz-Target", "")
+        action = target[len(sqs.TARGET_PREFIX) :] if target.startswith(sqs.TARGET_PREFIX) else ""
+        shown = action if action in self.actions else "unknown"
+        try:
+            try:
+                body = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                raise SqsError(
+                    "BatchRequestTooLong" if action.endswith("Batch") else "InvalidParameterValue",
+                    f"The request is larger than {MAX_REQUEST_BYTES} bytes.",
+                ) from None
+            if self.keys is not None:
+                url = f"{request.scheme}://{request.host}{request.raw_path}"
+                sqs.check_signature(request.method, url, request.headers, body, self.keys)
+            if action not in self.actions:
+                raise SqsError(
+                    "UnknownOperationException",
+                    f"The action {target[:100]!r} is not valid for this endpoint; it serves "
+                    f"{', '.join(self.actions)} (X-Amz-Target: AmazonSQS.<Action>).",
+                )
+            try:
+                members = json.loads(body or b"{}")
+            except (ValueError, RecursionError):
+                raise SqsError("SerializationException", "The request body is not JSON.") from None
+            if not isinstance(members, dict):
+                raise SqsError("SerializationException", "The request body is not a JSON object.")
+            answer = await self.actions[action](members, f"{request.scheme}://{request.host}")
+        except SqsError as error:
+            self.observe(shown, time.perf_counter() - started, error.code)
+            return web.Response(
+                body=error.body(),
+                status=error.status,
+                headers={**error.headers(), **_ids()},
+                content_type=sqs.CONTENT_TYPE,
+            )
+        self.observe(shown, time.perf_counter() - started, None)
+        return web.Response(
+            body=json.dumps(answer).encode(), headers=_ids(), content_type=sqs.CONTENT_TYPE
+        )
+
+    # -- the table, off the event loop -----------------------------------------------------
+
+    async def _run(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A blocking call on the pool, its table errors as SQS's."""
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._pool, functools.partial(call, *args, **kwargs))
+        except SqsError:
+            raise
+        except QueueNotFoundError as error:
+            raise SqsError("QueueDoesNotExist", str(error).strip("'\"")) from None
+        except (InvalidOptionError, InvalidInputError) as error:
+            raise SqsError("InvalidParameterValue", str(error)) from None
+        except ArgumentMismatchError as error:
+            raise SqsError("QueueNameExists", str(error)) from None
+        except QueueError as error:
+            log.warning("an SQS request failed: %s: %s", type(error).__name__, error)
+            raise SqsError("ServiceUnavailable", f"{type(error).__name__}: {error}") from None
+        except Exception as error:
+            log.error("an SQS request failed: %s: %s", type(error).__name__, error)
+            log.debug("the failure's traceback", exc_info=True)
+            raise SqsError("InternalError", f"the broker failed: {type(error).__name__}") from None
+
+    def _exists(self, name: str) -> bool:
+        with self._known_lock:
+            if name in self._known:
+                return True
+        queues = self.table.queues()
+        with self._known_lock:
+            self._known.update(queues)
+            return name in self._known
+
+    def _settings(self, name: str) -> SqsOnly:
+        """A live queue's settings (SQS's defaults where it has none).
+
+        Raises:
+            SqsError: ``QueueDoesNotExist``: not in the table, or deleted through SQS.
+        """
+        settings = self.settings.get(name)
+        if not self._exists(name) or (settings is not None and settings.deleted):
+            raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
+        return settings if settings is not None else SqsOnly()
+
+    async def _queue(self, request: Mapping[str, Any]) -> tuple[str, SqsOnly]:
+        name = sqs.name_of_url(request.get("QueueUrl"))
+        return name, await self._run(self._settings, name)
+
+    def _wake(self, name: str) -> None:
+        event = self._events.pop(name, None)
+        if event is not None:
+            event.set()
+
+    # -- queues --------------------------------------------------------------------------------
+
+    async def create_queue(self, request: dict[str, Any], base: str) -> dict[str, Any]:
+        name = sqs.check_queue_name(sqs.member(request, "QueueName", str, required=True))
+        tags = _tags(request.get("tags"), "tags")
+        return await self._run(self._create, name, request.get("Attributes"), tags, base)
+
+    def _create(
+        self, name: str, attributes: Any, tags: dict[str, str], base: str
+    ) -> dict[str, Any]:
+        queues = frozenset(self.table.queues())
+        change = sqs.parse_attributes(name, attributes, creating=True, queues=queues)
+        settings = self.settings.get(name)
+        now = _now_seconds()
+        if name in queues and not (settings is not None and settings.deleted):
+            current = settings or SqsOnly()
+            differing = [f for f, v in change.sqs.items() if getattr(current, f) != v]
+            if differing:
+                raise SqsError(
+                    "QueueNameExists",
+                    f"A queue already exists with the same name and a different value for "
+                    f"attribute {differing[0]}",
+                )
+            try:
+                self.table.declare(name, **change.arguments)
+            except ArgumentMismatchError as error:
+                raise SqsError(
+                    "QueueNameExists",
+                    f"A queue already exists with the same name and different attributes: {error}",
+                ) from None
+        else:
+            arguments = dict(change.arguments)
+            if name not in queues:  # SQS's defaults, for a queue SQS creates
+                arguments.setdefault("expiration", sqs.DEFAULT_RETENTION_SECONDS * 1000)
+                if sqs.is_fifo(name):
+                    arguments.setdefault("message_groups", True)
+                    arguments.setdefault("duplicate_window", sqs.FIFO_DEDUP_MS)
+                self.table.declare(name, **arguments)
+            elif arguments:  # created again after a DeleteQueue
+                self.table.alter(name, **arguments)
+            self.settings.put(
+                name,
+                replace(
+                    SqsOnly(), **change.sqs, tags=tuple(sorted(tags.items())), created=now,
+                    modified=now,
+                ),
+            )  # fmt: skip
+        with self._known_lock:
+            self._known.add(name)
+        return {"QueueUrl": sqs.queue_url(base, name)}
+
+    async def get_queue_url(self, request: dict[str, Any], base: str) -> dict[str, Any]:
+        name = sqs.check_queue_name(sqs.member(request, "QueueName", str, required=True))
+        await self._run(self._settings, name)
+        return {"QueueUrl": sqs.queue_url(base, name)}
+
+    async def list_queues(self, request: dict[str, Any], base: str) -> dict[str, Any]:
+        prefix = sqs.member(request, "QueueNamePrefix", str) or ""
+        limit = sqs.integer(request, "MaxResults", 1, sqs.MAX_LIST_RESULTS)
+        token = sqs.member(request, "NextToken", str)
+        after = ""
+        if token is not None:
+            try:
+                after = base64.urlsafe_b64decode(token.encode()).decode()
+            except (ValueError, UnicodeDecodeError):
+                raise invalid("NextToken", token, "not a token ListQueues gave") from None
+
+        def live() -> list[str]:
+            names = [n for n in self.table.queues() if n.startswith(prefix) and n > after]
+            return [n for n in names if not (self.settings.get(n) or SqsOnly()).deleted]
+
+        names = await self._run(live)
+        answer: dict[str, Any] = {}
+        if limit is not None and len(names) > limit:
+            names = names[:limit]
+            answer["NextToken"] = base64.urlsafe_b64encode(names[-1].encode()).decode()
+        answer["QueueUrls"] = [sqs.queue_url(base, n) for n in names]
+        return answer
+
+    async def get_queue_attributes(self, request: dict[str, Any], base: str) -> dict[str, Any]:
+        name, settings = await self._queue(request)
+        wanted = sqs.strings(request, "AttributeNames")
+        if not wanted:
+            return {}
+        arguments = await self._run(self.table.arguments, name)
+        stats = await self._run(self.table.stats, name) if sqs.needs_stats(wanted) else None
+        return {"Attributes": sqs.queue_attributes(name, arguments, settings, stats, wanted)}
+
+    async def set_queue_attributes(self, request: dict[str, Any], base: str) -> dict[str, Any]:
+        name, settings = await self._queue(request)
+        attributes = sqs.member(request, "Attributes", dict, required=True)
+
+        def change() -> None:
+            parsed = sqs.parse_attributes(
+                name, attributes, creating=False, queues=frozenset(self.table.queues())
+            )
+            if parsed.arguments:
+                self.table.alter(name, **parsed.arguments)
+            if parsed.sqs:
+                self.settings.put(name, replace(settings, **parsed.sqs, modified=_now_seconds()))
+
+        await self._run(change)
+        return {}
+
+    async def delete_queue(self, request: dict[str, Any], base: str) -> dict[str, Any]:
+        name, settings = await self._queue(request)
+
+        def delete() -> None:
+            # The table keeps every queue it has had: a deleted queue is emptied and hidden.
+            self.table.release(CONSUMER, name)
+            self.table.purge(name)
+            self.settings.put(name, replace(settings, deleted=True, modified=_now_seconds()))
+
+        await self._run(delete)
+        return {}
+
+    async def purge_queue(self, request: dict[str, Any], base: str) -> dict[str, Any]:
+        name, _ = await self._queue(request)
+
+        def purge() -> None:
+            self.table.release(CONSUMER, name)  # SQS purges messages in flight too
+            self.table.purge(name)
+
+        await self._run(purge)
+        return {}
+
+    async def tag_queue(self, request: dict[str, Any], base: str) -> dict[str, Any]:
+        name, settings = await self._queue(request)
+        tags = {**dict(settings.tags), **_tags(request.get("Tags"), "Tags")}
+        if len(tags) > 50:
+            raise invalid("Tags", len(tags), "a queue has at most 50 tags")
+        updated = replace(settings, tags=tuple(sorted(tags.items())))
+        await self._run(self.settings.put, name, updated)
+        return {}
+
+    async def untag_queue(self, request: dict[str, Any], base: str) -> dict[str, Any]:
+        name, settings = await self._queue(request)
+        keys = set(sqs.strings(request, "TagKeys"))
+        tags = tuple((k, v) for k, v in settings.tags if k not in keys)
+        await self._run(self.settings.put, name, replace(settings, tags=tags))
+        return {}
+
+    async def list_queue_tags(self, request: dict[str, Any], base: str) -> dict[str, Any]:
+        _, settings = await self._queue(request)
+        return {"Tags": dict(settings.tags)} if settings.tags else {}
+
+    async def list_dead_letter_source_queues(
+        self, request: dict[str, Any], base: str
+    ) -> dict[str, Any]:
+        name, _ = await self._queue(request)
+
+        def sources() -> list[str]:
+            snapshot = self.table.store.snapshot()
+            states = snapshot.states if snapshot is not None else {}
+            return sorted(n for n, s in states.items() if s.arguments.dead_letter_queue == name)
+
+        return {"queueUrls": [sqs.queue_url(base, n) for n in await self._run(sources)]}
+
+    # -- sending -------------------------------------------------------------------------------
+
+    async def send_message(self, request: dict[str, Any], base: str) -> dict[str, Any]:
+        name, settings = await self._queue(request)
+        message = sqs.outgoing(request, name, settings, now_micros())
+        [(answer, error)] = await self._publish(name, [message])
+        if error is not None:
+            raise error
+        return answer
+
+    async def send_message_batch(self, request: dict[str, Any], base: str) -> dict[str, Any]:
+        name, settings = await self._queue(request)
+        entries = sqs.batch_entries(request)
+        now = now_micros()
+        failed: list[dict[str, Any]] = []
+        ready: list[tuple[str, sqs.Outgoing]] = []
+        for entry in entries:
+            try:
+                ready.append((entry["Id"], sqs.outgoing(entry, name, settings, now)))
+            except SqsError as error:
+                failed.append(sqs.failed_entry(entry["Id"], error))
+        total = sum(len(m.row["body"]) for _, m in ready)
+        if total > sqs.MAX_MESSAGE_BYTES:
+            raise SqsError(
+                "BatchRequestTooLong",
+                f"Batch requests cannot be longer than {sqs.MAX_MESSAGE_BYTES} bytes. You "
+                f"have sent {total} bytes.",
+            )
+        successful = []
+        if ready:
+            answers = await self._publish(name, [m for _, m in ready])
+            for (entry_id, _), (answer, error) in zip(ready, answers, strict=True):
+                if error is not None:
+                    failed.append(sqs.failed_entry(entry_id, error))
+                else:
+                    successful.append({"Id": entry_id, **answer})
+        return {"Successful": successful, "Failed": failed}
+
+    async def _publish(
+        self, name: str, messages: list[sqs.Outgoing]
+    ) -> list[tuple[dict[str, Any], SqsError | None]]:
+        """Publish ``messages`` in one call; each one's answer, or its error (a duplicate
+        id is an answer, as in SQS; a message a reject policy refused is an error)."""
+        rows = [{column: m.row.get(column) for column in _COLUMNS} for m in messages]
+        outcome = await self._run(self.table.publish_outcome, name, rows)
+        self._wake(name)
+        seqs = iter(outcome.result.seqs)
+        duplicates_left = outcome.result.duplicates
+        answers: list[tuple[dict[str, Any], SqsError | None]] = []
+        for message, stored in zip(messages, outcome.accepted.tolist(), strict=True):
+            answer: dict[str, Any] = {"MD5OfMessageBody": message.md5_body}
+            if message.md5_attributes is not None:
+                answer["MD5OfMessageAttributes"] = message.md5_attributes
+            if stored:
+                seq = next(seqs)
+                answer["MessageId"] = sqs.message_id(name, seq)
+                if sqs.is_fifo(name):
+                    answer["SequenceNumber"] = str(seq)
+                answers.append((answer, None))
+            elif message.dedup_id is not None and duplicates_left:
+                duplicates_left -= 1
+                answer["MessageId"] = str(
+                    uuid.uuid5(uuid.NAMESPACE_URL, f"spark-queue:{name}:id:{message.dedup_id}")
+                )
+                answers.append((answer, None))
+            else:
+                answers.append(
+                    (
+                        answer,
+                        SqsError(
+                            "OverLimit",
+                            f"The queue {name} refused the message: it is full (its overflow "
+                            f"policy rejects what does not fit).",
+                        ),
+                    )
+                )
+        return answers
+
+    # -- receiving -----------------------------------------------------------------------------
+
+    async def receive_message(self, request: dict[str, Any], base: str) -> dict[str, Any]:
+        name, settings = await self._queue(request)
+        count = sqs.integer(request, "MaxNumberOfMessages", 1, sqs.MAX_BATCH) or 1
+        visibility = sqs.integer(request, "VisibilityTimeout", 0, sqs.MAX_VISIBILITY_SECONDS)
+        visibility = settings.visibility_timeout if visibility is None else visibility
+        wait = sqs.integer(request, "WaitTimeSeconds", 0, sqs.MAX_RECEIVE_WAIT_SECONDS)
+        wait = settings.receive_wait_seconds if wait is None else wait
+        system = [
+            *sqs.strings(request, "AttributeNames"),
+            *sqs.strings(request, "MessageSystemAttributeNames"),
+        ]
+        attributes = sqs.strings(request, "MessageAttributeNames")
+        deadline = time.monotonic() + wait
+        while True:
+            rows = await self._run(
+                self.table.lease,
+                name,
+                CONSUMER,
+                max_messages=count,
+                lease_period=max(1, visibility * 1000),
+                strict_groups=True,
+            )
+            if rows.num_rows or time.monotonic() >= deadline:
+                break
+            metadata = rows.schema.metadata or {}
+            version = metadata.get(b"spark_queue.version")
+            await self._idle(name, int(version) if version else None, deadline)
+        if not rows.num_rows:
+            return {}  # as SQS answers: no Messages member at all
+        received_at = int(time.time() * 1000)
+        return {
+            "Messages": [
+                sqs.incoming(row, name, system, attributes, received_at) for row in rows.to_pylist()
+            ]
+        }
+
+    async def _idle(self, name: str, version: int | None, deadline: float) -> None:
+        """Wait until a send to ``name`` through this broker, a new table version, a
+        settle interval or ``deadline``, whichever comes first; commits nothing."""
+        event = self._events.setdefault(name, asyncio.Event())
+        until = min(deadline, time.monotonic() + SETTLE_SECONDS)
+        store = self.table.store
+        while True:
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            try:
+                await asyncio.wait_for(event.wait(), timeout=min(left, self.poll_seconds))
+                return
+            except asyncio.TimeoutError:
+                pass
+            if version is not None and await self._run(store.has_log_entry, version + 1):
+                return
+
+    # -- settling ------------------------------------------------------------------------------
+
+    async def delete_message(self, request: dict[str, Any], base: str) -> dict[str, Any]:
+        name, _ = await self._queue(request)
+        seq, deliveries = sqs.parse_receipt_handle(request.get("ReceiptHandle"), name)
+        await self._run(self.table.ack, name, [seq], CONSUMER, deliveries=[deliveries])
+        return {}
+
+    async def delete_message_batch(self, request: dict[str, Any], base: str) -> dict[str, Any]:
+        name, _ = await self._queue(request)
+        failed = []
+        handles: dict[int, int] = {}
+        ids = []
+        for entry in sqs.batch_entries(request):
+            try:
+                seq, deliveries = sqs.parse_receipt_handle(entry.get("ReceiptHandle"), name)
+            except SqsError as error:
+                failed.append(sqs.failed_entry(entry["Id"], error))
+                continue
+            handles[seq] = deliveries
+            ids.append(entry["Id"])
+        if handles:
+            await self._run(
+                self.table.ack, name, list(handles), CONSUMER, deliveries=list(handles.values())
+            )
+        return {"Successful": [{"Id": i} for i in ids], "Failed": failed}
+
+    async def change_message_visibility(self, request: dict[str, Any], base: str) -> dict[str, Any]:
+        name, _ = await self._queue(request)
+        await self._change_visibility(name, request)
+        return {}
+
+    async def change_message_visibility_batch(
+        self, request: dict[str, Any], base: str
+    ) -> dict[str, Any]:
+        name, _ = await self._queue(request)
+        entries = sqs.batch_entries(request)
+        results = await asyncio.gather(
+            *(self._change_visibility(name, e) for e in entries), return_exceptions=True
+        )
+        successful, failed = [], []
+        for entry, result in zip(entries, results, strict=True):
+            if isinstance(result, SqsError):
+                failed.append(sqs.failed_entry(entry["Id"], result))
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                successful.append({"Id": entry["Id"]})
+        return {"Successful": successful, "Failed": failed}
+
+    async def _change_visibility(self, name: str, request: Mapping[str, Any]) -> None:
+        seq, deliveries = sqs.parse_receipt_handle(request.get("ReceiptHandle"), name)
+        if request.get("VisibilityTimeout") is None:
+            raise SqsError(
+                "MissingParameter", "The request must contain the parameter VisibilityTimeout."
+            )
+        seconds = sqs.integer(request, "VisibilityTimeout", 0, sqs.MAX_VISIBILITY_SECONDS)
+        if seconds:
+            changed = await self._run(
+                self.table.extend, name, [seq], CONSUMER, seconds * 1000, deliveries=[deliveries]
+            )
+        else:  # visible again now: a cancel without a delay
+            changed = await self._run(
+                self.table.cancel, name, [seq], CONSUMER, delay=0, deliveries=[deliveries]
+            )
+            self._wake(name)
+        if not changed:
+            raise invalid(
+                "ReceiptHandle",
+                request.get("ReceiptHandle"),
+                "Message does not exist or is not available for visibility timeout change.",
+            )
+
+
+_COLUMNS = ("body", "key", "headers", "message_id", "deliver_at")
+
+
+def _tags(given: Any, parameter: str) -> dict[str, str]:
+    if given is None:
+        return {}
+    if not isinstance(given, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and 0 < len(k) <= 128 and len(v) <= 256
+        for k, v in given.items()
+    ):
+        raise invalid(parameter, given, "a map of tag keys (1 to 128 characters) to values")
+    return dict(given)
+
+
+def _ids() -> dict[str, str]:
+    return {"x-amzn-RequestId": str(uuid.uuid4())}
+
+
+class SqsServer:
+    """:class:`SqsService` served on ``host:port`` (port 0: a free one, then :attr:`port`)
+    by aiohttp, on an event loop of its own thread; HTTPS with ``tls_files``.
+
+    Raises:
+        OSError: it cannot listen there.
+    """
+
+    def __init__(
+        self,
+        service: SqsService,
+        host: str,
+        port: int,
+        tls_files: tuple[str, str] | None = None,
+    ) -> None:
+        self.service = service
+        self.scheme = "https" if tls_files else "http"
+        context = None
+        if tls_files is not None:
+            context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            context.load_cert_chain(tls_files[0], tls_files[1])
+        self._loop = asyncio.new_event_loop()
+        self._runner = web.AppRunner(service.app(), access_log=None, handle_signals=False)
+        started: concurrent.futures.Future[int] = concurrent.futures.Future()
+
+        async def start() -> int:
+            await self._runner.setup()
+            site = web.TCPSite(self._runner, host, port, ssl_context=context, backlog=1024)
+            await site.start()
+            return int(self._runner.addresses[0][1])
+
+        def serve() -> None:
+            asyncio.set_event_loop(self._loop)
+            try:
+                started.set_result(self._loop.run_until_complete(start()))
+            except BaseException as error:
+                started.set_exception(error)
+                return
+            self._loop.run_forever()
+
+        self._thread = threading.Thread(target=serve, name="sqs-server", daemon=True)
+        self._thread.start()
+        self.port = started.result()
+        self.host = host
+
+    def stop(self, timeout: float) -> None:
+        """Stop listening, let requests in flight end for up to ``timeout`` seconds (long
+        polls are answered empty at once), then close."""
+
+        async def close() -> None:
+            await self._runner.shutdown()
+            await self._runner.cleanup()
+
+        future = asyncio.run_coroutine_threadsafe(close(), self._loop)
+        try:
+            future.result(timeout)
+        except (concurrent.futures.TimeoutError, RuntimeError):
+            log.warning("the SQS server did not close within %g s", timeout)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout)

@@ -1,0 +1,709 @@
+"""The broker's SQS API (docs/SQS.md), driven by real SDK clients (boto3, the AWS CLI)
+against real broker processes on real tables, local and on the suite's S3 server; the
+mapping functions of :mod:`spark_queue.broker.sqs` on their own."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import boto3
+import botocore.exceptions
+import pytest
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
+from botocore.config import Config
+from botocore.credentials import Credentials
+
+from spark_queue import QueueTable
+from spark_queue.broker import sqs
+from spark_queue.errors import InvalidOptionError
+from spark_queue.model.queue_arguments import QueueArguments
+from tests.brokers import BrokerProcess
+
+KEY_ID, SECRET = "AKIDSPARKQUEUETEST", "test-secret/with+odd=chars"
+CLIENT_CONFIG = Config(retries={"max_attempts": 1}, read_timeout=60)
+
+
+def sqs_url(broker: BrokerProcess) -> str:
+    return broker.announcement.split("SQS API at ", 1)[1].split()[0]
+
+
+def client(endpoint: str, key: str = KEY_ID, secret: str = SECRET) -> Any:
+    return boto3.client(
+        "sqs",
+        endpoint_url=endpoint,
+        region_name="eu-west-1",
+        aws_access_key_id=key,
+        aws_secret_access_key=secret,
+        config=CLIENT_CONFIG,
+    )
+
+
+def code_of(error: botocore.exceptions.ClientError) -> str:
+    return error.response["Error"]["Code"]
+
+
+def version_of(path: str, **options: Any) -> int:
+    return QueueTable(path, broker="off", **options).store.location.delta_table().version()
+
+
+@pytest.fixture(scope="module")
+def local_broker(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    folder = tmp_path_factory.mktemp("sqs")
+    path = str(folder / "queues")
+    with BrokerProcess(path, "--sqs", "127.0.0.1:0", log_path=folder / "broker.log") as broker:
+        yield broker
+
+
+@pytest.fixture
+def sqs_client(local_broker: BrokerProcess) -> Any:
+    return client(sqs_url(local_broker))
+
+
+# -- the mapping, without a server ---------------------------------------------------------
+
+
+def test_a_receipt_handle_names_one_delivery_of_one_message_of_one_queue():
+    handle = sqs.receipt_handle("orders", 12, 3)
+    assert sqs.parse_receipt_handle(handle, "orders") == (12, 3)
+    for bad in ("", "garbage", handle + "x!", "sq1.!!!"):
+        with pytest.raises(sqs.SqsError) as refused:
+            sqs.parse_receipt_handle(bad, "orders")
+        assert refused.value.code in ("ReceiptHandleIsInvalid", "MissingParameter")
+    with pytest.raises(sqs.SqsError, match="not valid") as other:
+        sqs.parse_receipt_handle(handle, "payments")
+    assert other.value.code == "ReceiptHandleIsInvalid"
+
+
+def test_message_attributes_digest_as_aws_documents_it():
+    # The value AWS's SDKs compute for these attributes (Java SDK MessageMD5ChecksumHandler).
+    checked = sqs.message_attributes(
+        {
+            "b": {"DataType": "Binary", "BinaryValue": "AAE="},
+            "a": {"DataType": "String", "StringValue": "x"},
+        }
+    )
+    import hashlib
+    import struct
+
+    expected = hashlib.md5()
+    for name, kind, transport, value in (("a", "String", 1, b"x"), ("b", "Binary", 2, b"\0\1")):
+        for part in (name.encode(), kind.encode()):
+            expected.update(struct.pack(">I", len(part)) + part)
+        expected.update(bytes([transport]) + struct.pack(">I", len(value)) + value)
+    assert sqs.md5_of_attributes(checked) == expected.hexdigest()
+    headers = sqs.headers_of(checked, None)
+    assert headers is not None and headers["a"] == "x"
+    assert sqs.attributes_of_headers(headers) == checked
+
+
+def test_queue_attributes_map_to_queue_arguments_and_back():
+    change = sqs.parse_attributes(
+        "jobs",
+        {
+            "MessageRetentionPeriod": "120",
+            "RedrivePolicy": json.dumps(
+                {"deadLetterTargetArn": sqs.queue_arn("jobs-dlq"), "maxReceiveCount": 3}
+            ),
+            "VisibilityTimeout": "45",
+            "maxLength": "100",
+            "overflow": "ring",
+        },
+        creating=True,
+        queues=frozenset({"jobs-dlq"}),
+    )
+    assert change.arguments == {
+        "expiration": 120_000,
+        "dead_letter_queue": "jobs-dlq",
+        "max_deliveries": 3,
+        "max_length": 100,
+        "overflow": "ring",
+    }
+    assert change.sqs == {"visibility_timeout": 45}
+    arguments = QueueArguments().merged(change.arguments)
+    settings = sqs.SqsOnly(visibility_timeout=45)
+    back = sqs.queue_attributes("jobs", arguments, settings, None, ["All"])
+    assert back["MessageRetentionPeriod"] == "120"
+    assert json.loads(back["RedrivePolicy"]) == {
+        "deadLetterTargetArn": "arn:aws:sqs:us-east-1:000000000000:jobs-dlq",
+        "maxReceiveCount": 3,
+    }
+    assert (back["VisibilityTimeout"], back["maxLength"], back["overflow"]) == ("45", "100", "ring")
+    for bad, code in (
+        ({"VisibilityTimeout": "43201"}, "InvalidAttributeValue"),
+        ({"VisibilityTimeout": "1.5"}, "InvalidAttributeValue"),
+        ({"Policy": "{}"}, "InvalidAttributeName"),
+        ({"maxLength": "-2"}, "InvalidAttributeValue"),
+        ({"RedrivePolicy": '{"deadLetterTargetArn": "arn:aws:sqs:r:1:nope", "maxReceiveCount": 1}'},
+         "InvalidAttributeValue"),
+        ({"FifoQueue": "true"}, "InvalidAttributeValue"),
+    ):  # fmt: skip
+        with pytest.raises(sqs.SqsError) as refused:
+            sqs.parse_attributes("jobs", bad, creating=True)
+        assert refused.value.code == code, bad
+
+
+def test_the_keys_file_is_checked_and_never_quoted(tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text(f"# the test's keys\n\n{KEY_ID} {SECRET}\nOTHER s2\n")
+    assert sqs.load_keys(str(keys)) == {KEY_ID: SECRET, "OTHER": "s2"}
+    keys.write_text(f"{KEY_ID} {SECRET} extra\n")
+    with pytest.raises(InvalidOptionError, match="line 1") as refused:
+        sqs.load_keys(str(keys))
+    assert SECRET not in str(refused.value)
+    with pytest.raises(InvalidOptionError, match="cannot read"):
+        sqs.load_keys(str(tmp_path / "missing"))
+
+
+def _signed(body: bytes, secret: str = SECRET) -> AWSRequest:
+    request = AWSRequest(
+        method="POST",
+        url="http://127.0.0.1:9324/",
+        data=body,
+        headers={"Content-Type": sqs.CONTENT_TYPE, "X-Amz-Target": "AmazonSQS.ListQueues"},
+    )
+    SigV4Auth(Credentials(KEY_ID, secret), "sqs", "eu-west-1").add_auth(request)
+    return request
+
+
+def test_a_signature_is_checked_with_botocore_signer():
+    body = b"{}"
+    request = _signed(body)
+    headers = {**dict(request.headers), "Host": "127.0.0.1:9324"}
+    keys = {KEY_ID: SECRET}
+    assert sqs.check_signature("POST", request.url, headers, body, keys) == KEY_ID
+    cases = [
+        ({"Authorization": None}, body, keys, "MissingAuthenticationToken"),
+        ({}, b'{"QueueNamePrefix": "x"}', keys, "SignatureDoesNotMatch"),
+        ({}, body, {"OTHER": SECRET}, "InvalidClientTokenId"),
+        ({}, body, {KEY_ID: "wrong"}, "SignatureDoesNotMatch"),
+        ({"X-Amz-Target": "AmazonSQS.PurgeQueue"}, body, keys, "SignatureDoesNotMatch"),
+        ({"Authorization": "AWS4-HMAC-SHA256 nonsense"}, body, keys, "IncompleteSignature"),
+    ]
+    for changed, sent, known, code in cases:
+        given = {k: v for k, v in {**headers, **changed}.items() if v is not None}
+        with pytest.raises(sqs.SqsError) as refused:
+            sqs.check_signature("POST", request.url, given, sent, known)
+        assert refused.value.code == code, changed
+    with pytest.raises(sqs.SqsError) as late:
+        sqs.check_signature("POST", request.url, headers, body, keys, now=time.time() + 900)
+    assert late.value.code == "RequestExpired"
+
+
+# -- every action, through boto3 -----------------------------------------------------------
+
+
+def drive_every_action(endpoint: str, path: str, **options: Any) -> None:
+    """Each action of the API, once or more, checked against what the table holds."""
+    c = client(endpoint)
+    url = c.create_queue(QueueName="work", Attributes={"VisibilityTimeout": "40"})["QueueUrl"]
+    assert url == f"{endpoint}/000000000000/work"
+    assert c.create_queue(QueueName="work")["QueueUrl"] == url  # exists: the same URL
+    with pytest.raises(c.exceptions.QueueNameExists):
+        c.create_queue(QueueName="work", Attributes={"VisibilityTimeout": "41"})
+    dlq = c.create_queue(QueueName="work-dlq", tags={"team": "data"})["QueueUrl"]
+    assert c.get_queue_url(QueueName="work")["QueueUrl"] == url
+    assert c.list_queues()["QueueUrls"] == [url, dlq]
+    assert c.list_queues(QueueNamePrefix="work-")["QueueUrls"] == [dlq]
+    first = c.list_queues(MaxResults=1)
+    assert first["QueueUrls"] == [url]
+    assert c.list_queues(MaxResults=1, NextToken=first["NextToken"])["QueueUrls"] == [dlq]
+
+    redrive = {"deadLetterTargetArn": sqs.queue_arn("work-dlq"), "maxReceiveCount": 5}
+    c.set_queue_attributes(
+        QueueUrl=url,
+        Attributes={"RedrivePolicy": json.dumps(redrive), "DelaySeconds": "0", "maxLength": "500"},
+    )
+    table = QueueTable(path, broker="off", **options)
+    arguments = table.arguments("work")
+    assert (arguments.dead_letter_queue, arguments.max_deliveries, arguments.max_length) == (
+        "work-dlq",
+        5,
+        500,
+    )
+    attributes = c.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
+    assert attributes["VisibilityTimeout"] == "40"
+    assert json.loads(attributes["RedrivePolicy"]) == redrive
+    assert attributes["QueueArn"] == sqs.queue_arn("work")
+    assert c.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"] == [url]
+
+    c.tag_queue(QueueUrl=url, Tags={"env": "test", "owner": "me"})
+    c.untag_queue(QueueUrl=url, TagKeys=["owner"])
+    assert c.list_queue_tags(QueueUrl=url)["Tags"] == {"env": "test"}
+    assert c.list_queue_tags(QueueUrl=dlq)["Tags"] == {"team": "data"}
+
+    sent = c.send_message(
+        QueueUrl=url,
+        MessageBody="one",
+        MessageAttributes={"kind": {"DataType": "String", "StringValue": "greeting"}},
+    )
+    batch = c.send_message_batch(
+        QueueUrl=url, Entries=[{"Id": f"m{i}", "MessageBody": f"body {i}"} for i in range(10)]
+    )
+    assert [e["Id"] for e in batch["Successful"]] == [f"m{i}" for i in range(10)]
+    assert table.stats("work")["ready"] == 11
+    assert c.get_queue_attributes(QueueUrl=url, AttributeNames=["ApproximateNumberOfMessages"])[
+        "Attributes"
+    ] == {"ApproximateNumberOfMessages": "11"}
+
+    got = c.receive_message(
+        QueueUrl=url, MaxNumberOfMessages=1, MessageAttributeNames=["All"], AttributeNames=["All"]
+    )["Messages"]
+    assert [m["Body"] for m in got] == ["one"] and got[0]["MessageId"] == sent["MessageId"]
+    assert got[0]["MessageAttributes"] == {
+        "kind": {"DataType": "String", "StringValue": "greeting"}
+    }
+    assert got[0]["Attributes"]["ApproximateReceiveCount"] == "1"
+    c.change_message_visibility(
+        QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"], VisibilityTimeout=600
+    )
+    c.delete_message(QueueUrl=url, ReceiptHandle=got[0]["ReceiptHandle"])
+    rest = c.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    assert [m["Body"] for m in rest] == [f"body {i}" for i in range(10)]
+    changed = c.change_message_visibility_batch(
+        QueueUrl=url,
+        Entries=[
+            {"Id": "a", "ReceiptHandle": rest[0]["ReceiptHandle"], "VisibilityTimeout": 0},
+            {"Id": "b", "ReceiptHandle": rest[1]["ReceiptHandle"], "VisibilityTimeout": 100},
+        ],
+    )
+    assert sorted(e["Id"] for e in changed["Successful"]) == ["a", "b"]
+    deleted = c.delete_message_batch(
+        QueueUrl=url,
+        Entries=[{"Id": f"d{i}", "ReceiptHandle": m["ReceiptHandle"]} for i, m in
+                 enumerate(rest[1:])],
+    )  # fmt: skip
+    assert len(deleted["Successful"]) == 9
+    stats = table.stats("work")
+    assert (stats["ready"], stats["leased"], stats["acked"]) == (1, 0, 10)  # rest[0] is back
+
+    c.purge_queue(QueueUrl=url)
+    assert table.stats("work")["ready"] == 0
+    c.delete_queue(QueueUrl=dlq)
+    with pytest.raises(c.exceptions.QueueDoesNotExist):
+        c.get_queue_url(QueueName="work-dlq")
+    with pytest.raises(c.exceptions.QueueDoesNotExist):
+        c.send_message(QueueUrl=dlq, MessageBody="lost")
+    assert c.list_queues()["QueueUrls"] == [url]
+    assert c.create_queue(QueueName="work-dlq")["QueueUrl"] == dlq  # created again
+
+
+def test_boto3_drives_every_action_on_a_local_table(tmp_path):
+    path = str(tmp_path / "queues")
+    with BrokerProcess(path, "--sqs", "127.0.0.1:0", log_path=tmp_path / "broker.log") as broker:
+        drive_every_action(sqs_url(broker), path)
+        assert broker.stop() == 0
+
+
+def test_boto3_drives_every_action_on_object_storage(tmp_path, s3_table, s3_options):
+    flags = [f"--storage-option={k}={v}" for k, v in s3_options.items()]
+    with BrokerProcess(
+        s3_table, "--sqs", "127.0.0.1:0", *flags, log_path=tmp_path / "broker.log"
+    ) as broker:
+        drive_every_action(sqs_url(broker), s3_table, storage_options=s3_options)
+
+
+def test_a_fifo_queue_delivers_each_group_in_order_across_two_consumers(sqs_client):
+    c = sqs_client
+    url = c.create_queue(
+        QueueName="orders.fifo",
+        Attributes={"FifoQueue": "true", "ContentBasedDeduplication": "true"},
+    )["QueueUrl"]
+    for group in ("a", "b"):
+        c.send_message_batch(
+            QueueUrl=url,
+            Entries=[
+                {"Id": f"{group}{i}", "MessageBody": f"{group}-{i}", "MessageGroupId": group}
+                for i in range(4)
+            ],
+        )
+    # The same body again within five minutes: a duplicate, not enqueued.
+    again = c.send_message(QueueUrl=url, MessageBody="a-0", MessageGroupId="a")
+    assert "SequenceNumber" not in again
+    with pytest.raises(botocore.exceptions.ClientError) as no_group:
+        c.send_message(QueueUrl=url, MessageBody="x")
+    assert code_of(no_group.value) == "MissingParameter"
+    one, two = c, client(c.meta.endpoint_url)
+    seen: dict[str, list[str]] = {"a": [], "b": []}
+    while sum(map(len, seen.values())) < 8:
+        batches = [
+            consumer.receive_message(
+                QueueUrl=url, MaxNumberOfMessages=3, AttributeNames=["MessageGroupId"]
+            ).get("Messages", [])
+            for consumer in (one, two)
+        ]
+        groups = [{m["Attributes"]["MessageGroupId"] for m in b} for b in batches]
+        assert not groups[0] & groups[1]  # a group in flight goes to one receiver only
+        for consumer, batch in zip((one, two), batches, strict=True):
+            for message in batch:
+                seen[message["Attributes"]["MessageGroupId"]].append(message["Body"])
+            if batch:
+                consumer.delete_message_batch(
+                    QueueUrl=url,
+                    Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                             for i, m in enumerate(batch)],
+                )  # fmt: skip
+    assert seen == {g: [f"{g}-{i}" for i in range(4)] for g in "ab"}
+
+
+def test_a_visibility_timeout_that_runs_out_redelivers_and_the_old_handle_changes_nothing(
+    sqs_client, local_broker
+):
+    c = sqs_client
+    url = c.create_queue(QueueName="slow")["QueueUrl"]
+    c.send_message(QueueUrl=url, MessageBody="job")
+    first = c.receive_message(QueueUrl=url, VisibilityTimeout=1)["Messages"][0]
+    # The broker's long poll returns it once its visibility timeout has run out.
+    second = c.receive_message(
+        QueueUrl=url, WaitTimeSeconds=10, AttributeNames=["ApproximateReceiveCount"]
+    )["Messages"][0]
+    assert second["MessageId"] == first["MessageId"]
+    assert second["Attributes"]["ApproximateReceiveCount"] == "2"
+    assert second["ReceiptHandle"] != first["ReceiptHandle"]
+    table = QueueTable(local_broker.path, broker="off")
+    version = version_of(local_broker.path)
+    c.delete_message(QueueUrl=url, ReceiptHandle=first["ReceiptHandle"])  # stale: nothing
+    with pytest.raises(botocore.exceptions.ClientError) as stale:
+        c.change_message_visibility(
+            QueueUrl=url, ReceiptHandle=first["ReceiptHandle"], VisibilityTimeout=0
+        )
+    assert code_of(stale.value) == "InvalidParameterValue"
+    assert version_of(local_broker.path) == version
+    assert table.stats("slow")["leased"] == 1
+    c.delete_message(QueueUrl=url, ReceiptHandle=second["ReceiptHandle"])
+    assert table.stats("slow")["acked"] == 1
+
+
+def test_a_redrive_policy_moves_a_message_to_its_dead_letter_queue_after_n_receives(
+    sqs_client, local_broker
+):
+    c = sqs_client
+    dlq = c.create_queue(QueueName="failing-dlq")["QueueUrl"]
+    redrive = {"deadLetterTargetArn": sqs.queue_arn("failing-dlq"), "maxReceiveCount": "2"}
+    url = c.create_queue(QueueName="failing", Attributes={"RedrivePolicy": json.dumps(redrive)})[
+        "QueueUrl"
+    ]
+    c.send_message(QueueUrl=url, MessageBody="poison")
+    counts = []
+    for _ in range(2):  # received and made visible again at once: a failed attempt
+        message = c.receive_message(QueueUrl=url, AttributeNames=["All"])["Messages"][0]
+        counts.append(message["Attributes"]["ApproximateReceiveCount"])
+        c.change_message_visibility(
+            QueueUrl=url, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
+        )
+    assert counts == ["1", "2"]
+    assert "Messages" not in c.receive_message(QueueUrl=url)
+    dead = c.receive_message(QueueUrl=dlq, AttributeNames=["All"])["Messages"]
+    assert [m["Body"] for m in dead] == ["poison"]
+    assert dead[0]["Attributes"]["DeadLetterQueueSourceArn"] == sqs.queue_arn("failing")
+    stats = QueueTable(local_broker.path, broker="off").stats("failing")
+    assert (stats["killed"], stats["dead_lettered"]) == (1, 1)
+
+
+def test_an_empty_queue_long_poll_commits_nothing_while_it_waits(sqs_client, local_broker):
+    c = sqs_client
+    url = c.create_queue(QueueName="idle")["QueueUrl"]
+    version = version_of(local_broker.path)
+    assert "Messages" not in c.receive_message(QueueUrl=url, WaitTimeSeconds=2)
+    assert version_of(local_broker.path) == version
+    got: list[Any] = []
+    waiter = threading.Thread(
+        target=lambda: got.append(c.receive_message(QueueUrl=url, WaitTimeSeconds=20))
+    )
+    waiter.start()
+    client(c.meta.endpoint_url).send_message(QueueUrl=url, MessageBody="wake up")
+    waiter.join(60)
+    bodies = [m["Body"] for m in got[0].get("Messages", [])]
+    if not bodies:  # the send came before the poll's first lease: it found it then
+        bodies = [m["Body"] for m in c.receive_message(QueueUrl=url)["Messages"]]
+    assert bodies == ["wake up"]
+
+
+# -- bad input -----------------------------------------------------------------------------
+
+
+def test_bad_requests_get_sqs_errors_and_change_nothing(sqs_client, local_broker):
+    c = sqs_client
+    url = c.create_queue(QueueName="strict", Attributes={"MaximumMessageSize": "2048"})["QueueUrl"]
+    c.send_message(QueueUrl=url, MessageBody="kept")
+    table = QueueTable(local_broker.path, broker="off")
+    before = table.stats("strict")
+    version = version_of(local_broker.path)
+    handle = sqs.receipt_handle("strict", 10**6, 1)
+    calls = [
+        (c.send_message, {"QueueUrl": url, "MessageBody": "x" * 2049}, "InvalidParameterValue"),
+        (c.send_message, {"QueueUrl": url, "MessageBody": "bad \x00"}, "InvalidMessageContents"),
+        (c.send_message, {"QueueUrl": url, "MessageBody": ""}, "InvalidParameterValue"),
+        (c.send_message, {"QueueUrl": url, "MessageBody": "x", "DelaySeconds": 901},
+         "InvalidParameterValue"),
+        (c.send_message, {"QueueUrl": url, "MessageBody": "x", "MessageAttributes": {
+            "AWS.x": {"DataType": "String", "StringValue": "v"}}}, "InvalidParameterValue"),
+        (c.send_message, {"QueueUrl": url, "MessageBody": "x", "MessageAttributes": {
+            "n": {"DataType": "Number", "StringValue": "ten"}}}, "InvalidParameterValue"),
+        (c.send_message, {"QueueUrl": url + "-missing", "MessageBody": "x"},
+         "AWS.SimpleQueueService.NonExistentQueue"),
+        (c.send_message_batch, {"QueueUrl": url, "Entries": []},
+         "AWS.SimpleQueueService.EmptyBatchRequest"),
+        (c.send_message_batch, {"QueueUrl": url, "Entries": [
+            {"Id": str(i), "MessageBody": "x"} for i in range(11)]},
+         "AWS.SimpleQueueService.TooManyEntriesInBatchRequest"),
+        (c.send_message_batch, {"QueueUrl": url, "Entries": [
+            {"Id": "same", "MessageBody": "x"}, {"Id": "same", "MessageBody": "y"}]},
+         "AWS.SimpleQueueService.BatchEntryIdsNotDistinct"),
+        (c.send_message_batch, {"QueueUrl": url, "Entries": [{"Id": "a b", "MessageBody": "x"}]},
+         "AWS.SimpleQueueService.InvalidBatchEntryId"),
+        (c.receive_message, {"QueueUrl": url, "MaxNumberOfMessages": 11},
+         "InvalidParameterValue"),
+        (c.receive_message, {"QueueUrl": url, "WaitTimeSeconds": 21}, "InvalidParameterValue"),
+        (c.receive_message, {"QueueUrl": url, "VisibilityTimeout": 43201},
+         "InvalidParameterValue"),
+        (c.delete_message, {"QueueUrl": url, "ReceiptHandle": "forged"},
+         "ReceiptHandleIsInvalid"),
+        (c.delete_message, {"QueueUrl": url, "ReceiptHandle": sqs.receipt_handle("other", 1, 1)},
+         "ReceiptHandleIsInvalid"),
+        (c.change_message_visibility, {"QueueUrl": url, "ReceiptHandle": handle,
+                                       "VisibilityTimeout": 10}, "InvalidParameterValue"),
+        (c.get_queue_attributes, {"QueueUrl": url, "AttributeNames": ["NoSuchAttribute"]},
+         "InvalidAttributeName"),
+        (c.set_queue_attributes, {"QueueUrl": url, "Attributes": {"DelaySeconds": "-1"}},
+         "InvalidAttributeValue"),
+        (c.set_queue_attributes, {"QueueUrl": url, "Attributes": {"overflow": "sideways"}},
+         "InvalidAttributeValue"),
+        (c.create_queue, {"QueueName": "bad name!"}, "InvalidParameterValue"),
+        (c.create_queue, {"QueueName": "plain", "Attributes": {"FifoQueue": "true"}},
+         "InvalidAttributeValue"),
+        (c.get_queue_url, {"QueueName": "never-made"}, "AWS.SimpleQueueService.NonExistentQueue"),
+    ]  # fmt: skip
+    for call, arguments, code in calls:
+        with pytest.raises(botocore.exceptions.ClientError) as refused:
+            call(**arguments)
+        assert code_of(refused.value) == code, (call, arguments)
+        assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+    big = "y" * 2000
+    too_long = c.send_message_batch(
+        QueueUrl=url,
+        Entries=[{"Id": "fits", "MessageBody": "z"}, {"Id": "big", "MessageBody": big + "y" * 100}],
+    )  # one entry too large for the queue fails alone; the other is sent
+    assert [e["Id"] for e in too_long["Failed"]] == ["big"]
+    assert too_long["Failed"][0]["Code"] == "InvalidParameterValue"
+    before["added"] += 1
+    before["ready"] += 1
+    before["ready_bytes"] += 1
+    version += 1
+    c.set_queue_attributes(
+        QueueUrl=url, Attributes={"MaximumMessageSize": str(sqs.MAX_MESSAGE_BYTES)}
+    )
+    with pytest.raises(botocore.exceptions.ClientError) as batch_too_long:
+        c.send_message_batch(
+            QueueUrl=url,
+            Entries=[{"Id": str(i), "MessageBody": "w" * 300_000} for i in range(4)],
+        )
+    assert code_of(batch_too_long.value) == "AWS.SimpleQueueService.BatchRequestTooLong"
+    assert version_of(local_broker.path) == version
+    after = table.stats("strict")
+    assert after == before
+
+
+def test_malformed_http_requests_get_sqs_errors(local_broker):
+    import urllib.error
+    import urllib.request
+
+    endpoint = sqs_url(local_broker)
+    url = client(endpoint).create_queue(QueueName="raw")["QueueUrl"]
+    for target, body, code in (
+        ("AmazonSQS.NoSuchAction", b"{}", "UnknownOperationException"),
+        ("", b"{}", "UnknownOperationException"),
+        ("AmazonSQS.ListQueues", b"{not json", "SerializationException"),
+        ("AmazonSQS.ListQueues", b"[]", "SerializationException"),
+        ("AmazonSQS.SendMessage", b'{"QueueUrl": 5}', "MissingParameter"),
+        ("AmazonSQS.ReceiveMessage",
+         json.dumps({"QueueUrl": url, "MaxNumberOfMessages": "2"}).encode(),
+         "InvalidParameterValue"),
+    ):  # fmt: skip
+        request = urllib.request.Request(
+            endpoint + "/",
+            data=body,
+            method="POST",
+            headers={"X-Amz-Target": target, "Content-Type": sqs.CONTENT_TYPE},
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        answer = json.loads(refused.value.read())
+        assert answer["__type"].rsplit("#", 1)[1] == code, (target, body)
+        assert refused.value.headers["x-amzn-query-error"].endswith(";Sender")
+
+
+# -- signatures ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def keys_file(tmp_path: Path) -> str:
+    path = tmp_path / "sqs-keys"
+    path.write_text(f"{KEY_ID} {SECRET}\n")
+    return str(path)
+
+
+def test_a_broker_with_keys_refuses_unsigned_and_wrongly_signed_requests(tmp_path, keys_file):
+    path = str(tmp_path / "queues")
+    with BrokerProcess(
+        path,
+        "--sqs",
+        "127.0.0.1:0",
+        log_path=tmp_path / "broker.log",
+        env={sqs.KEYS_ENV_VAR: keys_file},
+    ) as broker:
+        endpoint = sqs_url(broker)
+        assert "signatures required" in broker.announcement
+        good = client(endpoint)
+        url = good.create_queue(QueueName="guarded")["QueueUrl"]
+        version = version_of(path)
+        unsigned = boto3.client(
+            "sqs",
+            endpoint_url=endpoint,
+            region_name="eu-west-1",
+            config=Config(signature_version=botocore.UNSIGNED, retries={"max_attempts": 1}),
+        )
+        for bad, code in (
+            (unsigned, "MissingAuthenticationToken"),
+            (client(endpoint, secret="not-the-secret"), "SignatureDoesNotMatch"),
+            (client(endpoint, key="AKIDUNKNOWN"), "InvalidClientTokenId"),
+        ):
+            with pytest.raises(botocore.exceptions.ClientError) as refused:
+                bad.send_message(QueueUrl=url, MessageBody="refused")
+            assert code_of(refused.value) == code
+            assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 403
+        assert version_of(path) == version
+        good.send_message(QueueUrl=url, MessageBody="taken")
+        assert QueueTable(path, broker="off").stats("guarded")["added"] == 1
+        assert broker.stop() == 0
+    assert SECRET not in broker.output()
+
+
+def test_the_sqs_api_beyond_loopback_needs_keys(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "spark_queue.cli", "broker", str(tmp_path / "q"),
+         "--sqs", "0.0.0.0:0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k != sqs.KEYS_ENV_VAR},
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "SPARK_QUEUE_SQS_KEYS" in done.stderr and "beyond loopback" in done.stderr
+    assert not (tmp_path / "q").exists()
+
+
+def test_the_aws_cli_sends_receives_and_deletes(tmp_path, keys_file):
+    aws = shutil.which("aws") or str(Path(sys.executable).parent / "aws")
+    path = str(tmp_path / "queues")
+    with BrokerProcess(
+        path, "--sqs", "127.0.0.1:0", log_path=tmp_path / "broker.log",
+        env={sqs.KEYS_ENV_VAR: keys_file},
+    ) as broker:  # fmt: skip
+        env = {
+            **os.environ,
+            "AWS_ACCESS_KEY_ID": KEY_ID,
+            "AWS_SECRET_ACCESS_KEY": SECRET,
+            "AWS_DEFAULT_REGION": "eu-west-1",
+            "AWS_CONFIG_FILE": os.devnull,
+            "AWS_SHARED_CREDENTIALS_FILE": os.devnull,
+        }
+
+        def run(*words: str) -> Any:
+            done = subprocess.run(
+                [aws, "sqs", *words, "--endpoint-url", sqs_url(broker), "--output", "json"],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=120,
+            )
+            assert done.returncode == 0, done.stderr
+            return json.loads(done.stdout) if done.stdout.strip() else None
+
+        url = run("create-queue", "--queue-name", "cli")["QueueUrl"]
+        run("send-message", "--queue-url", url, "--message-body", "from the shell")
+        [message] = run("receive-message", "--queue-url", url)["Messages"]
+        assert message["Body"] == "from the shell"
+        run("delete-message", "--queue-url", url, "--receipt-handle", message["ReceiptHandle"])
+        assert QueueTable(path, broker="off").stats("cli")["acked"] == 1
+
+
+# -- crashes -------------------------------------------------------------------------------
+
+
+def test_a_broker_killed_during_sqs_traffic_loses_nothing_it_acknowledged(tmp_path):
+    path = str(tmp_path / "queues")
+    flags = ("--sqs", "127.0.0.1:0")
+    acknowledged: list[str] = []
+    deleted: list[str] = []
+    broker = BrokerProcess(path, *flags, log_path=tmp_path / "broker.log")
+    endpoint = sqs_url(broker)
+    url = client(endpoint).create_queue(QueueName="durable")["QueueUrl"]
+    stop = threading.Event()
+    enough = threading.Event()  # some deletes answered: traffic both ways is under way
+
+    def send(worker: int) -> None:
+        c = client(endpoint)
+        for batch in range(10_000):
+            if stop.is_set():
+                return
+            entries = [{"Id": str(i), "MessageBody": f"{worker}-{batch}-{i}"} for i in range(10)]
+            try:
+                answer = c.send_message_batch(QueueUrl=url, Entries=entries)
+            except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError):
+                return
+            acknowledged.extend(f"{worker}-{batch}-{e['Id']}" for e in answer["Successful"])
+
+    def receive() -> None:
+        c = client(endpoint)
+        while not stop.is_set():
+            try:
+                got = c.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+                if got:
+                    c.delete_message_batch(
+                        QueueUrl=url,
+                        Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                                 for i, m in enumerate(got)],
+                    )  # fmt: skip
+                    deleted.extend(m["Body"] for m in got)
+                    if len(deleted) >= 30:
+                        enough.set()
+            except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError):
+                return
+
+    workers = [threading.Thread(target=send, args=(n,)) for n in range(3)]
+    workers.append(threading.Thread(target=receive))
+    for worker in workers:
+        worker.start()
+    assert enough.wait(120)
+    broker.kill()
+    stop.set()
+    for worker in workers:
+        worker.join(60)
+    assert len(acknowledged) >= 30
+    # What the kill left in flight is handed back at once, rather than after its timeout.
+    QueueTable(path, broker="off").release(sqs.CONSUMER, "durable")
+    with BrokerProcess(path, *flags, log_path=tmp_path / "again.log") as again:
+        c = client(sqs_url(again))
+        left: list[str] = []
+        while True:
+            got = c.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get("Messages", [])
+            if not got:
+                break
+            left.extend(m["Body"] for m in got)
+            c.delete_message_batch(
+                QueueUrl=url,
+                Entries=[{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                         for i, m in enumerate(got)],
+            )  # fmt: skip
+    # Every message a send was answered for was delivered: deleted before the kill, or
+    # there after it (a delete the kill cut off leaves its message for the next receive).
+    assert set(acknowledged) <= set(deleted) | set(left)
