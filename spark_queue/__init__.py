@@ -23,6 +23,7 @@ from spark_queue.errors import (
     RejectedMessagesError,
     StorageError,
     TableNotFoundError,
+    UnsupportedFormatError,
 )
 from spark_queue.model.queue_arguments import QueueArguments
 from spark_queue.model.results import PublishResult
@@ -70,6 +71,7 @@ __all__ = [
     "RejectedMessagesError",
     "StorageError",
     "TableNotFoundError",
+    "UnsupportedFormatError",
     "check_exclusive_commits",
     "local_session",
     "register",

@@ -90,6 +90,11 @@ class CommitConflictError(QueueError):
     """
 
 
+class UnsupportedFormatError(QueueError):
+    """A streaming checkpoint's offset or a table's queue state is in a format version this
+    spark-queue does not read; the message names the version found and the one it reads."""
+
+
 class PolicyError(InvalidOptionError):
     """A policies file is missing or invalid, or its policy makes a queue's arguments invalid.
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -790,11 +789,7 @@ class QueueTable:
             )
         snapshot = self.store.snapshot()
         state = snapshot.states.get(name) if snapshot is not None else None
-        explicit: dict[str, Any] = {}
-        if state is not None:
-            explicit = (
-                dict(state.explicit) if state.explicit is not None else asdict(state.arguments)
-            )
+        explicit = dict(state.explicit) if state is not None else {}
         return self.policies.resolve(name, {**explicit, **given})
 
     @routed

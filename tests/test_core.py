@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from spark_queue.model.queue_arguments import QueueArguments
 from spark_queue.rules import (
     HEAD_SCHEMA,
+    QueuePlan,
     QueueState,
     identity_holds,
     plan_enqueue,
@@ -170,7 +171,7 @@ def test_enqueue_matches_reference_model(arguments, batches, single_priority, ch
         state = plan.state
         assert removed == model.removed
         check_same(model, state, store, now)
-        dead = plan.dead_letter_seqs().tolist()
+        dead = [s for seqs in plan.dead_letters().values() for s in seqs.tolist()]
         dead += [m.seq for m, r in zip(messages, plan.rejected_to_dlq.tolist(), strict=True) if r]
         assert sorted(dead) == sorted(model.dead_lettered[dead_before:])
 
@@ -227,10 +228,18 @@ def enqueue(
     return plan
 
 
+def removed(plan: QueuePlan) -> list[tuple[str, list[int]]]:
+    """What ``plan`` removes, by outcome in the order it removes them: seqs ascending."""
+    found: dict[str, list[int]] = {}
+    for removal in plan.removals:
+        found.setdefault(removal.outcome, []).extend(removal.seqs.tolist())
+    return [(outcome, sorted(seqs)) for outcome, seqs in found.items()]
+
+
 def test_ring_of_three_keeps_the_newest_three():
     state, store = ring_of_three()
     plan = enqueue(state, store, [1, 1, 1, 1])  # A, B, C, D
-    assert plan.removed_seqs("replaced").tolist() == [0]
+    assert removed(plan) == [("replaced", [0])]
     assert store.live(plan.state, 0) == {1: "ready", 2: "ready", 3: "ready"}
     assert plan.state.counters["replaced"] == 1
 
@@ -242,7 +251,7 @@ def test_ring_evicts_one_per_append_after_a_lowered_limit():
     assert plan_settle(state, store, 0).removals == []  # ring never trims at once
     plan = enqueue(state, store, [1])
     assert plan.state.ready == 3  # grew by none, shrank by none
-    assert plan.removed_seqs().tolist() == [0]
+    assert removed(plan) == [("replaced", [0])]
 
 
 def test_drop_head_trims_at_once_after_a_lowered_limit():
@@ -251,7 +260,7 @@ def test_drop_head_trims_at_once_after_a_lowered_limit():
     state = enqueue(state, store, [1, 1, 1]).state
     state.arguments = QueueArguments(max_length=1)
     settled = plan_settle(state, store, 0)
-    assert settled.removed_seqs("dropped").tolist() == [0, 1]
+    assert removed(settled) == [("dropped", [0, 1])]
     assert settled.state.ready == 1
 
 
@@ -260,7 +269,7 @@ def test_oversized_message_evicts_everything_itself_included():
     store = ListStore()
     state = enqueue(state, store, [4, 4]).state
     plan = enqueue(state, store, [11])
-    assert sorted(plan.removed_seqs("dropped").tolist()) == [0, 1, 2]
+    assert removed(plan) == [("dropped", [0, 1, 2])]
     assert plan.state.ready == 0
 
 
@@ -301,7 +310,7 @@ def test_scheduled_messages_do_not_count_until_due():
     assert plan.state.ready == 2 and len(plan.state.scheduled) == 1
     # Due at 100: the ring is full, so the due message is removed itself (Artemis).
     settled = plan_settle(plan.state, store, 100)
-    assert settled.removed_seqs("replaced").tolist() == [0]
+    assert removed(settled) == [("replaced", [0])]
     assert store.live(settled.state, 100) == {2: "ready", 3: "ready"}
 
 
@@ -587,38 +596,9 @@ def test_a_batch_large_enough_is_split_for_every_core(monkeypatch):
     assert source.split_seqs(leases.take(np.arange(3))) == []  # 1500 bytes: one task
 
 
-def test_a_state_from_before_index_rows_reads_its_extras_and_counts_from_json():
-    """Tables written before extras and redelivered counts had rows of their own keep them
-    in the state JSON: they load into the columnar indexes, and are written as rows after."""
-    import json
-
-    from spark_queue.rules import QueueState
-
-    text = json.dumps(
-        {
-            "arguments": {},
-            "counters": {"added": 3},
-            "levels": {"0": [10, 3, 30]},
-            "holes": [],
-            "extras": [[4, 0, 10, -1, 99], [7, 0, 10, -1, 99]],
-            "redelivered": {"4": [2, 1], "7": [1, 0], "12": [3, 0]},
-            "consumers": {},
-            "next_seq": 13,
-        }
-    )
-    state = QueueState.from_json("q", text)
-    assert state.extras.seq.tolist() == [4, 7] and state.extras.expires.tolist() == [99, 99]
-    known, deliveries, cancels = state.redelivered.find(np.array([12, 5, 4]))
-    assert known.tolist() == [True, False, True]
-    assert (deliveries.tolist(), cancels.tolist()) == ([3, 2], [0, 1])
-    stored = json.loads(state.to_json())
-    assert "extras" not in stored and "redelivered" not in stored
-
-
-def test_delivery_counts_travel_as_runs_and_old_offsets_still_read():
+def test_delivery_counts_travel_as_runs():
     """An offset names redelivered messages as [first, last, count] runs over the leased
-    seqs; a task maps them back to counts; a version 1 offset's count per seq reads as
-    one-seq runs."""
+    seqs; a task maps them back to counts."""
     import spark_queue.spark.source as source
     from spark_queue.rules import Leases
 
@@ -633,4 +613,3 @@ def test_delivery_counts_travel_as_runs_and_old_offsets_still_read():
     counts = source.delivery_counts(seqs, np.array(runs, dtype=np.int64).reshape(-1, 3))
     assert counts.tolist() == deliveries.tolist()
     assert source.delivery_counts(seqs, np.zeros((0, 3), np.int64)).tolist() == [1] * 8
-    assert source.runs_of({"22": 2, "10": 2}) == [[10, 10, 2], [22, 22, 2]]

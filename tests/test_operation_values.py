@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from spark_queue import InvalidInputError, InvalidOptionError, QueueTable
 from spark_queue.broker.wire import encode_request
-from spark_queue.commit.group import call
+from spark_queue.commit.group import group_of
 from spark_queue.commit.requests import ChangeRequest, ExtendRequest, LeaseRequest, cancel_planner
 from spark_queue.model.arguments import parse_seq
 from spark_queue.model.messages import as_input_table, normalise
@@ -140,15 +140,19 @@ def test_the_core_never_wraps_a_lease_end_whatever_period_reaches_it(tmp_path, p
     through (a lease, an extension and a cancel's delay)."""
     table = QueueTable(str(tmp_path), broker="off")
     table.publish("q", ["first", "second"])
-    location = table.store.location
+    group = group_of(table.store.location)  # the commit path QueueTable's calls take
+
+    def call(request):
+        return group.submit(request).result()
+
     limits = ConsumerLimits("A", period_us, 1, None, 0, 0)
-    (seq,) = call(location, LeaseRequest("q", limits, None)).leased.seq
-    assert call(location, ExtendRequest("q", np.array([seq]), "A", period_us)) == 1
+    (seq,) = call(LeaseRequest("q", limits, None)).leased.seq
+    assert call(ExtendRequest("q", np.array([seq]), "A", period_us)) == 1
     other = ConsumerLimits("B", 60_000_000, None, None, 0, 0)
-    assert call(location, LeaseRequest("q", other, None)).leased.seq.tolist() == [1]
+    assert call(LeaseRequest("q", other, None)).leased.seq.tolist() == [1]
     cancel = ChangeRequest("CANCEL", "q", cancel_planner("B", period_us), np.array([1]), "B")
-    assert call(location, cancel) == 1  # waits that long: never due
-    again = call(location, LeaseRequest("q", other, None)).leased
+    assert call(cancel) == 1  # waits that long: never due
+    again = call(LeaseRequest("q", other, None)).leased
     assert len(again) == 0
     stats = table.stats("q")
     assert (stats["leased_by_consumer"], stats["scheduled"]) == ({"A": 1}, 1)

@@ -14,13 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pyarrow as pa
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from spark_queue import QueueTable
-from spark_queue.commit.transaction import QueueTransaction
 from spark_queue.errors import ArgumentMismatchError, InvalidOptionError, PolicyError
 from spark_queue.model.policies import (
     ENV_VAR,
@@ -30,8 +28,6 @@ from spark_queue.model.policies import (
     match_words,
 )
 from spark_queue.model.queue_arguments import QueueArguments
-from spark_queue.rules import QueueState
-from spark_queue.storage.store import Snapshot
 
 LAYERS = """
 [policy.everything]
@@ -335,24 +331,6 @@ def test_the_example_file_in_conf_is_valid():
 
 
 # -- explicit versus effective arguments in the queue state -------------------------------------
-
-
-def test_states_stored_before_policies_count_every_argument_as_explicit():
-    legacy = QueueState("q", QueueArguments(max_length=1000)).to_json()
-    data = json.loads(legacy)
-    del data["explicit"], data["policy"]
-    state = QueueState.from_json("q", json.dumps(data))
-    assert (state.explicit, state.policy) == (None, None)
-    snapshot = Snapshot(None, 0, pa.table({}), {"q": state})
-    transaction = QueueTransaction(None, snapshot, policies=policies(CAPPED))  # type: ignore[arg-type]
-    declared = transaction.declare("q", {"max_length": 1000})
-    # The stored arguments are explicit: the policy's defaults do not apply, its caps do.
-    assert declared.arguments.max_length == 500
-    assert declared.arguments.dead_letter_queue is None
-    assert declared.explicit == {**QueueArguments(max_length=1000).__dict__}
-    assert declared.policy == "capped"
-    round_trip = QueueState.from_json("q", declared.to_json())
-    assert (round_trip.explicit, round_trip.policy) == (declared.explicit, "capped")
 
 
 def test_queue_table_applies_defaults_and_caps_and_compares_explicit_values(tmp_path, queue_path):

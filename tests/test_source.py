@@ -7,7 +7,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from spark_queue import QueueTable
+from spark_queue import QueueTable, UnsupportedFormatError
 from spark_queue.model.queue_arguments import READ_MODES
 from spark_queue.storage.store import QueueStore
 from tests.clock import now_micros, wait_past
@@ -400,3 +400,41 @@ def test_a_driver_read_batch_without_bounds_takes_at_most_driver_batch_bytes(
     assert seen == [bytes([i]) * 1000 for i in range(5)]  # in order, each once
     # Each read acknowledged the batch before it; the last, finding nothing, the last batch.
     assert QueueTable(queue_path).stats("q")["acked"] == 5
+
+
+@pytest.mark.parametrize("version", [1, 3])
+def test_a_checkpoint_offset_of_another_format_version_is_refused_by_name(queue_path, version):
+    """An offset from a checkpoint written in another format version (version 1 held
+    ``redelivered`` as a count per seq) is refused, where Spark hands it back after a
+    restart (``latestOffset``'s start, the end of a batch it replays), in one line naming
+    the queue, the version found and the version read; nothing is leased or acknowledged.
+    Called as Spark calls the reader, without Spark."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from spark_queue.spark.options import parse_source_options
+    from spark_queue.spark.source import OFFSET_VERSION, DriverReadStreamReader
+
+    table = QueueTable(queue_path, broker="off")
+    table.publish("q", ["a", "b"])
+    options = parse_source_options({"path": queue_path, "queue": "q", "readmode": "driver"})
+    reader = DriverReadStreamReader(options)
+    start = reader.initialOffset()
+    _, logged = reader.read(start)  # batch 0: leases both
+    assert logged["version"] == OFFSET_VERSION and logged["ranges"] == [[0, 1]]
+    old = {**logged, "version": version, "redelivered": {"0": 2}}
+    before = table.store.open().version()
+    for call in (
+        lambda: reader.leases.latestOffset(old, ReadAllAvailable()),
+        lambda: reader.read(old),
+        lambda: reader.leases.partitions(start, old),
+        lambda: list(reader.readBetweenOffsets(start, old)),
+    ):
+        with pytest.raises(UnsupportedFormatError) as refused:
+            call()
+        assert str(refused.value) == (
+            f"the checkpoint's offset of queue 'q' has format version {version}; this "
+            f"spark-queue reads version {OFFSET_VERSION} only: start the query with a new "
+            "checkpointLocation"
+        )
+    assert QueueStore(queue_path).open().version() == before
+    assert table.stats("q")["leased"] == 2

@@ -3,12 +3,18 @@ state that wrote them, every index record included."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import textwrap
 from datetime import datetime, timedelta, timezone
 
-from spark_queue import QueueTable
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from spark_queue import QueueTable, UnsupportedFormatError
+from spark_queue.rules.state import STATE_FORMAT
 from spark_queue.storage.store import QueueStore
 
 
@@ -70,3 +76,41 @@ def test_small_files_read_whole_leave_the_process_free_to_exit(tmp_path):
     for _ in range(5):
         run = subprocess.run([sys.executable, "-c", reader], capture_output=True, text=True)
         assert run.returncode == 0, run.stderr
+
+
+@pytest.mark.parametrize("stored", [None, 1, 3], ids=["unversioned", "format-1", "format-3"])
+def test_a_state_of_another_format_version_is_refused_by_name(tmp_path, stored):
+    """A queue state stored in another format (a development build's, without the
+    ``format`` key, or a later one) is refused in one line naming the queue, the version
+    found and the one read; nothing is written."""
+    path = tmp_path / "queues"
+    table = QueueTable(str(path), broker="off")
+    table.publish("jobs", ["a"])
+    for state_file in path.glob("record=queue/*.parquet"):  # rewritten by hand, in place
+        rows = pq.read_table(state_file)
+        states = []
+        for text in rows["queue_state"].to_pylist():
+            data = json.loads(text)
+            assert data.pop("format") == STATE_FORMAT
+            states.append(json.dumps(data if stored is None else {**data, "format": stored}))
+        column = rows.schema.get_field_index("queue_state")
+        pq.write_table(rows.set_column(column, "queue_state", pa.array(states)), state_file)
+    with pytest.raises(UnsupportedFormatError) as refused:
+        QueueStore(str(path)).snapshot()  # a fresh store: as another process reads it
+    message = str(refused.value)
+    found = 1 if stored is None else stored
+    assert f"queue 'jobs' has a state of format version {found};" in message
+    assert f"reads version {STATE_FORMAT} only" in message and str(path) in message
+    assert "\n" not in message
+    if stored is None:  # a publish from the command line: that line, and nothing written
+        version = table.store.open().version()
+        published = subprocess.run(
+            [sys.executable, "-m", "spark_queue.cli", "--path", str(path), "publish", "jobs"],
+            input='{"body": "b"}\n',
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert (published.returncode, published.stdout) == (1, "")
+        assert published.stderr == f"spark-queue: {message}\n"
+        assert QueueStore(str(path)).open().version() == version

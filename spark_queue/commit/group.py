@@ -524,13 +524,6 @@ def group_of(location: Location) -> CommitGroup:
         return group
 
 
-def call(location: Location, request: Request, finish: Callable[[Any], Any] | None = None) -> Any:
-    """Submit ``request`` to the table's group and wait: its result (through ``finish``,
-    in the calling thread), or its error."""
-    outcome = group_of(location).submit(request).result()
-    return finish(outcome) if finish is not None else outcome
-
-
 def _publishes(run: list[Queued]) -> list[PublishRequest]:
     """A merged run's requests: publishes, as :func:`mergeable` joins no others."""
     return cast(list[PublishRequest], [item.request for item in run])

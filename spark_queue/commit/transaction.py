@@ -178,8 +178,7 @@ class QueueTransaction:
             self.states[name] = state
             self.touched.add(name)
             return state
-        # A state stored before policies existed: every stored argument counts as given.
-        explicit = dict(state.explicit) if state.explicit is not None else asdict(state.arguments)
+        explicit = dict(state.explicit)
         if not alter:
             built_in = asdict(QueueArguments())
             differ = [

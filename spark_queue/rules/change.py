@@ -73,10 +73,6 @@ class QueuePlan:
     removals: list[Removal]  # stored or incoming messages this commit removes
     leased: Leases = field(default_factory=Leases)  # delivered by this commit
 
-    def removed_seqs(self, outcome: str | None = None) -> np.ndarray:
-        parts = [r.seqs for r in self.removals if outcome in (None, r.outcome)]
-        return np.concatenate(parts) if parts else EMPTY_SEQS
-
     def dead_letters(self) -> dict[str, np.ndarray]:
         """Seqs to dead-letter, by death reason."""
         found: dict[str, list[np.ndarray]] = {}
@@ -84,10 +80,6 @@ class QueuePlan:
             if removal.death_reason is not None:
                 found.setdefault(removal.death_reason, []).append(removal.seqs)
         return {reason: np.concatenate(parts) for reason, parts in found.items()}
-
-    def dead_letter_seqs(self) -> np.ndarray:
-        parts = list(self.dead_letters().values())
-        return np.concatenate(parts) if parts else EMPTY_SEQS
 
 
 Chunk = tuple[np.ndarray, np.ndarray, np.ndarray]  # seqs, sizes, expiry times

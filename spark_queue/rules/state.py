@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from spark_queue.errors import UnsupportedFormatError
 from spark_queue.model.queue_arguments import QueueArguments
 from spark_queue.rules.columns import (
     NEVER,
@@ -17,7 +18,6 @@ from spark_queue.rules.columns import (
     Leases,
     MessageIndex,
     Redelivered,
-    Scheduled,
     later_each,
     member,
 )
@@ -37,6 +37,10 @@ COUNTERS = (
 # Outcomes that end a message's life in its queue; `rejected` and `duplicates` are not
 # (never added).
 TERMINAL = ("acked", "replaced", "dropped", "expired", "killed", "purged")
+# The format of the state JSON, stored in it as ``format``; the only one read. A state
+# without the key is format 1 (development builds: extras and delivery counts in the JSON,
+# no explicit arguments).
+STATE_FORMAT = 2
 
 
 @dataclass
@@ -65,8 +69,8 @@ class QueueState:
     consumers: dict[str, dict[str, int]] = field(default_factory=dict)
     next_seq: int = 0  # above every seq this queue has used
     # The arguments given explicitly (snake_case -> value), which policy defaults never
-    # override; None for a state stored before policies: all its arguments count as given.
-    explicit: dict[str, object] | None = None
+    # override.
+    explicit: dict[str, object] = field(default_factory=dict)
     policy: str | None = None  # the policy that shaped ``arguments`` when last resolved
 
     @property
@@ -82,6 +86,7 @@ class QueueState:
         stored as rows of their own."""
         return json.dumps(
             {
+                "format": STATE_FORMAT,
                 "arguments": self.arguments.to_dict(),
                 "explicit": self.explicit,
                 "policy": self.policy,
@@ -106,32 +111,34 @@ class QueueState:
         extras: MessageIndex | None = None,
         redelivered: Redelivered | None = None,
     ) -> QueueState:
-        """The state from :meth:`to_json` and its indexes. Tables written before extras and
-        redelivered counts had index rows of their own hold them in the JSON."""
+        """The state from :meth:`to_json` and its indexes (none given: empty).
+
+        Raises:
+            UnsupportedFormatError: the JSON is not in :data:`STATE_FORMAT`.
+        """
         data = json.loads(text)
-        if extras is None:
-            extras = MessageIndex.of([Scheduled(*values) for values in data.get("extras", [])])
-        if redelivered is None:
-            known = data.get("redelivered", {})
-            counts = np.array(list(known.values()), np.int64).reshape(-1, 2)
-            redelivered = Redelivered(
-                np.array([int(k) for k in known], np.int64), counts[:, 0], counts[:, 1]
+        found = data.get("format", 1)
+        if found != STATE_FORMAT:
+            raise UnsupportedFormatError(
+                f"queue {name!r} has a state of format version {found}; this spark-queue "
+                f"reads version {STATE_FORMAT} only: the table was written by a development "
+                "build, make it again"
             )
         counters = dict.fromkeys(COUNTERS, 0)
         counters.update(data["counters"])
         return cls(
             name=name,
             arguments=QueueArguments(**data["arguments"]),
-            explicit=data.get("explicit"),
-            policy=data.get("policy"),
+            explicit=data["explicit"],
+            policy=data["policy"],
             counters=counters,
             levels={int(p): Level(*values) for p, values in data["levels"].items()},
             holes=set(data["holes"]),
-            extras=extras,
+            extras=extras if extras is not None else MessageIndex(),
             scheduled=scheduled if scheduled is not None else MessageIndex(),
             leases=leases if leases is not None else Leases(),
-            redelivered=redelivered,
-            consumers=data.get("consumers", {}),
+            redelivered=redelivered if redelivered is not None else Redelivered(),
+            consumers=data["consumers"],
             next_seq=data["next_seq"],
         )
 

@@ -44,10 +44,16 @@ from pyspark.sql.datasource import (
     InputPartition,
     SimpleDataSourceStreamReader,
 )
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 
 from spark_queue.commit import failpoints
 from spark_queue.commit.transaction import QueueTransaction, run
-from spark_queue.errors import TableNotFoundError
+from spark_queue.errors import TableNotFoundError, UnsupportedFormatError
 from spark_queue.model.schema import BROWSE_ARROW_SCHEMA, BROWSE_COLUMNS
 from spark_queue.portable import Portable
 from spark_queue.rules import (
@@ -63,7 +69,7 @@ from spark_queue.storage.filters import filter_matcher
 from spark_queue.storage.location import Location
 from spark_queue.storage.store import QueueStore, require_queue
 
-OFFSET_VERSION = 2  # 2: ``redelivered`` as runs; 1 (a dict per seq) is still read
+OFFSET_VERSION = 2  # the only one read; 1 held ``redelivered`` as a count per seq
 TASK_BYTES = 128 * 1024 * 1024  # bodies per read task at most, about
 MIN_TASK_BYTES = 8 * 1024 * 1024  # below this a batch is not split for parallelism
 MIN_TASKS = 2
@@ -74,15 +80,6 @@ DRIVER_BATCH_BYTES = 64 * 1024 * 1024
 # What a read takes from the message files; delivery counts, consumer and state are the
 # lease's, not the stored ones.
 STORED_COLUMNS = [c for c in BROWSE_COLUMNS if c not in ("delivery_count", "consumer", "state")]
-try:  # admission control exists from Spark 4.2
-    from pyspark.sql.streaming.datasource import (
-        ReadAllAvailable,
-        ReadMaxBytes,
-        ReadMaxRows,
-        SupportsTriggerAvailableNow,
-    )
-except ImportError:  # pragma: no cover - older Spark
-    SupportsTriggerAvailableNow = object  # type: ignore[assignment,misc]
 
 
 def by_seq(seqs: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -117,11 +114,17 @@ def delivery_runs(leased: Leases) -> list[list[int]]:
     ]
 
 
-def runs_of(redelivered: list[list[int]] | dict[str, int]) -> list[list[int]]:
-    """An offset's ``redelivered``: runs, or (offset version 1) a count per seq."""
-    if isinstance(redelivered, dict):
-        return sorted([int(seq), int(seq), count] for seq, count in redelivered.items())
-    return redelivered
+def check_offset(offset: dict, queue: str) -> dict:
+    """``offset`` from Spark's checkpoint, if this source wrote it in :data:`OFFSET_VERSION`;
+    else an :class:`UnsupportedFormatError` naming the version found."""
+    found = offset.get("version")
+    if found != OFFSET_VERSION:
+        raise UnsupportedFormatError(
+            f"the checkpoint's offset of queue {queue!r} has format version {found}; this "
+            f"spark-queue reads version {OFFSET_VERSION} only: start the query with a new "
+            "checkpointLocation"
+        )
+    return offset
 
 
 def seq_ranges(seqs: np.ndarray) -> list[list[int]]:
@@ -347,6 +350,7 @@ class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAva
         """Acknowledge what Spark committed (up to ``start``) and lease the next batch; the
         first call of a new query returns what the consumer name held first."""
         assert start is not None, "Spark 4.2 passes the start offset"
+        check_offset(start, self.options.queue)
         failpoints.reached("source.latest-offset")
         lease_id, leased, version = self._advance(
             start["session"], start["lease"], is_initial(start), *self._bounds(limit)
@@ -451,6 +455,7 @@ class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAva
     def partitions(self, start: dict, end: dict) -> list[LeasedRange]:
         # ``end`` alone says what the batch is: on a replay of batch 0, ``start`` is a new
         # ``initialOffset``, which may already count the batch's own lease.
+        check_offset(end, self.options.queue)
         if end == start or not end.get("ranges"):
             return []
         failpoints.reached("source.partitions")
@@ -473,7 +478,7 @@ class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAva
             )
         ]
         bounds = [None, *end.get("splits", []), None]
-        runs = runs_of(end.get("redelivered", []))
+        runs = end.get("redelivered", [])
         partitions = []
         for task_low, task_next in pairwise(bounds):
             task = clip_ranges(ranges, task_low, None if task_next is None else task_next - 1)

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from spark_queue.errors import NotAQueueTableError, QueueNotFoundError
+from spark_queue.errors import NotAQueueTableError, QueueNotFoundError, UnsupportedFormatError
 from spark_queue.model.schema import (
     FILE_SCHEMA,
     FORMAT_DESCRIPTION,
@@ -534,16 +534,17 @@ class QueueStore:
                 rows.column("queue_state").to_pylist(),
                 strict=True,
             ):
-                # No rows of its own: none, or a state written before they had rows (in
-                # its JSON, which from_json reads then).
-                states[name] = QueueState.from_json(
-                    name,
-                    text,
-                    MessageIndex.concat(scheduled.get(name, [])),
-                    Leases.concat(leases.get(name, [])),
-                    MessageIndex.concat(extras[name]) if name in extras else None,
-                    join_redelivered(redelivered[name]) if name in redelivered else None,
-                )
+                try:
+                    states[name] = QueueState.from_json(
+                        name,
+                        text,
+                        MessageIndex.concat(scheduled.get(name, [])),
+                        Leases.concat(leases.get(name, [])),
+                        MessageIndex.concat(extras.get(name, [])),
+                        join_redelivered(redelivered[name]) if name in redelivered else None,
+                    )
+                except UnsupportedFormatError as error:
+                    raise UnsupportedFormatError(f"{self.uri}: {error}") from None
         return states
 
     # -- reading messages ------------------------------------------------------------------
