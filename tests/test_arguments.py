@@ -72,22 +72,22 @@ def test_seqs(value, parsed):
 
 @pytest.mark.parametrize("value", [1.5, True, 2**31, -(2**31) - 1, "1.0", None])
 def test_a_priority_fits_an_int32(value):
-    assert "priority" in refused(spec.parse_priority, "priority", value)
-    assert spec.parse_priority("priority", -(2**31)) == -(2**31)
-    assert spec.parse_priority("priority", "7") == 7
+    assert "priority" in refused(spec.PRIORITY.parse, "priority", value)
+    assert spec.PRIORITY.parse("priority", -(2**31)) == -(2**31)
+    assert spec.PRIORITY.parse("priority", "7") == 7
 
 
 def test_limits():
-    assert spec.parse_limit("maxLength", None) is None
-    assert spec.parse_limit("maxLength", -1) is None
-    assert spec.parse_limit("maxLength", "-1") is None
-    assert spec.parse_limit("maxLength", 0) == 0
-    assert spec.parse_limit("maxLength", "10") == 10
+    assert spec.LIMIT.parse("maxLength", None) is None
+    assert spec.LIMIT.parse("maxLength", -1) is None
+    assert spec.LIMIT.parse("maxLength", "-1") is None
+    assert spec.LIMIT.parse("maxLength", 0) == 0
+    assert spec.LIMIT.parse("maxLength", "10") == 10
     for bad in (-2, 2**70, 1.5, 10.0, True, "ten"):
-        assert "-1 for no limit" in refused(spec.parse_limit, "maxLength", bad)
-    assert spec.parse_delivery_limit("maxDeliveries", 0) is None
-    assert spec.parse_delivery_limit("maxDeliveries", 3) == 3
-    refused(spec.parse_delivery_limit, "maxDeliveries", 2.0)
+        assert "-1 for no limit" in refused(spec.LIMIT.parse, "maxLength", bad)
+    assert spec.DELIVERY_LIMIT.parse("maxDeliveries", 0) is None
+    assert spec.DELIVERY_LIMIT.parse("maxDeliveries", 3) == 3
+    refused(spec.DELIVERY_LIMIT.parse, "maxDeliveries", 2.0)
 
 
 @pytest.mark.parametrize(
@@ -155,23 +155,23 @@ def test_a_duration_can_mean_none_or_have_a_minimum():
 
 
 def test_fractions_multipliers():
-    assert spec.parse_fraction("rejectThreshold", "0.5") == 0.5
-    assert spec.parse_fraction("rejectThreshold", 1) == 1.0
+    assert spec.FRACTION.parse("rejectThreshold", "0.5") == 0.5
+    assert spec.FRACTION.parse("rejectThreshold", 1) == 1.0
     for bad in (0, 1.01, "nan", float("inf"), True, "1_0", "half"):
-        refused(spec.parse_fraction, "rejectThreshold", bad)
-    assert spec.parse_multiplier("m", "2.5") == 2.5
+        refused(spec.FRACTION.parse, "rejectThreshold", bad)
+    assert spec.MULTIPLIER.parse("m", "2.5") == 2.5
     for bad in (0.5, "inf", float("nan"), True, "x"):
-        refused(spec.parse_multiplier, "m", bad)
+        refused(spec.MULTIPLIER.parse, "m", bad)
 
 
 def test_choices_bools_names():
-    assert spec.parse_choice("overflow", " RING ", spec.OVERFLOW_POLICIES) == "ring"
-    message = refused(lambda n, v: spec.parse_choice(n, v, spec.OVERFLOW_POLICIES), "o", 1)
+    assert spec.Choice(spec.OVERFLOW_POLICIES).parse("overflow", " RING ") == "ring"
+    message = refused(spec.Choice(spec.OVERFLOW_POLICIES).parse, "o", 1)
     assert "drop-head, ring, reject-publish, reject-publish-dlx" in message
-    assert spec.parse_bool("exclusive", "TRUE") is True
-    assert spec.parse_bool("exclusive", np.False_) is False
+    assert spec.BOOL.parse("exclusive", "TRUE") is True
+    assert spec.BOOL.parse("exclusive", np.False_) is False
     for bad in (1, 0, "yes", None):
-        refused(spec.parse_bool, "exclusive", bad)
+        refused(spec.BOOL.parse, "exclusive", bad)
     assert spec.parse_queue_name("queue", "a.b-c_1") == "a.b-c_1"
     for bad in ("", "a b", "x" * 256, 3, None):
         refused(spec.parse_queue_name, "queue", bad)

@@ -467,11 +467,6 @@ def parse_seq(label: str, value: Any) -> int:
     return SEQ.parse(label, value)
 
 
-def parse_priority(label: str, value: Any) -> int:
-    """A priority: a whole number in the int32 range."""
-    return PRIORITY.parse(label, value)
-
-
 def parse_seqs(label: str, value: Any) -> np.ndarray:
     """Seqs to act on (``ack``'s, ``cancel``'s, ...), as int64: a list, tuple, range or set
     of seqs (:func:`parse_seq`), a numpy integer array, or a pyarrow integer array (a leased
@@ -505,16 +500,6 @@ def parse_seqs(label: str, value: Any) -> np.ndarray:
     )
 
 
-def parse_limit(label: str, value: Any) -> int | None:
-    """A limit: a whole number >= 0, or -1 / None for none (parsed as None)."""
-    return LIMIT.parse(label, value)
-
-
-def parse_delivery_limit(label: str, value: Any) -> int | None:
-    """A delivery or cancel limit: a whole number > 0; 0, -1 or None for none (None)."""
-    return DELIVERY_LIMIT.parse(label, value)
-
-
 @overload
 def parse_duration_ms(
     label: str, value: Any, minimum_ms: int = 0, zero_is_none: Literal[False] = False
@@ -532,26 +517,6 @@ def parse_duration_ms(
 ) -> int | None:
     """A duration in milliseconds (:class:`Duration`); ``None`` only if ``zero_is_none``."""
     return Duration(minimum_ms, zero_is_none).parse(label, value)
-
-
-def parse_fraction(label: str, value: Any) -> float:
-    """A number in (0, 1]."""
-    return FRACTION.parse(label, value)
-
-
-def parse_multiplier(label: str, value: Any) -> float:
-    """A finite number >= 1."""
-    return MULTIPLIER.parse(label, value)
-
-
-def parse_choice(label: str, value: Any, choices: tuple[str, ...]) -> str:
-    """One of ``choices``, any case."""
-    return Choice(choices).parse(label, value)
-
-
-def parse_bool(label: str, value: Any) -> bool:
-    """A bool, or ``true``/``false`` text."""
-    return BOOL.parse(label, value)
 
 
 def parse_queue_name(label: str, value: Any) -> str:
@@ -1005,15 +970,6 @@ ARGUMENTS: dict[str, Argument] = {a.name: a for a in SPECIFICATION}
 
 def arguments_of(scope: str) -> tuple[Argument, ...]:
     return tuple(a for a in SPECIFICATION if scope in a.scopes)
-
-
-def by_option(scope: str) -> dict[str, Argument]:
-    """A scope's arguments by their Spark option, lower-cased (Spark's keys are)."""
-    return {a.option.lower(): a for a in arguments_of(scope)}
-
-
-def by_policy_key() -> dict[str, Argument]:
-    return {key: a for a in SPECIFICATION for key in a.policy_keys}
 
 
 def parse_given(
