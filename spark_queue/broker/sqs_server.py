@@ -450,9 +450,9 @@ class SqsService:
         successful = []
         if ready:
             answers = await self._publish(name, [m for _, m in ready])
-            for (entry_id, _), (answer, error) in zip(ready, answers, strict=True):
-                if error is not None:
-                    failed.append(sqs.failed_entry(entry_id, error))
+            for (entry_id, _), (answer, refusal) in zip(ready, answers, strict=True):
+                if refusal is not None:
+                    failed.append(sqs.failed_entry(entry_id, refusal))
                 else:
                     successful.append({"Id": entry_id, **answer})
         return {"Successful": successful, "Failed": failed}

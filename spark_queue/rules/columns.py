@@ -238,7 +238,8 @@ class Leases:
         leased = self.seq[order]
         position = np.minimum(np.searchsorted(leased, seqs), len(leased) - 1)
         found = leased[position] == seqs
-        return seqs[found & (self.deliveries[order][position] == deliveries)]
+        held: np.ndarray = seqs[found & (self.deliveries[order][position] == deliveries)]
+        return held
 
     def groups_by_consumer(self) -> dict[str, int]:
         """Message groups held per consumer (distinct keys of its leases), for those holding
