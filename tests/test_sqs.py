@@ -707,3 +707,35 @@ def test_a_broker_killed_during_sqs_traffic_loses_nothing_it_acknowledged(tmp_pa
     # Every message a send was answered for was delivered: deleted before the kill, or
     # there after it (a delete the kill cut off leaves its message for the next receive).
     assert set(acknowledged) <= set(deleted) | set(left)
+
+
+# -- the QueueTable options the SQS API stands on ------------------------------------------
+
+
+def test_ack_cancel_and_extend_with_deliveries_leave_a_later_delivery_alone(tmp_path):
+    table = QueueTable(str(tmp_path / "queues"), broker="off")
+    table.publish("q", ["job"])
+    first = table.lease("q", "c", lease_period=1)  # runs out at once
+    second = table.lease("q", "c", lease_period="1 minute")
+    assert second["delivery_count"].to_pylist() == [2]
+    seq = first["seq"][0].as_py()
+    version = table.store.location.delta_table().version()
+    assert table.ack("q", [seq], "c", deliveries=[1]) == 0
+    assert table.cancel("q", [seq], "c", delay=0, deliveries=[1]) == 0
+    assert table.extend("q", [seq], "c", "5 minutes", deliveries=[1]) == 0
+    assert table.store.location.delta_table().version() == version  # nothing committed
+    with pytest.raises(InvalidOptionError, match="one delivery count per seq"):
+        table.ack("q", [seq], "c", deliveries=[1, 2])
+    with pytest.raises(InvalidOptionError, match="deliveries"):
+        table.ack("q", [seq], "c", deliveries=[True])
+    assert table.ack("q", [seq], "c", deliveries=[2]) == 1
+
+
+def test_a_strict_groups_lease_passes_over_its_own_groups_in_flight(tmp_path):
+    table = QueueTable(str(tmp_path / "queues"), broker="off")
+    table.publish("g", [{"body": b, "key": "k"} for b in ("1", "2")], message_groups=True)
+    assert table.lease("g", "c", max_messages=1)["body"].to_pylist() == [b"1"]
+    assert table.lease("g", "c", max_messages=1, strict_groups=True).num_rows == 0
+    assert table.lease("g", "c", max_messages=1)["body"].to_pylist() == [b"2"]  # its holder
+    with pytest.raises(InvalidOptionError, match="strict_groups"):
+        table.lease("g", "c", strict_groups="yes")

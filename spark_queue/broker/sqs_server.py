@@ -81,12 +81,19 @@ class SqsSettings:
     def _path(self, name: str) -> str:
         return f"{self.folder}/{name}.json"
 
-    def get(self, name: str) -> SqsOnly | None:
-        """The queue's settings; None where it has no file."""
+    def cached(self, name: str) -> tuple[bool, SqsOnly | None]:
+        """Whether the queue's settings are cached and fresh, and if so, them."""
         with self._lock:
             cached = self._cache.get(name)
         if cached is not None and time.monotonic() - cached[0] < SETTINGS_TTL_SECONDS:
-            return cached[1]
+            return True, cached[1]
+        return False, None
+
+    def get(self, name: str) -> SqsOnly | None:
+        """The queue's settings; None where it has no file."""
+        fresh, settings = self.cached(name)
+        if fresh:
+            return settings
         try:
             with self.fs.open_input_stream(self._path(name)) as stream:
                 found: SqsOnly | None = SqsOnly.from_json(stream.read().decode())
@@ -254,6 +261,13 @@ class SqsService:
 
     async def _queue(self, request: Mapping[str, Any]) -> tuple[str, SqsOnly]:
         name = sqs.name_of_url(request.get("QueueUrl"))
+        fresh, settings = self.settings.cached(name)
+        with self._known_lock:
+            known = name in self._known
+        if fresh and known:  # the common case: no trip to the pool
+            if settings is not None and settings.deleted:
+                raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
+            return name, settings if settings is not None else SqsOnly()
         return name, await self._run(self._settings, name)
 
     def _wake(self, name: str) -> None:
