@@ -53,6 +53,9 @@ class TableNotFoundError(QueueError):
 
     Args:
         table: the queue table's path or URI, named in the message.
+
+    Attributes:
+        table: the queue table's path or URI.
     """
 
     def __init__(self, table: str) -> None:
@@ -67,6 +70,9 @@ class QueueNotFoundError(QueueError, KeyError):
         queue: the name asked for.
         table: the queue table's path or URI.
         queues: the queues the table has, listed in the message.
+
+    Attributes:
+        queue: the name asked for.
     """
 
     def __init__(self, queue: str, table: str, queues: Iterable[str]) -> None:

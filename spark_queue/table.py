@@ -131,6 +131,12 @@ class QueueTable:
         InvalidOptionError: a storage option is not a string (named by its key), an
             invalid ``broker``, or a token that is not printable ASCII or is blank.
         PolicyError: the policies file cannot be read or is invalid.
+
+    Attributes:
+        path: the table's location: a local path made absolute, or the URI as given.
+        policies: the policies applied, or None.
+        store: the Delta table's reads and commits.
+        router: where the calls run, at a broker or here.
     """
 
     def __init__(

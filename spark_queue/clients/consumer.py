@@ -125,6 +125,13 @@ class Consumer:
 
     Thread-safe: many threads may receive from one consumer. Other errors of the background
     thread (an unknown queue, a refused token, say) are raised by the next :meth:`receive`.
+
+    Attributes:
+        table: the queue table it leases from (a :class:`QueueTable`).
+        queue: the queue it consumes.
+        name: the consumer name its leases carry.
+        leases: the lease calls it has made.
+        retries: the transient failures its background thread has waited out.
     """
 
     def __init__(
@@ -185,8 +192,8 @@ class Consumer:
         )
         self._error: BaseException | None = None
         self._closed = False
-        self.leases = 0  # lease calls made, for tests and benchmarks
-        self.retries = 0  # transient failures the background thread waited out
+        self.leases = 0
+        self.retries = 0
         self._calls = ThreadPoolExecutor(max_workers=2, thread_name_prefix="spark-queue-consumer")
         self._listening = CommitListener(table, self._wake)
         self._thread = threading.Thread(

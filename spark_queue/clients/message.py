@@ -38,7 +38,20 @@ MESSAGE_COLUMNS = (
 
 @dataclass
 class Message:
-    """A message a :class:`Consumer` delivered: ack it, or nack it, once handled."""
+    """A message a :class:`Consumer` delivered: ack it, or nack it, once handled.
+
+    Attributes:
+        queue: the queue it came from.
+        seq: its sequence number in the queue, what :meth:`QueueTable.ack` takes.
+        body: its body.
+        key: its key (the group of a queue with ``message_groups``), or None.
+        headers: its headers, or None.
+        message_id: its id (de-duplication), or None.
+        priority: its priority (higher first; 0 by default).
+        delivery_count: the deliveries so far, this one included: 1 on the first.
+        enqueued_at: when it was enqueued (UTC).
+        consumer: the consumer that delivered it.
+    """
 
     queue: str
     seq: int
@@ -47,7 +60,7 @@ class Message:
     headers: dict[str, str] | None
     message_id: str | None
     priority: int
-    delivery_count: int  # 1 on the first delivery
+    delivery_count: int
     enqueued_at: datetime | None
     consumer: Settler = field(repr=False, compare=False)
 

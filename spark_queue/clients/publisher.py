@@ -44,6 +44,15 @@ class Publisher:
 
     Thread-safe. :meth:`flush` waits for every message sent before it; :meth:`close`
     flushes and stops.
+
+    Attributes:
+        table: the queue table it publishes to (a :class:`QueueTable`).
+        queue: the queue it publishes to.
+        linger_s: ``linger_ms`` in seconds.
+        max_batch: the most messages one commit publishes.
+        on_reject: ``drop`` or ``fail``, as for :meth:`QueueTable.publish`.
+        arguments: the queue arguments each batch publishes with.
+        batches: the batches it has published.
     """
 
     def __init__(
@@ -69,7 +78,7 @@ class Publisher:
         self.max_batch = given["max_batch"]
         self.on_reject = given["on_reject"]
         self.arguments = arguments
-        self.batches = 0  # batches published, for tests and benchmarks
+        self.batches = 0
         self._cond = threading.Condition()
         self._pending: deque[_Pending] = deque()
         self._first_at = 0.0  # when the oldest pending message was sent
