@@ -146,6 +146,7 @@ class SqsService:
         self._known: set[str] = set()  # queues seen in the table (never removed from it)
         self._known_lock = threading.Lock()
         self._events: dict[str, asyncio.Event] = {}
+        self.stopping = False  # once set, long polls answer at once with what they have
         self.actions: dict[str, Callable[[dict[str, Any], str], Any]] = {
             "CreateQueue": self.create_queue,
             "GetQueueUrl": self.get_queue_url,
@@ -274,6 +275,12 @@ class SqsService:
         event = self._events.pop(name, None)
         if event is not None:
             event.set()
+
+    def end_polls(self) -> None:
+        """Answer every long poll now (the broker is stopping); call on the event loop."""
+        self.stopping = True
+        for name in list(self._events):
+            self._wake(name)
 
     # -- queues --------------------------------------------------------------------------------
 
@@ -535,7 +542,7 @@ class SqsService:
                 lease_period=max(1, visibility * 1000),
                 strict_groups=True,
             )
-            if rows.num_rows or time.monotonic() >= deadline:
+            if rows.num_rows or time.monotonic() >= deadline or self.stopping:
                 break
             metadata = rows.schema.metadata or {}
             version = metadata.get(b"spark_queue.version")
@@ -709,6 +716,7 @@ class SqsServer:
         polls are answered empty at once), then close."""
 
         async def close() -> None:
+            self.service.end_polls()
             await self._runner.shutdown()
             await self._runner.cleanup()
 
