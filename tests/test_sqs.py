@@ -739,3 +739,28 @@ def test_a_strict_groups_lease_passes_over_its_own_groups_in_flight(tmp_path):
     assert table.lease("g", "c", max_messages=1)["body"].to_pylist() == [b"2"]  # its holder
     with pytest.raises(InvalidOptionError, match="strict_groups"):
         table.lease("g", "c", strict_groups="yes")
+
+
+def test_the_sqs_api_serves_https_with_the_brokers_certificate(tmp_path):
+    from tests.test_broker import self_signed
+
+    path = str(tmp_path / "queues")
+    cert, key = self_signed(tmp_path)
+    flags = ["--sqs", "127.0.0.1:0", "--tls-cert", str(cert), "--tls-key", str(key)]
+    with BrokerProcess(path, *flags, log_path=tmp_path / "broker.log") as broker:
+        endpoint = sqs_url(broker)
+        assert endpoint.startswith("https://127.0.0.1:")
+        trusting = boto3.client(
+            "sqs",
+            endpoint_url=endpoint,
+            region_name="eu-west-1",
+            aws_access_key_id=KEY_ID,
+            aws_secret_access_key=SECRET,
+            verify=str(cert),
+            config=CLIENT_CONFIG,
+        )
+        url = trusting.create_queue(QueueName="private")["QueueUrl"]
+        trusting.send_message(QueueUrl=url, MessageBody="sealed")
+        with pytest.raises(botocore.exceptions.SSLError):
+            client(endpoint).send_message(QueueUrl=url, MessageBody="unchecked")
+        assert QueueTable(path, broker="off").stats("private")["added"] == 1
