@@ -31,8 +31,12 @@ jars/.fetched: pom.xml
 jars/spark-classes.jsa: $(VENV)/.installed jars/.fetched tests/jvm.py
 	$(PY) -m tests.jvm $@
 
+# The demo job's queue table goes to $(DEMO_DIR)/queues; the folder is named first. Its
+# default is in the git-ignored build/; make demo DEMO_DIR=/another/folder puts it there.
+DEMO_DIR ?= build/demo
 demo: setup
-	$(PY) jobs/produce.py --path /tmp/spark-queue-demo/queues
+	@echo "make demo: the queue table goes to $(abspath $(DEMO_DIR))/queues"
+	$(PY) jobs/produce.py --path "$(abspath $(DEMO_DIR))/queues"
 
 # make itself, named through a variable: a recipe line that names $(MAKE) directly runs
 # even under `make -n`, and this one starts the tests.

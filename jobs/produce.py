@@ -1,8 +1,9 @@
 """Produce messages into a queue with a streaming query, then print the queue's stats.
 
-With no arguments it is the demo (``make demo``): 5,000 generated messages in 5 micro-batches
-into the ring queue ``demo`` (ring size 1,000) at /tmp/spark-queue-demo/queues, on a local
-Spark with Delta set up. Under ``spark-submit`` it runs on the submitted master.
+With no arguments it is the demo: 5,000 generated messages in 5 micro-batches into the ring
+queue ``demo`` (ring size 1,000) at /tmp/spark-queue-demo/queues (``make demo`` gives it
+``--path build/demo/queues``), on a local Spark with Delta set up. Under ``spark-submit`` it
+runs on the submitted master.
 
 Sources (``--source``):
 

@@ -143,6 +143,11 @@ def test_the_server_keeps_racing_commits_apart_and_the_guard_says_so(
 
     left = fs.get_file_info(FileSelector(base, recursive=True, allow_not_found=True))
     assert not [info.path for info in left if "_spark_queue_probe" in info.path]
+    # Where no table is yet: no object (nor folder marker) under the path after.
+    fresh = Location.of(s3_table.rsplit("/", 1)[0] + "/no-table-yet", s3_options)
+    assert check_exclusive_commits(fresh) >= 0
+    fs, base = fresh.filesystem()
+    assert fs.get_file_info(FileSelector(base, recursive=True, allow_not_found=True)) == []
 
 
 PUBLISHER = textwrap.dedent(
@@ -288,3 +293,15 @@ def test_the_upkeep_reads_each_log_entry_once_in_its_life(
     assert reads.count("GET") <= 8, str(reads)
     stats = table.stats("q")
     assert stats["added"] == stats["ready"] and identity_holds(stats)
+
+
+@pytest.mark.parametrize("existing", [True, False], ids=["a-table", "a-new-path"])
+def test_the_storage_check_leaves_nothing_on_a_local_disk(tmp_path: Path, existing: bool) -> None:
+    """``check-storage`` deletes its scratch table, folders and all: next to a table, and
+    where no table (nor its folder) exists yet."""
+    path = tmp_path / "lake" / "queues"
+    if existing:
+        QueueTable(str(path), broker="off").publish("q", ["a"])
+    before = sorted(tmp_path.rglob("*"))
+    assert check_exclusive_commits(Location.of(str(path))) >= 0
+    assert sorted(tmp_path.rglob("*")) == before

@@ -355,7 +355,8 @@ def check_exclusive_commits(location: Location) -> int:
     (``If-None-Match: *``) on S3, Azure and GCS. A store that ignores the condition lets the
     second of two racing writers overwrite the first's commit, silently. The check races two
     commits of a scratch table under ``_spark_queue_probe/`` next to the table's files and
-    deletes it after.
+    deletes it after: its files, and on a local disk the folders it made (the table's own,
+    where none existed yet).
 
     Args:
         location: a table's URI and storage options (``Location.of(uri, options)``).
@@ -377,6 +378,10 @@ def check_exclusive_commits(location: Location) -> int:
     probe = Location(
         f"{location.uri.rstrip('/')}/_spark_queue_probe/{uuid.uuid4().hex}", location.options
     )
+    fs, base = probe.filesystem()
+    # A local disk keeps folders (an object store has none): those the scratch table's
+    # writes make go too, up to the deepest one that existed before.
+    kept = _deepest_existing(base) if isinstance(fs, pafs.LocalFileSystem) else None
     rows = pa.table({"probe": pa.array([1], pa.int64())})
     once = CommitProperties(max_commit_retries=0)
     try:
@@ -396,9 +401,32 @@ def check_exclusive_commits(location: Location) -> int:
     except (DeltaError, OSError) as error:
         raise StorageError(location.unreachable(error)) from None
     finally:
-        fs, base = probe.filesystem()
         with contextlib.suppress(OSError):
             found = fs.get_file_info(pafs.FileSelector(base, recursive=True))
             probe.delete(
                 info.path[len(base) + 1 :] for info in found if info.type == pafs.FileType.File
             )
+        if kept is not None:
+            _remove_empty_folders(base, kept)
+
+
+def _deepest_existing(path: str) -> str:
+    """``path``, or its deepest ancestor that exists (a local disk)."""
+    while not os.path.isdir(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def _remove_empty_folders(path: str, kept: str) -> None:
+    """Remove the empty folders in and at ``path``, then its empty ancestors below ``kept``
+    (a local disk). A folder that is not empty stays: another check's, or anyone's files."""
+    for folder, _, _ in os.walk(path, topdown=False):
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)
+    parent = os.path.dirname(path)
+    while parent != kept and parent.startswith(kept):
+        try:
+            os.rmdir(parent)
+        except OSError:
+            return
+        parent = os.path.dirname(parent)
