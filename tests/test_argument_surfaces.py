@@ -358,8 +358,20 @@ def test_a_client_option_is_refused_when_made_or_taken_as_parsed(table, argument
     client = made[1]
     client.close()
     parsed = expected[1]
-    seconds = {"ack_interval_ms", "max_poll_interval_ms", "idle_lease_interval_ms", "linger_ms"}
-    if name in seconds and parsed is not None:
-        assert getattr(client, name.removesuffix("ms") + "s") == parsed / 1000, value
-    elif name in ("max_prefetch", "ack_batch", "max_batch", "on_reject"):
-        assert getattr(client, name) == parsed, value
+    if name in TAKEN and parsed is not None:
+        seconds = name.endswith("_ms")
+        assert TAKEN[name](client) == (parsed / 1000 if seconds else parsed), value
+
+
+# Where a client keeps each option it took (durations in seconds): the consumer's parts
+# (prefetch, acknowledgements, long polling) keep theirs.
+TAKEN = {
+    "max_prefetch": lambda client: client._prefetch.max_prefetch,
+    "ack_batch": lambda client: client._acks.batch_size,
+    "ack_interval_ms": lambda client: client._acks.interval_seconds,
+    "max_poll_interval_ms": lambda client: client._long_poll.max_interval_seconds,
+    "idle_lease_interval_ms": lambda client: client._long_poll.idle_lease_interval_seconds,
+    "linger_ms": lambda client: client.linger_s,
+    "max_batch": lambda client: client.max_batch,
+    "on_reject": lambda client: client.on_reject,
+}
