@@ -764,3 +764,45 @@ def test_the_sqs_api_serves_https_with_the_brokers_certificate(tmp_path):
         with pytest.raises(botocore.exceptions.SSLError):
             client(endpoint).send_message(QueueUrl=url, MessageBody="unchecked")
         assert QueueTable(path, broker="off").stats("private")["added"] == 1
+
+
+def test_attributes_delays_and_bodies_of_any_bytes_travel(sqs_client, local_broker):
+    import base64
+
+    c = sqs_client
+    url = c.create_queue(QueueName="typed")["QueueUrl"]
+    attributes = {
+        "blob": {"DataType": "Binary", "BinaryValue": b"\x00\x01\xff"},
+        "price": {"DataType": "Number.euro", "StringValue": "12.50"},
+        "tag": {"DataType": "String", "StringValue": "x"},
+    }
+    sent = c.send_message(QueueUrl=url, MessageBody="typed", MessageAttributes=attributes)
+    [got] = c.receive_message(QueueUrl=url, MessageAttributeNames=["All"])["Messages"]
+    assert got["MessageAttributes"] == attributes
+    assert got["MD5OfMessageAttributes"] == sent["MD5OfMessageAttributes"]
+    c.change_message_visibility(
+        QueueUrl=url, ReceiptHandle=got["ReceiptHandle"], VisibilityTimeout=0
+    )
+    [again] = c.receive_message(QueueUrl=url, MessageAttributeNames=["pr.*", "tag"])["Messages"]
+    assert sorted(again["MessageAttributes"]) == ["price", "tag"]
+    c.delete_message(QueueUrl=url, ReceiptHandle=again["ReceiptHandle"])
+
+    table = QueueTable(local_broker.path, broker="off")
+    table.publish("typed", [{"body": b"\xff\xfe raw", "headers": {"origin": "spark"}}])
+    [raw] = c.receive_message(QueueUrl=url, MessageAttributeNames=["All"])["Messages"]
+    assert base64.b64decode(raw["Body"]) == b"\xff\xfe raw"
+    assert raw["MessageAttributes"] == {
+        "origin": {"DataType": "String", "StringValue": "spark"},
+        "spark-queue.body-encoding": {"DataType": "String", "StringValue": "base64"},
+    }
+    c.delete_message(QueueUrl=url, ReceiptHandle=raw["ReceiptHandle"])
+
+    c.send_message(QueueUrl=url, MessageBody="later", DelaySeconds=1)
+    assert "Messages" not in c.receive_message(QueueUrl=url)
+    delayed = c.get_queue_attributes(
+        QueueUrl=url, AttributeNames=["ApproximateNumberOfMessagesDelayed"]
+    )["Attributes"]
+    assert delayed == {"ApproximateNumberOfMessagesDelayed": "1"}
+    # The long poll leases again once the delay is over.
+    [late] = c.receive_message(QueueUrl=url, WaitTimeSeconds=10)["Messages"]
+    assert late["Body"] == "later"
