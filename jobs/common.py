@@ -53,10 +53,14 @@ from pyspark.sql.streaming.listener import (  # noqa: E402
     QueryTerminatedEvent,
 )
 
-from spark_queue import local_session, register  # noqa: E402
-from spark_queue.model.arguments import ARGUMENTS, POSITIVE, flag_type  # noqa: E402
-from spark_queue.spark.session import configure_s3a  # noqa: E402
-from spark_queue.storage.location import parse_storage_flags  # noqa: E402
+from spark_queue import (  # noqa: E402
+    ARGUMENTS,
+    configure_s3a,
+    flag_type,
+    local_session,
+    parse_storage_flags,
+    register,
+)
 
 DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -186,7 +190,8 @@ def argument_type(name: str) -> Callable[[str], Any]:
     return flag_type(ARGUMENTS[name].kind)
 
 
-positive_int = flag_type(POSITIVE)
+# A whole number >= 1, as maxMessagesPerTrigger is.
+positive_int = argument_type("max_messages")
 
 
 def fail(prog: str, message: str, status: int = 1) -> NoReturn:

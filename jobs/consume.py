@@ -49,8 +49,7 @@ from common import (
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
-from spark_queue import QueueTable
-from spark_queue.model.schema import BROWSE_COLUMNS
+from spark_queue import BROWSE_COLUMNS, QueueTable
 
 # What a consumer's rows carry; ``state`` is always 'leased' there, so it is not written.
 COLUMNS = [name for name in BROWSE_COLUMNS if name != "state"]

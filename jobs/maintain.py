@@ -27,16 +27,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from typing import Any
 
 import common  # puts spark_queue on the path when run from a checkout
 
-from spark_queue import QueueError, QueueTable
-from spark_queue.rules import COUNTERS
-from spark_queue.storage.store import now_micros
+from spark_queue import COUNTERS, GAUGES, QueueError, QueueTable
 
 STEPS = ("expire", "compact", "vacuum", "stats")
-GAUGES = ("ready", "ready_bytes", "leased", "scheduled")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,7 +94,7 @@ def expire(table: QueueTable, name: str) -> dict[str, int]:
     state = snapshot.states.get(name) if snapshot is not None else None
     if state is None:
         raise QueueError(f"queue {name!r} does not exist in {table.path}")
-    now = now_micros()
+    now = time.time_ns() // 1000  # microseconds since the epoch, as the table's times
     leases = int((state.leases.until <= now).sum())
     scheduled = sum(1 for message in state.scheduled if message.deliver_at <= now)
     if leases or scheduled:

@@ -3,6 +3,11 @@
 ``format("ringqueue")`` enqueues (``writeStream``/``write``) and browses (``read``); register
 it with :func:`register` on a session, or build a local one with :func:`local_session`.
 :class:`QueueTable` is the Python API of a queue table.
+
+Every public name is here (``__all__``): the table, its clients and results, the queue
+arguments (the specification, their typed keywords and choices), policies, the columns and
+counters a queue reports, storage locations and every error. The subpackages are the
+implementation; code that uses spark-queue imports from ``spark_queue`` alone.
 """
 
 from typing import TYPE_CHECKING, Any
@@ -12,6 +17,9 @@ from spark_queue.clients.message import Message
 from spark_queue.clients.publisher import Publisher
 from spark_queue.errors import (
     ArgumentMismatchError,
+    BrokerAuthenticationError,
+    BrokerError,
+    BrokerRequestError,
     ClientClosedError,
     CommitConflictError,
     InvalidInputError,
@@ -25,18 +33,40 @@ from spark_queue.errors import (
     TableNotFoundError,
     UnsupportedFormatError,
 )
-from spark_queue.model.queue_arguments import QueueArguments
-from spark_queue.model.results import PublishResult
-from spark_queue.storage.location import check_exclusive_commits
+from spark_queue.model.arguments import (
+    ARGUMENTS,
+    AckMode,
+    Argument,
+    ExpirationModel,
+    OnReject,
+    Overflow,
+    ReadMode,
+    Semantics,
+    flag_type,
+)
+from spark_queue.model.keywords import (
+    ConsumerOptions,
+    DurationLike,
+    PublisherOptions,
+    QueueArgumentKeywords,
+    SeqsLike,
+)
+from spark_queue.model.policies import Origin, Policies, Policy, Resolution
+from spark_queue.model.queue_arguments import QueueArguments, validate_arguments
+from spark_queue.model.results import PublishOutcome, PublishResult
+from spark_queue.model.schema import BROWSE_ARROW_SCHEMA, BROWSE_COLUMNS
+from spark_queue.rules import COUNTERS
+from spark_queue.storage.history import GAUGES
+from spark_queue.storage.location import Location, check_exclusive_commits, parse_storage_flags
 from spark_queue.table import QueueTable
 
 # Spark is optional (``pip install "spark-queue[spark]"``): QueueTable runs without it, so
 # the session helpers are imported only when asked for. Type checkers and the API reference
 # read them from their module.
 if TYPE_CHECKING:
-    from spark_queue.spark.session import local_session, register
+    from spark_queue.spark.session import configure_s3a, local_session, register, s3a_conf
 
-_SPARK_HELPERS = ("local_session", "register")
+_SPARK_HELPERS = ("configure_s3a", "local_session", "register", "s3a_conf")
 
 
 def __getattr__(name: str) -> Any:
@@ -53,26 +83,57 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "ARGUMENTS",
+    "BROWSE_ARROW_SCHEMA",
+    "BROWSE_COLUMNS",
+    "COUNTERS",
+    "GAUGES",
+    "AckMode",
+    "Argument",
     "ArgumentMismatchError",
+    "BrokerAuthenticationError",
+    "BrokerError",
+    "BrokerRequestError",
     "ClientClosedError",
     "CommitConflictError",
     "Consumer",
+    "ConsumerOptions",
+    "DurationLike",
+    "ExpirationModel",
     "InvalidInputError",
     "InvalidOptionError",
+    "Location",
     "Message",
     "NotAQueueTableError",
+    "OnReject",
+    "Origin",
+    "Overflow",
+    "Policies",
+    "Policy",
     "PolicyError",
+    "PublishOutcome",
     "PublishResult",
     "Publisher",
+    "PublisherOptions",
+    "QueueArgumentKeywords",
     "QueueArguments",
     "QueueError",
     "QueueNotFoundError",
     "QueueTable",
+    "ReadMode",
     "RejectedMessagesError",
+    "Resolution",
+    "Semantics",
+    "SeqsLike",
     "StorageError",
     "TableNotFoundError",
     "UnsupportedFormatError",
     "check_exclusive_commits",
+    "configure_s3a",
+    "flag_type",
     "local_session",
+    "parse_storage_flags",
     "register",
+    "s3a_conf",
+    "validate_arguments",
 ]

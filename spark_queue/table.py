@@ -52,16 +52,26 @@ from spark_queue.errors import (
 )
 from spark_queue.model.arguments import (
     ARGUMENTS,
+    OnReject,
     parse_consumer_name,
     parse_count,
     parse_duration_ms,
     parse_queue_name,
     parse_seqs,
 )
+from spark_queue.model.keywords import (
+    ConsumerOptions,
+    DurationLike,
+    PublisherOptions,
+    QueueArgumentKeywords,
+    SeqsLike,
+    Unpack,
+)
 from spark_queue.model.messages import Bodies, as_input_table, normalise
 from spark_queue.model.policies import ENV_VAR, Policies, Resolution, load_policies
 from spark_queue.model.queue_arguments import (
     QueueArguments,
+    given_arguments,
     parse_consumer_limits,
     validate_arguments,
 )
@@ -162,8 +172,8 @@ class QueueTable:
         *,
         producer: str | None = None,
         sequence: int | None = None,
-        on_reject: str = "drop",
-        **arguments: Any,
+        on_reject: OnReject = "drop",
+        **arguments: Unpack[QueueArgumentKeywords],
     ) -> PublishResult:
         """Enqueue ``rows`` to ``queue`` in one Delta commit, without Spark.
 
@@ -218,8 +228,8 @@ class QueueTable:
         *,
         producer: str | None = None,
         sequence: int | None = None,
-        on_reject: str = "drop",
-        **arguments: Any,
+        on_reject: OnReject = "drop",
+        **arguments: Unpack[QueueArgumentKeywords],
     ) -> PublishOutcome:
         """:meth:`publish`, also saying which rows were stored (``accepted[i]`` for row
         ``i``: False where a reject policy refused it or its ``message_id`` was a duplicate),
@@ -274,7 +284,12 @@ class QueueTable:
 
     # -- declaring and changing queues -----------------------------------------------------
 
-    def declare(self, name: str, **arguments: Any) -> QueueArguments:
+    def declare(
+        self,
+        name: str,
+        arguments: QueueArguments | None = None,
+        **keywords: Unpack[QueueArgumentKeywords],
+    ) -> QueueArguments:
         """Create ``name`` with these arguments, or check them against an existing queue.
 
         With policies, defaults fill what was not given and caps lower limits; an existing
@@ -283,22 +298,27 @@ class QueueTable:
 
         Args:
             name: the queue's name (1 to 255 of ``A-Z a-z 0-9 _ . -``).
-            **arguments: the snake_case twins of the sink's options: ``max_length``,
-                ``max_length_bytes``, ``overflow``, ``ring_size``, ``dead_letter_queue``,
-                ``reject_threshold``, ``expiration``, ``expiration_model``.
+            arguments: a :class:`QueueArguments`, which gives every argument, its defaults
+                included (so no policy default fills one; caps still apply); a table's
+                :meth:`arguments` of another queue, say.
+            **keywords: the queue arguments (:class:`~spark_queue.QueueArgumentKeywords`),
+                the snake_case twins of the sink's options: ``max_length``, ``overflow``,
+                ``ring_size``, ``dead_letter_queue``, ``expiration`` ... (docs/ARGUMENTS.md).
+                Beside ``arguments``, a keyword must agree with it.
 
         Returns:
             The queue's effective arguments.
 
         Raises:
-            InvalidOptionError: an invalid name, an unknown argument or an invalid value.
+            InvalidOptionError: an invalid name, an unknown argument or an invalid value,
+                or a keyword that ``arguments`` gives differently.
             ArgumentMismatchError: an argument differs from the queue's explicit one;
                 nothing is written (use :meth:`alter`).
             PolicyError: a policy makes the arguments invalid.
             CommitConflictError: every commit attempt lost to another writer.
         """
         parse_queue_name("name", name)
-        given = validate_arguments(arguments)
+        given = given_arguments(arguments, keywords)
 
         def work(transaction: QueueTransaction) -> QueueArguments:
             existed = name in transaction.states
@@ -311,7 +331,12 @@ class QueueTable:
 
         return run(self.store, work, policies=self.policies)
 
-    def alter(self, name: str, **arguments: Any) -> QueueArguments:
+    def alter(
+        self,
+        name: str,
+        arguments: QueueArguments | None = None,
+        **keywords: Unpack[QueueArgumentKeywords],
+    ) -> QueueArguments:
         """Change a queue's arguments (SEMANTICS §2 "changing limits").
 
         A lower limit under ``drop-head`` trims at once (dead-lettering if the queue has a
@@ -320,8 +345,10 @@ class QueueTable:
 
         Args:
             name: an existing queue.
-            **arguments: as for :meth:`declare`; they become the queue's explicit ones, and
-                with policies the effective arguments are resolved again.
+            arguments: a :class:`QueueArguments`, all of whose arguments become the queue's
+                explicit ones.
+            **keywords: queue arguments, as for :meth:`declare`; they become the queue's
+                explicit ones, and with policies the effective arguments are resolved again.
 
         Returns:
             The queue's effective arguments.
@@ -329,13 +356,13 @@ class QueueTable:
         Raises:
             QueueNotFoundError: no queue ``name``.
             InvalidOptionError: an invalid name, an unknown argument or an invalid value,
-                or arguments the queue cannot have together once merged with its own
-                (a byte limit on a ring).
+                a keyword that ``arguments`` gives differently, or arguments the queue
+                cannot have together once merged with its own (a byte limit on a ring).
             PolicyError: a policy makes the arguments invalid.
             CommitConflictError: every commit attempt lost to another writer.
         """
         parse_queue_name("name", name)
-        given = validate_arguments(arguments)
+        given = given_arguments(arguments, keywords)
 
         def work(transaction: QueueTransaction) -> QueueArguments:
             self._require(transaction.snapshot, name)
@@ -455,9 +482,9 @@ class QueueTable:
         queue: str,
         consumer: str = "default",
         *,
-        max_messages: int = 100,
+        max_messages: int | None = 100,
         max_bytes: int | None = None,
-        lease_period: str | int | None = None,
+        lease_period: DurationLike | None = None,
         max_deliveries: int = 0,
         max_cancels: int = 0,
         filter: str | None = None,
@@ -520,7 +547,7 @@ class QueueTable:
     def ack(
         self,
         queue: str,
-        seqs: list[int],
+        seqs: SeqsLike,
         consumer: str | None = None,
         *,
         deliveries: list[int] | None = None,
@@ -558,10 +585,10 @@ class QueueTable:
     def cancel(
         self,
         queue: str,
-        seqs: list[int],
+        seqs: SeqsLike,
         consumer: str | None = None,
         *,
-        delay: str | int | None = None,
+        delay: DurationLike | None = None,
         deliveries: list[int] | None = None,
     ) -> int:
         """Return leased messages to their position (a nack); each cancel counts toward
@@ -593,7 +620,7 @@ class QueueTable:
         return self._call(ChangeRequest("CANCEL", queue, planner, wanted, consumer, counts))
 
     @routed
-    def expire(self, queue: str, seqs: list[int], consumer: str | None = None) -> int:
+    def expire(self, queue: str, seqs: SeqsLike, consumer: str | None = None) -> int:
         """Remove leased messages now as ``expired`` (dead-lettered if the queue has a
         dead-letter queue).
 
@@ -608,9 +635,9 @@ class QueueTable:
     def extend(
         self,
         queue: str,
-        seqs: list[int],
+        seqs: SeqsLike,
         consumer: str,
-        period: str | int,
+        period: DurationLike,
         *,
         deliveries: list[int] | None = None,
     ) -> int:
@@ -644,7 +671,7 @@ class QueueTable:
 
     @routed
     def release(
-        self, consumer: str, queue: str | None = None, *, seqs: list[int] | None = None
+        self, consumer: str, queue: str | None = None, *, seqs: SeqsLike | None = None
     ) -> int:
         """Return everything ``consumer`` holds, as a closed Artemis consumer does: ready
         at once (a release hands work over; it is not a failure, so no backoff applies and
@@ -672,7 +699,7 @@ class QueueTable:
 
     # -- clients for services ----------------------------------------------------------------
 
-    def consumer(self, queue: str, name: str, **options: Any) -> Consumer:
+    def consumer(self, queue: str, name: str, **options: Unpack[ConsumerOptions]) -> Consumer:
         """A :class:`~spark_queue.Consumer` of ``queue`` named ``name``: messages one
         at a time or in batches, with prefetch, batched acknowledgements, lease extension
         and long polling. Close it (or use it as a context manager) to release what it
@@ -698,7 +725,7 @@ class QueueTable:
             )
         return Consumer(self, queue, name, **options)
 
-    def publisher(self, queue: str, **options: Any) -> Publisher:
+    def publisher(self, queue: str, **options: Unpack[PublisherOptions]) -> Publisher:
         """A :class:`~spark_queue.Publisher` to ``queue``: single messages of many
         threads, published in batches of up to ``max_batch`` after at most ``linger_ms``;
         ``send`` returns a future per message.
@@ -768,7 +795,12 @@ class QueueTable:
         """
         return self._require(self._snapshot(), name).arguments
 
-    def resolve(self, name: str, **arguments: Any) -> Resolution:
+    def resolve(
+        self,
+        name: str,
+        arguments: QueueArguments | None = None,
+        **keywords: Unpack[QueueArgumentKeywords],
+    ) -> Resolution:
         """The arguments ``name`` would have if declared now, with each one's origin.
 
         Needs policies. For an existing queue its explicit arguments are used, with the
@@ -777,7 +809,8 @@ class QueueTable:
 
         Args:
             name: the queue.
-            **arguments: queue arguments, snake_case, as :meth:`declare` takes them.
+            arguments: a :class:`QueueArguments`, as :meth:`declare` takes it.
+            **keywords: queue arguments, snake_case, as :meth:`declare` takes them.
 
         Returns:
             A :class:`~spark_queue.model.policies.Resolution`: each argument's value and origin
@@ -788,7 +821,7 @@ class QueueTable:
             InvalidOptionError: an argument is unknown or has an invalid value.
         """
         parse_queue_name("name", name)
-        given = validate_arguments(arguments)
+        given = given_arguments(arguments, keywords)
         if self.policies is None:
             raise PolicyError(
                 f"no policies to resolve {name!r} with: pass policies= or set ${ENV_VAR}"

@@ -35,7 +35,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 import pyarrow as pa
 
@@ -507,14 +507,19 @@ class BrokerRouter:
             return method(table, *args, **kwargs)
 
 
-def routed(method: Callable[..., T]) -> Callable[..., T]:
-    """Mark a ``QueueTable`` method as one a broker may run for it (``self.router``)."""
+Params = ParamSpec("Params")
+
+
+def routed(method: Callable[Params, T]) -> Callable[Params, T]:
+    """Mark a ``QueueTable`` method as one a broker may run for it (``self.router``); its
+    signature stays the method's."""
     name = WIRE_NAMES.get(method.__name__, method.__name__)
     if name not in ROUTED_METHODS:
         raise TypeError(f"{name} is not a method the broker serves")
 
     @functools.wraps(method)
-    def call(table: Any, *args: Any, **kwargs: Any) -> T:
-        return table.router.call(name, method, table, args, kwargs)
+    def call(*args: Params.args, **kwargs: Params.kwargs) -> T:
+        table: Any = args[0]  # the QueueTable the method is called on
+        return table.router.call(name, method, table, args[1:], kwargs)
 
     return call

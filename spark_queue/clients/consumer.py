@@ -61,6 +61,7 @@ from spark_queue.model.arguments import (
     parse_given,
     parse_queue_name,
 )
+from spark_queue.model.keywords import DurationLike
 from spark_queue.model.schema import LEASE_VERSION_KEY
 
 DEFAULT_LEASE_PERIOD = "30 seconds"
@@ -141,11 +142,11 @@ class Consumer:
         name: str,
         *,
         max_prefetch: int = 1000,
-        lease_period: str | int = DEFAULT_LEASE_PERIOD,
+        lease_period: DurationLike = DEFAULT_LEASE_PERIOD,
         ack_batch: int = 1000,
-        ack_interval_ms: str | int | None = None,
-        max_poll_interval_ms: str | int | None = None,
-        idle_lease_interval_ms: str | int = 1000,
+        ack_interval_ms: DurationLike | None = None,
+        max_poll_interval_ms: DurationLike | None = None,
+        idle_lease_interval_ms: DurationLike = 1000,
         max_deliveries: int = 0,
         max_cancels: int = 0,
         filter: str | None = None,

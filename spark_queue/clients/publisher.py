@@ -15,7 +15,8 @@ import numpy as np
 
 from spark_queue.clients.queue_operations import QueueOperations
 from spark_queue.errors import ClientClosedError
-from spark_queue.model.arguments import parse_given, parse_queue_name
+from spark_queue.model.arguments import OnReject, parse_given, parse_queue_name
+from spark_queue.model.keywords import DurationLike, QueueArgumentKeywords, Unpack
 from spark_queue.model.messages import as_input_table
 from spark_queue.model.queue_arguments import validate_arguments
 
@@ -60,10 +61,10 @@ class Publisher:
         table: QueueOperations,
         queue: str,
         *,
-        linger_ms: str | int = 5,
+        linger_ms: DurationLike = 5,
         max_batch: int = 1000,
-        on_reject: str = "drop",
-        **arguments: Any,
+        on_reject: OnReject = "drop",
+        **arguments: Unpack[QueueArgumentKeywords],
     ) -> None:
         # Checked now, as publish would check them, so a bad one fails here, not in every
         # future of the first batch.

@@ -7,6 +7,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 import pyarrow as pa
 
 if TYPE_CHECKING:
+    from spark_queue.model.arguments import OnReject
+    from spark_queue.model.keywords import (
+        DurationLike,
+        QueueArgumentKeywords,
+        SeqsLike,
+        Unpack,
+    )
     from spark_queue.model.results import PublishOutcome
     from spark_queue.storage.store import QueueStore
 
@@ -18,23 +25,43 @@ class QueueOperations(Protocol):
 
     store: QueueStore
 
-    def lease(self, queue: str, consumer: str = ..., **options: Any) -> pa.Table: ...
+    def lease(
+        self,
+        queue: str,
+        consumer: str = ...,
+        *,
+        max_messages: int | None = ...,
+        max_bytes: int | None = ...,
+        lease_period: DurationLike | None = ...,
+        max_deliveries: int = ...,
+        max_cancels: int = ...,
+        filter: str | None = ...,
+    ) -> pa.Table: ...
 
-    def ack(self, queue: str, seqs: list[int], consumer: str | None = ...) -> int: ...
+    def ack(self, queue: str, seqs: SeqsLike, consumer: str | None = ...) -> int: ...
 
     def cancel(
         self,
         queue: str,
-        seqs: list[int],
+        seqs: SeqsLike,
         consumer: str | None = ...,
         *,
-        delay: str | int | None = ...,
+        delay: DurationLike | None = ...,
     ) -> int: ...
 
-    def extend(self, queue: str, seqs: list[int], consumer: str, period: str | int) -> int: ...
+    def extend(self, queue: str, seqs: SeqsLike, consumer: str, period: DurationLike) -> int: ...
 
     def release(
-        self, consumer: str, queue: str | None = ..., *, seqs: list[int] | None = ...
+        self, consumer: str, queue: str | None = ..., *, seqs: SeqsLike | None = ...
     ) -> int: ...
 
-    def publish_outcome(self, queue: str, rows: Any, **options: Any) -> PublishOutcome: ...
+    def publish_outcome(
+        self,
+        queue: str,
+        rows: Any,
+        *,
+        producer: str | None = ...,
+        sequence: int | None = ...,
+        on_reject: OnReject = ...,
+        **arguments: Unpack[QueueArgumentKeywords],
+    ) -> PublishOutcome: ...

@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import Any, Generic, Literal, TypeVar, cast, overload
+from typing import Any, Generic, Literal, TypeVar, cast, get_args, overload
 
 import numpy as np
 import pyarrow as pa
@@ -531,13 +531,27 @@ def parse_consumer_name(label: str, value: Any) -> str:
 
 # -- the specification --------------------------------------------------------------------
 
-OVERFLOW_POLICIES = ("drop-head", "ring", "reject-publish", "reject-publish-dlx")
-REJECT_POLICIES = ("reject-publish", "reject-publish-dlx")
-ON_REJECT_ACTIONS = ("drop", "fail")
-EXPIRATION_MODELS = ("default", "queue", "earliest", "latest")
-SEMANTICS = ("at-least-once", "at-most-once")
-ACK_MODES = ("commit", "manual")
-READ_MODES = ("executors", "driver")
+# The values of each choice: a Literal type, what a type checker accepts, and the tuple of
+# its values that the choice's parser accepts (in any case), derived from it.
+Overflow = Literal["drop-head", "ring", "reject-publish", "reject-publish-dlx"]
+"""What a queue does at a limit: the values of ``overflow``."""
+OnReject = Literal["drop", "fail"]
+"""What a publish or a write does with messages a reject policy refuses: ``on_reject``."""
+ExpirationModel = Literal["default", "queue", "earliest", "latest"]
+"""How a message's and its queue's expiry combine: ``expiration_model``."""
+Semantics = Literal["at-least-once", "at-most-once"]
+"""The streaming source's delivery guarantee: ``semantics``."""
+AckMode = Literal["commit", "manual"]
+"""Who acknowledges the streaming source's batches: ``ackMode``."""
+ReadMode = Literal["executors", "driver"]
+"""Who reads the streaming source's leased batches: ``readMode``."""
+OVERFLOW_POLICIES: tuple[Overflow, ...] = get_args(Overflow)
+REJECT_POLICIES: tuple[Overflow, ...] = ("reject-publish", "reject-publish-dlx")
+ON_REJECT_ACTIONS: tuple[OnReject, ...] = get_args(OnReject)
+EXPIRATION_MODELS: tuple[ExpirationModel, ...] = get_args(ExpirationModel)
+SEMANTICS: tuple[Semantics, ...] = get_args(Semantics)
+ACK_MODES: tuple[AckMode, ...] = get_args(AckMode)
+READ_MODES: tuple[ReadMode, ...] = get_args(ReadMode)
 
 # Where an argument applies. ``queue``: a queue argument, stored with the queue (declare,
 # alter, a sink's options, CLI flags, policies); ``sink``/``source``: an option of a Spark
@@ -966,6 +980,7 @@ SPECIFICATION: tuple[Argument, ...] = (
     ),
 )
 ARGUMENTS: dict[str, Argument] = {a.name: a for a in SPECIFICATION}
+"""Every argument of the specification by its snake_case name."""
 
 
 def arguments_of(scope: str) -> tuple[Argument, ...]:

@@ -12,7 +12,16 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from spark_queue.errors import InvalidOptionError
-from spark_queue.model.arguments import ARGUMENTS, COUNT, Argument, arguments_of, parse_queue_name
+from spark_queue.model.arguments import (
+    ARGUMENTS,
+    COUNT,
+    Argument,
+    ExpirationModel,
+    Overflow,
+    arguments_of,
+    parse_queue_name,
+    shown,
+)
 
 # Re-exported: modules that take these from here (the specification defines them).
 from spark_queue.model.arguments import QUEUE_NAME as QUEUE_NAME
@@ -56,11 +65,11 @@ class QueueArguments:
 
     max_length: int | None = None
     max_length_bytes: int | None = None
-    overflow: str = "drop-head"
+    overflow: Overflow = "drop-head"
     dead_letter_queue: str | None = None
     reject_threshold: float = 1.0
     expiration: int | None = None
-    expiration_model: str = "default"
+    expiration_model: ExpirationModel = "default"
     max_deliveries: int | None = None
     max_cancels: int | None = None
     exclusive: bool = False
@@ -158,6 +167,42 @@ def validate_arguments(given: Mapping[str, Any], *, surface: str = "keyword") ->
             parsed["max_length"], parsed["overflow"] = size, "ring"
     check_effective(parsed, surface)
     return parsed
+
+
+def given_arguments(
+    arguments: QueueArguments | None, keywords: Mapping[str, Any]
+) -> dict[str, Any]:
+    """The validated queue arguments of a call that takes a :class:`QueueArguments` beside
+    keywords (``QueueTable.declare``, ``alter``, ``resolve``): the object gives every
+    argument, its defaults included; keywords give those named. Both may name an argument
+    only with the same value.
+
+    Raises:
+        InvalidOptionError: ``arguments`` is not a QueueArguments; a value is invalid (the
+            object's are checked as keywords are); the object and a keyword give an argument
+            differently. The message names the argument.
+    """
+    given = validate_arguments(keywords)
+    if arguments is None:
+        return given
+    if not isinstance(arguments, QueueArguments):
+        raise InvalidOptionError(
+            "arguments must be a QueueArguments (or give the queue arguments as keywords); "
+            f"got {shown(arguments)} ({type(arguments).__name__})"
+        )
+    whole = validate_arguments(arguments.to_dict())
+    for name, value in given.items():
+        if whole[name] != value:
+            keyword = (
+                f"ring_size={keywords['ring_size']!r}"
+                if "ring_size" in keywords and name in ("max_length", "overflow")
+                else f"{name}={keywords[name]!r}"
+            )
+            raise InvalidOptionError(
+                f"{name} is given twice, differently: {name}={whole[name]!r} by the "
+                f"QueueArguments, {keyword} as a keyword"
+            )
+    return {**whole, **given}
 
 
 RING_COUNT_ONLY = "overflow=ring bounds the message count only"

@@ -174,7 +174,9 @@ BROWSE_ARROW_SCHEMA = pa.schema(
         ("consumer", pa.string()),
     ]
 )
+"""The Arrow schema of a browse read's rows and of a lease's (as Spark expects them)."""
 BROWSE_COLUMNS = BROWSE_ARROW_SCHEMA.names
+"""The columns of a browse read (``spark.read.format("ringqueue")``), in order."""
 
 # The schema metadata key of QueueTable.lease's rows holding the table version the lease
 # planned on: where a consumer's long polling starts (a lease that found nothing commits

@@ -34,6 +34,7 @@ COUNTERS = (
     "purged",
     "duplicates",
 )
+"""A queue's counters (SEMANTICS §4), as ``QueueTable.stats`` and the history report them."""
 # Outcomes that end a message's life in its queue; `rejected` and `duplicates` are not
 # (never added).
 TERMINAL = ("acked", "replaced", "dropped", "expired", "killed", "purged")

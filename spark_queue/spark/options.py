@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spark_queue.errors import InvalidOptionError
-from spark_queue.model.arguments import ARGUMENTS, arguments_of
+from spark_queue.model.arguments import (
+    ARGUMENTS,
+    AckMode,
+    OnReject,
+    ReadMode,
+    Semantics,
+    arguments_of,
+)
 from spark_queue.model.queue_arguments import (
     CONSUMER_LIMITS,
     parse_consumer_limits,
@@ -34,7 +41,7 @@ class SinkOptions:
 
     path: str
     queue: str | None
-    on_reject: str
+    on_reject: OnReject
     arguments: dict[str, Any]  # validated snake_case queue arguments that were given
     policies: str | None = None  # a policies file (docs/POLICIES.md); None: $SPARK_QUEUE_POLICIES
     # ``storage.*`` options, keys as delta-rs reads them (spark_queue.storage); never in a repr.
@@ -48,16 +55,16 @@ class SourceOptions:
     path: str
     queue: str
     consumer: str = "default"
-    semantics: str = "at-least-once"
+    semantics: Semantics = "at-least-once"
     lease_period_us: int | None = None  # None = leases never expire
     max_messages: int | None = None
     max_bytes: int | None = None
     max_deliveries: int = 0
     max_cancels: int = 0
     max_backlog: int | None = None
-    ack_mode: str = "commit"
+    ack_mode: AckMode = "commit"
     filter: str | None = None  # SQL predicate over the message columns
-    read_mode: str = "executors"
+    read_mode: ReadMode = "executors"
     storage: dict[str, str] = field(default_factory=dict, repr=False)
 
 

@@ -55,6 +55,7 @@ from spark_queue.storage.files import QUEUE, STATE_RECORDS
 from spark_queue.storage.store import QueueStore, require_queue
 
 GAUGES = ("ready", "ready_bytes", "leased", "scheduled")
+"""A queue's gauges (SEMANTICS §4), as ``QueueTable.stats`` and the history report them."""
 LIMITS = ("max_length", "max_length_bytes")
 HISTORY_SCHEMA = pa.schema(
     [
