@@ -26,7 +26,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import Any, Generic, Literal, TypeVar, cast, get_args, overload
+from typing import Any, Generic, Literal, SupportsIndex, TypeVar, cast, get_args, overload
 
 import numpy as np
 import pyarrow as pa
@@ -76,30 +76,30 @@ QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,255}$")
 CONSUMER_NAME = re.compile(r"^[^\x00-\x1f\x7f]{1,255}$")
 
 
-def shown(value: Any) -> str:
+def shown(value: object) -> str:
     """A value as a message quotes it: its repr, cut to :data:`SHOWN_CHARS`."""
     text = repr(value)
     return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 3] + "..."
 
 
-def _is_bool(value: Any) -> bool:
+def _is_bool(value: object) -> bool:
     return isinstance(value, bool | np.bool_)
 
 
-def _whole(value: Any) -> int | None:
+def _whole(value: object) -> int | None:
     """The whole number ``value`` is (an int, a numpy integer, or decimal digits), else None.
     A bool, a float (even 5.0) and text like ``"1_000"`` or ``"5.0"`` are not."""
     if _is_bool(value) or isinstance(value, float | np.floating):
         return None
     if isinstance(value, str):
         return int(value) if _WHOLE.match(value) else None
-    try:
-        return operator.index(value)
+    try:  # what has no __index__ raises TypeError
+        return operator.index(cast(SupportsIndex, value))
     except TypeError:
         return None
 
 
-def _number(value: Any) -> float | None:
+def _number(value: object) -> float | None:
     """The finite real number ``value`` is (int, float, decimal text), else None."""
     if _is_bool(value):
         return None
@@ -145,10 +145,10 @@ class Kind(Generic[Parsed]):
         """The valid values as the docs' tables show them (Markdown, short)."""
         return self.valid
 
-    def convert(self, value: Any) -> Parsed | _Invalid:
+    def convert(self, value: object) -> Parsed | _Invalid:
         raise NotImplementedError
 
-    def parse(self, label: str, value: Any, *, quoted: bool = True) -> Parsed:
+    def parse(self, label: str, value: object, *, quoted: bool = True) -> Parsed:
         """The parsed value, or :class:`InvalidOptionError` naming ``label`` and the valid
         values, and quoting the value unless ``quoted`` is unset (a command line's flags:
         a shell's history and logs keep what a message prints)."""
@@ -177,7 +177,7 @@ class Count(Kind[int]):
     def doc_valid(self) -> str:
         return self.valid.removeprefix("a ")
 
-    def convert(self, value: Any) -> int | _Invalid:
+    def convert(self, value: object) -> int | _Invalid:
         number = _whole(value)
         if number is None or not self.minimum <= number <= self.maximum:
             return _INVALID
@@ -204,7 +204,7 @@ class Limit(Kind[int | None]):
             return "whole number > 0; 0 or -1: none"
         return "whole number >= 0, or -1 (unlimited)"
 
-    def convert(self, value: Any) -> int | _Invalid | None:
+    def convert(self, value: object) -> int | _Invalid | None:
         if value is None:
             return None
         number = _whole(value)
@@ -243,7 +243,7 @@ class Duration(Kind[int | None]):
             "; 0: none" if self.zero_is_none else ""
         )
 
-    def convert(self, value: Any) -> int | _Invalid | None:
+    def convert(self, value: object) -> int | _Invalid | None:
         if value is None and (self.optional or self.zero_is_none):
             return None
         millis = duration_ms(value)
@@ -252,7 +252,7 @@ class Duration(Kind[int | None]):
         return None if millis == 0 and self.zero_is_none else millis
 
 
-def duration_ms(value: Any) -> int | None:
+def duration_ms(value: object) -> int | None:
     """Milliseconds of a duration in the one grammar (see :class:`Duration`), unbounded, or
     None if ``value`` is not one (a bool, a float, a fraction of a millisecond)."""
     if isinstance(value, dt.timedelta):
@@ -290,7 +290,7 @@ class Fraction(Kind[float]):
     def doc_valid(self) -> str:
         return "fraction in (0, 1]"
 
-    def convert(self, value: Any) -> float | _Invalid:
+    def convert(self, value: object) -> float | _Invalid:
         number = _number(value)
         return number if number is not None and 0.0 < number <= 1.0 else _INVALID
 
@@ -305,7 +305,7 @@ class Multiplier(Kind[float]):
     def valid(self) -> str:
         return "a finite number >= 1"
 
-    def convert(self, value: Any) -> float | _Invalid:
+    def convert(self, value: object) -> float | _Invalid:
         number = _number(value)
         return number if number is not None and number >= 1.0 else _INVALID
 
@@ -325,7 +325,7 @@ class Choice(Kind[str]):
     def doc_valid(self) -> str:
         return ", ".join(f"`{v}`" for v in self.values)
 
-    def convert(self, value: Any) -> str | _Invalid:
+    def convert(self, value: object) -> str | _Invalid:
         if not isinstance(value, str) or value.strip().lower() not in self.values:
             return _INVALID
         return value.strip().lower()
@@ -345,7 +345,7 @@ class Bool(Kind[bool]):
     def doc_valid(self) -> str:
         return "`true`, `false`"
 
-    def convert(self, value: Any) -> bool | _Invalid:
+    def convert(self, value: object) -> bool | _Invalid:
         if _is_bool(value):
             return bool(value)
         if isinstance(value, str) and value.strip().lower() in ("true", "false"):
@@ -373,7 +373,7 @@ class Name(Kind[str | None]):
             return "a queue name, `[A-Za-z0-9_.-]{1,255}`"
         return self.rule.removeprefix("a name of ")
 
-    def convert(self, value: Any) -> str | _Invalid | None:
+    def convert(self, value: object) -> str | _Invalid | None:
         if self.optional and value in (None, ""):
             return None
         if not isinstance(value, str) or not self.pattern.match(value):
@@ -396,7 +396,7 @@ class Text(Kind[str | None]):
     def doc_valid(self) -> str:
         return "text"
 
-    def convert(self, value: Any) -> str | _Invalid | None:
+    def convert(self, value: object) -> str | _Invalid | None:
         if self.optional and value in (None, ""):
             return None
         return value if isinstance(value, str) and value.strip() else _INVALID
@@ -443,12 +443,12 @@ CONSUMER = Name(pattern=CONSUMER_NAME, rule="a name of 1 to 255 characters, no c
 # -- the kind parsers: stable names other modules call ------------------------------------
 
 
-def flag_type(kind: Kind[Any]) -> Callable[[str], Any]:
+def flag_type(kind: Kind[Parsed]) -> Callable[[str], Parsed]:
     """An argparse ``type`` parsing a flag's text as ``kind``: a bad value is a usage error
     that argparse prefixes with the flag, saying the valid values and never the value (a
     flag may carry a secret)."""
 
-    def parse(text: str) -> Any:
+    def parse(text: str) -> Parsed:
         try:
             return kind.parse("value", text)
         except InvalidOptionError:
@@ -457,17 +457,17 @@ def flag_type(kind: Kind[Any]) -> Callable[[str], Any]:
     return parse
 
 
-def parse_count(label: str, value: Any, minimum: int = 0, maximum: int = INT64_MAX) -> int:
+def parse_count(label: str, value: object, minimum: int = 0, maximum: int = INT64_MAX) -> int:
     """A whole number from ``minimum`` to ``maximum`` (int, numpy integer or digits)."""
     return Count(minimum, maximum).parse(label, value)
 
 
-def parse_seq(label: str, value: Any) -> int:
+def parse_seq(label: str, value: object) -> int:
     """A seq: a whole number from 0 to 2**63-1."""
     return SEQ.parse(label, value)
 
 
-def parse_seqs(label: str, value: Any) -> np.ndarray:
+def parse_seqs(label: str, value: object) -> np.ndarray:
     """Seqs to act on (``ack``'s, ``cancel``'s, ...), as int64: a list, tuple, range or set
     of seqs (:func:`parse_seq`), a numpy integer array, or a pyarrow integer array (a leased
     table's ``seq`` column)."""
@@ -502,29 +502,29 @@ def parse_seqs(label: str, value: Any) -> np.ndarray:
 
 @overload
 def parse_duration_ms(
-    label: str, value: Any, minimum_ms: int = 0, zero_is_none: Literal[False] = False
+    label: str, value: object, minimum_ms: int = 0, zero_is_none: Literal[False] = False
 ) -> int: ...
 
 
 @overload
 def parse_duration_ms(
-    label: str, value: Any, minimum_ms: int = 0, *, zero_is_none: bool
+    label: str, value: object, minimum_ms: int = 0, *, zero_is_none: bool
 ) -> int | None: ...
 
 
 def parse_duration_ms(
-    label: str, value: Any, minimum_ms: int = 0, zero_is_none: bool = False
+    label: str, value: object, minimum_ms: int = 0, zero_is_none: bool = False
 ) -> int | None:
     """A duration in milliseconds (:class:`Duration`); ``None`` only if ``zero_is_none``."""
     return Duration(minimum_ms, zero_is_none).parse(label, value)
 
 
-def parse_queue_name(label: str, value: Any) -> str:
+def parse_queue_name(label: str, value: object) -> str:
     """A queue name: 1 to 255 characters from A-Z a-z 0-9 _ . -."""
     return cast(str, QUEUE.parse(label, value))  # not optional: never None
 
 
-def parse_consumer_name(label: str, value: Any) -> str:
+def parse_consumer_name(label: str, value: object) -> str:
     """A consumer name: 1 to 255 characters, no control characters."""
     return cast(str, CONSUMER.parse(label, value))  # not optional: never None
 
@@ -606,7 +606,7 @@ class Argument:
             *((kebab,) if self.policy_cap else ()),
         )
 
-    def parse(self, value: Any, label: str | None = None, *, quoted: bool = True) -> Any:
+    def parse(self, value: object, label: str | None = None, *, quoted: bool = True) -> Any:
         """The parsed value; errors name ``label`` (the caller's spelling) or the name, and
         quote the value unless ``quoted`` is unset. ``None`` is the argument not given
         where its default is None (no such value)."""

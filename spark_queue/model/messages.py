@@ -187,7 +187,7 @@ def as_input_table(rows: Any) -> pa.Table:
     return table
 
 
-def _is_pandas(rows: Any) -> bool:
+def _is_pandas(rows: object) -> bool:
     module = type(rows).__module__
     return module.startswith("pandas") and type(rows).__name__ == "DataFrame"
 
@@ -203,7 +203,7 @@ _PYTHON_TYPES: dict[str, pa.DataType] = {
 }
 
 
-def _is_priority(value: Any) -> bool:
+def _is_priority(value: object) -> bool:
     if isinstance(value, str):  # a column of numbers, as a DataFrame's must be
         return False
     try:
@@ -213,7 +213,7 @@ def _is_priority(value: Any) -> bool:
     return True
 
 
-def _is_headers(value: Any) -> bool:
+def _is_headers(value: object) -> bool:
     return isinstance(value, Mapping) and all(
         isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in value.items()
     )
@@ -225,7 +225,7 @@ _FIRST_TIME = -62_135_596_800_000_000
 _LAST_TIME = 253_402_300_799_999_999
 
 
-def _is_time(value: Any) -> bool:
+def _is_time(value: object) -> bool:
     """A datetime (naive: UTC) that is a time in UTC that Python can read back (year 1 to
     9999): a later one would be stored, and then fail every reader that makes datetimes."""
     if not isinstance(value, datetime):
@@ -242,7 +242,7 @@ def _is_time(value: Any) -> bool:
 # priority of 1.5 as 1 and an int as a time in microseconds, so columns with values of
 # other types than _EXACT's are checked value by value before conversion; the others
 # where Arrow refuses them, or where a time is out of the years Python reads back.
-_VALUE_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+_VALUE_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
     "message_id": (lambda v: isinstance(v, str), "strings"),
     "key": (lambda v: isinstance(v, str), "strings"),
     "headers": (_is_headers, "dicts of string keys to string values"),
@@ -289,7 +289,7 @@ def _from_values(values: list[Any]) -> pa.Table:
     return pa.table(columns)
 
 
-def _check_values(name: str, column: list[Any]) -> None:
+def _check_values(name: str, column: list[object]) -> None:
     """Raise for the first value of ``column`` that :data:`_VALUE_CHECKS` refuses."""
     check, takes = _VALUE_CHECKS[name]
     for row, item in enumerate(column):

@@ -23,7 +23,7 @@ import functools
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -305,7 +305,7 @@ class _Loader:
             seen[policy.selector] = policy.name
         return policies
 
-    def policy(self, name: str, body: Any, index: int) -> Policy:
+    def policy(self, name: str, body: object, index: int) -> Policy:
         path = ("policy", name)
         if not POLICY_NAME.match(name):
             raise self.error("a policy name is 1 to 255 characters from A-Z a-z 0-9 _ -", *path)
@@ -393,7 +393,9 @@ class _Loader:
             ) from None
         return defaults
 
-    def value(self, parse: Any, value: Any, path: tuple[str, ...], key: str) -> Any:
+    def value(
+        self, parse: Callable[[str, Any], Any], value: object, path: tuple[str, ...], key: str
+    ) -> Any:
         """Run an option validator; its message names the key, ours adds file and line."""
         try:
             return parse(key, value)
@@ -452,7 +454,7 @@ class Policies:
         return _resolve(queue, explicit, self.select(queue), self.source)
 
 
-def _parse_window(name: str, value: Any) -> int | None:
+def _parse_window(name: str, value: object) -> int | None:
     """A duration cap; -1 or 0: no cap."""
     if isinstance(value, int | str) and not isinstance(value, bool) and str(value) == "-1":
         return None

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -62,6 +62,9 @@ from spark_queue.storage.state_rows import (
     read_columnar,
     read_leases,
 )
+
+if TYPE_CHECKING:  # deltalake is imported where a table is opened
+    from deltalake import DeltaTable
 
 _HEAD_READ = ("queue", "seq", "size", "priority", "deliver_at", "enqueued_at", "expires_at")
 FIRST_HEAD_SLICE = 1024  # rows of a level's first slice of a row group (then doubling)
@@ -137,7 +140,7 @@ class MessageFiles:
 class Snapshot:
     """One version of a queue table: its files and its queues' states."""
 
-    table: Any  # deltalake.DeltaTable
+    table: DeltaTable
     version: int
     files: pa.Table  # flattened add actions
     states: dict[str, QueueState]
@@ -161,7 +164,7 @@ class Snapshot:
         return files.sort_by("modified")
 
 
-def _flatten_files(table: Any) -> pa.Table:
+def _flatten_files(table: DeltaTable) -> pa.Table:
     raw = pa.table(table.get_add_actions(flatten=True))
     names = raw.column_names
 
@@ -261,7 +264,7 @@ class QueueStore:
 
     # -- the Delta table -------------------------------------------------------------------
 
-    def open(self, *, moved: bool | None = None) -> Any | None:
+    def open(self, *, moved: bool | None = None) -> DeltaTable | None:
         """The DeltaTable at its latest version, or None where no table exists yet.
 
         The table this thread opened before is kept where :meth:`is_latest` says no newer
@@ -296,7 +299,7 @@ class QueueStore:
         self._opened.table = table
         return table
 
-    def table_at(self, version: int, *, or_later: bool = False) -> Any:
+    def table_at(self, version: int, *, or_later: bool = False) -> DeltaTable:
         """A DeltaTable at ``version``: this thread's table moved on to it where it is at or
         before it (delta-rs reads the log entries since, no more), else one opened at it
         (the last checkpoint and every entry since). ``or_later``: this thread's table as it
@@ -356,7 +359,7 @@ class QueueStore:
             return False
         return True
 
-    def _check_format(self, table: Any) -> None:
+    def _check_format(self, table: DeltaTable) -> None:
         metadata = table.metadata()
         columns = set(pa.schema(table.schema()).names)
         missing = set(TABLE_SCHEMA.names) - columns
@@ -367,7 +370,7 @@ class QueueStore:
                 f"{sorted(missing)}); point 'path' at a new location or an existing queue table"
             )
 
-    def create(self) -> Any:
+    def create(self) -> DeltaTable:
         """Open the table, creating an empty queue table first where there is none."""
         from deltalake import Schema
         from deltalake.exceptions import DeltaError
@@ -393,7 +396,9 @@ class QueueStore:
         assert table is not None
         return table
 
-    def snapshot(self, table: Any | None = None, *, with_states: bool = True) -> Snapshot | None:
+    def snapshot(
+        self, table: DeltaTable | None = None, *, with_states: bool = True
+    ) -> Snapshot | None:
         """Read the table's files and queue states at its current version (``with_states``
         unset: the files only, and ``states`` is empty)."""
         table = table if table is not None else self.open()
@@ -647,7 +652,7 @@ class QueueStore:
 
     def commit(
         self,
-        table: Any,
+        table: DeltaTable,
         adds: list[StagedFile],
         removes: list[tuple[str, int, str]],
         *,
