@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import calendar
 import hashlib
 import hmac
 import json
@@ -656,6 +657,7 @@ class Outgoing:
     """One message of a SendMessage(Batch), checked, as it is published."""
 
     row: dict[str, Any]
+    size: int  # what SQS counts: the body's bytes and the attributes'
     md5_body: str
     md5_attributes: str | None
     dedup_id: str | None
@@ -739,7 +741,7 @@ def outgoing(
         row["message_id"] = dedup
     if delay:
         row["deliver_at"] = _timestamp(now_us + delay * 1_000_000)
-    return Outgoing(row, md5_hex(raw), md5_of_attributes(attributes), dedup)
+    return Outgoing(row, size, md5_hex(raw), md5_of_attributes(attributes), dedup)
 
 
 def _timestamp(micros: int) -> Any:
@@ -941,7 +943,7 @@ def check_signature(
         raise SqsError(
             "InvalidClientTokenId", "The security token included in the request is invalid."
         )
-    signed_at = time.mktime(time.strptime(stamp, "%Y%m%dT%H%M%SZ")) - time.timezone
+    signed_at = calendar.timegm(time.strptime(stamp, "%Y%m%dT%H%M%SZ"))
     now = time.time() if now is None else now
     if abs(now - signed_at) > CLOCK_SKEW_SECONDS or day != stamp[:8]:
         raise SqsError(

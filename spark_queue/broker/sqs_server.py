@@ -461,7 +461,7 @@ class SqsService:
                 ready.append((entry["Id"], sqs.outgoing(entry, name, settings, now)))
             except SqsError as error:
                 failed.append(sqs.failed_entry(entry["Id"], error))
-        total = sum(len(m.row["body"]) for _, m in ready)
+        total = sum(m.size for _, m in ready)
         if total > sqs.MAX_MESSAGE_BYTES:
             raise SqsError(
                 "BatchRequestTooLong",
