@@ -67,7 +67,7 @@ def row_group_rows(rows: pa.Table) -> int:
     """Rows per row group: ``ROW_GROUP_ROWS``, fewer where bodies are large."""
     if not rows.num_rows or "body" not in rows.column_names:
         return ROW_GROUP_ROWS
-    per_row = max(1, rows.column("body").nbytes // rows.num_rows)
+    per_row: int = max(1, rows.column("body").nbytes // rows.num_rows)
     return max(1, min(ROW_GROUP_ROWS, ROW_GROUP_BYTES // per_row))
 
 

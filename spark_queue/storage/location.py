@@ -23,11 +23,14 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
 
 from spark_queue.errors import InvalidOptionError, NotAQueueTableError, StorageError
+
+if TYPE_CHECKING:  # deltalake is imported where a table is opened
+    from deltalake import DeltaTable
 
 # The prefix of storage options among a data source's options: ``storage.AWS_REGION``.
 OPTION_PREFIX = "storage."
@@ -58,7 +61,9 @@ _LOWER_CASE_KEYS = frozenset(
 )
 
 
-def normalise_options(given: Mapping[str, Any] | None, *, what: str = "storage option") -> dict:
+def normalise_options(
+    given: Mapping[str, Any] | None, *, what: str = "storage option"
+) -> dict[str, str]:
     """Storage options with string values and upper-case keys, but for the keys delta-rs
     reads in lower case only (:data:`_LOWER_CASE_KEYS`: retries, backoff, its runtime).
 
@@ -250,7 +255,8 @@ class Location:
         if not self.scheme:
             return pafs.LocalFileSystem(), self.uri
         if self.scheme not in OBJECT_STORE_SCHEMES:
-            return pafs.FileSystem.from_uri(self.uri)
+            at: tuple[pafs.FileSystem, str] = pafs.FileSystem.from_uri(self.uri)
+            return at
         bucket, key = self._bucket_and_key()
         s3 = pyarrow_s3_options(self.options) if self.scheme in ("s3", "s3a") else None
         if s3 is not None:
@@ -309,7 +315,7 @@ class Location:
                 client = _filesystems[key] = make()
         return client
 
-    def delta_table(self, version: int | None = None) -> Any:
+    def delta_table(self, version: int | None = None) -> DeltaTable:
         """The Delta table here (``deltalake.DeltaTable``), at ``version`` or its latest."""
         from deltalake import DeltaTable
         from deltalake.exceptions import DeltaError, TableNotFoundError

@@ -105,7 +105,8 @@ class MessageFiles:
     @classmethod
     def of(cls, files: pa.Table) -> MessageFiles:
         def bound(name: str, missing: int) -> np.ndarray:
-            return files[name].cast(pa.int64()).fill_null(missing).to_numpy()
+            values: np.ndarray = files[name].cast(pa.int64()).fill_null(missing).to_numpy()
+            return values
 
         low, high = np.iinfo(np.int64).min, np.iinfo(np.int64).max
         return cls(
@@ -282,7 +283,7 @@ class QueueStore:
         """
         from deltalake.exceptions import DeltaError, TableNotFoundError
 
-        table = getattr(self._opened, "table", None)
+        table: DeltaTable | None = getattr(self._opened, "table", None)
         if table is not None:
             if moved is False or (moved is None and self.is_latest(table.version())):
                 return table
@@ -307,7 +308,7 @@ class QueueStore:
         :meth:`open` moves it on from there."""
         from deltalake.exceptions import DeltaError
 
-        table = getattr(self._opened, "table", None)
+        table: DeltaTable | None = getattr(self._opened, "table", None)
         if table is not None and or_later and table.version() > version:
             return table
         if table is not None and table.version() <= version:
