@@ -146,6 +146,7 @@ class SqsService:
         self._known: set[str] = set()  # queues seen in the table (never removed from it)
         self._known_lock = threading.Lock()
         self._events: dict[str, asyncio.Event] = {}
+        self._log_checks: dict[int, tuple[float, bool]] = {}  # version: (checked at, found)
         self.stopping = False  # once set, long polls answer at once with what they have
         self.actions: dict[str, Callable[[dict[str, Any], str], Any]] = {
             "CreateQueue": self.create_queue,
@@ -571,8 +572,21 @@ class SqsService:
                 return
             except asyncio.TimeoutError:
                 pass
-            if version is not None and await self._run(store.has_log_entry, version + 1):
+            if version is not None and await self._logged(store, version + 1):
                 return
+
+    async def _logged(self, store: Any, version: int) -> bool:
+        """Whether ``version`` is in the table's log: one check a poll interval for all the
+        polls that wait on it (many idle receivers make one request, not one each)."""
+        now = time.monotonic()
+        checked = self._log_checks.get(version)
+        if checked is not None and (checked[1] or now - checked[0] < self.poll_seconds):
+            return checked[1]
+        found = bool(await self._run(store.has_log_entry, version))
+        if len(self._log_checks) > 64:
+            self._log_checks.clear()
+        self._log_checks[version] = (now, found)
+        return found
 
     # -- settling ------------------------------------------------------------------------------
 
