@@ -40,6 +40,7 @@ from spark_queue.errors import (
 from spark_queue.model.arguments import (
     ARGUMENTS,
     COUNT,
+    Choice,
     Count,
     Duration,
     arguments_of,
@@ -60,6 +61,7 @@ from spark_queue.table import QueueTable
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
+STATS_FORMAT = Choice(("table", "json", "prometheus"))
 DECLARING_COMMANDS = ("declare", "alter", "publish", "ack", "cancel", "extend", "release")
 
 
@@ -248,7 +250,21 @@ def build_parser() -> argparse.ArgumentParser:
     _arguments(publish)
     stats = commands.add_parser("stats", help="gauges and counters of a queue (all if none)")
     stats.add_argument("queue", nargs="?")
-    stats.add_argument("--json", action="store_true", help="one JSON object per line")
+    shown = stats.add_mutually_exclusive_group()
+    shown.add_argument(
+        "--format",
+        type=flag_type(STATS_FORMAT),
+        default="table",
+        help="'table' (columns), 'json' (one JSON object per line) or 'prometheus' (the "
+        "broker's queue metrics in Prometheus's text format, for a textfile collector)",
+    )
+    shown.add_argument(
+        "--json",
+        dest="format",
+        action="store_const",
+        const="json",
+        help="one JSON object per line (--format json)",
+    )
     peek = commands.add_parser("peek", help="the next messages, without side effects")
     peek.add_argument("queue")
     peek.add_argument("--limit", type=_count, default=10, help="at most this many (10)")
@@ -357,6 +373,13 @@ def build_parser() -> argparse.ArgumentParser:
         "loopback, $SPARK_QUEUE_SQS_KEYS must name a file of access keys",
     )
     broker.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        help="serve Prometheus metrics at http://HOST:PORT/metrics (docs/BROKER.md; port 0: "
+        "a free one; HTTPS with --tls-cert); beyond loopback, scrapes must carry the bearer "
+        "token in $SPARK_QUEUE_METRICS_TOKEN",
+    )
+    broker.add_argument(
         "--stop-timeout",
         type=flag_type(Duration(minimum_ms=1)),
         default=int(STOP_TIMEOUT_SECONDS * 1000),
@@ -444,6 +467,21 @@ def _shown(argument: str, value: Any) -> str:
     return "unlimited" if argument in ("max_length", "max_length_bytes") else "none"
 
 
+def _metrics(flag: str) -> Any:
+    """:mod:`spark_queue.broker.metrics`, which needs the ``metrics`` extra.
+
+    Raises:
+        InvalidOptionError: prometheus-client is not installed (naming ``flag``).
+    """
+    try:
+        from spark_queue.broker import metrics
+    except ModuleNotFoundError as error:
+        raise InvalidOptionError(
+            f"{flag} needs {error.name}: pip install 'spark-queue[metrics]'"
+        ) from None
+    return metrics
+
+
 def _run_broker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
     """``broker``: serve until SIGTERM. A missing token beyond loopback is bad usage."""
     from spark_queue.broker.server import check_token, check_token_text, parse_listen, run_broker
@@ -469,6 +507,16 @@ def _run_broker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> st
             check_sqs_keys(parse_listen(args.sqs)[0], sqs_keys)
         except InvalidOptionError as error:
             parser.error(str(error).replace("--listen", "--sqs"))
+    metrics_token = None
+    if args.metrics is not None:
+        metrics = _metrics("--metrics")
+        metrics_token = os.environ.get(metrics.TOKEN_ENV_VAR) or None
+        try:
+            if metrics_token is not None:
+                check_token_text(metrics_token, f"${metrics.TOKEN_ENV_VAR}")
+            metrics.check_metrics_token(parse_listen(args.metrics)[0], metrics_token)
+        except InvalidOptionError as error:
+            parser.error(str(error).replace("--listen", "--metrics"))
     logging.basicConfig(level=logging.INFO, format="spark-queue broker: %(message)s")
     run_broker(
         args.broker_path,
@@ -485,6 +533,8 @@ def _run_broker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> st
         announce=lambda line: print(line, flush=True),
         sqs_listen=args.sqs,
         sqs_keys=sqs_keys,
+        metrics_listen=args.metrics,
+        metrics_token=metrics_token,
     )
     return ""
 
@@ -532,9 +582,12 @@ def run_command(args: argparse.Namespace) -> str:
     if command == "stats":
         if args.queue is None and table.store.open() is None:
             raise TableNotFoundError(args.path)
+        if args.format == "prometheus":
+            exposition = _metrics("--format prometheus").queue_exposition(table, args.queue)
+            return str(exposition).rstrip("\n")
         names = [args.queue] if args.queue else table.queues()
         rows = [{"queue": n, **table.stats(n)} for n in names]
-        if args.json:
+        if args.format == "json":
             return "\n".join(json.dumps(row) for row in rows)
         columns = ["queue", "ready", "ready_bytes", "leased", "scheduled", *COUNTERS]
         return _table(rows, columns)

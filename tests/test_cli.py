@@ -145,7 +145,7 @@ def test_every_command_refuses_bad_arguments(queue_path, tmp_path):
         (("cancel", "orders", "1.5"), "invalid int value: '1.5'"),
         (("release",), "the following arguments are required: consumer"),
         (("declare",), "the following arguments are required: queue"),
-        (("stats", "orders", "--format", "csv"), "unrecognized arguments: --format (values"),
+        (("stats", "orders", "--format", "csv"), "argument --format: must be one of table, json"),
         (("purge",), "required: queue"),
         (("vacuum", "--retention-hours", "-1"), "argument --retention-hours: must be a number"),
         (("vacuum", "--retention-hours", "a week"), "argument --retention-hours"),

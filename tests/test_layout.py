@@ -21,7 +21,12 @@ LAYERS = (
     ("spark_queue.broker",),  # the client side: wire, auth, discovery, client
     ("spark_queue.clients",),
     ("spark_queue.table",),
-    ("spark_queue.broker.server", "spark_queue.broker.sqs_server", "spark_queue.spark"),
+    (
+        "spark_queue.broker.server",
+        "spark_queue.broker.sqs_server",
+        "spark_queue.broker.metrics",
+        "spark_queue.spark",
+    ),
     ("spark_queue.cli", "spark_queue.argument_docs", "spark_queue"),
 )
 

@@ -74,6 +74,9 @@ PUBLISH_KEYWORDS = frozenset({"queue", "rows", "producer", "sequence", "on_rejec
 # to it is reset, and a reset can discard an answer the client has received but not read.
 STOP_LINGER_SECONDS = 2.0
 STOPPING = "the broker is stopping"
+# Told of every request that ends: its operation, its seconds, and the kind of its error
+# (None: answered); the broker's metrics (:mod:`spark_queue.broker.metrics`) record them.
+Observer = Callable[[str, float, "str | None"], None]
 # The Flight methods a broker does not serve, as their clients name them: refused as each
 # call starts, with one line (pyarrow would otherwise answer with its own traceback).
 UNSERVED = {
@@ -86,6 +89,10 @@ UNSERVED = {
 }
 
 log = logging.getLogger("spark_queue.broker.server")
+
+
+def _unobserved(operation: str, seconds: float, error: str | None) -> None:
+    """The default :attr:`QueueBroker.observe`: records nothing."""
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -216,6 +223,7 @@ class QueueBroker(flight.FlightServerBase):
         }
         self._stopping = False
         self._last_answered = -float("inf")  # time.monotonic() when a request last ended
+        self.observe: Observer = _unobserved
 
     # -- Flight methods ----------------------------------------------------------------------
 
@@ -304,6 +312,7 @@ class QueueBroker(flight.FlightServerBase):
         if header is not None and header_holds(header, self._key, self.id):
             return
         self._count("unauthenticated")
+        self.observe(call, 0.0, "Unauthenticated")
         log.warning(
             "refused a %s call from %s: %s proof of the token; nothing was done",
             repr(call)[1:-1][:100],  # the client names it: one line, escaped
@@ -376,6 +385,7 @@ class QueueBroker(flight.FlightServerBase):
     ) -> bytes:
         """Run one request (``upload``: reads publish's messages, from ``do_put``); its
         encoded result, or a Flight error carrying the table's error."""
+        started = time.perf_counter()
         try:
             if len(body) > self.max_request_bytes:
                 raise self._too_large(len(body))
@@ -389,19 +399,21 @@ class QueueBroker(flight.FlightServerBase):
             result = self._call(method, arguments, rows)
             answer = encode_result(method, result)
         except Exception as error:
-            failure = self._failure(kind, error)
+            failure = self._failure(kind, error, time.perf_counter() - started)
         else:
             self._count("served")
+            self.observe(kind, time.perf_counter() - started, None)
             return answer
         # Raised here, past the except block, so that nothing refers to the error and its
         # frames (a refused upload's batches among them) once the answer is sent.
         raise failure
 
-    def _failure(self, kind: str, error: Exception) -> flight.FlightServerError:
+    def _failure(self, kind: str, error: Exception, seconds: float) -> flight.FlightServerError:
         """The Flight error that carries ``error`` to the client (trimmed to fit gRPC's
-        headers, of the same class)."""
+        headers, of the same class), after ``seconds`` of its request."""
         payload = encode_error(error)
         self._count("refused" if payload is not None else "failed")
+        self.observe(kind, seconds, type(error).__name__ if payload is not None else "BrokerError")
         if payload is None:  # not the table's error: the broker's own failure
             # Storage libraries may quote a URL with a key in it: scrubbed as the
             # table's own errors are.
@@ -525,6 +537,8 @@ def run_broker(
     announce: Callable[[str], None] = print,
     sqs_listen: str | None = None,
     sqs_keys: Mapping[str, str] | None = None,
+    metrics_listen: str | None = None,
+    metrics_token: str | None = None,
 ) -> None:
     """Serve ``path``'s table until SIGTERM or SIGINT, then stop cleanly: the record is
     removed (clients commit directly or go to another broker), requests in flight finish,
@@ -546,10 +560,15 @@ def run_broker(
             :mod:`spark_queue.broker.sqs_server`); None: it does not.
         sqs_keys: the access keys SQS requests must be signed with (id -> secret); None:
             unsigned requests are taken, on loopback only.
+        metrics_listen: ``HOST:PORT`` where it serves Prometheus metrics at ``/metrics``
+            (:mod:`spark_queue.broker.metrics`; over HTTPS with ``tls_files``); None: it
+            does not, and records none.
+        metrics_token: the bearer token scrapes must carry; None: none is asked for, on
+            loopback only.
 
     Raises:
-        InvalidOptionError: a bad ``listen``/``advertise``, no token beyond loopback, or a
-            TLS file that cannot be read.
+        InvalidOptionError: a bad ``listen``/``advertise``/``sqs_listen``/``metrics_listen``,
+            no token (keys, metrics token) beyond loopback, or a TLS file that cannot be read.
         BrokerError: it cannot listen there (the port is taken, say).
         StorageError: its record cannot be written to the table's store.
     """
@@ -562,25 +581,60 @@ def run_broker(
     sqs_address = None if sqs_listen is None else parse_listen(sqs_listen)
     if sqs_address is not None:
         check_sqs_keys(sqs_address[0], sqs_keys)
+    metrics_address = None if metrics_listen is None else parse_listen(metrics_listen)
+    if metrics_address is not None:
+        from spark_queue.broker.metrics import check_metrics_token
+
+        check_metrics_token(metrics_address[0], metrics_token)
     tls = None if tls_files is None else (_read_pem(tls_files[0]), _read_pem(tls_files[1]))
     table = QueueTable(path, policies=policies, storage_options=storage_options, broker="off")
     _warm_up(table)
+    sqs_service = None
+    if sqs_address is not None:
+        from spark_queue.broker.sqs_server import SqsService
+
+        sqs_service = SqsService(table, sqs_keys)
+    metrics = None
+    if metrics_address is not None:
+        from spark_queue.broker.metrics import BrokerMetrics
+
+        metrics = BrokerMetrics(table, sqs_service.actions if sqs_service is not None else ())
+        if sqs_service is not None:
+            sqs_service.observe = metrics.observer("sqs")
     try:
         server = QueueBroker(
             table, host, port, token=token, max_request_bytes=max_request_bytes, tls=tls
         )
     except (pa.ArrowException, OSError) as error:  # the port is taken, the host not ours
         raise BrokerError(f"the broker cannot listen on {host}:{port}: {error}") from None
+    if metrics is not None:
+        server.observe = metrics.observer("flight")
     sqs_server = None
-    if sqs_address is not None:
-        from spark_queue.broker.sqs_server import SqsServer, SqsService
+    if sqs_address is not None and sqs_service is not None:
+        from spark_queue.broker.sqs_server import SqsServer
 
         try:
-            sqs_server = SqsServer(SqsService(table, sqs_keys), *sqs_address, tls_files)
+            sqs_server = SqsServer(sqs_service, *sqs_address, tls_files)
         except OSError as error:
             server.shutdown()
             raise BrokerError(
                 f"the broker cannot serve SQS on {sqs_address[0]}:{sqs_address[1]}: {error}"
+            ) from None
+    metrics_server = None
+    if metrics_address is not None and metrics is not None:
+        from spark_queue.broker.metrics import MetricsServer
+
+        try:
+            metrics_server = MetricsServer(
+                metrics, *metrics_address, token=metrics_token, tls_files=tls_files
+            )
+        except OSError as error:
+            if sqs_server is not None:
+                sqs_server.stop(stop_timeout_seconds)
+            server.shutdown()
+            raise BrokerError(
+                f"the broker cannot serve metrics on {metrics_address[0]}:"
+                f"{metrics_address[1]}: {error}"
             ) from None
     if advertise is None:
         shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
@@ -624,10 +678,16 @@ def run_broker(
                 f"; SQS API at {sqs_server.scheme}://{shown}:{sqs_server.port} "
                 f"(signatures {'required' if sqs_keys else 'not checked'})"
             )
+        metrics_line = ""
+        if metrics_server is not None:
+            metrics_line = (
+                f"; metrics at {metrics_server.url} "
+                f"(token {'required' if metrics_token else 'not required'})"
+            )
         announce(
             f"spark-queue broker {server.id}: serving {table.path} at {advertise} "
             f"({'TLS, ' if server.tls else ''}token {'required' if token else 'not required'})"
-            f"{sqs_line}; stop with SIGTERM"
+            f"{sqs_line}{metrics_line}; stop with SIGTERM"
         )
         while not stop.wait(heartbeat_seconds):
             try:
@@ -638,6 +698,8 @@ def run_broker(
         try:
             remove_record(location, server.id)
         finally:
+            if metrics_server is not None:
+                metrics_server.stop()
             if sqs_server is not None:
                 sqs_server.stop(stop_timeout_seconds)
             _stop(server, time.monotonic() + stop_timeout_seconds, stop_timeout_seconds)

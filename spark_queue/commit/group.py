@@ -72,6 +72,10 @@ GATHER_SECONDS = 0.002  # a round waits this long at most for the callers of the
 CURRENT_SECONDS = 0.01  # a table caught up this recently is planned on without a probe
 MAX_ROUND = 2048  # requests in one round, at most: a commit's size stays bounded
 
+# Told of every commit a round makes: its requests, the seconds from the round's start to
+# its landed commit (planning, lost races and their backoff included), and its attempts.
+RoundObserver = Callable[[int, float, int], None]
+
 
 class HostLock:
     """An exclusive lock (``flock``) that the group commits of every process of this host
@@ -158,6 +162,9 @@ class CommitGroup:
         self.rounds = 0  # commits made (paces the checks for small files)
         self.budget = COMMIT_BUDGET
         self._listeners: list[Callable[[list[str]], None]] = []
+        # The broker's metrics (:mod:`spark_queue.broker.metrics`); None costs a round one
+        # attribute test.
+        self.observer: RoundObserver | None = None
         # Upkeep in its own thread (:meth:`_upkeep`), with a store of its own (its table
         # stays open in that thread): what is due, whether the thread lives, whether it
         # works now; all under _upkeep_signal.
@@ -264,7 +271,8 @@ class CommitGroup:
         futures; returns the rest, in order."""
         from deltalake.exceptions import CommitFailedError
 
-        deadline = time.monotonic() + self.budget
+        started = time.monotonic()
+        deadline = started + self.budget
         attempt = 0
         merge = True
         while True:
@@ -332,6 +340,9 @@ class CommitGroup:
                 continue
             if transaction.committed:
                 self.rounds += 1
+                observer = self.observer
+                if observer is not None:
+                    observer(taken, time.monotonic() - started, attempt)
                 with self._listening:
                     listeners = list(self._listeners)
                 for listener in listeners:
