@@ -750,19 +750,6 @@ def _timestamp(micros: int) -> Any:
     return dt.datetime.fromtimestamp(micros / 1e6, tz=dt.timezone.utc)
 
 
-SYSTEM_ATTRIBUTES = (
-    "SenderId",
-    "SentTimestamp",
-    "ApproximateReceiveCount",
-    "ApproximateFirstReceiveTimestamp",
-    "SequenceNumber",
-    "MessageDeduplicationId",
-    "MessageGroupId",
-    "AWSTraceHeader",
-    "DeadLetterQueueSourceArn",
-)
-
-
 def incoming(
     row: Mapping[str, Any],
     queue: str,
