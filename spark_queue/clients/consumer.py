@@ -210,8 +210,15 @@ class Consumer:
     # -- receiving ---------------------------------------------------------------------------
 
     def receive(self, max_messages: int = 1, timeout: float | None = None) -> list[Message]:
-        """Up to ``max_messages`` messages, waiting up to ``timeout`` seconds (None: until
-        one arrives) for the first; an empty list when none came in time.
+        """Up to ``max_messages`` messages, waiting for the first; an empty list when none
+        came in time.
+
+        Args:
+            max_messages: at most this many (a whole number >= 1).
+            timeout: seconds to wait for the first message; None waits until one arrives.
+
+        Returns:
+            The messages delivered, in delivery order.
 
         Raises:
             InvalidOptionError: ``max_messages`` is not a whole number >= 1, or
@@ -268,8 +275,12 @@ class Consumer:
                 return
 
     def batches(self, max_messages: int = 100) -> Iterator[list[Message]]:
-        """Lists of up to ``max_messages`` messages (what is prefetched, at least one),
-        until the consumer is closed."""
+        """Lists of messages (what is prefetched, at least one), until the consumer is
+        closed.
+
+        Args:
+            max_messages: at most this many in a list.
+        """
         while True:
             try:
                 yield self.receive(max_messages)
@@ -279,7 +290,10 @@ class Consumer:
     # -- settling ----------------------------------------------------------------------------
 
     def ack(self, message: Message | int) -> None:
-        """Acknowledge a delivered message (or its seq); committed with the next flush.
+        """Acknowledge a delivered message; committed with the next flush.
+
+        Args:
+            message: the message, or its seq.
 
         Raises:
             InvalidOptionError: ``message`` is neither a :class:`Message` nor a seq.
@@ -297,8 +311,12 @@ class Consumer:
 
     def nack(self, message: Message | int, delay: str | int | None = None) -> None:
         """Return a delivered message to the queue now, counted as a cancel
-        (``max_cancels``); ready again after ``delay`` (``30 seconds``, ``5m``,
-        milliseconds; None: the queue's redelivery backoff). Commits before it returns.
+        (``max_cancels``). Commits before it returns.
+
+        Args:
+            message: the message, or its seq.
+            delay: how long before it is ready again (``30 seconds``, ``5m``,
+                milliseconds); None: the queue's redelivery backoff.
 
         Raises:
             InvalidOptionError: ``message`` is neither a :class:`Message` nor a seq.

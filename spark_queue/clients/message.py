@@ -69,7 +69,12 @@ class Message:
         self.consumer.ack(self)
 
     def nack(self, delay: str | int | None = None) -> None:
-        """Return it to the queue now (see :meth:`Consumer.nack`)."""
+        """Return it to the queue now, counted as a cancel (see :meth:`Consumer.nack`).
+
+        Args:
+            delay: how long before it is ready again (``30 seconds``, ``5m``,
+                milliseconds); None: the queue's redelivery backoff.
+        """
         self.consumer.nack(self, delay)
 
 

@@ -105,7 +105,21 @@ class Publisher:
         deliver_at: datetime | None = None,
         expires_at: datetime | None = None,
     ) -> Future[int | None]:
-        """Queue one message for the next batch; returns its future (see the class).
+        """Queue one message for the next batch.
+
+        Args:
+            body: the message's body (a ``str`` is stored as UTF-8).
+            key: its key (its group, where the queue has ``message_groups``).
+            headers: its headers, strings to strings.
+            message_id: its id, for de-duplication within the queue's
+                ``duplicate_window``.
+            priority: its priority, a whole number in the int32 range (None: 0).
+            deliver_at: not delivered before this time (a naive one is UTC).
+            expires_at: expires at this time (a naive one is UTC).
+
+        Returns:
+            Its future: its seq once the commit holding it has landed, None where the
+            queue refused it or it was a duplicate, or the batch's error (see the class).
 
         Raises:
             InvalidInputError: a value of the wrong type (checked here, so it fails alone).
