@@ -53,7 +53,7 @@ from spark_queue.model.keywords import (
 )
 from spark_queue.model.policies import Origin, Policies, Policy, Resolution
 from spark_queue.model.queue_arguments import QueueArguments, validate_arguments
-from spark_queue.model.results import PublishOutcome, PublishResult
+from spark_queue.model.results import PublishOutcome, PublishResult, QueueStats
 from spark_queue.model.schema import BROWSE_ARROW_SCHEMA, BROWSE_COLUMNS
 from spark_queue.rules import COUNTERS
 from spark_queue.storage.history import GAUGES
@@ -119,6 +119,7 @@ __all__ = [
     "QueueArguments",
     "QueueError",
     "QueueNotFoundError",
+    "QueueStats",
     "QueueTable",
     "ReadMode",
     "RejectedMessagesError",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -75,7 +75,7 @@ from spark_queue.model.queue_arguments import (
     parse_consumer_limits,
     validate_arguments,
 )
-from spark_queue.model.results import PublishOutcome, PublishResult
+from spark_queue.model.results import PublishOutcome, PublishResult, QueueStats
 from spark_queue.model.schema import LEASE_VERSION_KEY
 from spark_queue.rules import (
     COUNTERS,
@@ -832,7 +832,7 @@ class QueueTable:
         return self.policies.resolve(name, {**explicit, **given})
 
     @routed
-    def stats(self, name: str) -> dict[str, Any]:
+    def stats(self, name: str) -> QueueStats:
         """Gauges and counters of SEMANTICS §4, as of now (due scheduled messages
         counted as the next commit would).
 
@@ -840,7 +840,8 @@ class QueueTable:
             name: the queue.
 
         Returns:
-            ``ready``, ``ready_bytes``, ``leased``, ``scheduled``, ``leased_by_consumer``,
+            A :class:`~spark_queue.QueueStats`: ``ready``, ``ready_bytes``, ``leased``,
+            ``scheduled``, ``leased_by_consumer``,
             ``groups_by_consumer`` (message groups each consumer holds) and
             every counter (``added``, ``acked``, ``replaced``, ``dropped``, ``rejected``,
             ``expired``, ``killed``, ``dead_lettered``, ``purged``, ``duplicates``).
@@ -860,7 +861,7 @@ class QueueTable:
             raise QueueError(f"queue {name!r}: counters break the stats identity: {stats}")
         stats["leased_by_consumer"] = leased_by_consumer(state)
         stats["groups_by_consumer"] = state.leases.groups_by_consumer()
-        return stats
+        return cast(QueueStats, stats)  # every counter and gauge, by name
 
     def peek(self, name: str, limit: int = 10) -> pa.Table:
         """Up to ``limit`` live messages of ``name`` in delivery order; commits nothing.

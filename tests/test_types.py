@@ -15,12 +15,15 @@ import pytest
 
 import spark_queue
 from spark_queue import (
+    COUNTERS,
+    GAUGES,
     ConsumerOptions,
     InvalidOptionError,
     Publisher,
     PublisherOptions,
     QueueArgumentKeywords,
     QueueArguments,
+    QueueStats,
     QueueTable,
 )
 from spark_queue.clients.consumer import CONSUMER_OPTIONS
@@ -104,6 +107,15 @@ def test_a_duration_keyword_takes_what_the_duration_parser_takes():
             if name in durations:
                 allowed = set(typing.get_args(hint)) - {type(None)}
                 assert {int, str} <= allowed, f"{typed}.{name}: {hint}"
+
+
+def test_stats_hold_the_keys_of_their_type(queue_path: str):
+    table = QueueTable(queue_path)
+    table.publish("orders", [b"x"])
+    stats = table.stats("orders")
+    assert set(stats) == set(QueueStats.__annotations__)
+    assert set(stats) == {*COUNTERS, *GAUGES, "leased_by_consumer", "groups_by_consumer"}
+    assert all(type(stats[name]) is int for name in (*COUNTERS, *GAUGES))
 
 
 # -- QueueArguments as a parameter object ---------------------------------------------------

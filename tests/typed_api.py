@@ -38,6 +38,8 @@ def accepted(table: QueueTable) -> None:
     assert_type(table.ack("orders", np.array([1, 2])), int)
     table.cancel("orders", range(3), delay="5s")
     table.lease("orders", "worker", max_messages=None, lease_period=timedelta(minutes=1))
+    assert_type(table.stats("orders")["ready"], int)
+    assert_type(table.stats("orders")["leased_by_consumer"], dict[str, int])
     overflow: Overflow = table.arguments("orders").overflow
     assert_type(overflow, Overflow)
 
@@ -56,3 +58,4 @@ def refused(table: QueueTable) -> None:
     table.lease("orders", max_messages="5")  # type: ignore[arg-type]
     table.extend("orders", [1], "worker", period=2.5)  # type: ignore[arg-type]
     QueueArguments(overflow="rings")  # type: ignore[arg-type]
+    table.stats("orders")["redy"]  # type: ignore[misc]

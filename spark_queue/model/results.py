@@ -4,6 +4,7 @@ commits in this process and one a broker ran and sent back over the wire."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypedDict
 
 import numpy as np
 
@@ -45,3 +46,26 @@ class PublishOutcome:
 
     result: PublishResult
     accepted: np.ndarray
+
+
+class QueueStats(TypedDict):
+    """What :meth:`~spark_queue.QueueTable.stats` returns: a queue's counters and gauges
+    (SEMANTICS §4, :data:`~spark_queue.COUNTERS` and :data:`~spark_queue.GAUGES`), and the
+    leases and message groups each consumer holds."""
+
+    added: int
+    acked: int
+    replaced: int
+    dropped: int
+    rejected: int
+    expired: int
+    killed: int
+    dead_lettered: int
+    purged: int
+    duplicates: int
+    ready: int
+    ready_bytes: int
+    leased: int
+    scheduled: int
+    leased_by_consumer: dict[str, int]
+    groups_by_consumer: dict[str, int]
