@@ -453,7 +453,7 @@ class Consumer:
         elif want or flush_due or step.renew:
             leased = self._exchange(want, step.acks, step.renew)
             if leased is not None:
-                self._after_lease(*leased)
+                self._after_lease(leased)
         return True
 
     def _next_wait(self, now: float) -> float:
@@ -473,15 +473,14 @@ class Consumer:
         with self._cond:
             self._long_poll.checked(moved, time.monotonic())
 
-    def _after_lease(self, got: int, planned_on: int | None) -> None:
-        """Start or end the idle wait, as the lease just made found ``got`` messages or
-        none, planned on table version ``planned_on`` (None: not said)."""
+    def _after_lease(self, leased: _Leased) -> None:
+        """Start or end the idle wait, as the lease just made found messages or none."""
         now = time.monotonic()
         # From the version the lease planned on: a publish committed while the lease was
         # in flight still wakes the wait. Made outside the lock: it may read the log.
-        watch = None if got else LogWatch(self.table, self.queue, planned_on)
+        watch = None if leased.got else LogWatch(self.table, self.queue, leased.planned_on)
         with self._cond:
-            self._long_poll.lease_found(got, watch, now)
+            self._long_poll.lease_found(leased.got, watch, now)
             self._cond.notify_all()
 
     def _retry_later(self, error: Exception, failures: int, step: _Step) -> None:
@@ -508,13 +507,11 @@ class Consumer:
             while not self._closed and (left := until - time.monotonic()) > 0:
                 self._cond.wait(left)
 
-    def _exchange(
-        self, want: int, acks: list[int], renew: list[int]
-    ) -> tuple[int, int | None] | None:
+    def _exchange(self, want: int, acks: list[int], renew: list[int]) -> _Leased | None:
         """Flush ``acks``, extend ``renew`` and lease ``want`` messages, concurrently, so
         the group commit can put them in one commit. A lease that returned is kept before
-        the first error of the three is raised. Returns what :meth:`_keep` returns for the
-        lease, or None where none was made."""
+        the first error of the three is raised. Returns what the lease got, or None where
+        none was made."""
         calls: list[Future[Any]] = []
         if acks:
             calls.append(self._calls.submit(self.table.ack, self.queue, acks, self.name))
@@ -554,9 +551,8 @@ class Consumer:
             raise failure
         return kept
 
-    def _keep(self, leased: pa.Table, want: int) -> tuple[int, int | None]:
-        """Buffer the messages a lease of ``want`` returned: how many it returned, and the
-        table version it planned on (None: not said)."""
+    def _keep(self, leased: pa.Table, want: int) -> _Leased:
+        """Buffer the messages a lease of ``want`` returned."""
         messages = messages_of(leased, self)
         version = (leased.schema.metadata or {}).get(LEASE_VERSION_KEY)
         with self._cond:
@@ -568,7 +564,16 @@ class Consumer:
             self._renewals.track([m.seq for m in messages], time.monotonic())
             self._prefetch.lease_returned(len(messages), want)
             self._cond.notify_all()
-        return len(messages), None if version is None else int(version)
+        return _Leased(len(messages), None if version is None else int(version))
+
+
+@dataclass(frozen=True)
+class _Leased:
+    """What a lease got: how many messages, and the table version it planned on (None:
+    the table object does not say)."""
+
+    got: int
+    planned_on: int | None
 
 
 @dataclass
