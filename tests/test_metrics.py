@@ -6,6 +6,7 @@ agrees with ``--format json``. No Spark."""
 from __future__ import annotations
 
 import json
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -14,8 +15,10 @@ from typing import Any
 
 import boto3
 import botocore.exceptions
+import pyarrow.flight as flight
 import pytest
 from botocore.config import Config
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from spark_queue import QueueTable
@@ -43,11 +46,11 @@ def value(found: Samples, name: str, **labels: str) -> float:
     return found[name, tuple(sorted(labels.items()))]
 
 
-def scrape(url: str, token: str | None = None) -> str:
+def scrape(url: str, token: str | None = None, context: ssl.SSLContext | None = None) -> str:
     request = urllib.request.Request(url)
     if token is not None:
         request.add_header("Authorization", f"Bearer {token}")
-    with urllib.request.urlopen(request, timeout=60) as answer:
+    with urllib.request.urlopen(request, timeout=60, context=context) as answer:
         return answer.read().decode()
 
 
@@ -107,6 +110,20 @@ def test_a_scrape_agrees_with_stats_and_counts_every_request(broker):
     sqs.send_message(QueueUrl=sqs.get_queue_url(QueueName="idle")["QueueUrl"], MessageBody="s")
     with pytest.raises(botocore.exceptions.ClientError):
         sqs.get_queue_url(QueueName="nowhere")
+    # Names a client makes up are counted as "unknown", never as labels of their own.
+    bogus = urllib.request.Request(
+        sqs.meta.endpoint_url + "/",
+        data=b"{}",
+        headers={
+            "X-Amz-Target": "AmazonSQS.MadeUp",
+            "Content-Type": "application/x-amz-json-1.0",
+        },
+    )
+    with pytest.raises(urllib.error.HTTPError) as unknown:
+        urllib.request.urlopen(bogus, timeout=60)
+    assert unknown.value.code == 400
+    with pytest.raises(flight.FlightServerError, match="malformed request"):
+        list(flight.connect(f"grpc://{broker.address}").do_action(flight.Action("made-up", b"")))
     elapsed = time.time() - started
 
     found = samples(scrape(metrics_url(broker)))
@@ -122,26 +139,26 @@ def test_a_scrape_agrees_with_stats_and_counts_every_request(broker):
         assert 0 < age < elapsed + (time.time() - started), queue
     assert value(found, "spark_queue_metrics_reads_total") == 1
 
-    flight = {"protocol": "flight"}
+    by_flight = {"protocol": "flight"}
     for operation, count in calls.items():
-        assert value(found, "spark_queue_requests_total", **flight, operation=operation) == count
+        assert value(found, "spark_queue_requests_total", **by_flight, operation=operation) == count
         assert (
-            value(found, "spark_queue_request_seconds_count", **flight, operation=operation)
+            value(found, "spark_queue_request_seconds_count", **by_flight, operation=operation)
             == count
         )
-    assert value(found, "spark_queue_requests_total", **flight, operation="stats") == 1
-    errors = {k: v for k, v in found.items() if k[0] == "spark_queue_request_errors_total"}
-    assert errors == {
-        (
-            "spark_queue_request_errors_total",
-            (("error", "QueueNotFoundError"), ("operation", "stats"), ("protocol", "flight")),
-        ): 1,
-        (
-            "spark_queue_request_errors_total",
-            (("error", "QueueDoesNotExist"), ("operation", "GetQueueUrl"), ("protocol", "sqs")),
-        ): 1,
+    assert value(found, "spark_queue_requests_total", **by_flight, operation="stats") == 1
+    errors = {
+        tuple(dict(labels)[k] for k in ("protocol", "operation", "error")): count
+        for (name, labels), count in found.items()
+        if name == "spark_queue_request_errors_total"
     }
-    sqs_calls = {"GetQueueUrl": 2, "SendMessage": 1}
+    assert errors == {
+        ("flight", "stats", "QueueNotFoundError"): 1,
+        ("flight", "unknown", "BrokerRequestError"): 1,
+        ("sqs", "GetQueueUrl", "QueueDoesNotExist"): 1,
+        ("sqs", "unknown", "UnknownOperationException"): 1,
+    }
+    sqs_calls = {"GetQueueUrl": 2, "SendMessage": 1, "unknown": 1}
     for operation, count in sqs_calls.items():
         assert value(found, "spark_queue_requests_total", protocol="sqs", operation=operation) == (
             count
@@ -191,6 +208,24 @@ def test_the_queue_metrics_refresh_once_per_second_of_the_clock(tmp_path):
     assert second.stats["q"] == {
         k: v for k, v in table.stats("q").items() if k in second.stats["q"]
     }
+
+
+def test_a_failed_read_leaves_out_the_queue_metrics_and_is_counted(tmp_path, caplog):
+    """A store that fails a read: the scrape still answers, with the read counted as
+    failed and no queue metrics (none stale), and the failure is logged."""
+    path = tmp_path / "queues"
+    QueueTable(str(path), broker="off").publish("q", ["a", "b"])
+    for data in path.rglob("*.parquet"):
+        if "_delta_log" not in data.parts:
+            data.write_bytes(b"not parquet")
+    registry = CollectorRegistry(auto_describe=False)
+    collector = QueueCollector(QueueTable(str(path), broker="off"))
+    registry.register(collector)
+    found = samples(generate_latest(registry).decode())
+    assert value(found, "spark_queue_metrics_read_errors_total") == 1
+    assert value(found, "spark_queue_metrics_reads_total") == 1
+    assert not [name for name, _ in found if name == "spark_queue_ready"]
+    assert "the queue metrics could not be read" in caplog.text
 
 
 def test_an_empty_queue_has_no_age_and_a_missing_table_no_metrics(tmp_path):
@@ -256,28 +291,34 @@ def test_stats_in_prometheus_format_agrees_with_json(tmp_path, capsys):
 
 
 def test_metrics_beyond_loopback_need_a_token_and_scrapes_carry_it(tmp_path, capsys):
+    """Beyond loopback without a token: no start. With a token (and the broker's TLS): a
+    scrape without it, or with another, gets 401; other paths 404; the token shows
+    nowhere."""
+    from tests.test_broker import self_signed
+
     path = str(tmp_path / "queues")
     code, _, refused = cli(capsys, "broker", path, "--metrics", "0.0.0.0:0")
     assert code == 2 and "$SPARK_QUEUE_METRICS_TOKEN" in refused
     code, _, bad_address = cli(capsys, "broker", path, "--metrics", "nowhere")
     assert code == 2 and "--metrics takes HOST:PORT" in bad_address
     token = "metrics-secret"
+    cert, key = self_signed(tmp_path)
+    trusted = ssl.create_default_context(cafile=str(cert))
     with BrokerProcess(
         path,
-        "--metrics",
-        "127.0.0.1:0",
+        *("--metrics", "127.0.0.1:0", "--tls-cert", str(cert), "--tls-key", str(key)),
         log_path=tmp_path / "broker.log",
         env={"SPARK_QUEUE_METRICS_TOKEN": token},
     ) as broker:
         url = metrics_url(broker)
-        assert "(token required)" in broker.announcement
+        assert url.startswith("https://127.0.0.1:") and "(token required)" in broker.announcement
         for wrong in (None, "other"):
             with pytest.raises(urllib.error.HTTPError) as answer:
-                scrape(url, wrong)
+                scrape(url, wrong, trusted)
             assert answer.value.code == 401
         with pytest.raises(urllib.error.HTTPError) as elsewhere:
-            scrape(url.replace("/metrics", "/other"), token)
+            scrape(url.replace("/metrics", "/other"), token, trusted)
         assert elsewhere.value.code == 404
-        assert "spark_queue_metrics_reads_total" in scrape(url, token)
+        assert "spark_queue_metrics_reads_total" in scrape(url, token, trusted)
         assert broker.stop() == 0
-    assert token not in (tmp_path / "broker.log").read_text() + broker.announcement
+    assert token not in broker.output()

@@ -15,8 +15,10 @@ group commit, its requests and its latency.
 from __future__ import annotations
 
 import hmac
+import logging
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -43,10 +45,13 @@ from spark_queue.broker.wire import ROUTED_METHODS
 from spark_queue.commit.group import group_of
 from spark_queue.errors import InvalidOptionError
 from spark_queue.rules import COUNTERS, QueueState, gauges
-from spark_queue.rules.change import LevelCursor
+from spark_queue.rules.change import HeadReader, LevelCursor
 from spark_queue.storage.browse import settled_states
+from spark_queue.storage.location import scrubbed
 from spark_queue.storage.store import QueueStore, Snapshot, now_micros, require_queue
 from spark_queue.table import QueueTable
+
+log = logging.getLogger("spark_queue.broker.metrics")
 
 PREFIX = "spark_queue"
 REFRESH_SECONDS = 1.0  # a scrape's queue metrics are at most this old
@@ -121,20 +126,48 @@ def oldest_ready_enqueued_at(
 ) -> int | None:
     """The ``enqueued_at`` (microseconds) of the oldest of the messages first in line at
     each priority of ``state`` (settled at ``now``); None where nothing is ready. Within a
-    priority, head order is arrival order, so this reads one row a priority (through the
-    row cache a lease reads the head with)."""
-    reader = store.head_reader(snapshot)
-    firsts = [
-        LevelCursor(reader, state, priority, now).pop(1)[0]
-        for priority, level in state.levels.items()
-        if level.ready
-    ]
-    seqs = np.concatenate(firsts) if firsts else np.zeros(0, np.int64)
-    if not len(seqs):
+    priority, head order is arrival order, so this takes one message a priority, from the
+    rows a lease would read (through the same row cache)."""
+    times = []
+    for priority, level in state.levels.items():
+        if not level.ready:
+            continue
+        reader = _Recording(store.head_reader(snapshot))
+        seqs = LevelCursor(reader, state, priority, now).pop(1)[0]
+        if not len(seqs):
+            continue
+        seen = reader.enqueued_at(int(seqs[0]))
+        if seen is None:  # below the head (returned, or due after a delay): read its row
+            rows = store.read_messages(snapshot, state.name, seqs, ["seq", "enqueued_at"])
+            found = rows.column("enqueued_at").cast(pa.int64()).drop_null().to_pylist()
+            seen = found[0] if found else None
+        if seen is not None:
+            times.append(seen)
+    return min(times) if times else None
+
+
+class _Recording:
+    """A head reader that keeps the rows it hands out, for their ``enqueued_at``."""
+
+    def __init__(self, reader: HeadReader) -> None:
+        self.reader = reader
+        self.batches: list[pa.Table] = []
+
+    def read(self, queue: str, priority: int, from_seq: int) -> Iterator[pa.Table]:
+        for batch in self.reader.read(queue, priority, from_seq):
+            self.batches.append(batch)
+            yield batch
+
+    def keys(self, queue: str, seqs: np.ndarray) -> pa.Array:
+        return self.reader.keys(queue, seqs)
+
+    def enqueued_at(self, seq: int) -> int | None:
+        for batch in self.batches:
+            at = np.flatnonzero(batch.column("seq").to_numpy() == seq)
+            if len(at):
+                value = batch.column("enqueued_at")[int(at[0])].as_py()
+                return None if value is None else int(value)
         return None
-    rows = store.read_messages(snapshot, state.name, seqs, ["seq", "enqueued_at"])
-    times = rows.column("enqueued_at").cast(pa.int64()).drop_null()
-    return int(np.min(times.to_numpy())) if len(times) else None
 
 
 class QueueCollector(Collector):
@@ -153,18 +186,28 @@ class QueueCollector(Collector):
         self.max_age = max_age
         self.clock = clock
         self.reads = 0
+        self.failed_reads = 0
         self._lock = threading.Lock()
         self._reading: QueueReading | None = None
         self._read_at = -float("inf")
 
     def reading(self) -> QueueReading | None:
-        """The cached reading, read again if it is ``max_age`` old."""
+        """The cached reading, read again if it is ``max_age`` old; None where there is
+        no table, or its last read failed (logged, counted in :attr:`failed_reads`: the
+        broker's own metrics are still served, and the next read is a second later)."""
         with self._lock:
             if self.clock() - self._read_at >= self.max_age:
-                started = self.clock()
-                self._reading = read_queues(self.table)
+                self._read_at = self.clock()
                 self.reads += 1
-                self._read_at = started
+                try:
+                    self._reading = read_queues(self.table)
+                except Exception as error:
+                    self._reading = None
+                    self.failed_reads += 1
+                    text = scrubbed(str(error), self.table.store.location.options)
+                    log.warning(
+                        "the queue metrics could not be read: %s: %s", type(error).__name__, text
+                    )
             return self._reading
 
     def collect(self) -> Iterator[Metric]:
@@ -175,6 +218,12 @@ class QueueCollector(Collector):
         )
         reads.add_metric([], self.reads)
         yield reads
+        failed = CounterMetricFamily(
+            f"{PREFIX}_metrics_read_errors",
+            "table reads for the queue metrics that failed (no queue metrics until the next)",
+        )
+        failed.add_metric([], self.failed_reads)
+        yield failed
 
 
 def queue_families(reading: QueueReading | None) -> Iterator[Metric]:
@@ -349,6 +398,8 @@ def _guarded(app: Any, token: str | None) -> Any:
 
 
 class _Quiet(WSGIRequestHandler):
+    timeout = 60  # seconds a connection may idle before it is closed
+
     def log_message(self, format: str, *args: Any) -> None:
         """Scrapes are not logged."""
 
@@ -377,13 +428,21 @@ class MetricsServer:
             address_family = family
             daemon_threads = True
 
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                """One line, not socketserver's traceback (plain HTTP to HTTPS, say)."""
+                log.info("a metrics connection failed: %s", sys.exc_info()[1])
+
         app = _guarded(make_wsgi_app(metrics.registry), token)
         self._server = make_server(host, port, app, Server, handler_class=_Quiet)
         self.scheme = "http"
         if tls_files is not None:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             context.load_cert_chain(tls_files[0], tls_files[1])
-            self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
+            # Each handshake in its connection's thread, not in the one that accepts: a
+            # client that connects and says nothing holds up no other scrape.
+            self._server.socket = context.wrap_socket(
+                self._server.socket, server_side=True, do_handshake_on_connect=False
+            )
             self.scheme = "https"
         self.host = host
         self.port = int(self._server.server_address[1])
