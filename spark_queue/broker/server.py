@@ -65,6 +65,7 @@ from spark_queue.broker.wire import (
     trimmed,
 )
 from spark_queue.errors import BrokerError, BrokerRequestError, InvalidOptionError, StorageError
+from spark_queue.model.policies import Policies
 from spark_queue.storage.location import scrubbed
 from spark_queue.table import QueueTable
 
@@ -528,7 +529,7 @@ def run_broker(
     listen: str = DEFAULT_LISTEN,
     advertise: str | None = None,
     storage_options: Mapping[str, str] | None = None,
-    policies: Any = None,
+    policies: str | os.PathLike[str] | Policies | None = None,
     token: str | None = None,
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
     tls_files: tuple[str, str] | None = None,

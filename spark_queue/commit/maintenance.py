@@ -41,7 +41,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -55,6 +55,9 @@ from spark_queue.rules import NEVER, QueueState, below_heads, live_mask
 from spark_queue.storage.files import MESSAGE, REMOVAL, StagedFile, delete_files, write_file
 from spark_queue.storage.location import Location
 from spark_queue.storage.store import QueueStore, Snapshot
+
+if TYPE_CHECKING:  # deltalake is imported where a table is opened
+    from deltalake import DeltaTable
 
 SMALL_FILE_BYTES = 1024 * 1024  # below this a file is worth rewriting; docs/DESIGN.md "Compaction"
 SMALL_FILE_LIMIT = 32  # small files of one queue (or removal files) that trigger compaction
@@ -213,11 +216,11 @@ def compact(
 
 def _commit_moving_on(
     store: QueueStore,
-    table: Any,
+    table: DeltaTable,
     adds: list[StagedFile],
     removes: list[tuple[str, int, str]],
     operation: dict[str, Any],
-) -> Any:
+) -> DeltaTable:
     """Commit a compaction; when another writer committed first, commit the same files on
     the newer version, as long as every file it removes is still there.
 
@@ -235,7 +238,10 @@ def _commit_moving_on(
             store.commit(table, adds, removes, operation=operation)
             return table
         except CommitFailedError:
-            table = store.open()
+            newer = store.open()
+            if newer is None:  # the table is gone: the commit failed
+                raise
+            table = newer
             latest = store.snapshot(table, with_states=False)
             present = set(latest.files["path"].to_pylist()) if latest else set()
             if attempt == COMPACT_MOVES - 1 or any(path not in present for path, _, _ in removes):
@@ -318,7 +324,7 @@ def after_commit(store: QueueStore, planned_on: Snapshot) -> None:
         auto_vacuum_safely(store)
 
 
-def checkpoint_after(store: QueueStore, table: Any) -> None:
+def checkpoint_after(store: QueueStore, table: DeltaTable) -> None:
     """After a commit made from ``table`` (which delta-rs leaves at the version before the
     commit): checkpoint when the new version is a multiple of the checkpoint interval.
     Never raises: the commit has happened."""
@@ -327,7 +333,7 @@ def checkpoint_after(store: QueueStore, table: Any) -> None:
         checkpoint_at(store, version)
 
 
-def checkpoint_due(table: Any) -> int | None:
+def checkpoint_due(table: DeltaTable) -> int | None:
     """The version to checkpoint after a commit made from ``table`` (delta-rs leaves it at
     the version before the commit; connector commits never rebase onto a winner, so the
     new one is the next), if it is a multiple of the checkpoint interval; else None. Never
@@ -371,7 +377,9 @@ def checkpoint_if_crossed(
     return checkpoint(location, after)
 
 
-def checkpoint(location: Location, version: int | None = None, table: Any = None) -> int:
+def checkpoint(
+    location: Location, version: int | None = None, table: DeltaTable | None = None
+) -> int:
     """Write a Delta checkpoint of ``version`` (else the latest) with delta-rs, then clean
     up expired log files (:func:`cleanup_log`, by the table's log retention in time and in
     versions). Returns the version checkpointed.
@@ -601,7 +609,7 @@ def auto_vacuum_hours(configuration: dict[str, str]) -> float | None:
     return hours
 
 
-def auto_vacuum_look_due(uri: str, table: Any) -> bool:
+def auto_vacuum_look_due(uri: str, table: DeltaTable) -> bool:
     """Whether a commit made from ``table`` (delta-rs's, at the version it was planned on)
     should look at the table's automatic vacuum: the table sets
     ``spark_queue.autoVacuumHours``, this process has not looked in the last
