@@ -492,9 +492,6 @@ class QueueStore:
         metadata = file.metadata
         if not metadata.num_rows:
             return
-        if not set(columns) <= set(file.schema_arrow.names):  # written without some columns
-            yield self.read_rows(relative, columns)
-            return
         first = metadata.row_group(0)
         row_bytes = max(1, first.total_byte_size // max(1, first.num_rows))
         for batch in file.iter_batches(
@@ -594,11 +591,6 @@ class QueueStore:
         wanted = (
             FILE_SCHEMA if columns is None else pa.schema([FILE_SCHEMA.field(c) for c in columns])
         )
-        if not set(wanted.names) <= set(metadata.schema.to_arrow_schema().names):
-            # Written without some columns: read as nulls.
-            bounds = [("queue", "=", queue), ("seq", ">=", low), ("seq", "<=", high)]
-            yield self.read_rows(relative, columns, filters=bounds)
-            return
         names = metadata.schema.names  # of the leaf columns, as the row groups' statistics
         seq_column, queue_column = names.index("seq"), names.index("queue")
         for index in range(metadata.num_row_groups):
