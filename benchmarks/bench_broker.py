@@ -15,29 +15,16 @@ acknowledged twice.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
-import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT)]
+from common import fill, write_results
 
-OUT = ROOT / "benchmarks" / "out"
 QUEUE = "q"
-
-
-def fill(path: str, messages: int) -> None:
-    from spark_queue import QueueTable
-
-    table = QueueTable(path, broker="off")
-    table.declare(QUEUE)
-    for start in range(0, messages, 20_000):
-        table.publish(QUEUE, [os.urandom(100) for _ in range(min(20_000, messages - start))])
 
 
 def work(path: str, broker: str, consumer: str, batch: int, seconds: float, go) -> dict:
@@ -66,7 +53,7 @@ def run(mode: str, args: argparse.Namespace, root: Path) -> dict:
     from spark_queue.rules import identity_holds
 
     path = str(root / f"{mode}-queues")
-    fill(path, args.messages)
+    fill(path, args.messages, queue=QUEUE, body_bytes=100, batch=20_000)
     broker = None
     address = "off"
     if mode == "broker":
@@ -128,8 +115,7 @@ def main() -> None:
             f"| {row['mode']} | {row['workers']} | {row['batch']} | {row['msg_per_s']} | "
             f"{row['errors']} | {row['per_worker']} |"
         )
-    OUT.mkdir(exist_ok=True)
-    (OUT / "bench_broker.json").write_text(json.dumps(rows, indent=2))
+    write_results("bench_broker.json", rows, show=False)
 
 
 if __name__ == "__main__":

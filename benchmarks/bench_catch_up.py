@@ -16,23 +16,18 @@ binding keeps no snapshot of the commit it wrote). This measures, side by side i
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
 import pyarrow as pa
+from common import write_results
 from deltalake import DeltaTable, write_deltalake
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from spark_queue import QueueTable
 
-from spark_queue import QueueTable  # noqa: E402
-
-OUT = ROOT / "benchmarks" / "out"
 DISTANCES = (1, 10, 25, 50, 100)
 THREADS = 32
 ROW = pa.table({"a": [1]})
@@ -116,9 +111,7 @@ def main() -> None:
                 rates.append({"interval": interval, "turn": turn + 1, **rate})
                 print(rates[-1], flush=True)
         results["publish_32_threads"] = rates
-    OUT.mkdir(exist_ok=True)
-    (OUT / "catch_up.json").write_text(json.dumps(results, indent=2))
-    print(json.dumps(results, indent=2))
+    write_results("catch_up.json", results)
 
 
 if __name__ == "__main__":

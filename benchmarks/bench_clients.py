@@ -46,7 +46,6 @@ import contextlib
 import multiprocessing
 import os
 import statistics
-import sys
 import tempfile
 import threading
 import time
@@ -55,10 +54,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from common import fill, median, percentile
 from pyarrow.fs import FileSelector
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT)]
 
 QUEUE = "q"
 WARM_UP = "warm-up"  # each publishing client's first publish, outside the measure
@@ -139,15 +136,6 @@ def _serve_idle(ports) -> None:
     server = Server("grpc://127.0.0.1:0")
     ports.put(server.port)
     server.serve()
-
-
-def fill(path: str, options: dict | None, messages: int) -> None:
-    from spark_queue import QueueTable
-
-    table = QueueTable(path, storage_options=options, broker="off")
-    table.declare(QUEUE)
-    for start in range(0, messages, 10_000):
-        table.publish(QUEUE, [os.urandom(200) for _ in range(min(10_000, messages - start))])
 
 
 def worker(target: Target, name: str, handler_s: float, seconds: float, go):
@@ -460,13 +448,11 @@ def bench_latency(serve, count):
             time.sleep(0.2)
         received = dict(out.get(timeout=600))
         process.join()
-        from_call = sorted((received[s] - called[s]) * 1000 for s in called)
-        from_return = sorted((received[s] - returned[s]) * 1000 for s in returned)
+        from_call = [(received[s] - called[s]) * 1000 for s in called]
+        from_return = [(received[s] - returned[s]) * 1000 for s in returned]
         rows = (("from the publish call's return", from_return), ("from the call", from_call))
         for label, ms in rows:
-            print(
-                f"| {label} | {via} | {statistics.median(ms):.0f} | {ms[int(len(ms) * 0.9)]:.0f} |"
-            )
+            print(f"| {label} | {via} | {median(ms):.0f} | {percentile(ms, 0.9):.0f} |")
 
 
 def log_file_count(path: str, options: dict | None) -> int:
@@ -486,7 +472,7 @@ def bench_sustained(path_of, options, count: int, seconds: float, window: float)
     bounds = ((f"{LOG_RETENTION_VERSIONS} versions (default)", None), ("time only", "1000000000"))
     for label, value in bounds:
         path = path_of(f"sustained-{'time' if value else 'versions'}")
-        fill(path, options, 0)
+        fill(path, 0, queue=QUEUE, storage_options=options)
         if value is not None:
             DeltaTable(path, storage_options=options).alter.set_table_properties(
                 {LOG_RETENTION_VERSIONS_KEY: value}, raise_if_not_exists=False
@@ -560,7 +546,7 @@ def bench_tombstones(path_of, options, count: int, seconds: float, sizes: list[i
     print("|---|---|---|---|---|---|---|---|---|")
     for index, size in enumerate(sizes):
         path = path_of(f"tombstones-{index}-{size}")
-        fill(path, options, 0)
+        fill(path, 0, queue=QUEUE, storage_options=options)
         add_tombstones(path, options, size)
         table = QueueTable(path, storage_options=options, broker="off")
         table.publish(WARM_UP, ["one commit since the last checkpoint"])
@@ -623,7 +609,7 @@ def main() -> None:
         """For each ``--via``, a fresh table of ``messages`` and its target."""
         for via in args.via:
             path = path_of(f"{name}-{via}")
-            fill(path, options, messages)
+            fill(path, messages, queue=QUEUE, storage_options=options)
             with serving(path, options, via, base) as target:
                 yield via, target
 

@@ -64,14 +64,15 @@ from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_sink import positive_int, write_bodies
+from bench_sink import write_bodies
+from common import OUT, positive_int, write_results
 
 from spark_queue import QueueTable, local_session
 
 QUEUE = "bench"
 SESSIONS = ("classic", "connect")
 INPUT_SCHEMA = StructType([StructField("body", BinaryType(), nullable=False)])
-DEFAULT_OUT = Path(__file__).resolve().parent / "out" / "connect.json"
+DEFAULT_OUT = OUT / "connect.json"
 # (key, label) of each pipeline, in the order they run and are printed.
 PIPELINES = (
     ("sink", "sink ringqueue"),
@@ -298,8 +299,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         "ratio_connect_over_classic": ratios,
         "connect_extra_s": extra,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2))
+    write_results(args.out, results, show=False)
     print_summary(results, pipelines, len(runs["classic"]))
 
 

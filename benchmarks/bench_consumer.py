@@ -41,7 +41,16 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
 
-from bench_sink import environment, median, progress, write_bodies  # noqa: E402
+from bench_sink import write_bodies  # noqa: E402
+from common import (  # noqa: E402
+    OUT,
+    environment,
+    fill_with_spark,
+    int_list,
+    median,
+    progress,
+    write_results,
+)
 from pyspark.sql import SparkSession  # noqa: E402
 from pyspark.sql.datasource import (  # noqa: E402
     DataSource,
@@ -64,10 +73,10 @@ GIB = 1024**3
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "out" / "consumer.json"))
+    parser.add_argument("--out", default=str(OUT / "consumer.json"))
     parser.add_argument(
         "--messages",
-        type=lambda text: [int(n) for n in text.split(",")],
+        type=int_list,
         default=[1_000_000, 5_000_000],
         help="throughput, 200 B: comma-separated sizes, each drained in 5 micro-batches",
     )
@@ -257,12 +266,6 @@ def tree_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
-def fill(spark: SparkSession, bodies: Path, queue: Path) -> None:
-    spark.read.parquet(str(bodies)).write.format("ringqueue").option("queue", "bench").mode(
-        "append"
-    ).save(str(queue))
-
-
 def consume(
     spark: SparkSession, source: str, path: Path, checkpoint: Path, options: dict[str, Any]
 ) -> tuple[float, float]:
@@ -326,7 +329,7 @@ def throughput_at(
     delta, delta_bodies = work / "delta-200", work / "delta-bodies-200"
     spark.read.parquet(str(bodies)).repartition(10).write.format("delta").save(str(delta_bodies))
     sample = work / "queue-sample"
-    fill(spark, bodies, sample)
+    fill_with_spark(spark, bodies, sample)
     spark.read.format("ringqueue").option("queue", "bench").load(str(sample)).repartition(
         10
     ).write.format("delta").save(str(delta))
@@ -353,7 +356,7 @@ def throughput_at(
             checkpoint = work / f"chk-{source}-{repeat}"
             queue = work / f"queue-{repeat}"
             if source == "ringqueue":
-                fill(spark, bodies, queue)
+                fill_with_spark(spark, bodies, queue)
             before = sampler.cpu_seconds()
             if source == "ringqueue":
                 seconds, in_batches = consume(
@@ -421,12 +424,12 @@ def bench_ack_depth(spark: SparkSession, args: argparse.Namespace, work: Path) -
         deep = depth == args.depth_large
         if deep:
             for _ in range(depth // chunk):
-                fill(spark, deep_bodies, queue)
+                fill_with_spark(spark, deep_bodies, queue)
         table = QueueTable(str(queue))
         leases, acks = [], []
         for _ in range(5):
             if not deep:
-                fill(spark, shallow_bodies, queue)
+                fill_with_spark(spark, shallow_bodies, queue)
             started = time.perf_counter()
             seqs = table.lease("bench", "c", max_messages=args.ack_batch)["seq"].to_pylist()
             leases.append(time.perf_counter() - started)
@@ -459,7 +462,7 @@ def bench_returns(spark: SparkSession, args: argparse.Namespace, work: Path) -> 
     bodies = work / "bodies-returns"
     write_bodies(bodies, count, 200, 2, seed=5)
     queue = work / "returns"
-    fill(spark, bodies, queue)
+    fill_with_spark(spark, bodies, queue)
     table = QueueTable(str(queue))
 
     def timed(work: Any) -> tuple[float, Any]:
@@ -497,7 +500,7 @@ def bench_amplification(spark: SparkSession, args: argparse.Namespace, work: Pat
     bodies = work / "bodies-1k"
     write_bodies(bodies, args.amplification_messages, 1024, 4, seed=4)
     queue = work / "amplification"
-    fill(spark, bodies, queue)
+    fill_with_spark(spark, bodies, queue)
     enqueued = tree_bytes(queue)
     consume(
         spark,
@@ -626,7 +629,7 @@ def bench_memory(spark: SparkSession, args: argparse.Namespace, work: Path) -> d
     bodies = work / "bodies-10k"
     write_bodies(bodies, args.memory_messages, 10240, 20, seed=5)
     queue = work / "memory"
-    fill(spark, bodies, queue)
+    fill_with_spark(spark, bodies, queue)
     gigabytes = args.memory_messages * 10240 / GIB
     command = [sys.executable, str(Path(__file__).resolve()), "--drain", str(queue)]
     if args.driver_memory:
@@ -736,8 +739,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(results, indent=1, default=str))
+    write_results(Path(args.out), results, show=False)
     print(summary(results))
     checks = all(results[k].get("checks_ok", True) for k in SECTIONS if k in results)
     return 0 if checks else 1

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,9 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-
-ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "benchmarks" / "out"
+from common import ROOT, median, write_results
 
 
 def keyed_rows(count: int, groups: int) -> pa.Table:
@@ -52,7 +49,6 @@ def lease_and_ack(table: Any, queue: str, batch: int) -> tuple[float, float]:
 
 
 def groups_run(depth: int, groups: int, batch: int, repeats: int) -> dict:
-    sys.path.insert(0, str(ROOT))
     from spark_queue import QueueTable
 
     folder = tempfile.mkdtemp(prefix="bench-groups-")
@@ -71,8 +67,8 @@ def groups_run(depth: int, groups: int, batch: int, repeats: int) -> dict:
     held = table.stats("grouped")
     result = {
         queue: {
-            "lease_s": statistics.median(t[0] for t in runs),
-            "ack_s": statistics.median(t[1] for t in runs),
+            "lease_s": median([t[0] for t in runs]),
+            "ack_s": median([t[1] for t in runs]),
             "leases_s": [round(t[0], 3) for t in runs],
         }
         for queue, runs in times.items()
@@ -128,8 +124,7 @@ def untouched_run(baseline: str, batch: int, repeats: int) -> dict:
     result: dict = {}
     for name, measured in runs.items():
         result[name] = {
-            key: statistics.median(m[key] for m in measured)
-            for key in ("publish_s", "lease_s", "ack_s")
+            key: median([m[key] for m in measured]) for key in ("publish_s", "lease_s", "ack_s")
         }
         result[name]["cycle_s"] = [
             round(m["publish_s"] + m["lease_s"] + m["ack_s"], 3) for m in measured
@@ -156,9 +151,7 @@ def main() -> None:
         "groups": groups_run(depth, args.groups, args.batch, args.repeats),
         "untouched": untouched_run(args.baseline, args.batch, args.repeats),
     }
-    OUT.mkdir(exist_ok=True)
-    (OUT / "controls.json").write_text(json.dumps(results, indent=2))
-    print(json.dumps(results, indent=2))
+    write_results("controls.json", results)
 
 
 if __name__ == "__main__":

@@ -15,24 +15,15 @@ The window's process cache is warm, as in a producer that keeps publishing; a co
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
-import sys
 import tempfile
-import time
 import uuid
-from pathlib import Path
 
 import pyarrow as pa
+from common import median, timed, write_results
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from spark_queue import QueueTable  # noqa: E402
-from spark_queue.storage import dedup_window  # noqa: E402
-
-OUT = ROOT / "benchmarks" / "out"
+from spark_queue import QueueTable
+from spark_queue.storage import dedup_window
 
 
 def batch_of(count: int) -> pa.Table:
@@ -45,9 +36,7 @@ def batch_of(count: int) -> pa.Table:
 
 
 def timed_publish(table: QueueTable, queue: str, rows: pa.Table) -> float:
-    started = time.perf_counter()
-    result = table.publish(queue, rows)
-    elapsed = time.perf_counter() - started
+    elapsed, result = timed(lambda: table.publish(queue, rows))
     assert len(result.seqs) == rows.num_rows and result.duplicates == 0, result
     return elapsed
 
@@ -85,13 +74,11 @@ def main() -> None:
         "window_ids_at_end": window_ids,
         "plain_s": [round(t, 3) for t in times["plain"]],
         "deduplicated_s": [round(t, 3) for t in times["deduplicated"]],
-        "ratio": statistics.median(times["deduplicated"]) / statistics.median(times["plain"]),
+        "ratio": median(times["deduplicated"]) / median(times["plain"]),
         "cold_window_s": round(cold, 3),
         "duplicates_counted": table.stats("deduplicated")["duplicates"],
     }
-    OUT.mkdir(exist_ok=True)
-    (OUT / "duplicates.json").write_text(json.dumps(results, indent=2))
-    print(json.dumps(results, indent=2))
+    write_results("duplicates.json", results)
 
 
 if __name__ == "__main__":

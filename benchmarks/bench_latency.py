@@ -38,7 +38,6 @@ micro-batch (an idle ``latestOffset``, one that acknowledges and leases, ``parti
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import statistics
@@ -51,9 +50,8 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from common import ROOT, attempts_by_operation, median, percentile, write_results
 
-ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "benchmarks" / "out"
 # ringqueue-driver: the same consumer with ``readMode=driver`` (its batches read in the
 # driver's source worker, no executor Python).
 PIPELINES = ("ringqueue", "ringqueue-driver", "delta")
@@ -209,24 +207,6 @@ def one_turn(
         "return": [delivered[b] - committed[b][1] for b in sorted(committed)],
         "start": [delivered[b] - committed[b][0] for b in sorted(committed)],
     }
-
-
-def attempts_by_operation(path: str) -> dict[str, list[int]]:
-    """Attempts of each connector commit of a queue table, by its operation's first word
-    (PUBLISH, CONSUME, ...): what conflicts between producer and consumer cost."""
-    from deltalake import DeltaTable
-
-    attempts: dict[str, list[int]] = {}
-    for commit in DeltaTable(path).history():
-        if "spark_queue" in commit:
-            info = json.loads(commit["spark_queue"])
-            attempts.setdefault(info["operation"].split()[0], []).append(info.get("attempt", 1))
-    return attempts
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))]
 
 
 def source_steps(batches: int = 100) -> None:
@@ -434,7 +414,7 @@ def main() -> None:
             p: {
                 "batches": len(values),
                 "min": min(values),
-                "p50": statistics.median(values),
+                "p50": median(values),
                 "p90": percentile(values, 0.90),
                 "p99": percentile(values, 0.99),
                 "max": max(values),
@@ -466,10 +446,10 @@ def main() -> None:
                 f"{ring['p90'] / delta['p90']:.2f} | {ring['p99'] / delta['p99']:.2f} | "
                 f"{ring['max'] / delta['max']:.2f} | |"
             )
-    OUT.mkdir(parents=True, exist_ok=True)
-    target = OUT / f"latency-{args.producer}.json"
-    target.write_text(
-        json.dumps({"arguments": vars(args), "summary": summary, "latencies": latencies})
+    target = write_results(
+        f"latency-{args.producer}.json",
+        {"arguments": vars(args), "summary": summary, "latencies": latencies},
+        show=False,
     )
     print(f"figures: {target}")
 

@@ -29,26 +29,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+from common import median_ms, write_results
 from deltalake import CommitProperties, DeltaTable, PostCommitHookProperties, write_deltalake
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from spark_queue.commit.maintenance import cleanup_log
+from spark_queue.storage.location import Location
+from tests.object_store import RequestLog, new_bucket, server_options, start_s3_server
 
-from spark_queue.commit.maintenance import cleanup_log  # noqa: E402
-from spark_queue.storage.location import Location  # noqa: E402
-from tests.object_store import RequestLog, new_bucket, server_options, start_s3_server  # noqa: E402
-
-OUT = ROOT / "benchmarks" / "out"
 ROW = pa.table({"a": pa.array([1], pa.int64())})
 
 
@@ -65,15 +59,6 @@ def make_log(uri: str, options: dict[str, str], length: int) -> None:
         with fs.open_output_stream(f"{base}/_delta_log/{version:020d}.json") as out:
             out.write(entry(version))
     DeltaTable(uri, storage_options=options).create_checkpoint()
-
-
-def median_ms(action: Callable[[], Any], repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - started)
-    return round(statistics.median(times) * 1000, 2)
 
 
 def commit(table: DeltaTable) -> None:
@@ -156,9 +141,7 @@ def main() -> None:
             finally:
                 server.kill()
                 server.wait()
-    OUT.mkdir(exist_ok=True)
-    (OUT / "log_length.json").write_text(json.dumps(results, indent=2))
-    print(json.dumps(results, indent=2))
+    write_results("log_length.json", results)
 
 
 if __name__ == "__main__":

@@ -16,7 +16,6 @@ attempts per commit (1 = no conflict); and the ratio one-queue / own-queues (goa
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import statistics
@@ -25,8 +24,7 @@ import time
 from pathlib import Path
 
 import pyarrow as pa
-
-OUT = Path(__file__).resolve().parent / "out"
+from common import median, percentile, write_results
 
 
 def produce(path: str, queue: str, batches: int, messages: int, body: int, go) -> list:
@@ -70,11 +68,11 @@ def run_layout(k: int, shared: bool, args: argparse.Namespace) -> dict:
             elapsed = time.perf_counter() - started
         total = sum(table.stats(q)["added"] for q in sorted(set(queues)))
         assert total == k * args.batches * args.messages, "a message was lost or doubled"
-    latencies = sorted(t for t, _ in timings)
+    latencies = [t for t, _ in timings]
     return {
         "rate": total / elapsed,
-        "p50": statistics.median(latencies),
-        "p99": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))],
+        "p50": median(latencies),
+        "p99": percentile(latencies, 0.99),
         "attempts": statistics.mean(a for _, a in timings),
         "max_attempts": max(a for _, a in timings),
     }
@@ -111,9 +109,11 @@ def main() -> None:
         ratio = best[True]["rate"] / best[False]["rate"]
         print(f"| {k} | ratio one / own | {ratio:.2f} | | | |")
         results.append({"producers": k, "one_queue": best[True], "own_queues": best[False]})
-    OUT.mkdir(parents=True, exist_ok=True)
-    target = OUT / f"producers-{args.messages}x{args.batches}.json"
-    target.write_text(json.dumps({"arguments": vars(args), "results": results}, indent=2))
+    target = write_results(
+        f"producers-{args.messages}x{args.batches}.json",
+        {"arguments": vars(args), "results": results},
+        show=False,
+    )
     print(f"figures: {target}")
 
 

@@ -21,7 +21,6 @@ Each run checks that every message was acknowledged once and nothing is left.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing
 import os
 import statistics
@@ -30,23 +29,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
+from common import attempts_by_operation, fill, write_results
 
-from bench_latency import attempts_by_operation  # noqa: E402
-
-OUT = ROOT / "benchmarks" / "out"
 QUEUE = "q"
-
-
-def fill(path: str, messages: int) -> None:
-    from spark_queue import QueueTable
-
-    table = QueueTable(path)
-    table.declare(QUEUE)
-    for start in range(0, messages, 10_000):
-        count = min(10_000, messages - start)
-        table.publish(QUEUE, [os.urandom(200) for _ in range(count)])
 
 
 def work(path: str, consumer: str, batch: int, go) -> int:
@@ -109,7 +94,7 @@ def run(kind: str, k: int, args: argparse.Namespace) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as folder:
         path = str(Path(folder) / "queues")
-        fill(path, args.messages)
+        fill(path, args.messages, queue=QUEUE)
         if kind == "workers":
             elapsed = run_workers(k, path, args)
         else:
@@ -159,9 +144,7 @@ def main() -> None:
                 f"{r['attempts']:.2f} ({r['max_attempts']}) |",
                 flush=True,
             )
-    OUT.mkdir(parents=True, exist_ok=True)
-    target = OUT / "scale.json"
-    target.write_text(json.dumps({"arguments": vars(args), "results": results}, indent=2))
+    target = write_results("scale.json", {"arguments": vars(args), "results": results}, show=False)
     print(f"figures: {target}")
 
 

@@ -47,12 +47,8 @@ Run it from the project root::
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import shutil
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -63,48 +59,29 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from common import (
+    OUT,
+    environment,
+    fraction,
+    int_list,
+    median,
+    positive_int,
+    progress,
+    write_results,
+)
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import BinaryType, StructField, StructType
 
 from spark_queue import QueueTable, local_session
 
-ROOT = Path(__file__).resolve().parent.parent
-
 QUEUE = "bench"
 SMALL_BODY = 200  # bytes: the depth and creep messages
 CHUNK_BYTES = 64 * 1024 * 1024  # body bytes per generated Arrow array / row group
 INPUT_SCHEMA = StructType([StructField("body", BinaryType(), nullable=False)])
-DEFAULT_OUT = Path(__file__).resolve().parent / "out" / "sink.json"
+DEFAULT_OUT = OUT / "sink.json"
 
 
 # -- arguments --------------------------------------------------------------------------------
-
-
-def int_list(text: str) -> list[int]:
-    """``"200,10240"`` -> ``[200, 10240]`` (positive whole numbers, ``_`` allowed)."""
-    try:
-        values = [int(part.replace("_", "")) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected whole numbers separated by commas: {text!r}"
-        ) from None
-    if not values or any(v <= 0 for v in values):
-        raise argparse.ArgumentTypeError(f"expected positive whole numbers: {text!r}")
-    return values
-
-
-def positive_int(text: str) -> int:
-    values = int_list(text)
-    if len(values) != 1:
-        raise argparse.ArgumentTypeError(f"expected one whole number: {text!r}")
-    return values[0]
-
-
-def fraction(text: str) -> float:
-    value = float(text)
-    if not 0.0 < value < 1.0:
-        raise argparse.ArgumentTypeError(f"expected a fraction in (0, 1): {text!r}")
-    return value
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -300,14 +277,6 @@ def table_shape(path: Path) -> dict[str, int]:
     return {"version": table.version(), "active_files": len(table.file_uris())}
 
 
-def progress(message: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-def median(values: Sequence[float]) -> float:
-    return statistics.median(values) if values else float("nan")
-
-
 # -- sections ---------------------------------------------------------------------------------
 
 
@@ -404,8 +373,9 @@ def bench_throughput(
     return results
 
 
-def fill(frame: DataFrame, chunk: int, path: Path, depth: int) -> list[float]:
-    """Batch-write ``depth`` messages into a queue whose ringSize is ``depth``."""
+def timed_fill(frame: DataFrame, chunk: int, path: Path, depth: int) -> list[float]:
+    """Batch-write ``depth`` messages into a queue whose ringSize is ``depth``; the seconds of
+    each write."""
     times = []
     remaining = depth
     while remaining > 0:
@@ -429,7 +399,7 @@ def bench_depth(spark: SparkSession, args: argparse.Namespace, work: Path) -> di
     for label, depth in depths.items():
         fill_chunk = min(chunk, depth)
         frame = fill_frame if fill_chunk == chunk else fill_frame.limit(fill_chunk)
-        fills[label] = fill(frame, fill_chunk, paths[label], depth)
+        fills[label] = timed_fill(frame, fill_chunk, paths[label], depth)
     times: dict[str, list[float]] = {label: [] for label in depths}
     for index in range(args.depth_batches):
         order = ("small", "large") if index % 2 == 0 else ("large", "small")
@@ -575,36 +545,6 @@ def summary(results: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def environment() -> dict[str, Any]:
-    import deltalake
-    import pyspark
-
-    info: dict[str, Any] = {
-        "python": platform.python_version(),
-        "pyspark": pyspark.__version__,
-        "deltalake": deltalake.__version__,
-        "pyarrow": pa.__version__,
-        "platform": platform.platform(),
-        "cpus": os.cpu_count(),
-    }
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        info["git_commit"] = commit
-        info["git_dirty"] = bool(dirty)
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    return info
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     os.environ["PYSPARK_PYTHON"] = sys.executable
@@ -639,9 +579,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name in args.sections
         for entry in (results[name] if isinstance(results[name], list) else [results[name]])
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
     results["out"] = str(args.out)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    write_results(args.out, results, show=False)
     print(summary(results))
     if not results["checks_ok"]:
         print("WARNING: some result checks FAILED (see above and the JSON)", file=sys.stderr)

@@ -22,26 +22,18 @@ every request is a round trip of ~10-30 ms, and the request counts are what pred
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
-import sys
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
 import pyarrow as pa
+from common import median, percentile, write_results
+from deltalake import write_deltalake
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from deltalake import write_deltalake  # noqa: E402
-
-from spark_queue import QueueTable  # noqa: E402
-from tests.object_store import RequestLog, new_bucket, server_options, start_s3_server  # noqa: E402
-
-OUT = ROOT / "benchmarks" / "out"
+from spark_queue import QueueTable
+from tests.object_store import RequestLog, new_bucket, server_options, start_s3_server
 
 
 def rows(count: int) -> pa.Table:
@@ -65,11 +57,6 @@ def counted(requests: list[tuple[str, str]]) -> Counter:
     return counts
 
 
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
-
-
 def measure(table: QueueTable, size: int, repeats: int) -> dict:
     batch = rows(size)
     table.publish("q", batch)  # creates the table and the queue: not measured
@@ -88,7 +75,7 @@ def measure(table: QueueTable, size: int, repeats: int) -> dict:
     return {
         "enqueue_msgs_per_s": round(enqueue),
         "consume_msgs_per_s": round(consume),
-        "commit_p50_ms": round(1000 * statistics.median(latencies), 1),
+        "commit_p50_ms": round(1000 * median(latencies), 1),
         "commit_p99_ms": round(1000 * percentile(latencies, 0.99), 1),
     }
 
@@ -142,8 +129,7 @@ def main() -> None:
         )
         for name, counts in results["requests"].items():
             print(f"{name:>13}: {counts}")
-        OUT.mkdir(parents=True, exist_ok=True)
-        (OUT / "storage.json").write_text(json.dumps(results, indent=2))
+        write_results("storage.json", results, show=False)
     finally:
         server.terminate()
         server.wait()
