@@ -297,29 +297,65 @@ class LeaseRequest(Request[LeaseOutcome]):
 
     def apply(self, round: Round) -> LeaseOutcome:
         transaction = round.transaction
-        state = queue_state(transaction, self.queue)
-        limits = self.limits
-        plan = plan_lease(
-            state,
-            transaction.head_reader(),
-            transaction.now,
-            limits.consumer,
-            max_messages=limits.max_messages,
-            max_bytes=limits.max_bytes,
-            lease_period_us=limits.lease_period_us,
-            max_deliveries=limits.max_deliveries,
-            max_cancels=limits.max_cancels,
-            matches=None
-            if self.filter is None
-            else filter_matcher(transaction.snapshot, self.queue, self.filter),
+        view = transaction.view()  # where the leased rows are (dead letters come after)
+        leased, applied = apply_lease(
+            transaction,
+            self.queue,
+            self.limits,
+            filter=self.filter,
             strict_groups=self.strict_groups,
         )
-        view = transaction.view()
-        if not len(plan.leased) and not settles(state, plan.state):
-            return LeaseOutcome(plan.leased, view)  # nothing to commit: an idle poll
-        transaction.apply_plan(self.queue, plan)
-        round.operations.append(f"LEASE {self.queue} {limits.consumer}")
-        return LeaseOutcome(plan.leased, view)
+        if applied:
+            round.operations.append(f"LEASE {self.queue} {self.limits.consumer}")
+        return LeaseOutcome(leased, view)
+
+
+def apply_lease(
+    transaction: QueueTransaction,
+    queue: str,
+    limits: ConsumerLimits,
+    *,
+    filter: str | None = None,
+    max_backlog: int | None = None,
+    below_seq: int | None = None,
+    remove: bool = False,
+    strict_groups: bool = False,
+    settle: bool = True,
+) -> tuple[Leases, bool]:
+    """The one lease step of :meth:`QueueTable.lease` and the streaming source: lease the
+    head of ``queue`` to ``limits.consumer`` within ``limits`` (:func:`plan_lease`), and
+    apply the plan to ``transaction`` where it changed the queue. Returns the messages
+    delivered and whether the plan was applied (an idle lease changes nothing).
+
+    ``filter``: the consumer's SQL predicate over the message columns. ``max_backlog``,
+    ``below_seq``, ``remove`` (at-most-once) and ``strict_groups``: :func:`plan_lease`'s.
+    ``settle``: whether a lease that delivers nothing still commits what catching up with
+    the clock changed (leases that ran out, scheduled messages that fell due); without it
+    only the removals it made (expired messages met at the head) are applied, and the rest
+    waits for the next commit to the queue.
+    """
+    state = queue_state(transaction, queue)
+    plan = plan_lease(
+        state,
+        transaction.head_reader(),
+        transaction.now,
+        limits.consumer,
+        max_messages=limits.max_messages,
+        max_bytes=limits.max_bytes,
+        lease_period_us=limits.lease_period_us,
+        max_deliveries=limits.max_deliveries,
+        max_cancels=limits.max_cancels,
+        max_backlog=max_backlog,
+        below_seq=below_seq,
+        remove=remove,
+        matches=None if filter is None else filter_matcher(transaction.snapshot, queue, filter),
+        strict_groups=strict_groups,
+    )
+    changed = settles(state, plan.state) if settle else bool(plan.removals)
+    if not len(plan.leased) and not changed:
+        return plan.leased, False
+    transaction.apply_plan(queue, plan)
+    return plan.leased, True
 
 
 Planner = Callable[[QueueTransaction, QueueState, "np.ndarray | None"], QueuePlan]

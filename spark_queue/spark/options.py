@@ -22,6 +22,7 @@ from spark_queue.model.arguments import (
 )
 from spark_queue.model.queue_arguments import (
     CONSUMER_LIMITS,
+    ConsumerLimits,
     parse_consumer_limits,
     validate_arguments,
 )
@@ -66,6 +67,18 @@ class SourceOptions:
     filter: str | None = None  # SQL predicate over the message columns
     read_mode: ReadMode = "executors"
     storage: dict[str, str] = field(default_factory=dict, repr=False)
+
+    @property
+    def limits(self) -> ConsumerLimits:
+        """The consumer's limits, as ``QueueTable.lease`` takes them."""
+        return ConsumerLimits(
+            self.consumer,
+            self.lease_period_us,
+            self.max_messages,
+            self.max_bytes,
+            self.max_deliveries,
+            self.max_cancels,
+        )
 
 
 @dataclass(frozen=True)

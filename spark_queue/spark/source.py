@@ -32,7 +32,7 @@ batch as it leases it, and only a replay after a restart reads in an executor ta
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Any
 
@@ -52,20 +52,13 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from spark_queue.commit import failpoints
+from spark_queue.commit.requests import apply_lease
 from spark_queue.commit.transaction import QueueTransaction, run
 from spark_queue.errors import TableNotFoundError, UnsupportedFormatError
 from spark_queue.model.schema import BROWSE_ARROW_SCHEMA, BROWSE_COLUMNS
 from spark_queue.portable import Portable
-from spark_queue.rules import (
-    Leases,
-    ascending,
-    is_ascending,
-    plan_ack,
-    plan_lease,
-    plan_return,
-)
+from spark_queue.rules import Leases, ascending, is_ascending, plan_ack, plan_return
 from spark_queue.spark.options import SourceOptions
-from spark_queue.storage.filters import filter_matcher
 from spark_queue.storage.location import Location
 from spark_queue.storage.store import QueueStore, require_queue
 
@@ -376,10 +369,11 @@ class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAva
         head. Returns the batch's last lease id, its leases (none: nothing to deliver) and
         the table version that holds them."""
         options = self.options
+        limits = replace(options.limits, max_messages=max_messages, max_bytes=max_bytes)
 
         def work(transaction: QueueTransaction) -> tuple[int, Leases, int]:
             state = self._require(transaction.states)
-            reader = transaction.store.head_reader(transaction.snapshot)
+            reader = transaction.head_reader()
             changed = False
             if new_query:
                 leases = state.leases
@@ -416,27 +410,18 @@ class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAva
             if len(unlogged) and (max_messages is not None or max_bytes is not None):
                 leased = unlogged  # one batch, whatever bounds it was leased under
             else:
-                plan = plan_lease(
-                    state,
-                    reader,
-                    transaction.now,
-                    options.consumer,
-                    max_messages=max_messages,
-                    max_bytes=max_bytes,
-                    lease_period_us=options.lease_period_us,
-                    max_deliveries=options.max_deliveries,
-                    max_cancels=options.max_cancels,
+                delivered, applied = apply_lease(
+                    transaction,
+                    options.queue,
+                    limits,
+                    filter=options.filter,
                     max_backlog=options.max_backlog,
                     below_seq=self._stop_below,
                     remove=options.semantics == "at-most-once",
-                    matches=None
-                    if options.filter is None
-                    else filter_matcher(transaction.snapshot, options.queue, options.filter),
+                    settle=False,  # a micro-batch commits only when it delivers or acks
                 )
-                if len(plan.leased) or plan.removals:
-                    transaction.apply_plan(options.queue, plan)
-                    changed = True
-                leased = Leases.concat([unlogged, plan.leased])
+                changed |= applied
+                leased = Leases.concat([unlogged, delivered])
             version = transaction.snapshot.version
             self.planned_on = transaction.snapshot
             if changed:
