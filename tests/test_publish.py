@@ -9,18 +9,19 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from spark_queue import (
+    ArgumentMismatchError,
     InvalidInputError,
     InvalidOptionError,
     QueueTable,
 )
-from spark_queue.commit.enqueue import Reservation, commit_enqueue
-from spark_queue.commit.transaction import StagedQueueFile
+from spark_queue.commit.enqueue import Reservation, commit_enqueue, reserve
 from spark_queue.model.messages import normalise
 from spark_queue.rules import identity_holds
-from spark_queue.storage.files import MESSAGE, write_file
+from spark_queue.storage.files import MESSAGE, MessageFileWriter, StagedQueueFile, write_file
 from spark_queue.storage.store import now_micros
 
 WRITERS, BATCHES, PER_BATCH, RING = 4, 3, 4, 5  # Artemis testMultipleConcurrentProducers
@@ -234,3 +235,62 @@ def test_a_batch_another_producer_overtook_is_renumbered_after_it(table):
     assert late.shifted == 1
     assert bodies(table, "orders") == ["first", "winner", "late-1", "late-2"]
     assert identity_holds(table.stats("orders"))
+
+
+def parquet_settings(path: Path) -> list[tuple]:
+    """Per column of a Parquet file: its compression, encodings and whether it has
+    statistics."""
+    meta = pq.ParquetFile(path).metadata
+    group = meta.row_group(0)
+    return [
+        (column.path_in_schema, column.compression, column.encodings, column.is_stats_set)
+        for column in (group.column(i) for i in range(group.num_columns))
+    ]
+
+
+def test_files_a_task_stages_are_written_as_every_message_file(table):
+    """A Spark task's staging writer (a file per queue, a row group at a time) and
+    write_file share one set of Parquet settings, and the staged files enqueue."""
+    table.declare("orders")
+    store = table.store
+    base = reserve(store, None, {}, None)
+    first = normalise(pa.table({"body": ["o1", "o2"]}), base, now_micros(), "orders")
+    both = normalise(
+        pa.table({"body": ["o3", "p1"], "queue": ["orders", "parcels"]}),
+        base + 2,
+        now_micros(),
+        None,
+    )
+    writer = MessageFileWriter(store.location)
+    writer.add(first)
+    writer.add(both)
+    staged = writer.close()
+    assert sorted((f.queue, f.file.rows) for f in staged) == [("orders", 3), ("parcels", 1)]
+    orders = next(f.file for f in staged if f.queue == "orders")
+    alone = write_file(store.location, MESSAGE, pa.concat_tables([first, both.slice(0, 1)]))
+    root = Path(store.uri)
+    assert parquet_settings(root / orders.path) == parquet_settings(root / alone.path)
+    assert orders.stats == alone.stats
+    store.location.delete([alone.path])
+    outcome = commit_enqueue(
+        store, Reservation(base, staged), arguments={}, policies=None, on_reject="drop",
+        operation="TEST",
+    )  # fmt: skip
+    assert outcome.accepted["orders"].to_pylist() == [0, 1, 2]
+    assert bodies(table, "orders") == ["o1", "o2", "o3"]
+    assert bodies(table, "parcels") == ["p1"]
+
+
+def test_a_reservation_checks_the_declare_its_commit_makes_and_commits_nothing(tmp_path):
+    table = QueueTable(str(tmp_path / "queues"))
+    assert reserve(table.store, "orders", {"max_length": 5}, None) == 0  # the table is made
+    version = table.store.open().version()
+    table.declare("orders", max_length=5)
+    table.publish("orders", ["a", "b"])
+    assert reserve(table.store, "orders", {"max_length": 5}, None) == 2
+    assert reserve(table.store, "other", {"max_length": 3}, None) == 2  # a new queue: fine
+    version = table.store.open().version()
+    with pytest.raises(ArgumentMismatchError, match="maxLength: queue has 5, given 6"):
+        reserve(table.store, "orders", {"max_length": 6}, None)
+    assert table.store.open().version() == version
+    assert table.queues() == ["orders"]

@@ -16,14 +16,41 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from spark_queue.commit.transaction import QueueTransaction, StagedQueueFile, run
+from spark_queue.commit.transaction import QueueTransaction, declaration, run
 from spark_queue.errors import RejectedMessagesError
 from spark_queue.model.messages import Bodies
 from spark_queue.model.policies import Policies
-from spark_queue.storage.files import MESSAGE, StagedFile, delete_files, write_file
+from spark_queue.storage.files import (
+    MESSAGE,
+    StagedFile,
+    StagedQueueFile,
+    delete_files,
+    write_file,
+)
 from spark_queue.storage.store import QueueStore, Snapshot
 
 PRODUCER_APP_PREFIX = "spark-queue-producer-"  # + producer id: a publish's application transaction
+
+
+def reserve(
+    store: QueueStore, queue: str | None, arguments: dict[str, Any], policies: Policies | None
+) -> int:
+    """The first seq of a batch whose files are staged before its commit (a Spark write's
+    tasks number their rows from it), the table created where there is none. The declare of
+    ``queue`` that the batch's commit makes (with ``arguments`` and ``policies``, as
+    :func:`commit_enqueue` is given them) is checked here, so a refusal comes before any
+    file is written; nothing is committed. Another producer committing meanwhile is the
+    commit's to resolve (:class:`Reservation`).
+
+    Raises:
+        ArgumentMismatchError: ``queue`` exists with other arguments.
+        NotAQueueTableError, StorageError: the table cannot be used.
+    """
+    snapshot = store.snapshot(store.create())
+    assert snapshot is not None
+    if queue is not None:
+        declaration(queue, snapshot.states.get(queue), arguments, policies)
+    return max((s.next_seq for s in snapshot.states.values()), default=0)
 
 
 class Reservation:

@@ -26,7 +26,7 @@ from spark_queue.errors import (
     CommitConflictError,
     TableNotFoundError,
 )
-from spark_queue.model.policies import Policies, Resolution, resolve_without_policies
+from spark_queue.model.policies import Policies, resolve_without_policies
 from spark_queue.model.queue_arguments import QueueArguments, check_effective, option_name
 from spark_queue.model.schema import UTC_MICROS
 from spark_queue.rules import (
@@ -49,6 +49,7 @@ from spark_queue.storage.files import (
     SEEN,
     STATE_RECORDS,
     StagedFile,
+    StagedQueueFile,
     delete_files,
     empty_rows,
     encode_file,
@@ -73,14 +74,6 @@ _CHECKS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="spark-queue-ids"
 _WRITES = ThreadPoolExecutor(max_workers=8, thread_name_prefix="spark-queue-writes")
 INCOMING_COLUMNS = ["seq", "size", "priority", "deliver_at", "enqueued_at", "expires_at"]
 T = TypeVar("T")
-
-
-@dataclass
-class StagedQueueFile:
-    """A message file a task staged for one queue."""
-
-    queue: str
-    file: StagedFile
 
 
 @dataclass(frozen=True)
@@ -165,54 +158,17 @@ class QueueTransaction:
         stored effective arguments stand (``alter`` changes only those given).
         """
         state = self.states.get(name)
+        arguments, explicit, policy = declaration(name, state, given, self.policies, alter=alter)
         if state is None:
-            explicit = dict(given)
-            resolution = self._resolve(name, explicit)
             state = QueueState(
-                name,
-                resolution.arguments,
-                next_seq=self.next_seq,
-                explicit=explicit,
-                policy=resolution.policy,
+                name, arguments, next_seq=self.next_seq, explicit=explicit, policy=policy
             )
             self.states[name] = state
             self.touched.add(name)
-            return state
-        explicit = dict(state.explicit)
-        if not alter:
-            built_in = asdict(QueueArguments())
-            differ = [
-                (k, explicit.get(k, built_in[k]), v)
-                for k, v in given.items()
-                if explicit.get(k, built_in[k]) != v
-            ]
-            if differ:
-                shown = "; ".join(
-                    f"{option_name(k)}: queue has {_stored(k, explicit, state)}, "
-                    f"given {_value(new)}"
-                    for k, _, new in differ
-                )
-                raise ArgumentMismatchError(
-                    f"queue {name!r} exists with other arguments ({shown}); nothing was "
-                    "written. To change them use alter (QueueTable.alter, spark-queue alter)"
-                )
-        else:
-            explicit.update(given)
-        if self.policies is not None:
-            resolution = self.policies.resolve(name, explicit)
-            arguments, policy = resolution.arguments, resolution.policy
-        else:
-            arguments, policy = state.arguments.merged(given if alter else {}), state.policy
-            check_effective(arguments, queue=name)
-        if alter or (arguments, policy) != (state.arguments, state.policy):
+        elif alter or (arguments, policy) != (state.arguments, state.policy):
             state.arguments, state.explicit, state.policy = arguments, explicit, policy
             self.touched.add(name)
         return state
-
-    def _resolve(self, name: str, explicit: dict[str, Any]) -> Resolution:
-        if self.policies is None:
-            return resolve_without_policies(name, explicit)
-        return self.policies.resolve(name, explicit)
 
     # -- enqueueing ------------------------------------------------------------------------
 
@@ -575,6 +531,57 @@ class QueueTransaction:
         """Delete the files this transaction wrote itself (not the tasks' staged files, nor
         those of :meth:`stage_rows`, whose owners delete them once written)."""
         delete_files(self.store.location, [f.path for f in self.written])
+
+
+def declaration(
+    name: str,
+    state: QueueState | None,
+    given: dict[str, Any],
+    policies: Policies | None,
+    *,
+    alter: bool = False,
+) -> tuple[QueueArguments, dict[str, Any], str | None]:
+    """What declaring queue ``name`` with ``given`` makes of it, changing nothing: its
+    effective arguments, its explicit ones and the policy that applies
+    (:meth:`QueueTransaction.declare` says how). ``state``: the queue as the table has it,
+    None for a new queue.
+
+    Raises:
+        ArgumentMismatchError: the queue exists with other explicit arguments (not ``alter``).
+        InvalidOptionError: the effective arguments do not go together.
+    """
+    if state is None:
+        explicit = dict(given)
+        if policies is None:
+            resolution = resolve_without_policies(name, explicit)
+        else:
+            resolution = policies.resolve(name, explicit)
+        return resolution.arguments, explicit, resolution.policy
+    explicit = dict(state.explicit)
+    if not alter:
+        built_in = asdict(QueueArguments())
+        differ = [
+            (k, explicit.get(k, built_in[k]), v)
+            for k, v in given.items()
+            if explicit.get(k, built_in[k]) != v
+        ]
+        if differ:
+            shown = "; ".join(
+                f"{option_name(k)}: queue has {_stored(k, explicit, state)}, given {_value(new)}"
+                for k, _, new in differ
+            )
+            raise ArgumentMismatchError(
+                f"queue {name!r} exists with other arguments ({shown}); nothing was "
+                "written. To change them use alter (QueueTable.alter, spark-queue alter)"
+            )
+    else:
+        explicit.update(given)
+    if policies is not None:
+        resolution = policies.resolve(name, explicit)
+        return resolution.arguments, explicit, resolution.policy
+    arguments = state.arguments.merged(given if alter else {})
+    check_effective(arguments, queue=name)
+    return arguments, explicit, state.policy
 
 
 def _stored(argument: str, explicit: dict[str, Any], state: QueueState) -> str:

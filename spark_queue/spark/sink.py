@@ -29,8 +29,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 from pyspark.sql.datasource import (
     DataSourceArrowWriter,
     DataSourceStreamArrowWriter,
@@ -38,25 +36,13 @@ from pyspark.sql.datasource import (
 )
 
 from spark_queue.commit import failpoints
-from spark_queue.commit.enqueue import Reservation, commit_enqueue
-from spark_queue.commit.transaction import QueueTransaction, StagedQueueFile
+from spark_queue.commit.enqueue import Reservation, commit_enqueue, reserve
 from spark_queue.errors import InvalidInputError, QueueError
 from spark_queue.model.messages import normalise
 from spark_queue.model.policies import load_policies
-from spark_queue.model.schema import FILE_SCHEMA
 from spark_queue.portable import Portable
 from spark_queue.spark.options import SinkOptions
-from spark_queue.storage.files import (
-    MESSAGE,
-    ROW_GROUP_BYTES,
-    ROW_GROUP_ROWS,
-    StagedFile,
-    delete_files,
-    file_stats,
-    new_file,
-    parquet_options,
-    prepare_target,
-)
+from spark_queue.storage.files import MessageFileWriter, StagedQueueFile, delete_files
 from spark_queue.storage.location import Location
 from spark_queue.storage.store import QueueStore, now_micros
 
@@ -106,15 +92,8 @@ class _QueueWriter(Portable):
             self._base = self._reserve()
 
     def _reserve(self) -> int:
-        """Create the table if needed, fail fast on a re-declare mismatch, pick the base."""
-        store = QueueStore(self.location)
-        snapshot = store.snapshot(store.create())
-        assert snapshot is not None
-        if self.options.queue is not None:
-            QueueTransaction(store, snapshot, policies=self.policies).declare(
-                self.options.queue, self.options.arguments
-            )
-        return max((s.next_seq for s in snapshot.states.values()), default=0)
+        options = self.options
+        return reserve(QueueStore(self.location), options.queue, options.arguments, self.policies)
 
     # -- tasks ------------------------------------------------------------------------------
 
@@ -127,7 +106,7 @@ class _QueueWriter(Portable):
         partition = context.partitionId() if context else 0
         query_id = context.getLocalProperty("sql.streaming.queryId") if context else None
         assert self._base is not None, "the writer reached a task without a reservation"
-        staging = _Staging(self.location)
+        staging = MessageFileWriter(self.location)
         next_seq = self._base + partition * SEQ_STRIDE
         enqueued_at = now_micros()
         try:
@@ -187,65 +166,6 @@ class _QueueWriter(Portable):
     def _abort(self, messages: list[StagedPartition | None]) -> None:
         paths = [f.file.path for m in messages if m is not None for f in m.files]
         delete_files(self.location, paths)
-
-
-class _Staging:
-    """One task's open Parquet files, one per queue, written a row group at a time."""
-
-    def __init__(self, location: Location) -> None:
-        self.location = location
-        self.fs, self.base = location.filesystem()
-        self.buffers: dict[str, list[pa.Table]] = {}
-        self.buffered: dict[str, int] = {}  # rows
-        self.buffered_bytes: dict[str, int] = {}
-        self.writers: dict[str, tuple[pq.ParquetWriter, pa.NativeFile, str]] = {}
-        self.parts: dict[str, list[pa.Table]] = {}  # small columns, for statistics
-
-    def add(self, rows: pa.Table) -> None:
-        queues = rows.column("queue")
-        names = pc.unique(queues).to_pylist()
-        for name in names:
-            part = rows if len(names) == 1 else rows.filter(pc.equal(queues, name))
-            self.buffers.setdefault(name, []).append(part)
-            self.buffered[name] = self.buffered.get(name, 0) + part.num_rows
-            self.buffered_bytes[name] = self.buffered_bytes.get(name, 0) + part["body"].nbytes
-            if self.buffered[name] >= ROW_GROUP_ROWS or self.buffered_bytes[name] >= (
-                ROW_GROUP_BYTES
-            ):
-                self._flush(name)
-
-    def _flush(self, name: str) -> None:
-        table = pa.concat_tables(self.buffers.pop(name))
-        self.buffered[name] = self.buffered_bytes[name] = 0
-        if name not in self.writers:
-            relative = new_file(MESSAGE)
-            stream = self.fs.open_output_stream(prepare_target(self.fs, self.base, relative))
-            writer = pq.ParquetWriter(stream, FILE_SCHEMA, **parquet_options(FILE_SCHEMA.names))
-            self.writers[name] = (writer, stream, relative)
-        self.writers[name][0].write_table(table, row_group_size=ROW_GROUP_ROWS)
-        self.parts.setdefault(name, []).append(table.select(["queue", "seq", "priority"]))
-
-    def close(self) -> list[StagedQueueFile]:
-        for name in list(self.buffers):
-            self._flush(name)
-        files = []
-        for name, (writer, stream, relative) in self.writers.items():
-            writer.close()
-            size = stream.tell()  # not a stat: on an object store, a request
-            stream.close()
-            small = pa.concat_tables(self.parts[name])
-            files.append(
-                StagedQueueFile(
-                    name, StagedFile(relative, size, MESSAGE, file_stats(small), small.num_rows)
-                )
-            )
-        return files
-
-    def discard(self) -> None:
-        for writer, stream, _ in self.writers.values():
-            writer.close()
-            stream.close()
-        delete_files(self.location, [relative for _, _, relative in self.writers.values()])
 
 
 class RingQueueBatchWriter(_QueueWriter, DataSourceArrowWriter):

@@ -107,6 +107,78 @@ def write_file(location: Location, record: str, rows: pa.Table, tag: str = "") -
     return StagedFile(relative, size, record, file_stats(rows), rows.num_rows)
 
 
+@dataclass
+class StagedQueueFile:
+    """A message file staged for one queue."""
+
+    queue: str
+    file: StagedFile
+
+
+class MessageFileWriter:
+    """Message rows of any queues written as one file per queue, a row group at a time, so
+    a writer holds one row group per queue in memory (a Spark task staging its partition
+    of a write). The files are written as :func:`write_file` writes a message file."""
+
+    def __init__(self, location: Location) -> None:
+        self.location = location
+        self.fs, self.base = location.filesystem()
+        self.buffers: dict[str, list[pa.Table]] = {}
+        self.buffered: dict[str, int] = {}  # rows
+        self.buffered_bytes: dict[str, int] = {}
+        self.writers: dict[str, tuple[pq.ParquetWriter, pa.NativeFile, str]] = {}
+        self.parts: dict[str, list[pa.Table]] = {}  # small columns, for statistics
+
+    def add(self, rows: pa.Table) -> None:
+        """Add message rows (as :data:`FILE_SCHEMA` types them), of one queue or several."""
+        queues = rows.column("queue")
+        names = pc.unique(queues).to_pylist()
+        for name in names:
+            part = rows if len(names) == 1 else rows.filter(pc.equal(queues, name))
+            self.buffers.setdefault(name, []).append(part)
+            self.buffered[name] = self.buffered.get(name, 0) + part.num_rows
+            self.buffered_bytes[name] = self.buffered_bytes.get(name, 0) + part["body"].nbytes
+            if self.buffered[name] >= ROW_GROUP_ROWS or self.buffered_bytes[name] >= (
+                ROW_GROUP_BYTES
+            ):
+                self._flush(name)
+
+    def _flush(self, name: str) -> None:
+        # One row group: what was buffered, up to the bounds row_group_rows() applies.
+        rows = pa.concat_tables(self.buffers.pop(name))
+        self.buffered[name] = self.buffered_bytes[name] = 0
+        if name not in self.writers:
+            relative = new_file(MESSAGE)
+            stream = self.fs.open_output_stream(prepare_target(self.fs, self.base, relative))
+            self.writers[name] = (_parquet_writer(stream, FILE_SCHEMA), stream, relative)
+        self.writers[name][0].write_table(rows, row_group_size=ROW_GROUP_ROWS)
+        self.parts.setdefault(name, []).append(rows.select(["queue", "seq", "priority"]))
+
+    def close(self) -> list[StagedQueueFile]:
+        """Write what is buffered and close the files; what was staged, one file a queue."""
+        for name in list(self.buffers):
+            self._flush(name)
+        files = []
+        for name, (writer, stream, relative) in self.writers.items():
+            writer.close()
+            size = stream.tell()  # not a stat: on an object store, a request
+            stream.close()
+            small = pa.concat_tables(self.parts[name])
+            files.append(
+                StagedQueueFile(
+                    name, StagedFile(relative, size, MESSAGE, file_stats(small), small.num_rows)
+                )
+            )
+        return files
+
+    def discard(self) -> None:
+        """Close and delete the files written so far."""
+        for writer, stream, _ in self.writers.values():
+            writer.close()
+            stream.close()
+        delete_files(self.location, [relative for _, _, relative in self.writers.values()])
+
+
 def encode_file(record: str, rows: pa.Table, tag: str = "") -> tuple[StagedFile, pa.Buffer]:
     """``rows`` encoded as :func:`write_file` writes them, in memory: the file they make
     once :func:`upload_file` has stored the bytes (its size is known before then)."""
@@ -150,10 +222,14 @@ def _file_rows(record: str, rows: pa.Table) -> pa.Table:
     return rows.select([field_.name for field_ in fields]).cast(pa.schema(fields))
 
 
+def _parquet_writer(sink: Any, schema: pa.Schema) -> pq.ParquetWriter:
+    """The Parquet writer of every file of a queue table (:func:`parquet_options`)."""
+    return pq.ParquetWriter(sink, schema, **parquet_options(schema.names))
+
+
 def _write_parquet(rows: pa.Table, sink: Any) -> None:
-    pq.write_table(
-        rows, sink, row_group_size=row_group_rows(rows), **parquet_options(rows.column_names)
-    )
+    with _parquet_writer(sink, rows.schema) as writer:
+        writer.write_table(rows, row_group_size=row_group_rows(rows))
 
 
 def delete_files(location: Location, relatives: list[str]) -> None:
