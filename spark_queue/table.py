@@ -87,6 +87,7 @@ from spark_queue.rules import (
     member,
 )
 from spark_queue.storage.browse import live_rows, plan_partitions, read_partition, settled_states
+from spark_queue.storage.commit_log import CommitOperation
 from spark_queue.storage.store import QueueStore, Snapshot, now_micros, require_queue
 
 if TYPE_CHECKING:
@@ -326,7 +327,7 @@ class QueueTable:
             if name in transaction.touched:
                 if existed:
                     transaction.settle(name)
-                transaction.commit(operation=f"DECLARE {name}")
+                transaction.commit(operation=CommitOperation.DECLARE.on(name))
             return transaction.states[name].arguments
 
         return run(self.store, work, policies=self.policies)
@@ -368,7 +369,7 @@ class QueueTable:
             self._require(transaction.snapshot, name)
             transaction.declare(name, given, alter=True)
             transaction.settle(name)
-            transaction.commit(operation=f"ALTER {name}")
+            transaction.commit(operation=CommitOperation.ALTER.on(name))
             return transaction.states[name].arguments
 
         return run(self.store, work, create=False, policies=self.policies)
@@ -395,7 +396,7 @@ class QueueTable:
             seqs = self._purgeable(snapshot, name, transaction.now, progress)
             count = transaction.purge(name, seqs)
             progress(f"purging queue {name}: committing {count} removals")
-            transaction.commit(operation=f"PURGE {name}")
+            transaction.commit(operation=CommitOperation.PURGE.on(name))
             return count
 
         return run(self.store, work, create=False, policies=self.policies)
@@ -579,7 +580,9 @@ class QueueTable:
         counts = _deliveries(wanted, deliveries)
         consumer = _consumer_or_any(consumer)
         planner = ack_planner(consumer)
-        return self._call(ChangeRequest("ACK", queue, planner, wanted, consumer, counts))
+        return self._call(
+            ChangeRequest(CommitOperation.ACK, queue, planner, wanted, consumer, counts)
+        )
 
     @routed
     def cancel(
@@ -617,7 +620,9 @@ class QueueTable:
         counts = _deliveries(wanted, deliveries)
         consumer = _consumer_or_any(consumer)
         planner = cancel_planner(consumer, delay_us)
-        return self._call(ChangeRequest("CANCEL", queue, planner, wanted, consumer, counts))
+        return self._call(
+            ChangeRequest(CommitOperation.CANCEL, queue, planner, wanted, consumer, counts)
+        )
 
     @routed
     def expire(self, queue: str, seqs: SeqsLike, consumer: str | None = None) -> int:
@@ -629,7 +634,7 @@ class QueueTable:
         wanted = parse_seqs("seqs", seqs)
         consumer = _consumer_or_any(consumer)
         planner = expire_planner(consumer)
-        return self._call(ChangeRequest("EXPIRE", queue, planner, wanted, consumer))
+        return self._call(ChangeRequest(CommitOperation.EXPIRE, queue, planner, wanted, consumer))
 
     @routed
     def extend(
@@ -695,7 +700,7 @@ class QueueTable:
         wanted = None if seqs is None else parse_seqs("seqs", seqs)
         consumer = parse_consumer_name("consumer", consumer)
         planner = release_planner(consumer)
-        return self._call(ChangeRequest("RELEASE", queue, planner, wanted, consumer))
+        return self._call(ChangeRequest(CommitOperation.RELEASE, queue, planner, wanted, consumer))
 
     # -- clients for services ----------------------------------------------------------------
 

@@ -63,6 +63,7 @@ from spark_queue.model.arguments import (
 )
 from spark_queue.model.keywords import DurationLike
 from spark_queue.model.schema import LEASE_VERSION_KEY
+from spark_queue.storage.commit_log import Operation
 
 DEFAULT_LEASE_PERIOD = "30 seconds"
 # A consumer's background thread tries again after a transient failure, waiting from the
@@ -396,7 +397,7 @@ class Consumer:
 
     # -- the background thread --------------------------------------------------------------
 
-    def _wake(self, operations: list[str]) -> None:
+    def _wake(self, operations: list[Operation]) -> None:
         """A commit of this process landed: wake if it may have fed this queue (a commit
         of another queue wakes nothing)."""
         if not operations_may_feed(self.queue, operations):

@@ -8,19 +8,15 @@ commit of another queue) wake nothing (:func:`may_feed`, :func:`operations_may_f
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from spark_queue.clients.queue_operations import QueueOperations
 from spark_queue.commit.group import group_of
+from spark_queue.storage.commit_log import Operation
 
 LOCAL_POLL_MS = 25  # between two log checks of an idle consumer, at most: local disk
 OBJECT_STORE_POLL_MS = 100  # and on an object store, where each is a request
 FIRST_POLL_INTERVAL_SECONDS = 0.005  # an idle consumer's first log check comes this soon
-
-# Operations after which a queue may have messages to deliver that it had not before: every
-# one but these (a lease that returned expired leases is caught by the idle lease interval).
-NOT_FEEDING = frozenset({"LEASE", "ACK", "EXTEND", "EXPIRE", "COMPACT", "CONSUME"})
 
 
 def longest_poll_interval_ms(given_ms: float | None, table: QueueOperations) -> float:
@@ -33,21 +29,22 @@ def longest_poll_interval_ms(given_ms: float | None, table: QueueOperations) -> 
     return LOCAL_POLL_MS if local else OBJECT_STORE_POLL_MS
 
 
-def may_feed(queue: str, operations: list[str], queues: list[str] | None) -> bool:
-    """Whether a commit of ``operations`` (its commitInfo's, split at ``; ``) touching
-    ``queues`` (None: not recorded) may have made messages of ``queue`` ready: an idle
-    consumer wakes for those only, not for every other consumer's lease and ack."""
+def may_feed(queue: str, operations: Iterable[str], queues: list[str] | None) -> bool:
+    """Whether a commit of ``operations`` (:class:`Operation`, or as the log records them)
+    touching ``queues`` (None: not recorded) may have made messages of ``queue`` ready: an
+    idle consumer wakes for those only, not for every other consumer's lease and ack."""
     if queues is not None and queue not in queues:
         return False
-    return any(op.split(" ", 1)[0] not in NOT_FEEDING for op in operations)
+    return any(Operation(op).feeds for op in operations)
 
 
-def operations_may_feed(queue: str, operations: list[str]) -> bool:
+def operations_may_feed(queue: str, operations: Iterable[str]) -> bool:
     """Whether a commit of this process with ``operations`` may have made messages of
-    ``queue`` ready. Each operation names its queue second (``PUBLISH orders``); one that
-    names none may touch any queue."""
-    feeding = [op for op in operations if op.split(" ", 1)[0] not in NOT_FEEDING]
-    return any(op.split(" ")[1:2] in ([], [queue]) for op in feeding)
+    ``queue`` ready. An operation that names no queue may touch any."""
+    return any(
+        operation.feeds and operation.queue in (None, queue)
+        for operation in map(Operation, operations)
+    )
 
 
 class LogWatch:
@@ -65,17 +62,12 @@ class LogWatch:
         self.queue = queue
         self.version = version
         self.store = store
-        self.fs = store.fs
 
     def moved(self) -> bool:
         """Whether a version after the last one read may feed the queue (I/O)."""
         while True:
-            entry = self.store.log_entry(self.version + 1)
             try:
-                # One request on S3 where the entry is missing (a HEAD), as a rule here;
-                # get_file_info would also list, for a folder of that name.
-                with self.fs.open_input_stream(entry) as stream:
-                    text = stream.read().decode()
+                entry = self.store.read_log_entry(self.version + 1, files=False)
             except FileNotFoundError:
                 # Not written yet, or deleted by log cleanup after the others committed
                 # past the log's bound: the latter where this version's own entry is gone
@@ -84,31 +76,18 @@ class LogWatch:
             except OSError:
                 return True  # unreadable: lease and see
             self.version += 1
-            if self._feeds(text):
-                return True
-
-    def _feeds(self, entry: str) -> bool:
-        for line in entry.splitlines():
-            if '"commitInfo"' not in line:
-                continue
-            info = json.loads(line)["commitInfo"]
-            summary = info.get("spark_queue")
+            summary = entry.summary
             if summary is None:
-                return True  # not a connector commit: it may be anything
-            operation = json.loads(summary)
-            return may_feed(
-                self.queue,
-                str(operation.get("operation", "")).split("; "),
-                operation.get("queues"),
-            )
-        return True
+                return True  # not a connector commit (or none recorded): it may be anything
+            if may_feed(self.queue, summary.operations, summary.queues):
+                return True
 
 
 class CommitListener:
     """Calls ``callback`` with the operations of every commit this process makes to
     ``table`` (on the committing thread, after the commit landed), until :meth:`close`."""
 
-    def __init__(self, table: QueueOperations, callback: Callable[[list[str]], None]) -> None:
+    def __init__(self, table: QueueOperations, callback: Callable[[list[Operation]], None]) -> None:
         self._group = group_of(table.store.location)
         self._callback = callback
         self._group.listen(callback)

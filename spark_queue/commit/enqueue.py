@@ -20,6 +20,7 @@ from spark_queue.commit.transaction import QueueTransaction, declaration, run
 from spark_queue.errors import RejectedMessagesError
 from spark_queue.model.messages import Bodies
 from spark_queue.model.policies import Policies
+from spark_queue.storage.commit_log import Operation
 from spark_queue.storage.files import (
     MESSAGE,
     StagedFile,
@@ -176,7 +177,7 @@ def commit_enqueue(
     arguments: dict[str, Any],
     policies: Policies | None,
     on_reject: str,
-    operation: str,
+    operation: Operation,
     app_id: str | None = None,
     app_version: int | None = None,
 ) -> EnqueueOutcome:

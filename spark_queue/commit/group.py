@@ -62,6 +62,7 @@ from spark_queue.commit.requests import (
 )
 from spark_queue.commit.transaction import COMMIT_BUDGET, QueueTransaction
 from spark_queue.errors import CommitConflictError, QueueError, TableNotFoundError
+from spark_queue.storage.commit_log import Operation
 from spark_queue.storage.location import Location
 from spark_queue.storage.store import QueueStore
 
@@ -161,7 +162,7 @@ class CommitGroup:
         self._listening = threading.Lock()
         self.rounds = 0  # commits made (paces the checks for small files)
         self.budget = COMMIT_BUDGET
-        self._listeners: list[Callable[[list[str]], None]] = []
+        self._listeners: list[Callable[[list[Operation]], None]] = []
         # The broker's metrics (:mod:`spark_queue.broker.metrics`); None costs a round one
         # attribute test.
         self.observer: RoundObserver | None = None
@@ -181,13 +182,13 @@ class CommitGroup:
         self._current_at = -float("inf")  # time.monotonic() of the last catch-up
         self._gathering = False  # the leader waits for them
 
-    def listen(self, callback: Callable[[list[str]], None]) -> None:
+    def listen(self, callback: Callable[[list[Operation]], None]) -> None:
         """Call ``callback`` with the operations of every commit of the group, after it
         landed (quickly, without raising: it runs on the leader thread)."""
         with self._listening:
             self._listeners.append(callback)
 
-    def unlisten(self, callback: Callable[[list[str]], None]) -> None:
+    def unlisten(self, callback: Callable[[list[Operation]], None]) -> None:
         with self._listening:
             self._listeners.remove(callback)
 
@@ -301,7 +302,7 @@ class CommitGroup:
                     taken = self._plan(round, units, results)
                     if round.changed:
                         transaction.commit(
-                            operation="; ".join(round.operations),
+                            operation=round.operations,
                             app_transactions=round.app_versions,
                         )
                 except (RoundFailed, Unmergeable) as error:

@@ -52,6 +52,7 @@ from spark_queue.commit.backoff import backoff
 from spark_queue.errors import InvalidOptionError
 from spark_queue.model.arguments import MAX_DURATION_DAYS, POSITIVE
 from spark_queue.rules import NEVER, QueueState, below_heads, live_mask
+from spark_queue.storage.commit_log import CommitOperation, CommitSummary
 from spark_queue.storage.files import MESSAGE, REMOVAL, StagedFile, delete_files, write_file
 from spark_queue.storage.location import Location
 from spark_queue.storage.store import QueueStore, Snapshot
@@ -204,9 +205,11 @@ def compact(
     if not removes:
         return {"dropped": 0, "rewritten": 0, "written": 0}
     progress(f"committing: {len(removes)} files out, {len(adds)} in")
-    operation = {"operation": "COMPACT", "dropped": dropped, "rewritten": rewritten}
+    summary = CommitSummary.of(
+        CommitOperation.COMPACT.on(), details={"dropped": dropped, "rewritten": rewritten}
+    )
     try:
-        committed_from = _commit_moving_on(store, snapshot.table, adds, removes, operation)
+        committed_from = _commit_moving_on(store, snapshot.table, adds, removes, summary)
     except BaseException:
         delete_files(store.location, [f.path for f in adds])
         raise
@@ -219,7 +222,7 @@ def _commit_moving_on(
     table: DeltaTable,
     adds: list[StagedFile],
     removes: list[tuple[str, int, str]],
-    operation: dict[str, Any],
+    summary: CommitSummary,
 ) -> DeltaTable:
     """Commit a compaction; when another writer committed first, commit the same files on
     the newer version, as long as every file it removes is still there.
@@ -235,7 +238,7 @@ def _commit_moving_on(
 
     for attempt in range(COMPACT_MOVES):
         try:
-            store.commit(table, adds, removes, operation=operation)
+            store.commit(table, adds, removes, summary=summary)
             return table
         except CommitFailedError:
             newer = store.open()
@@ -666,7 +669,7 @@ def auto_vacuum(store: QueueStore, now: float | None = None) -> list[str] | None
                 [],
                 app_id=AUTO_VACUUM_APP_ID,
                 app_version=hour,
-                operation={"operation": "VACUUM CLAIM", "queues": []},
+                summary=CommitSummary.of(CommitOperation.VACUUM_CLAIM.on(), queues=[]),
             )
         except CommitFailedError:
             time.sleep(backoff(attempt + 2))

@@ -37,6 +37,7 @@ from spark_queue.rules import (
     plan_return,
     settles,
 )
+from spark_queue.storage.commit_log import CommitOperation, Operation
 from spark_queue.storage.filters import filter_matcher
 from spark_queue.storage.store import QueueStore, Snapshot, require_queue
 
@@ -48,7 +49,7 @@ class Round:
     transaction: QueueTransaction
     published: set[str] = field(default_factory=set)  # queues a publish of this round fed
     app_versions: dict[str, int] = field(default_factory=dict)  # idempotent publishes' ids
-    operations: list[str] = field(default_factory=list)  # of requests that changed the table
+    operations: list[Operation] = field(default_factory=list)  # of requests that changed it
 
     @property
     def changed(self) -> bool:
@@ -150,7 +151,7 @@ class PublishRequest(Request[PublishOutcome]):
                 f"message(s) of queue {self.queue!r}; nothing of this batch was committed"
             )
         round.published.add(self.queue)
-        round.operations.append(f"PUBLISH {self.queue}")
+        round.operations.append(CommitOperation.PUBLISH.on(self.queue))
         if self.app_id is not None:
             assert self.sequence is not None
             round.app_versions[self.app_id] = self.sequence
@@ -306,7 +307,7 @@ class LeaseRequest(Request[LeaseOutcome]):
             strict_groups=self.strict_groups,
         )
         if applied:
-            round.operations.append(f"LEASE {self.queue} {self.limits.consumer}")
+            round.operations.append(CommitOperation.LEASE.on(self.queue, self.limits.consumer))
         return LeaseOutcome(leased, view)
 
 
@@ -396,7 +397,7 @@ class ChangeRequest(Request[int]):
 
     def __init__(
         self,
-        operation: str,
+        operation: CommitOperation,
         queue: str | None,
         planner: Planner,
         seqs: np.ndarray | None,
@@ -427,7 +428,7 @@ class ChangeRequest(Request[int]):
             if not settles(before, plan.state) and before.consumers == plan.state.consumers:
                 continue  # nothing held, nothing ran out: no commit for it
             transaction.apply_plan(name, plan)
-            round.operations.append(f"{self.operation} {name}")
+            round.operations.append(self.operation.on(name))
             ended += targeted - int(plan.state.leases.held(seqs, self.consumer).sum())
         return ended
 
@@ -462,5 +463,5 @@ class ExtendRequest(Request[int]):
         if not extended and not settles(state, plan.state):
             return 0  # nothing to commit
         transaction.apply_plan(self.queue, plan)
-        round.operations.append(f"EXTEND {self.queue} {self.consumer}")
+        round.operations.append(CommitOperation.EXTEND.on(self.queue, self.consumer))
         return extended

@@ -10,7 +10,7 @@ the whole transaction is planned again from the new snapshot: see :func:`run`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
@@ -42,6 +42,7 @@ from spark_queue.rules import (
     plan_settle,
 )
 from spark_queue.storage import dedup_window
+from spark_queue.storage.commit_log import CommitSummary, Operation
 from spark_queue.storage.files import (
     MESSAGE,
     QUEUE,
@@ -493,11 +494,12 @@ class QueueTransaction:
         *,
         app_id: str | None = None,
         app_version: int | None = None,
-        operation: str,
+        operation: Operation | Sequence[Operation],
         app_transactions: dict[str, int] | None = None,
     ) -> None:
-        """Write removals and states and publish everything in one Delta commit, with the
-        application transaction ``(app_id, app_version)`` and ``app_transactions``."""
+        """Write removals and states and publish everything in one Delta commit of
+        ``operation`` (a group commit's: several), with the application transaction
+        ``(app_id, app_version)`` and ``app_transactions``."""
         written = self._add_rows(
             *((SEEN, rows) for _, rows, _, _ in self.recording),
             (REMOVAL, pa.concat_tables(self.removal_rows) if self.removal_rows else None),
@@ -512,12 +514,12 @@ class QueueTransaction:
             app_id=app_id,
             app_version=app_version,
             app_transactions=app_transactions,
-            operation={
-                "operation": operation,
-                "attempt": self.attempt,
-                "queues": sorted(self.touched),
-                "removed": self.summary,
-            },
+            summary=CommitSummary.of(
+                operation,
+                queues=sorted(self.touched),
+                attempt=self.attempt,
+                removed=self.summary,
+            ),
         )
         self.committed = True
         for (name, _, run, since), staged in zip(self.recording, written, strict=False):

@@ -42,6 +42,7 @@ from spark_queue.model.messages import normalise
 from spark_queue.model.policies import load_policies
 from spark_queue.portable import Portable
 from spark_queue.spark.options import SinkOptions
+from spark_queue.storage.commit_log import CommitOperation
 from spark_queue.storage.files import MessageFileWriter, StagedQueueFile, delete_files
 from spark_queue.storage.location import Location
 from spark_queue.storage.store import QueueStore, now_micros
@@ -145,7 +146,7 @@ class _QueueWriter(Portable):
                 arguments=self.options.arguments,
                 policies=self.policies,
                 on_reject=self.options.on_reject,
-                operation="ENQUEUE" if batch_id is None else f"ENQUEUE batch {batch_id}",
+                operation=CommitOperation.ENQUEUE.on(batch=batch_id),
                 app_id=app_id,
                 app_version=batch_id,
             )

@@ -59,6 +59,7 @@ from spark_queue.model.schema import BROWSE_ARROW_SCHEMA, BROWSE_COLUMNS
 from spark_queue.portable import Portable
 from spark_queue.rules import Leases, ascending, is_ascending, plan_ack, plan_return
 from spark_queue.spark.options import SourceOptions
+from spark_queue.storage.commit_log import CommitOperation
 from spark_queue.storage.location import Location
 from spark_queue.storage.store import QueueStore, require_queue
 
@@ -426,7 +427,9 @@ class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAva
             self.planned_on = transaction.snapshot
             if changed:
                 failpoints.reached("source.lease-planned")
-                transaction.commit(operation=f"CONSUME {options.queue} {options.consumer}")
+                transaction.commit(
+                    operation=CommitOperation.CONSUME.on(options.queue, options.consumer)
+                )
                 version += 1  # a commit without retries lands on the next version or fails
             return (int(leased.lease_id.max()) if len(leased) else through), leased, version
 

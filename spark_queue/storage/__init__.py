@@ -2,6 +2,7 @@
 written (``files``), the table, its log and snapshots (``store``), the queue state's rows
 (``state_rows``), the de-duplication window (``dedup_window``), the cache of decoded row
 groups (``row_cache``), reads of the messages now in the queues (``browse``), consumer
-filters (``filters``) and the history of every commit (``history``). Reads and writes
-files; commits nothing.
+filters (``filters``), what each commit records of itself (``commit_log``: the operations'
+names and the summary's codec) and the history of every commit (``history``). Reads and
+writes files; commits nothing.
 """

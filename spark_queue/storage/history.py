@@ -39,19 +39,18 @@ anyone charting a queue over time.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
 from spark_queue.errors import InvalidOptionError, TableNotFoundError
-from spark_queue.model.schema import PARTITION, UTC_MICROS
+from spark_queue.model.schema import UTC_MICROS
 from spark_queue.rules import COUNTERS, gauges
-from spark_queue.storage.files import QUEUE, STATE_RECORDS
+from spark_queue.storage.commit_log import LogEntry
+from spark_queue.storage.files import QUEUE
 from spark_queue.storage.store import QueueStore, require_queue
 
 GAUGES = ("ready", "ready_bytes", "leased", "scheduled")
@@ -69,16 +68,6 @@ HISTORY_SCHEMA = pa.schema(
 )
 _COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
 _LOG = "_delta_log"
-
-
-@dataclass
-class _Commit:
-    """What history needs from one commit file: when, what, and the state files it added."""
-
-    version: int
-    timestamp_ms: int | None = None
-    operation: str | None = None
-    added: dict[str, list[str]] = field(default_factory=dict)  # record -> relative paths
 
 
 def queue_history(
@@ -106,7 +95,7 @@ def queue_history(
         retained = [v for v in retained if v in wanted]
     rows: list[dict[str, Any]] = []
     for version in retained:
-        rows.extend(_rows_of(store, _read_commit(store, version), queue))
+        rows.extend(_rows_of(store, _read_entry(store, version), queue))
     return pa.Table.from_pylist(rows, schema=HISTORY_SCHEMA)
 
 
@@ -138,37 +127,16 @@ def _log_versions(store: QueueStore) -> list[int]:
     return sorted(found)
 
 
-def _read_commit(store: QueueStore, version: int) -> _Commit:
-    """The commit info and the state files added by one commit file (newline-delimited JSON
-    actions, Delta protocol)."""
-    path = f"{store.base.rstrip('/')}/{_LOG}/{version:020d}.json"
-    commit = _Commit(version)
+def _read_entry(store: QueueStore, version: int) -> LogEntry:
+    """What one commit file says (an empty entry where log cleanup removed it since it
+    was listed)."""
     try:
-        with store.fs.open_input_stream(path) as stream:
-            text = stream.read().decode("utf-8")
-    except FileNotFoundError:  # removed by log cleanup since it was listed
-        return commit
-    for line in text.splitlines():
-        if not line.strip():
-            continue
-        action = json.loads(line)
-        if "commitInfo" in action:
-            info = action["commitInfo"]
-            commit.timestamp_ms = info.get("timestamp")
-            summary = info.get("spark_queue")
-            if summary:
-                commit.operation = json.loads(summary).get("operation")
-            else:  # not a connector commit (a vacuum, or another writer): say what it was
-                commit.operation = info.get("operation")
-        elif "add" in action:
-            add = action["add"]
-            record = (add.get("partitionValues") or {}).get(PARTITION)
-            if record in STATE_RECORDS:
-                commit.added.setdefault(record, []).append(add["path"])
-    return commit
+        return store.read_log_entry(version)
+    except FileNotFoundError:
+        return LogEntry(version)
 
 
-def _rows_of(store: QueueStore, commit: _Commit, queue: str | None) -> list[dict[str, Any]]:
+def _rows_of(store: QueueStore, commit: LogEntry, queue: str | None) -> list[dict[str, Any]]:
     """One row per queue for a commit that wrote state; none for one that did not, or whose
     state files a vacuum has deleted."""
     if QUEUE not in commit.added:

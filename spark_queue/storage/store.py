@@ -42,6 +42,13 @@ from spark_queue.rules import (
     MessageIndex,
     QueueState,
 )
+from spark_queue.storage.commit_log import (
+    EMPTY_SUMMARY,
+    SUMMARY_KEY,
+    CommitSummary,
+    LogEntry,
+    parse_log_entry,
+)
 from spark_queue.storage.files import (
     EXTRA,
     MESSAGE,
@@ -352,6 +359,20 @@ class QueueStore:
             return False
         return self.has_log_entry(version)  # after the probe above: the order makes it sound
 
+    def read_log_entry(self, version: int, *, files: bool = True) -> LogEntry:
+        """What ``version``'s log entry says (:func:`parse_log_entry`; ``files``: with the
+        state files it added).
+
+        Raises:
+            FileNotFoundError: the entry is not there: not written yet, or deleted by log
+                cleanup.
+        """
+        # One request on S3 where the entry is missing (a HEAD), as a rule here;
+        # get_file_info would also list, for a folder of that name.
+        with self.fs.open_input_stream(self.log_entry(version)) as stream:
+            text = stream.read().decode("utf-8")
+        return parse_log_entry(version, text, files=files)
+
     def has_log_entry(self, version: int) -> bool:
         """Whether ``version``'s log entry is on storage (where storage cannot say: no)."""
         try:
@@ -651,13 +672,14 @@ class QueueStore:
         *,
         app_id: str | None = None,
         app_version: int | None = None,
-        operation: dict[str, Any] | None = None,
+        summary: CommitSummary | None = None,
         app_transactions: Mapping[str, int] | None = None,
     ) -> None:
         """Publish files in one Delta commit; raises ``CommitFailedError`` on a conflict.
 
-        The commit records the application transaction ``(app_id, app_version)`` and every
-        one of ``app_transactions`` (id -> version; a group commit's idempotent publishes).
+        The commit records what it did (``summary``, :mod:`~spark_queue.storage.commit_log`),
+        the application transaction ``(app_id, app_version)`` and every one of
+        ``app_transactions`` (id -> version; a group commit's idempotent publishes).
 
         delta-rs would rebase a conflicting commit onto the winner by itself; a queue commit
         was planned from the state it read, so it must be planned again instead
@@ -696,7 +718,9 @@ class QueueStore:
                 schema=TABLE_SCHEMA,
                 partition_by=[PARTITION],
                 commit_properties=CommitProperties(
-                    custom_metadata={"spark_queue": json.dumps(operation or {}, sort_keys=True)},
+                    custom_metadata={
+                        SUMMARY_KEY: EMPTY_SUMMARY if summary is None else summary.encode()
+                    },
                     max_commit_retries=0,
                     app_transactions=transactions,
                 ),
