@@ -96,7 +96,7 @@ class Operation(str):
 
     def __new__(cls, text: str) -> Operation:
         if type(text) is cls:
-            return text  # type: ignore[return-value]
+            return text
         operation = super().__new__(cls, text)
         operation.kind = _kind_of(text)
         operation.queue = operation.consumer = operation.batch = None
