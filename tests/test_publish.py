@@ -21,6 +21,7 @@ from spark_queue import (
 from spark_queue.commit.enqueue import Reservation, commit_enqueue, reserve
 from spark_queue.model.messages import normalise
 from spark_queue.rules import identity_holds
+from spark_queue.storage.commit_log import CommitOperation
 from spark_queue.storage.files import MESSAGE, MessageFileWriter, StagedQueueFile, write_file
 from spark_queue.storage.store import now_micros
 
@@ -274,7 +275,7 @@ def test_files_a_task_stages_are_written_as_every_message_file(table):
     store.location.delete([alone.path])
     outcome = commit_enqueue(
         store, Reservation(base, staged), arguments={}, policies=None, on_reject="drop",
-        operation="TEST",
+        operation=CommitOperation.ENQUEUE.on(),
     )  # fmt: skip
     assert outcome.accepted["orders"].to_pylist() == [0, 1, 2]
     assert bodies(table, "orders") == ["o1", "o2", "o3"]
