@@ -36,6 +36,10 @@ class QueueArguments:
     """A queue's arguments, as parsed: each field is the queue argument of the same name
     (``docs/ARGUMENTS.md``), durations in milliseconds, and ``None`` for no limit.
 
+    ``QueueTable.declare``, ``alter`` and ``resolve`` take one beside keywords, as every
+    argument at once (its defaults included), each value checked as a keyword's:
+    ``table.declare("orders", QueueArguments(max_length=10, overflow="ring"))``.
+
     Attributes:
         max_length: the limit on ready messages (None: unlimited).
         max_length_bytes: the limit on the ready messages' body bytes (None: unlimited).
