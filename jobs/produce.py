@@ -24,7 +24,7 @@ input's columns. Each defaults to the input column of the sink's name (``body``,
 ``message_id``, ``headers``, ``priority``, ``deliver_at``, ``expires_at``, ``queue``) when the
 input has it; ``--body`` falls back to the whole row as JSON. Other input columns are not
 enqueued. Queue arguments (``--ring-size``, ``--max-length`` ...) are the sink's options
-(docs/OPTIONS.md); given ones must match an existing queue's.
+(docs/ARGUMENTS.md); given ones must match an existing queue's.
 
 Exactly-once: each micro-batch is one Delta commit tagged with the query id and batch id, so
 a batch replayed after a crash (same ``--checkpoint``) enqueues nothing twice.
@@ -153,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
     columns.add_argument(
         "--queue-column", help="the queue of each row, a string; null rows go to --queue"
     )
-    arguments = parser.add_argument_group("queue arguments (sink options, docs/OPTIONS.md)")
+    arguments = parser.add_argument_group("queue arguments (sink options, docs/ARGUMENTS.md)")
     for name in QUEUE_OPTIONS:
         arguments.add_argument(ARGUMENTS[name].flag, help=ARGUMENTS[name].doc)
     run = parser.add_argument_group("query")

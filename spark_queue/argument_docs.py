@@ -60,7 +60,7 @@ SELECTOR_ROWS = [
     ),
     ("`priority`", "integer, default 0", "higher wins (below)"),
 ]
-DOC_FILES = ("README.md", "docs/OPTIONS.md", "docs/POLICIES.md", "docs/CLI.md", "docs/CLIENTS.md")
+DOC_FILES = ("README.md", "docs/SPARK.md", "docs/POLICIES.md", "docs/CLI.md", "docs/CLIENTS.md")
 _REGION = re.compile(r"(<!-- arguments:([a-z-]+) -->\n).*?(<!-- arguments:end -->)", re.DOTALL)
 
 

@@ -117,7 +117,7 @@ class RingQueueDataSource(Portable, DataSource):
 
     def schema(self) -> StructType:
         # Spark asks for the schema at load(), before any query or job starts: where a bad
-        # option of a read or a readStream fails (docs/OPTIONS.md). Writes never ask.
+        # option of a read or a readStream fails (docs/SPARK.md). Writes never ask.
         check_read_options(self.options)
         return BROWSE_SCHEMA
 

@@ -1,8 +1,8 @@
 """Options of ``format("ringqueue")``: Spark hands a data source its options lower-cased
 with string values; they are matched to the camelCase options of the one specification
 (:mod:`spark_queue.model.arguments`) and parsed into :class:`SinkOptions`,
-:class:`SourceOptions` and :class:`BrowseOptions`. ``docs/OPTIONS.md`` is the table of every
-option with its default, generated from the specification.
+:class:`SourceOptions` and :class:`BrowseOptions`. ``docs/ARGUMENTS.md`` is the table of every
+argument with its default, generated from the specification.
 """
 
 from __future__ import annotations
