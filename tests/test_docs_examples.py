@@ -1,7 +1,9 @@
 """Every ```python block of README.md and docs/ runs, as written, or says why it cannot.
 
 A page's blocks run in order in one namespace, as a reader runs them one after the other, in
-a fresh temporary folder (the examples' relative paths such as ``lake/queues`` land there).
+a fresh temporary folder: a relative path such as ``lake/queues`` (in examples without Spark)
+and a folder of ``tempfile.mkdtemp()`` (in examples with Spark, whose Python workers do not
+run in the driver's directory) land there.
 A page whose blocks use Spark gets the suite's session as ``spark`` (the examples name the
 session ``spark``, as notebooks and the pyspark shell do); ``local_session()`` in a block
 returns that same session. Streaming queries a page leaves running are stopped after it.
@@ -14,6 +16,7 @@ without a reason fails.
 from __future__ import annotations
 
 import re
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,6 +74,7 @@ def test_the_readme_has_examples_that_run():
 @pytest.mark.parametrize("page", list(page_params()))
 def test_the_examples_of_a_page_run(page, tmp_path, monkeypatch, request):
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     for variable in ("SPARK_QUEUE_POLICIES", "SPARK_QUEUE_BROKER", "SPARK_QUEUE_BROKER_TOKEN"):
         monkeypatch.delenv(variable, raising=False)
     namespace: dict = {"__name__": "__docs__"}
