@@ -13,7 +13,8 @@ are in one grammar (a whole number of milliseconds, or a number with a unit: ``3
 ``5 minutes``, ``1 week``) and at most :data:`MAX_DURATION_MS`, so that now plus any duration
 is a valid timestamp. Out-of-range values are refused, never clamped.
 
-The docs' tables of arguments are generated from here (:mod:`spark_queue.argument_docs`).
+The docs' arguments page, ``docs/ARGUMENTS.md``, is generated from here
+(:mod:`spark_queue.argument_docs`).
 """
 
 from __future__ import annotations
