@@ -81,4 +81,4 @@ bench: setup
 	$(PY) benchmarks/bench_sink.py
 
 clean:
-	rm -rf $(VENV) jars .pytest_cache .ruff_cache
+	rm -rf $(VENV) jars .pytest_cache .ruff_cache build/site

@@ -158,6 +158,29 @@ def test_the_spark_options_the_docs_give_exist():
     assert "queue" in given  # the docs' options were found
 
 
+def spark_api_names() -> set[str]:
+    """The names of PySpark's own API a page may show beside the options: the methods of
+    the readers, writers, queries and sessions, and the triggers' keywords."""
+    from pyspark.sql import DataFrame, DataFrameReader, DataFrameWriter, SparkSession
+    from pyspark.sql.streaming import DataStreamReader, DataStreamWriter, StreamingQuery
+
+    classes = (DataFrame, DataFrameReader, DataFrameWriter, SparkSession)
+    classes += (DataStreamReader, DataStreamWriter, StreamingQuery)
+    names = {name for cls in classes for name in dir(cls) if not name.startswith("_")}
+    return names | set(inspect.signature(DataStreamWriter.trigger).parameters)
+
+
+def test_the_options_the_spark_page_names_exist():
+    """Every camelCase name in code on the Spark page is an option of format("ringqueue"),
+    Spark's ``checkpointLocation``, or a name of PySpark's own API (``foreachBatch``)."""
+    known = {a.option for a in SPECIFICATION} | {"checkpointLocation"} | spark_api_names()
+    text = prose(ROOT / "docs" / "SPARK.md")
+    named = [span for span in _INLINE.findall(text) if re.fullmatch(r"[a-z]+[A-Z]\w*", span)]
+    unknown = sorted(set(named) - known)
+    assert not unknown, f"docs/SPARK.md names options that do not exist: {unknown}"
+    assert "maxMessagesPerTrigger" in named  # the page's options were found
+
+
 def accepted_keywords(method: str) -> set[str] | None:
     """The keywords ``method`` of the package's classes takes (None: not one of theirs)."""
     accepted: set[str] = set()
