@@ -136,6 +136,12 @@ def _remote_flag(text: str) -> str:
     return text
 
 
+def table_location(text: str) -> str:
+    """``--path`` as the connector takes it: a local path made absolute here, on the driver
+    (Spark's Python workers do not share its working directory), a URI unchanged."""
+    return text if "://" in text else os.path.abspath(text)
+
+
 def add_storage_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     parser.add_argument(
         "--storage-option",

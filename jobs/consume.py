@@ -44,6 +44,7 @@ from common import (
     positive_int,
     run_query,
     storage_options,
+    table_location,
     trigger_kwargs,
 )
 from pyspark.errors import PySparkException
@@ -63,7 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--path", required=True, help="queue table location (path or URI)")
+    parser.add_argument(
+        "--path",
+        type=table_location,
+        required=True,
+        help="queue table location (path or URI)",
+    )
     add_storage_options(parser)
     add_remote_option(parser)
     parser.add_argument("--queue", required=True, help="the queue to consume")

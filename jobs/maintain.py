@@ -43,7 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--path", required=True, help="queue table location (path or URI)")
+    parser.add_argument(
+        "--path",
+        type=common.table_location,
+        required=True,
+        help="queue table location (path or URI)",
+    )
     common.add_storage_options(parser)
     parser.add_argument(
         "--queue",

@@ -47,6 +47,7 @@ from common import (
     positive_int,
     run_query,
     storage_options,
+    table_location,
     trigger_kwargs,
 )
 from pyspark.errors import AnalysisException
@@ -95,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     where = parser.add_argument_group("queue table")
     where.add_argument(
         "--path",
+        type=table_location,
         default="/tmp/spark-queue-demo/queues",
         help="queue table location, a local path or URI (default: %(default)s)",
     )

@@ -6,7 +6,11 @@ import pytest
 from pyspark.sql import functions as F
 
 from spark_queue import ArgumentMismatchError, InvalidOptionError, QueueTable
-from spark_queue.spark.options import parse_sink_options
+from spark_queue.spark.options import (
+    parse_browse_options,
+    parse_sink_options,
+    parse_source_options,
+)
 from tests.helpers import bodies, messages, write_batch
 
 BAD_OPTIONS = [
@@ -109,6 +113,32 @@ def test_redeclare_with_another_value_shows_both(spark, queue_path):
     write_batch(messages(spark, ["c"]), queue_path, queue="q")
     assert QueueTable(queue_path).arguments("q").max_length == 5
     assert bodies(spark, queue_path, "q") == ["a", "c"]
+
+
+@pytest.mark.parametrize(
+    "parse",
+    [
+        parse_sink_options,
+        lambda options: parse_source_options({**options, "queue": "q"}),
+        parse_browse_options,
+    ],
+    ids=["sink", "source", "browse"],
+)
+def test_a_relative_path_is_refused_and_an_absolute_one_or_a_uri_taken(parse):
+    for relative in ("lake/queues", "./queues", "queues", "file:queues"):
+        with pytest.raises(InvalidOptionError, match="option 'path' must be an absolute"):
+            parse({"path": relative})
+    for taken in ("/lake/queues", "s3://bucket/queues", "file:///lake/queues"):
+        assert parse({"path": taken}).path == taken
+
+
+def test_a_spark_write_to_a_relative_path_fails_and_writes_nowhere(spark, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(Exception, match="option 'path' must be an absolute local path"):
+        write_batch(messages(spark, ["a"]), "relative-queues", queue="q")
+    with pytest.raises(Exception, match="option 'path' must be an absolute local path"):
+        spark.read.format("ringqueue").load("relative-queues").collect()
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_path_holding_a_non_queue_delta_table(spark, tmp_path):

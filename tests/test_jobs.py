@@ -139,14 +139,26 @@ def test_produce_queue_arguments_are_only_those_given_except_the_demo(argv, ring
     assert job_module("produce").parse_args(argv).ring_size == ring_size
 
 
+@pytest.mark.parametrize("job", ["produce", "consume", "maintain"])
+def test_a_relative_path_is_made_absolute_on_the_driver(job):
+    required = {"consume": ["--queue", "q", "--output", "o", "--checkpoint", "c"]}
+    parsed = job_module(job).parse_args(["--path", "lake/queues", *required.get(job, [])])
+    assert parsed.path == os.path.abspath("lake/queues")
+    assert job_module(job).parse_args(["--path", "s3://b/q", *required.get(job, [])]).path == (
+        "s3://b/q"
+    )
+
+
 @pytest.mark.spark
 def test_produce_demo_fills_a_ring_queue_and_prints_stats(tmp_path):
     result = run_job(
-        "produce", "--path", tmp_path / "q", "--messages", 300, "--files", 3, "--ring-size", 100
-    )
+        "produce", "--path", "q", "--messages", 300, "--files", 3, "--ring-size", 100,
+        cwd=tmp_path,
+    )  # fmt: skip
     stats = last_json(result)
     assert (stats["added"], stats["replaced"], stats["ready"]) == (300, 200, 100)
     assert "after 3 micro-batches" in result.stdout
+    assert (tmp_path / "q" / "_delta_log").is_dir()  # the relative path, from the job's folder
 
 
 @pytest.mark.spark

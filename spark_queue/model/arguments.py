@@ -648,7 +648,7 @@ SPECIFICATION: tuple[Argument, ...] = (
     Argument(
         "path",
         Text(),
-        "the queue table, a local path or a URI (`.start(path)`, `.save(path)`, "
+        "the queue table, an absolute local path or a URI (`.start(path)`, `.save(path)`, "
         "`.load(path)` set it)",
         ("sink", "source", "browse"),
         shown_default="required",

@@ -7,6 +7,7 @@ argument with its default, generated from the specification.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -129,6 +130,15 @@ def _path(found: Mapping[str, str]) -> str:
     path = _parsed(found, "path")
     if path is None:
         raise InvalidOptionError("option 'path' is required: the queue table's location")
+    # The connector runs in Spark's Python workers, whose working directory is not the
+    # driver's (nor, on Spark Connect, the client's): a relative path would name another
+    # folder in each process, so it is refused rather than resolved.
+    if "://" not in path and not os.path.isabs(path):
+        raise InvalidOptionError(
+            f"option 'path' must be an absolute local path or a URI such as "
+            f"s3://bucket/queues (Spark's Python workers do not share the driver's working "
+            f"directory); got {path!r}"
+        )
     return path
 
 
