@@ -45,7 +45,11 @@ import_path()
 from pyspark import SparkConf  # noqa: E402
 from pyspark.errors import PySparkException  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
-from pyspark.sql.streaming import StreamingQuery, StreamingQueryListener  # noqa: E402
+from pyspark.sql.streaming import (  # noqa: E402
+    DataStreamWriter,
+    StreamingQuery,
+    StreamingQueryListener,
+)
 from pyspark.sql.streaming.listener import (  # noqa: E402
     QueryIdleEvent,
     QueryProgressEvent,
@@ -168,7 +172,7 @@ def storage_options(args: argparse.Namespace) -> dict[str, str]:
     return parse_storage_flags(args.storage_options)
 
 
-def add_trigger_options(parser: argparse.ArgumentParser) -> None:
+def add_trigger_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     parser.add_argument(
         "--trigger",
         choices=TRIGGERS,
@@ -184,11 +188,11 @@ def add_trigger_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def trigger_kwargs(args: argparse.Namespace) -> dict[str, object]:
-    """``DataStreamWriter.trigger`` arguments for ``--trigger``/``--interval``."""
+def with_trigger(writer: DataStreamWriter, args: argparse.Namespace) -> DataStreamWriter:
+    """``writer`` with the trigger of ``--trigger``/``--interval``."""
     if args.trigger == "availableNow":
-        return {"availableNow": True}
-    return {"processingTime": args.interval}
+        return writer.trigger(availableNow=True)
+    return writer.trigger(processingTime=args.interval)
 
 
 def argument_type(name: str) -> Callable[[str], Any]:

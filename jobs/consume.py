@@ -45,7 +45,7 @@ from common import (
     run_query,
     storage_options,
     table_location,
-    trigger_kwargs,
+    with_trigger,
 )
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
@@ -158,11 +158,11 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> di
         fail(PROG, explain(error))
     if args.body_type == "string":
         messages = messages.withColumn("body", messages["body"].cast("string"))
-    writer = (
+    writer = with_trigger(
         messages.select(*args.columns)
         .writeStream.format("delta")
-        .option("checkpointLocation", args.checkpoint)
-        .trigger(**trigger_kwargs(args))
+        .option("checkpointLocation", args.checkpoint),
+        args,
     )
     progress = run_query(PROG, spark, lambda: writer.start(args.output))
     report: dict[str, object] = {

@@ -48,13 +48,13 @@ from common import (
     run_query,
     storage_options,
     table_location,
-    trigger_kwargs,
+    with_trigger,
 )
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_queue import ARGUMENTS, InvalidOptionError, QueueTable, validate_arguments
+from spark_queue import ARGUMENTS, InvalidOptionError, QueueStats, QueueTable, validate_arguments
 
 SOURCES = ("generate", "delta", "files")
 FORMATS = ("json", "parquet", "csv")
@@ -270,7 +270,7 @@ def message_columns(stream: DataFrame, args: argparse.Namespace) -> DataFrame:
     return stream.selectExpr(*selected)
 
 
-def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> dict[str, object]:
+def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> QueueStats:
     """Run the job with ``argv`` (default: the command line) in ``spark`` where given (a
     notebook's session, left running), else in the session of :func:`common.job_session`."""
     given = spark
@@ -285,17 +285,17 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> di
         for name in QUEUE_OPTIONS:
             if getattr(args, name) is not None:
                 writer = writer.option(ARGUMENTS[name].option, getattr(args, name))
-        writer = writer.option(
-            "checkpointLocation", args.checkpoint or f"{scratch}/checkpoint"
-        ).trigger(**trigger_kwargs(args))
+        writer = with_trigger(
+            writer.option("checkpointLocation", args.checkpoint or f"{scratch}/checkpoint"), args
+        )
         batches = run_query(PROG, spark, lambda: writer.start(args.path)).batches
     table = QueueTable(args.path, storage_options=storage)
     stats = table.stats(args.queue)
     print(f"queue {args.queue!r} in {table.path} after {batches} micro-batches:")
     counts = {k: v for k, v in stats.items() if isinstance(v, int)}
     width = max(len(k) for k in counts)
-    for key, value in counts.items():
-        print(f"  {key:<{width}}  {value:>12,}")
+    for key, count in counts.items():
+        print(f"  {key:<{width}}  {count:>12,}")
     print(json.dumps({"queue": args.queue, **stats}))
     end_session(spark, given)
     return stats
