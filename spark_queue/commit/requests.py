@@ -379,9 +379,10 @@ def cancel_planner(consumer: str | None, delay_us: int | None) -> Planner:
     )
 
 
-def release_planner(consumer: str) -> Planner:
+def release_planner(consumer: str, delay_us: int | None = 0) -> Planner:
+    """Leases returned ready after ``delay_us`` (None: the queue's redelivery backoff)."""
     return lambda t, s, seqs: plan_return(
-        s, t.head_reader(), t.now, seqs=seqs, consumer=consumer, delay=0
+        s, t.head_reader(), t.now, seqs=seqs, consumer=consumer, delay=delay_us
     )
 
 

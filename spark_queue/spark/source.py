@@ -52,12 +52,12 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from spark_queue.commit import failpoints
-from spark_queue.commit.requests import apply_lease
+from spark_queue.commit.requests import Planner, ack_planner, apply_lease, release_planner
 from spark_queue.commit.transaction import QueueTransaction, run
 from spark_queue.errors import TableNotFoundError, UnsupportedFormatError
 from spark_queue.model.schema import BROWSE_ARROW_SCHEMA, BROWSE_COLUMNS
 from spark_queue.portable import Portable
-from spark_queue.rules import Leases, ascending, is_ascending, plan_ack, plan_return
+from spark_queue.rules import Leases, ascending, is_ascending
 from spark_queue.spark.options import SourceOptions
 from spark_queue.storage.commit_log import CommitOperation
 from spark_queue.storage.location import Location
@@ -373,36 +373,25 @@ class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAva
         limits = replace(options.limits, max_messages=max_messages, max_bytes=max_bytes)
 
         def work(transaction: QueueTransaction) -> tuple[int, Leases, int]:
-            state = self._require(transaction.states)
-            reader = transaction.head_reader()
             changed = False
-            if new_query:
+
+            def end_leases(after: int, upto: int, planner: Planner) -> None:
+                """End this consumer's leases with ids in (``after``, ``upto``]."""
+                nonlocal changed
+                state = self._require(transaction.states)
                 leases = state.leases
-                before = leases.held(consumer=options.consumer) & (leases.lease_id <= session)
-                if before.any():
-                    plan = plan_return(
-                        state,
-                        reader,
-                        transaction.now,
-                        seqs=leases.seq[before],
-                        consumer=options.consumer,
-                    )
+                ending = leases.held(consumer=options.consumer) & (leases.lease_id <= upto)
+                ending &= leases.lease_id > after
+                if ending.any():
+                    plan = planner(transaction, state, leases.seq[ending])
                     transaction.apply_plan(options.queue, plan)
-                    state, changed = transaction.states[options.queue], True
-            if options.ack_mode == "commit":
-                leases = state.leases
-                done = (
-                    leases.held(consumer=options.consumer)
-                    & (leases.lease_id > session)
-                    & (leases.lease_id <= through)
-                )
-                if done.any():
-                    plan = plan_ack(
-                        state, reader, transaction.now, leases.seq[done], options.consumer
-                    )
-                    transaction.apply_plan(options.queue, plan)
-                    state, changed = transaction.states[options.queue], True
-            leases = state.leases
+                    changed = True
+
+            if new_query:  # what the name held before (lease ids start at 1) goes back
+                end_leases(0, session, release_planner(options.consumer, delay_us=None))
+            if options.ack_mode == "commit":  # what Spark committed is acknowledged
+                end_leases(session, through, ack_planner(options.consumer))
+            leases = self._require(transaction.states).leases
             unlogged = leases.take(
                 leases.held(consumer=options.consumer)
                 & (leases.lease_id > through)
