@@ -1,7 +1,7 @@
-"""The plots of docs/BENCHMARKS.md, drawn from the figures the page states.
+"""The plots of docs/BENCHMARKS.md.
 
 The figures live in ``docs/benchmarks/figures.json`` (one key per plot); a new measurement
-changes the page's table and that file together, then this script draws the PNGs again into
+changes that file (the page states what the plots do not), then this script draws the PNGs into
 ``docs/benchmarks/``::
 
     .venv/bin/python benchmarks/plots.py            # every plot
