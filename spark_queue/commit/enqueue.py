@@ -102,7 +102,7 @@ class PendingBatch(Reservation):
         super().__init__(-1, [])
         self.queue = queue
         self._rows = rows  # normalised, seqs from 0; or bodies, shaped on first use
-        self._upload: Future | None = None  # the write of the file in :attr:`written`
+        self._upload: Future[None] | None = None  # the write of the file in :attr:`written`
 
     @property
     def num_rows(self) -> int:

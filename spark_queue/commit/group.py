@@ -146,6 +146,11 @@ class Queued:
     future: Future[Any]
 
 
+# A unit of planning: queued requests, and the one request that plans them (a run of
+# publishes merged, or a request alone).
+Unit = tuple[list[Queued], Request[Any]]
+
+
 class RoundFailed(Exception):
     """A request failed while its round was planned: plan again without it."""
 
@@ -462,7 +467,7 @@ class CommitGroup:
         if upkeep is not None:
             upkeep.join()
 
-    def _units(self, candidates: list[Queued], merge: bool) -> list[tuple[list[Queued], Request]]:
+    def _units(self, candidates: list[Queued], merge: bool) -> list[Unit]:
         """The candidates as units of planning: alone, or, with ``merge``, neighbouring
         publishes of one queue and the same arguments as one :class:`PublishRun`."""
         runs: list[list[Queued]] = []
@@ -477,9 +482,7 @@ class CommitGroup:
             for run in runs
         ]
 
-    def _plan(
-        self, round: Round, units: list[tuple[list[Queued], Request]], results: list[Any]
-    ) -> int:
+    def _plan(self, round: Round, units: list[Unit], results: list[Any]) -> int:
         """Apply units in order until one waits for this round's commit; returns how many
         requests were applied. A failing one gets its error (every request of a run the
         same) and raises :class:`RoundFailed`; a run that cannot share out its result
@@ -506,7 +509,7 @@ class CommitGroup:
         return taken
 
 
-def discard_runs(units: list[tuple[list[Queued], Request]], store: QueueStore) -> None:
+def discard_runs(units: list[Unit], store: QueueStore) -> None:
     """Delete the files of the publish runs of an attempt that did not commit (the next
     attempt makes its runs again)."""
     for _, request in units:

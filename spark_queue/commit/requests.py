@@ -186,7 +186,7 @@ class Unmergeable(Exception):
     evicted, rejected, dead-lettered or cut duplicates): plan the round publish by publish."""
 
 
-def mergeable(first: Request, other: Request) -> bool:
+def mergeable(first: Request[Any], other: Request[Any]) -> bool:
     """Whether ``other`` may join ``first``'s :class:`PublishRun`."""
     return (
         isinstance(first, PublishRequest)

@@ -75,6 +75,9 @@ _CHECKS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="spark-queue-ids"
 _WRITES = ThreadPoolExecutor(max_workers=8, thread_name_prefix="spark-queue-writes")
 INCOMING_COLUMNS = ["seq", "size", "priority", "deliver_at", "enqueued_at", "expires_at"]
 T = TypeVar("T")
+# What checking incoming message ids against a queue's window finds: the ids' two hashes,
+# which of them were seen already, and their hash order.
+IdCheck = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -113,9 +116,9 @@ class QueueTransaction:
     incoming_ids: dict[str, pa.ChunkedArray] = field(default_factory=dict)
     expired_seen: list[tuple[str, int, str]] = field(default_factory=list)
     recording: list[tuple[str, pa.Table, SeenRun, int]] = field(default_factory=list)
-    early_checks: dict[str, Future] = field(default_factory=dict)
+    early_checks: dict[str, Future[IdCheck]] = field(default_factory=dict)
     # Writes of files :meth:`stage_rows` staged, still under way.
-    uploads: list[Future] = field(default_factory=list)
+    uploads: list[Future[None]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.states = {name: state.copy() for name, state in self.snapshot.states.items()}
@@ -309,9 +312,7 @@ class QueueTransaction:
             order = order - np.cumsum(repeated)[order]
         return own, ArrivingIds(first[~repeated], second[~repeated], order, since)
 
-    def _check_ids(
-        self, name: str, ids: pa.ChunkedArray | pa.Array, since: int
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    def _check_ids(self, name: str, ids: pa.ChunkedArray | pa.Array, since: int) -> IdCheck:
         first, second, valid = id_hashes(ids)
         repeated, order = dedup_window.window(self.store, self.snapshot, name, since).duplicates(
             first, second, valid, since
@@ -444,7 +445,7 @@ class QueueTransaction:
             counts = self.summary.setdefault(name, {})
             counts[removal.outcome] = counts.get(removal.outcome, 0) + count
 
-    def stage_rows(self, record: str, rows: pa.Table) -> tuple[StagedFile, Future]:
+    def stage_rows(self, record: str, rows: pa.Table) -> tuple[StagedFile, Future[None]]:
         """``rows`` as a file of this commit, and its write: encoded here (its size and
         statistics are known at once), stored in the background while the commit is planned
         and its other files written (on an object store, one request less in a row). Reads
