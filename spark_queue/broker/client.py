@@ -35,7 +35,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
 
 import pyarrow as pa
 
@@ -310,9 +310,10 @@ class BrokerClient:
         import pyarrow.flight as flight
 
         action = flight.Action(STATUS_ACTION, b"")
-        return json.loads(
+        status: dict[str, Any] = json.loads(
             next(iter(self._client.do_action(action, self._options()))).body.to_pybytes()
         )
+        return status
 
 
 def _short(error: Exception) -> str:
@@ -472,7 +473,7 @@ class BrokerRouter:
         method_name: str,
         method: Callable[..., T],
         table: Any,
-        args: tuple,
+        args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> T:
         """``method(table, *args, **kwargs)``, at the current broker or here."""
@@ -492,7 +493,8 @@ class BrokerRouter:
         if limit is not None and size > limit:
             return method(table, *args, **kwargs)  # too large for the broker: no gain there
         try:
-            return client.call(method_name, request, rows)
+            # The broker ran the method: its result, decoded as the method returns it.
+            return cast(T, client.call(method_name, request, rows))
         except BrokerAuthenticationError as error:
             if self.mode != AUTO:
                 raise
@@ -520,6 +522,7 @@ def routed(method: Callable[Params, T]) -> Callable[Params, T]:
     @functools.wraps(method)
     def call(*args: Params.args, **kwargs: Params.kwargs) -> T:
         table: Any = args[0]  # the QueueTable the method is called on
-        return table.router.call(name, method, table, args[1:], kwargs)
+        router: BrokerRouter = table.router
+        return router.call(name, method, table, args[1:], kwargs)
 
     return call
