@@ -258,7 +258,7 @@ def test_a_queue_argument_means_the_same_on_every_surface(argument, value):
     if isinstance(value, str) or not isinstance(argument.kind, Name | Text):
         results["option"] = outcome(
             lambda: parse_sink_options(
-                {"path": "p", argument.option.lower(): spark_text(value)}
+                {"path": "/queues", argument.option.lower(): spark_text(value)}
             ).arguments[name]
         )
         args = cli.build_parser().parse_args(["declare", "q", f"{argument.flag}={value}"])
@@ -309,7 +309,7 @@ def test_the_same_value_is_stored_by_every_surface(table, tmp_path):
     }
     table.declare("by-keyword", **given)
     options = {ARG.option.lower(): v for ARG in SPECIFICATION if (v := given.get(ARG.name))}
-    table.declare("by-option", **parse_sink_options({"path": "p", **options}).arguments)
+    table.declare("by-option", **parse_sink_options({"path": "/queues", **options}).arguments)
     flags = [f"{a.flag}={given[a.name]}" for a in SPECIFICATION if a.name in given]
     assert cli.main(["--path", table.path, "declare", "by-flag", *flags]) == 0
     policy = tmp_path / "policies.toml"
