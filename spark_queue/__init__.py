@@ -8,6 +8,25 @@ Every public name is here (``__all__``): the table, its clients and results, the
 arguments (the specification, their typed keywords and choices), policies, the columns and
 counters a queue reports, storage locations and every error. The subpackages are the
 implementation; code that uses spark-queue imports from ``spark_queue`` alone.
+
+The subpackages are layers by role, each importing only from those before it
+(``tests/test_layout.py`` holds the map):
+
+- :mod:`~spark_queue.errors`: the named errors;
+- :mod:`~spark_queue.model`: what the values are: the argument specification, queue
+  arguments, consumer limits, policies, schemas, messages, results;
+- :mod:`~spark_queue.rules`: the queue rules, pure: limits and overflow, leases,
+  de-duplication, each queue's state;
+- :mod:`~spark_queue.storage`: the table on storage: location, files, the log and its
+  snapshots, reads, history;
+- :mod:`~spark_queue.commit`: the commit engine: transactions, enqueue, requests and group
+  commit, maintenance;
+- :mod:`~spark_queue.broker` (client side) and :mod:`~spark_queue.clients`: how calls reach
+  a broker; the consumer and the publisher;
+- :mod:`~spark_queue.table`: :class:`QueueTable`;
+- :mod:`~spark_queue.spark` (the only importer of PySpark) and the broker's servers
+  (``broker.server``, ``broker.sqs_server``, ``broker.metrics``);
+- :mod:`~spark_queue.cli`: the ``spark-queue`` command.
 """
 
 from typing import TYPE_CHECKING, Any
