@@ -18,7 +18,8 @@ START_TIMEOUT = 60.0
 
 class BrokerProcess:
     """``spark-queue broker PATH FLAGS...`` in a process of its own, on a free port of
-    127.0.0.1 unless ``--listen`` says otherwise; its log (stderr) goes to ``log_path``.
+    127.0.0.1 unless ``--listen`` says otherwise; its log (stderr) goes to ``log_path``;
+    ``entry`` is what the interpreter runs (arguments before the CLI's own).
     Starting returns once it has announced its address (it then listens and has written its
     record)."""
 
@@ -29,13 +30,14 @@ class BrokerProcess:
         log_path: Path,
         env: dict[str, str] | None = None,
         token: str | None = None,
+        entry: tuple[str, ...] = ("-m", "spark_queue.cli"),
     ) -> None:
         self.path = path
         self.log_path = log_path
         self.token = token
         self._log = open(log_path, "w")  # noqa: SIM115 (closed by stop/kill)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "spark_queue.cli", "broker", path, *flags],
+            [sys.executable, *entry, "broker", path, *flags],
             stdout=subprocess.PIPE,
             stderr=self._log,
             text=True,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -425,6 +426,86 @@ def test_an_empty_queue_long_poll_commits_nothing_while_it_waits(sqs_client, loc
     if not bodies:  # the send came before the poll's first lease: it found it then
         bodies = [m["Body"] for m in c.receive_message(QueueUrl=url)["Messages"]]
     assert bodies == ["wake up"]
+
+
+# A broker whose idle long polls never lease again on their own before they end: what wakes
+# one early can only be a send through its SQS API or the table-version check.
+NO_SETTLING = (
+    "-c",
+    "import sys; from spark_queue.broker import sqs_server; sqs_server.SETTLE_SECONDS = 3600; "
+    "from spark_queue.cli import main; sys.exit(main(sys.argv[1:]))",
+)
+
+
+def start_poll(endpoint: str, url: str, wait: int) -> tuple[threading.Thread, dict[str, Any]]:
+    """A ``ReceiveMessage`` long poll in a thread; once this returns, its request has been
+    sent and the broker has since answered another one (so it has accepted this one's
+    connection, and in practice leased once for it and waits)."""
+    outcome: dict[str, Any] = {}
+    sent = threading.Event()
+    poller = client(endpoint)
+    poller.meta.events.register("before-send.sqs.ReceiveMessage", lambda **_: sent.set())
+
+    def poll() -> None:
+        try:
+            outcome["answer"] = poller.receive_message(QueueUrl=url, WaitTimeSeconds=wait)
+        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as error:
+            outcome["error"] = error
+        outcome["returned_at"] = time.monotonic()
+
+    thread = threading.Thread(target=poll)
+    thread.start()
+    assert sent.wait(60)
+    client(endpoint).get_queue_url(QueueName=url.rsplit("/", 1)[1])
+    return thread, outcome
+
+
+@pytest.mark.parametrize("writer", ["table", "flight"])
+def test_a_long_poll_wakes_on_a_publish_by_another_writer(tmp_path, writer):
+    path = str(tmp_path / "queues")
+    with BrokerProcess(
+        path, "--sqs", "127.0.0.1:0", log_path=tmp_path / "broker.log", entry=NO_SETTLING
+    ) as broker:
+        endpoint = sqs_url(broker)
+        url = client(endpoint).create_queue(QueueName="elsewhere")["QueueUrl"]
+        publisher = QueueTable(path, broker="off" if writer == "table" else broker.address)
+        version = version_of(path)
+        poll, outcome = start_poll(endpoint, url, 20)
+        assert version_of(path) == version  # waiting commits nothing
+        publisher.publish("elsewhere", ["from elsewhere"])
+        published_at = time.monotonic()
+        poll.join(60)
+        assert "error" not in outcome
+        # The poll that was waiting answers with it: only the new table version can have
+        # woken it, since this broker does not lease again for an hour and the poll would
+        # otherwise have run its 20 s out.
+        assert [m["Body"] for m in outcome["answer"].get("Messages", [])] == ["from elsewhere"]
+        assert outcome["returned_at"] - published_at < 10
+        assert version_of(path) == version + 2  # the publish and the lease, nothing else
+
+
+def test_a_broker_stopping_answers_its_long_polls_at_once(tmp_path):
+    path = str(tmp_path / "queues")
+    broker = BrokerProcess(
+        path, "--sqs", "127.0.0.1:0", "--stop-timeout", "15s", log_path=tmp_path / "broker.log"
+    )
+    with broker:
+        endpoint = sqs_url(broker)
+        urls = [client(endpoint).create_queue(QueueName=n)["QueueUrl"] for n in ("a", "b")]
+        polls = [start_poll(endpoint, url, 20) for url in urls]
+        broker.process.send_signal(signal.SIGTERM)
+        stopped_at = time.monotonic()
+        for poll, _ in polls:
+            poll.join(60)
+        assert broker.process.wait(60) == 0
+        exited_at = time.monotonic()
+    for _, outcome in polls:
+        assert "error" not in outcome
+        assert "Messages" not in outcome["answer"]  # an empty receive, as at a deadline
+        # Held, they would end at their 20 s or be cut off at the 15 s stop timeout.
+        assert outcome["returned_at"] - stopped_at < 10
+    assert exited_at - stopped_at < 10
+    assert "did not close" not in broker.output()
 
 
 # -- bad input -----------------------------------------------------------------------------
