@@ -25,6 +25,7 @@ from spark_queue.model.arguments import parse_seq
 from spark_queue.model.messages import as_input_table, normalise
 from spark_queue.model.queue_arguments import ConsumerLimits
 from spark_queue.rules import NEVER
+from spark_queue.storage.commit_log import CommitOperation
 from tests.brokers import BrokerProcess
 
 NOT_SEQS = [[1.5], [True], ["a"], [None], [2**70], [-1], 2, "12", np.array([1.5])]
@@ -150,7 +151,9 @@ def test_the_core_never_wraps_a_lease_end_whatever_period_reaches_it(tmp_path, p
     assert call(ExtendRequest("q", np.array([seq]), "A", period_us)) == 1
     other = ConsumerLimits("B", 60_000_000, None, None, 0, 0)
     assert call(LeaseRequest("q", other, None)).leased.seq.tolist() == [1]
-    cancel = ChangeRequest("CANCEL", "q", cancel_planner("B", period_us), np.array([1]), "B")
+    cancel = ChangeRequest(
+        CommitOperation.CANCEL, "q", cancel_planner("B", period_us), np.array([1]), "B"
+    )
     assert call(cancel) == 1  # waits that long: never due
     again = call(LeaseRequest("q", other, None)).leased
     assert len(again) == 0
