@@ -78,10 +78,9 @@ from spark_queue.model.queue_arguments import (
 from spark_queue.model.results import PublishOutcome, PublishResult, QueueStats
 from spark_queue.model.schema import LEASE_VERSION_KEY
 from spark_queue.rules import (
-    COUNTERS,
     Leases,
     QueueState,
-    gauges,
+    counters_and_gauges,
     identity_holds,
     leased_by_consumer,
     member,
@@ -860,8 +859,7 @@ class QueueTable:
         snapshot = self._snapshot()
         self._require(snapshot, name)
         state = settled_states(self.store, snapshot, now_micros(), [name])[name]
-        stats: dict[str, Any] = {counter: state.counters[counter] for counter in COUNTERS}
-        stats.update(gauges(state))
+        stats: dict[str, Any] = counters_and_gauges(state)
         if not identity_holds(stats):
             raise QueueError(f"queue {name!r}: counters break the stats identity: {stats}")
         stats["leased_by_consumer"] = leased_by_consumer(state)

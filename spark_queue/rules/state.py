@@ -235,6 +235,11 @@ def gauges(state: QueueState) -> dict[str, int]:
     }
 
 
+def counters_and_gauges(state: QueueState) -> dict[str, int]:
+    """A queue's counters and gauges by name, as ``stats`` reports them."""
+    return {**{counter: state.counters[counter] for counter in COUNTERS}, **gauges(state)}
+
+
 def leased_by_consumer(state: QueueState) -> dict[str, int]:
     return state.leases.count_by_consumer()
 
