@@ -23,6 +23,7 @@ import pyarrow.fs as pafs
 
 from spark_queue.broker.auth import record_mac, same_mac
 from spark_queue.broker.wire import PROTOCOL
+from spark_queue.errors import InvalidOptionError
 from spark_queue.storage.location import Location
 
 BROKERS_FOLDER = "_spark_queue/brokers"
@@ -95,6 +96,23 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def refuse_unguarded(host: str, guarded: bool, serving: str, remedy: str) -> None:
+    """What a broker serves beyond loopback must be guarded (the Flight token, the SQS
+    access keys, the metrics token): one rule, one message shape.
+
+    Args:
+        host: the address it would listen on.
+        guarded: whether its secret is given.
+        serving: what would be served, as the message opens (``the broker would listen``).
+        remedy: what is missing and how to give it, or where to listen instead.
+
+    Raises:
+        InvalidOptionError: ``host`` is not loopback and ``guarded`` is false.
+    """
+    if not guarded and not is_loopback(host):
+        raise InvalidOptionError(f"{serving} on {host}, beyond loopback, {remedy}")
 
 
 def _folder(location: Location) -> tuple[pafs.FileSystem, str]:

@@ -40,11 +40,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.exposition import make_wsgi_app
 from prometheus_client.registry import Collector
 
-from spark_queue.broker.discovery import is_loopback
+from spark_queue.broker.discovery import refuse_unguarded
 from spark_queue.broker.wire import ROUTED_METHODS
 from spark_queue.commit.group import group_of
-from spark_queue.errors import InvalidOptionError
-from spark_queue.rules import COUNTERS, QueueState, gauges
+from spark_queue.rules import COUNTERS, QueueState, counters_and_gauges
 from spark_queue.rules.change import HeadReader, LevelCursor
 from spark_queue.storage.browse import settled_states
 from spark_queue.storage.location import scrubbed
@@ -115,7 +114,7 @@ def read_queues(table: QueueTable, queue: str | None = None) -> QueueReading | N
     stats: dict[str, dict[str, int]] = {}
     ages: dict[str, float] = {}
     for name, state in sorted(states.items()):
-        stats[name] = {**{c: state.counters[c] for c in COUNTERS}, **gauges(state)}
+        stats[name] = counters_and_gauges(state)
         enqueued_at = oldest_ready_enqueued_at(store, snapshot, state, now)
         ages[name] = 0.0 if enqueued_at is None else max(0, now - enqueued_at) / 1e6
     return QueueReading(snapshot.version, stats, ages)
@@ -369,12 +368,13 @@ def check_metrics_token(host: str, token: str | None) -> None:
     Raises:
         InvalidOptionError: ``host`` is not loopback and there is no token.
     """
-    if not token and not is_loopback(host):
-        raise InvalidOptionError(
-            f"the metrics would be served on {host}, beyond loopback, without a token: give "
-            f"one with ${TOKEN_ENV_VAR} (Prometheus sends it as a bearer token), or serve "
-            f"them on 127.0.0.1"
-        )
+    refuse_unguarded(
+        host,
+        bool(token),
+        "the metrics would be served",
+        f"without a token: give one with ${TOKEN_ENV_VAR} (Prometheus sends it as a bearer "
+        f"token), or serve them on 127.0.0.1",
+    )
 
 
 def _guarded(app: Any, token: str | None) -> Any:

@@ -46,7 +46,7 @@ from spark_queue.broker.discovery import (
     HEARTBEAT_SECONDS,
     STOP_TIMEOUT_SECONDS,
     BrokerRecord,
-    is_loopback,
+    refuse_unguarded,
     remove_record,
     remove_stale_records,
     write_record,
@@ -117,11 +117,13 @@ def check_token(host: str, token: str | None) -> None:
     Raises:
         InvalidOptionError: ``host`` is not loopback and there is no token.
     """
-    if not token and not is_loopback(host):
-        raise InvalidOptionError(
-            f"the broker would listen on {host}, beyond loopback, without a token: give one "
-            f"with $SPARK_QUEUE_BROKER_TOKEN (or --token), or listen on 127.0.0.1"
-        )
+    refuse_unguarded(
+        host,
+        bool(token),
+        "the broker would listen",
+        "without a token: give one with $SPARK_QUEUE_BROKER_TOKEN (or --token), or listen on "
+        "127.0.0.1",
+    )
 
 
 def check_sqs_keys(host: str, keys: Mapping[str, str] | None) -> None:
@@ -130,11 +132,13 @@ def check_sqs_keys(host: str, keys: Mapping[str, str] | None) -> None:
     Raises:
         InvalidOptionError: ``host`` is not loopback and there are no access keys.
     """
-    if not keys and not is_loopback(host):
-        raise InvalidOptionError(
-            f"the SQS API would listen on {host}, beyond loopback, without access keys: name "
-            f"a file of them with $SPARK_QUEUE_SQS_KEYS, or listen on 127.0.0.1"
-        )
+    refuse_unguarded(
+        host,
+        bool(keys),
+        "the SQS API would listen",
+        "without access keys: name a file of them with $SPARK_QUEUE_SQS_KEYS, or listen on "
+        "127.0.0.1",
+    )
 
 
 class _Credential(flight.ServerMiddleware):
