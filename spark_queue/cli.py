@@ -46,7 +46,9 @@ from spark_queue.model.arguments import (
     arguments_of,
     flag_type,
     parse_queue_name,
+    shown,
 )
+from spark_queue.model.messages import check_message
 from spark_queue.model.policies import ENV_VAR, Policies, load_policies
 from spark_queue.model.queue_arguments import ARGUMENT_NAMES, option_name, validate_arguments
 from spark_queue.rules import COUNTERS
@@ -432,14 +434,27 @@ def _check_policies(args: argparse.Namespace) -> str:
 
 
 def _json_lines(path: str | None) -> list[dict[str, Any]]:
-    """Messages as JSON objects, one per line (blank lines skipped); times parsed."""
-    source = open(path, encoding="utf-8") if path else sys.stdin  # noqa: SIM115
+    """Messages as JSON objects, one per line (blank lines skipped), each checked as
+    publish checks a row; times parsed. Errors name the line (from 1).
+
+    Raises:
+        InvalidOptionError: ``--file`` cannot be read.
+        InvalidInputError: a line that is not a JSON object of a message's columns.
+    """
+    try:
+        source = open(path, "rb") if path else sys.stdin.buffer  # noqa: SIM115
+    except OSError as error:
+        raise InvalidOptionError(f"--file {path}: cannot read it: {error.strerror}") from None
     rows = []
     with source:
-        for number, line in enumerate(source, start=1):
+        for number, raw in enumerate(source, start=1):
+            where = f"{path or 'stdin'} line {number}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise InvalidInputError(f"{where} is not UTF-8 text") from None
             if not line.strip():
                 continue
-            where = f"{path or 'stdin'} line {number}"
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as error:
@@ -447,17 +462,24 @@ def _json_lines(path: str | None) -> list[dict[str, Any]]:
             if not isinstance(row, dict):
                 raise InvalidInputError(f"{where} is not a JSON object")
             for name in ("deliver_at", "expires_at"):
-                if isinstance(row.get(name), str):
+                if row.get(name) is not None:
                     row[name] = _utc_time(row[name], f"{where}: {name}")
+            try:
+                check_message(row)
+            except InvalidInputError as error:
+                raise InvalidInputError(f"{where}: {error}") from None
             rows.append(row)
     return rows
 
 
-def _utc_time(text: str, what: str) -> datetime:
+def _utc_time(value: object, what: str) -> datetime:
+    """A JSON line's time: an ISO 8601 string (without a zone, UTC)."""
     try:
-        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+        if not isinstance(value, str):
+            raise ValueError(value)
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        raise InvalidInputError(f"{what} is {text!r}, not an ISO 8601 time") from None
+        raise InvalidInputError(f"{what} is {shown(value)}, not an ISO 8601 time") from None
     return moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)
 
 

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from spark_queue import QueueTable
+from spark_queue.cli import main
 from tests.helpers import messages, set_table_property, write_batch
 
 
-def cli(path: str, *args: str) -> subprocess.CompletedProcess:
+def cli(path: str, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "spark_queue.cli", "--path", path, *args],
+        input=stdin,
         capture_output=True,
         text=True,
         timeout=120,
@@ -200,3 +205,54 @@ def test_publish_from_json_lines_idempotently(tmp_path):
     bad.write_text('{"text": "x"}\n')
     assert refused(cli(path, "publish", "orders", "--file", str(bad)), "'text'")
     assert table.stats("orders")["added"] == 3  # nothing of the refused ones
+
+
+def in_process(
+    capsys: pytest.CaptureFixture[str], *argv: str, stdin: bytes = b""
+) -> subprocess.CompletedProcess:
+    """``main(argv)`` in this process (seconds faster than a new one), with ``stdin``, its
+    exit code and output as :func:`cli` returns a process's."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+        code = main(list(argv))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(argv, code, out, err)
+
+
+def test_publish_names_the_line_of_a_bad_message_and_publishes_none(tmp_path, capsys):
+    path = str(tmp_path / "queues")
+    QueueTable(path).publish("orders", ["first"])
+    ok = '{"body": "ok"}'
+    lines_file = tmp_path / "messages.jsonl"
+    for lines, text in (
+        ([ok, '{"body": 5}'], "stdin line 2: column 'body' takes bytes or UTF-8 strings; got 5"),
+        ([ok, '{"key": "k"}'], "stdin line 2: the message has no 'body'"),
+        ([ok, '{"body": null}'], "stdin line 2: the message has no 'body'"),
+        ([ok, "", '{"body": "x", "priority": "high"}'], "stdin line 3: column 'priority'"),
+        ([ok, ok, '{"body": "x", "headers": {"h": 1}}'], "stdin line 3: column 'headers'"),
+        ([ok, '{"body": "\\ud800"}'], "stdin line 2: column 'body' takes bytes or UTF-8"),
+        ([ok, '{"body": "x", "deliver_at": 5}'], "stdin line 2: deliver_at is 5, not an ISO"),
+        ([ok, '{"body": "x", "colour": 1}'], "stdin line 2: unknown column 'colour'"),
+    ):
+        text_in = "\n".join(lines) + "\n"
+        piped = in_process(capsys, "--path", path, "publish", "orders", stdin=text_in.encode())
+        assert refused(piped, text), (lines, piped.stderr)
+        lines_file.write_text(text_in)
+        from_file = in_process(
+            capsys, "--path", path, "publish", "orders", "--file", str(lines_file)
+        )
+        assert refused(from_file, text.replace("stdin", str(lines_file))), from_file.stderr
+    latin1 = b'{"body": "ok"}\n{"body": "caf\xe9"}\n'
+    not_utf8 = in_process(capsys, "--path", path, "publish", "orders", stdin=latin1)
+    assert refused(not_utf8, "stdin line 2 is not UTF-8 text")
+    assert QueueTable(path).stats("orders")["added"] == 1
+
+
+def test_publish_from_a_file_that_cannot_be_read_names_the_flag_and_the_path(tmp_path):
+    path = str(tmp_path / "queues")
+    missing = str(tmp_path / "nonexistent.jsonl")
+    result = cli(path, "publish", "orders", "--file", missing)
+    assert refused(result, f"--file {missing}: cannot read it: No such file or directory")
+    folder = cli(path, "publish", "orders", "--file", str(tmp_path))
+    assert refused(folder, f"--file {tmp_path}: cannot read it: Is a directory")
+    assert not (tmp_path / "queues").exists()

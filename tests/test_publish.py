@@ -103,6 +103,26 @@ BAD_INPUT = {  # publish arguments besides the queue "orders"; the error; what i
     "unknown-column": ({"rows": [{"body": "x", "colour": 1}]}, InvalidInputError, "'colour'"),
     "wrong-type": ({"rows": [{"body": "x", "priority": "hi"}]}, InvalidInputError, "'priority'"),
     "wrong-body-type": ({"rows": pa.table({"body": [1]})}, InvalidInputError, "'body'"),
+    "a-row-without-body": (
+        {"rows": [{"body": "x"}, {"key": "k"}]},
+        InvalidInputError,
+        "^row 1 has no 'body'",
+    ),
+    "a-row-with-a-number-body": (
+        {"rows": [{"body": "x"}, {"body": 5}]},
+        InvalidInputError,
+        r"^column 'body' takes bytes or UTF-8 strings; row 1 has 5 \(int\)$",
+    ),
+    "a-lone-surrogate-body": (
+        {"rows": ["x", "\ud800"]},
+        InvalidInputError,
+        r"^column 'body' takes bytes or UTF-8 strings; row 1 has '\\ud800' \(str\)$",
+    ),
+    "a-lone-surrogate-key": (
+        {"rows": [{"body": "x", "key": "\udc80"}]},
+        InvalidInputError,
+        "column 'key' takes UTF-8 strings",
+    ),
     "queue-column": (
         {"rows": pa.table({"body": ["x"], "queue": ["q"]})},
         InvalidInputError,

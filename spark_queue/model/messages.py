@@ -213,9 +213,20 @@ def _is_priority(value: object) -> bool:
     return True
 
 
+def _is_text(value: object) -> bool:
+    """A str UTF-8 can hold: no lone surrogate (which JSON's ``\\ud800`` makes)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def _is_headers(value: object) -> bool:
     return isinstance(value, Mapping) and all(
-        isinstance(k, str) and (v is None or isinstance(v, str)) for k, v in value.items()
+        _is_text(k) and (v is None or _is_text(v)) for k, v in value.items()
     )
 
 
@@ -241,11 +252,13 @@ def _is_time(value: object) -> bool:
 # What each column takes from Python values (naming the row at fault): Arrow would store a
 # priority of 1.5 as 1 and an int as a time in microseconds, so columns with values of
 # other types than _EXACT's are checked value by value before conversion; the others
-# where Arrow refuses them, or where a time is out of the years Python reads back.
+# where Arrow refuses them, or where a time is out of the years Python reads back. Every
+# column but the body may be None.
 _VALUE_CHECKS: dict[str, tuple[Callable[[object], bool], str]] = {
-    "message_id": (lambda v: isinstance(v, str), "strings"),
-    "key": (lambda v: isinstance(v, str), "strings"),
-    "headers": (_is_headers, "dicts of string keys to string values"),
+    "body": (lambda v: isinstance(v, bytes | bytearray) or _is_text(v), "bytes or UTF-8 strings"),
+    "message_id": (_is_text, "UTF-8 strings"),
+    "key": (_is_text, "UTF-8 strings"),
+    "headers": (_is_headers, "dicts of UTF-8 string keys to UTF-8 string values"),
     "priority": (_is_priority, "whole numbers from -2**31 to 2**31-1"),
     "deliver_at": (_is_time, "datetimes of years 1 to 9999 in UTC"),
     "expires_at": (_is_time, "datetimes of years 1 to 9999 in UTC"),
@@ -256,7 +269,11 @@ def _from_values(values: list[Any]) -> pa.Table:
     if all(isinstance(v, bytes | bytearray) for v in values):
         return pa.table({"body": pa.array(values, pa.binary())})
     if all(isinstance(v, str) for v in values):
-        return pa.table({"body": pa.array(values, pa.string())})
+        try:
+            return pa.table({"body": pa.array(values, pa.string())})
+        except UnicodeEncodeError:
+            _check_values("body", values)  # names the row
+            raise
     if not all(isinstance(v, dict) for v in values):
         kinds = sorted({type(v).__name__ for v in values})
         raise InvalidInputError(
@@ -269,16 +286,16 @@ def _from_values(values: list[Any]) -> pa.Table:
     columns = {}
     for name in names:
         if name not in PUBLISH_COLUMNS:
-            raise InvalidInputError(
-                f"unknown column {name!r}; publish accepts {', '.join(PUBLISH_COLUMNS)}"
-            )
+            raise _unknown_column(name)
         column = [value.get(name) for value in values]
+        if name == "body" and None in column:
+            raise InvalidInputError(_problem("body", None, f"row {column.index(None)}"))
         exact = _EXACT.get(name)
         if exact is not None and not all(type(v) is exact or v is None for v in column):
             _check_values(name, column)  # values Arrow might convert into others
         try:
             array = pa.array(column, _PYTHON_TYPES.get(name))
-        except (pa.ArrowException, TypeError, OverflowError) as error:
+        except (pa.ArrowException, TypeError, OverflowError, UnicodeEncodeError) as error:
             _check_values(name, column)  # the row at fault, where a check names it
             raise InvalidInputError(
                 f"column {name!r} has a value of the wrong type: {error}"
@@ -289,15 +306,52 @@ def _from_values(values: list[Any]) -> pa.Table:
     return pa.table(columns)
 
 
+def _unknown_column(name: str) -> InvalidInputError:
+    return InvalidInputError(
+        f"unknown column {name!r}; publish accepts {', '.join(PUBLISH_COLUMNS)}"
+    )
+
+
 def _check_values(name: str, column: list[object]) -> None:
     """Raise for the first value of ``column`` that :data:`_VALUE_CHECKS` refuses."""
-    check, takes = _VALUE_CHECKS[name]
     for row, item in enumerate(column):
-        if item is not None and not check(item):
-            raise InvalidInputError(
-                f"column {name!r} takes {takes} (or None); row {row} has "
-                f"{shown(item)} ({type(item).__name__})"
-            )
+        problem = _problem(name, item, f"row {row}")
+        if problem is not None:
+            raise InvalidInputError(problem)
+
+
+def _problem(name: str, value: object, holder: str | None) -> str | None:
+    """What is wrong with ``value`` as column ``name``'s, held by ``holder`` (``row 3``;
+    None: a message on its own), or None where nothing is."""
+    if value is None:
+        if name != "body":
+            return None
+        return (
+            f"{holder or 'the message'} has no 'body'; every message needs one (bytes or a string)"
+        )
+    check, takes = _VALUE_CHECKS[name]
+    if check(value):
+        return None
+    nullable = "" if name == "body" else " (or None)"
+    has = f"{holder} has" if holder else "got"
+    return f"column {name!r} takes {takes}{nullable}; {has} {shown(value)} ({type(value).__name__})"
+
+
+def check_message(message: Mapping[str, object]) -> None:
+    """One message given as a dict of its columns (a row of :meth:`QueueTable.publish`'s
+    list), checked on its own, as :func:`as_input_table` checks a list of them.
+
+    Raises:
+        InvalidInputError: an unknown column, no body, or a value of a type its column does
+            not take (naming the column and what it takes).
+    """
+    for name in message:
+        if name not in PUBLISH_COLUMNS:
+            raise _unknown_column(name)
+    for name in PUBLISH_COLUMNS:
+        problem = _problem(name, message.get(name), None)
+        if problem is not None:
+            raise InvalidInputError(problem)
 
 
 def _readable_times(array: pa.Array) -> bool:
