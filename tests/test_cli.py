@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_queue import QueueTable
+from spark_queue import InvalidOptionError, QueueTable
 from spark_queue.cli import main
 from tests.helpers import messages, set_table_property, write_batch
 
@@ -256,3 +256,20 @@ def test_publish_from_a_file_that_cannot_be_read_names_the_flag_and_the_path(tmp
     folder = cli(path, "publish", "orders", "--file", str(tmp_path))
     assert refused(folder, f"--file {tmp_path}: cannot read it: Is a directory")
     assert not (tmp_path / "queues").exists()
+
+
+def test_a_path_of_a_scheme_no_table_lives_at_is_refused_by_scheme(tmp_path, capsys):
+    uri = "ftp://user:SECRET@host/q"
+    for command in (["declare", "x"], ["stats"], ["queues"], ["publish", "x"]):
+        result = in_process(capsys, "--path", uri, *command, stdin=b'{"body": "a"}\n')
+        assert refused(result, "path 'ftp://host/q' has the URI scheme 'ftp', where no queue"), (
+            command,
+            result.stderr,
+        )
+        assert "a local path or a URI of file, " in result.stderr and ", s3, s3a" in result.stderr
+        assert "SECRET" not in result.stderr
+    with pytest.raises(InvalidOptionError, match="URI scheme 'memory'"):
+        QueueTable("memory://queues")
+    # Schemes are case-insensitive (RFC 3986): the table is the same one.
+    QueueTable(tmp_path / "queues").declare("orders")
+    assert QueueTable(f"FILE://{tmp_path}/queues").queues() == ["orders"]

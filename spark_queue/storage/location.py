@@ -38,6 +38,8 @@ OPTION_PREFIX = "storage."
 OBJECT_STORE_SCHEMES = frozenset(
     {"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "adl", "azure", "r2", "lakefs"}
 )
+# Every URI scheme a queue table may live at: a local disk's and the object stores'.
+TABLE_SCHEMES = ("file", *sorted(OBJECT_STORE_SCHEMES))
 
 _filesystems: dict[tuple[int, str, str, tuple[tuple[str, str], ...]], pafs.FileSystem] = {}
 _filesystems_lock = threading.Lock()
@@ -205,8 +207,9 @@ def table_uri(path: str | os.PathLike[str]) -> str:
     """A local path made absolute; URIs (``s3://``, ``file://``, ...) unchanged.
 
     Raises:
-        InvalidOptionError: ``path`` is neither a string nor a path, or is blank (which
-            would make the current directory the table).
+        InvalidOptionError: ``path`` is neither a string nor a path, is blank (which
+            would make the current directory the table), or is a URI of a scheme no queue
+            table lives at (:data:`TABLE_SCHEMES`).
     """
     if isinstance(path, os.PathLike):
         path = os.fspath(path)
@@ -215,7 +218,15 @@ def table_uri(path: str | os.PathLike[str]) -> str:
             f"path must be the queue table's location, a local path or a URI such as "
             f"s3://bucket/queues; got {path!r}"
         )
-    return path if "://" in path else os.path.abspath(path)
+    if "://" not in path:
+        return os.path.abspath(path)
+    scheme, _, rest = path.partition("://")
+    if scheme.lower() not in TABLE_SCHEMES:
+        raise InvalidOptionError(
+            f"path {without_userinfo(path)!r} has the URI scheme {scheme!r}, where no queue "
+            f"table lives; it takes a local path or a URI of {', '.join(TABLE_SCHEMES)}"
+        )
+    return f"{scheme.lower()}://{rest}"  # as the stores' clients spell it (RFC 3986)
 
 
 @dataclass(frozen=True)
