@@ -21,6 +21,7 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from datetime import datetime, timezone
+from importlib import metadata
 from typing import Any, NoReturn
 
 from spark_queue.broker.client import MODE_ENV_VAR, TOKEN_ENV_VAR, parse_mode
@@ -40,6 +41,7 @@ from spark_queue.errors import (
 from spark_queue.model.arguments import (
     ARGUMENTS,
     COUNT,
+    SEQ,
     Choice,
     Count,
     Duration,
@@ -64,7 +66,10 @@ from spark_queue.table import QueueTable
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
 STATS_FORMAT = Choice(("table", "json", "prometheus"))
+# The commands that may declare a queue (a dead-letter queue too), which read the policies
+# file; and every command that reads it.
 DECLARING_COMMANDS = ("declare", "alter", "publish", "ack", "cancel", "extend", "release")
+POLICY_COMMANDS = (*DECLARING_COMMANDS, "broker", "policies check")
 
 
 class UsageError(Exception):
@@ -117,6 +122,7 @@ def _unrecognized(extras: list[str]) -> str:
 
 
 _count = flag_type(COUNT)
+_seq = flag_type(SEQ)  # an int64, as the table stores seqs
 
 
 def _hours(text: str) -> float:
@@ -180,6 +186,31 @@ def _table(rows: list[dict[str, Any]], columns: list[str]) -> str:
     return "\n".join(lines)
 
 
+# How _escaped() writes the characters it escapes that have a short form of their own.
+_SHORT_ESCAPES = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escaped(text: str) -> str:
+    """``text`` as a terminal may show it, on one line: printable characters as they are; a
+    backslash, a control or invisible character (a newline, ESC, NUL, a bidi override) and
+    an invalid UTF-8 byte (decoded with ``surrogateescape``) escaped as Python writes them:
+    ``\\\\``, ``\\n``, ``\\x1b``, ``\\x00``, ``\\u202e``, ``\\xff``."""
+    if text.isprintable() and "\\" not in text:
+        return text
+    return "".join(c if c.isprintable() and c != "\\" else _escape(c) for c in text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if char in _SHORT_ESCAPES:
+        return _SHORT_ESCAPES[char]
+    if 0xDC80 <= code <= 0xDCFF:  # surrogateescape's stand-in for the byte code - 0xDC00
+        return f"\\x{code - 0xDC00:02x}"
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
 def _global_options(parser: argparse.ArgumentParser, *, after: bool, client: bool = True) -> None:
     """The options of every command, before it (``after`` unset) or after it. After it
     they are left out of the namespace unless given, so they do not undo those given
@@ -197,7 +228,7 @@ def _global_options(parser: argparse.ArgumentParser, *, after: bool, client: boo
         "--policies",
         metavar="FILE",
         default=default,
-        help=f"policies file applied by declare and alter (default: ${ENV_VAR})",
+        help=f"the policies file, read by {', '.join(POLICY_COMMANDS)} (default: ${ENV_VAR})",
     )
     if not client:
         return
@@ -221,8 +252,21 @@ def _global_options(parser: argparse.ArgumentParser, *, after: bool, client: boo
     )
 
 
+class _PrintVersion(argparse.Action):
+    """``--version``: the installed distribution's version, looked up only when asked."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        try:
+            version = metadata.version("spark-queue")
+        except metadata.PackageNotFoundError:
+            version = "(not installed: running from a source folder)"
+        print(f"{parser.prog} {version}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="spark-queue", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action=_PrintVersion, nargs=0, help="print the version")
     _global_options(parser, after=False)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("queues", help="list the queues")
@@ -279,7 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         command = commands.add_parser(name, help=text)
         command.add_argument("queue")
-        command.add_argument("seqs", nargs="+", type=int)
+        command.add_argument("seqs", nargs="+", type=_seq)
         command.add_argument("--consumer")
         if name == "cancel":
             command.add_argument(
@@ -289,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
             )
     extend = commands.add_parser("extend", help="extend a consumer's leases (slow work)")
     extend.add_argument("queue")
-    extend.add_argument("seqs", nargs="+", type=int)
+    extend.add_argument("seqs", nargs="+", type=_seq)
     extend.add_argument("--consumer", required=True)
     extend.add_argument(
         "--period",
@@ -514,6 +558,8 @@ def _run_broker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> st
         if token is not None:
             check_token_text(token, "--token" if args.token is not None else f"${TOKEN_ENV_VAR}")
         check_token(parse_listen(args.listen)[0], token)
+        if args.advertise is not None:
+            parse_listen(args.advertise, "--advertise")
     except InvalidOptionError as error:
         parser.error(str(error))
     if (args.tls_cert is None) != (args.tls_key is None):
@@ -526,9 +572,9 @@ def _run_broker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> st
         keys_file = os.environ.get(KEYS_ENV_VAR) or None
         try:
             sqs_keys = None if keys_file is None else load_keys(keys_file)
-            check_sqs_keys(parse_listen(args.sqs)[0], sqs_keys)
+            check_sqs_keys(parse_listen(args.sqs, "--sqs")[0], sqs_keys)
         except InvalidOptionError as error:
-            parser.error(str(error).replace("--listen", "--sqs"))
+            parser.error(str(error))
     metrics_token = None
     if args.metrics is not None:
         metrics = _metrics("--metrics")
@@ -536,9 +582,9 @@ def _run_broker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> st
         try:
             if metrics_token is not None:
                 check_token_text(metrics_token, f"${metrics.TOKEN_ENV_VAR}")
-            metrics.check_metrics_token(parse_listen(args.metrics)[0], metrics_token)
+            metrics.check_metrics_token(parse_listen(args.metrics, "--metrics")[0], metrics_token)
         except InvalidOptionError as error:
-            parser.error(str(error).replace("--listen", "--metrics"))
+            parser.error(str(error))
     logging.basicConfig(level=logging.INFO, format="spark-queue broker: %(message)s")
     run_broker(
         args.broker_path,
@@ -565,8 +611,8 @@ def run_command(args: argparse.Namespace) -> str:
     if args.command == "policies":
         return _check_policies(args)
     command = args.command
-    # Only commands that may declare a queue (a dead-letter queue too) read the policies file,
-    # so a broken $SPARK_QUEUE_POLICIES does not stop `stats` or `peek`.
+    # Only DECLARING_COMMANDS read the policies file, so a broken $SPARK_QUEUE_POLICIES does
+    # not stop `stats` or `peek`.
     policies = args.policies if command in DECLARING_COMMANDS else Policies([], "<unused>")
     storage = parse_storage_flags(args.storage_options)
     if command == "check-storage":
@@ -616,7 +662,9 @@ def run_command(args: argparse.Namespace) -> str:
     if command == "peek":
         rows = table.peek(args.queue, args.limit).to_pylist()
         for row in rows:
-            row["body"] = bytes(row["body"]).decode("utf-8", errors="replace")
+            row["body"] = _escaped(bytes(row["body"]).decode("utf-8", errors="surrogateescape"))
+            if row["message_id"] is not None:
+                row["message_id"] = _escaped(row["message_id"])
         return _table(rows, ["seq", "priority", "enqueued_at", "message_id", "body"])
     if command == "purge":
         purged = table.purge(args.queue, progress=_progress(args))

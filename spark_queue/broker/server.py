@@ -96,8 +96,19 @@ def _unobserved(operation: str, seconds: float, error: str | None) -> None:
     """The default :attr:`QueueBroker.observe`: records nothing."""
 
 
-def parse_listen(text: str) -> tuple[str, int]:
+# An address each flag of an address could take, for messages: the Flight port, the SQS port
+# of ElasticMQ (SQS's own stand-in) and the Prometheus exporters' port.
+ADDRESS_EXAMPLES = {
+    "--listen": "127.0.0.1:8815",
+    "--advertise": "broker.internal:8815",
+    "--sqs": "127.0.0.1:9324",
+    "--metrics": "127.0.0.1:9464",
+}
+
+
+def parse_listen(text: str, flag: str = "--listen") -> tuple[str, int]:
     """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as a host and a port; port 0: a free one.
+    ``flag``: the flag that gave it (a key of :data:`ADDRESS_EXAMPLES`), for the message.
 
     Raises:
         InvalidOptionError: not of that form.
@@ -105,8 +116,9 @@ def parse_listen(text: str) -> tuple[str, int]:
     host, sep, port = text.strip().rpartition(":")
     host = host.strip("[]")
     if not sep or not host or not port.isdigit() or int(port) > 65535:
+        free = "" if flag == "--advertise" else ", or port 0 for a free one"
         raise InvalidOptionError(
-            f"--listen takes HOST:PORT (say 127.0.0.1:8815, or port 0 for a free one); got {text!r}"
+            f"{flag} takes HOST:PORT (say {ADDRESS_EXAMPLES[flag]}{free}); got {text!r}"
         )
     return host, int(port)
 
@@ -582,11 +594,11 @@ def run_broker(
         check_token_text(token, "the broker's token")
     check_token(host, token)
     if advertise is not None:
-        parse_listen(advertise)
-    sqs_address = None if sqs_listen is None else parse_listen(sqs_listen)
+        parse_listen(advertise, "--advertise")
+    sqs_address = None if sqs_listen is None else parse_listen(sqs_listen, "--sqs")
     if sqs_address is not None:
         check_sqs_keys(sqs_address[0], sqs_keys)
-    metrics_address = None if metrics_listen is None else parse_listen(metrics_listen)
+    metrics_address = None if metrics_listen is None else parse_listen(metrics_listen, "--metrics")
     if metrics_address is not None:
         from spark_queue.broker.metrics import check_metrics_token
 
