@@ -109,3 +109,19 @@ def test_clients_check_their_options_when_made(table, call, named):
     with pytest.raises(InvalidOptionError, match=named):
         call(table)
     assert version(table) == before
+
+
+@pytest.mark.parametrize(
+    "call, own",
+    [
+        (lambda t: t.consumer("q", "a", linger=5), "max_prefetch, lease_period"),
+        (lambda t: t.publisher("q", linger=5), "linger_ms, max_batch, on_reject"),
+    ],
+    ids=["consumer", "publisher"],
+)
+def test_an_unknown_client_option_lists_the_clients_own_options(table, call, own):
+    with pytest.raises(InvalidOptionError) as refused:
+        call(table)
+    message = str(refused.value)
+    assert message.startswith("unknown ") and "option 'linger'; valid: " in message
+    assert own in message and "expiration_model" not in message

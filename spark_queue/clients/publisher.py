@@ -3,6 +3,7 @@ batch size), on a :class:`~spark_queue.table.QueueTable`."""
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
 from collections import deque
@@ -14,8 +15,8 @@ from typing import Any
 import numpy as np
 
 from spark_queue.clients.queue_operations import QueueOperations
-from spark_queue.errors import ClientClosedError
-from spark_queue.model.arguments import OnReject, parse_given, parse_queue_name
+from spark_queue.errors import ClientClosedError, InvalidOptionError
+from spark_queue.model.arguments import OnReject, arguments_of, parse_given, parse_queue_name
 from spark_queue.model.keywords import DurationLike, QueueArgumentKeywords, Unpack
 from spark_queue.model.messages import as_input_table
 from spark_queue.model.queue_arguments import validate_arguments
@@ -69,6 +70,13 @@ class Publisher:
         # Checked now, as publish would check them, so a bad one fails here, not in every
         # future of the first batch.
         parse_queue_name("queue", queue)
+        unknown = sorted(set(arguments) - {a.name for a in arguments_of("queue")})
+        if unknown:  # else named as an unknown queue argument, listing those alone
+            raise InvalidOptionError(
+                f"unknown publisher option {unknown[0]!r}; valid: {', '.join(PUBLISHER_OPTIONS)}, "
+                "and the queue arguments publish takes (max_length, ring_size, ...: "
+                "docs/ARGUMENTS.md)"
+            )
         given = parse_given(
             "publisher", {"linger_ms": linger_ms, "max_batch": max_batch, "on_reject": on_reject}
         )
@@ -255,3 +263,11 @@ class Publisher:
         stored = np.asarray(outcome.accepted, bool)
         for item, accepted in zip(batch, stored, strict=True):
             item.future.set_result(next(seqs) if accepted else None)
+
+
+# A Publisher's own keyword options (the others are queue arguments).
+PUBLISHER_OPTIONS = tuple(
+    p.name
+    for p in inspect.signature(Publisher.__init__).parameters.values()
+    if p.kind is p.KEYWORD_ONLY
+)
