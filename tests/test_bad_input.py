@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from pyspark.sql import functions as F
 
@@ -99,6 +101,29 @@ def test_null_body_or_missing_queue_fails_and_leaves_no_files(spark, queue_path,
     assert QueueTable(queue_path).store.open().version() == version
     staged = list((tmp_path / "queues" / "record=message").glob("*.parquet"))
     assert staged == []  # the failed task removed what it had staged
+
+
+@pytest.mark.connect
+def test_a_write_with_no_queue_fails_before_any_task_runs(spark, queue_path, tmp_path):
+    """Neither the option nor a column: refused on the driver side, where the writer is made
+    with the schema, as every other bad option is (a task would fail twice over, with a JVM
+    stack trace per attempt)."""
+    QueueTable(queue_path).declare("q")
+    version = QueueTable(queue_path).store.open().version()
+    ran = str(tmp_path / "a-task-ran")
+
+    @F.udf("string")
+    def body(value: str) -> str:
+        os.makedirs(ran, exist_ok=True)
+        return value
+
+    rows = spark.range(2).select(body(F.col("id").cast("string")).alias("body"))
+    with pytest.raises(Exception) as failed:
+        write_batch(rows, queue_path)
+    text = str(failed.value)
+    assert "InvalidInputError: no queue for the rows: set the option 'queue'" in text, text
+    assert not os.path.exists(ran)
+    assert QueueTable(queue_path).store.open().version() == version
 
 
 def test_redeclare_with_another_value_shows_both(spark, queue_path):

@@ -22,7 +22,7 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_type
 from pyspark.sql.types import DataType, StructType
 
-from spark_queue.errors import InvalidOptionError
+from spark_queue.errors import InvalidInputError, InvalidOptionError
 from spark_queue.model.schema import BROWSE_ARROW_SCHEMA, INPUT_TYPES, check_input_columns
 from spark_queue.portable import Portable
 from spark_queue.spark.options import (
@@ -157,4 +157,9 @@ class RingQueueDataSource(Portable, DataSource):
             )
         options = parse_sink_options(self.options)
         check_input_schema(schema)
+        if options.queue is None and "queue" not in schema.fieldNames():
+            raise InvalidInputError(
+                "no queue for the rows: set the option 'queue', or give the DataFrame a "
+                "'queue' column"
+            )
         return options, schema.fieldNames()
