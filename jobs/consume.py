@@ -50,7 +50,7 @@ from common import (
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 
-from spark_queue import BROWSE_COLUMNS, QueueTable
+from spark_queue import BROWSE_COLUMNS, QueueError, QueueTable
 
 # What a consumer's rows carry; ``state`` is always 'leased' there, so it is not written.
 COLUMNS = [name for name in BROWSE_COLUMNS if name != "state"]
@@ -136,6 +136,13 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> di
     given = spark
     args = parse_args(argv)
     storage = storage_options(args)
+    try:
+        # Checked here, as maintain.py does, not by the query: its failure would come with
+        # Spark's log of a query that terminated with an error, a JVM stack trace.
+        table = QueueTable(args.path, storage_options=storage)
+        table.arguments(args.queue)
+    except QueueError as error:  # a bad path, no queue table or queue, an unreachable store
+        fail(PROG, f"{type(error).__name__}: {error}")
     spark = job_session("spark-queue-consume", storage, args.remote, given)
     reader = (
         spark.readStream.format("ringqueue")
@@ -171,7 +178,7 @@ def main(argv: list[str] | None = None, spark: SparkSession | None = None) -> di
         "output": args.output,
         "batches": progress.batches,
         "messages": progress.rows,
-        "stats": QueueTable(args.path, storage_options=storage).stats(args.queue),
+        "stats": table.stats(args.queue),
     }
     print(
         f"consumer {args.consumer!r} moved {report['messages']:,} messages of queue "

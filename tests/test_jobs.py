@@ -330,6 +330,27 @@ def test_consume_bad_input_names_it_and_moves_nothing(spark, tmp_path, flags, na
     assert (stats["ready"], stats["leased"], stats["acked"]) == (2, 0, 0)
 
 
+def test_consume_of_a_missing_table_or_queue_is_one_line_before_spark_starts(tmp_path):
+    """The job's own process, as a user runs it: one line on stderr (no Spark log, no JVM
+    stack trace), as SPARK-SUBMIT.md promises; the check comes before a session starts."""
+    missing = tmp_path / "missing"
+    flags = ["--output", tmp_path / "out", "--checkpoint", tmp_path / "chk"]
+    result = run_job("consume", "--path", missing, "--queue", "q", *flags, check=False)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"consume.py: error: TableNotFoundError: no queue table at {missing}"
+    ]
+    queues = tmp_path / "queues"
+    QueueTable(queues).declare("orders")
+    result = run_job("consume", "--path", queues, "--queue", "nope", *flags, check=False)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        f"consume.py: error: QueueNotFoundError: queue 'nope' does not exist in {queues}; "
+        "queues: ['orders']"
+    ]
+    assert not (tmp_path / "out").exists() and not (tmp_path / "chk").exists()
+
+
 @pytest.mark.spark
 def test_produce_csv_files_with_an_inferred_schema(spark, tmp_path):
     landing = tmp_path / "landing"
