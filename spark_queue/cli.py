@@ -63,6 +63,7 @@ from spark_queue.storage.location import (
 )
 from spark_queue.table import QueueTable
 
+GRPC_VERBOSITY_ENV_VAR = "GRPC_VERBOSITY"
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
 STATS_FORMAT = Choice(("table", "json", "prometheus"))
@@ -707,6 +708,10 @@ def run_command(args: argparse.Namespace) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit code (0 done, 1 refused, 2 bad usage). Errors are
     one line on stderr, whatever raised them."""
+    # gRPC (under Arrow Flight) logs through absl from INFO up unless told otherwise: a TLS
+    # handshake that fails, say, as raw lines before spark-queue's own. Errors only, unless
+    # the user chose; gRPC reads it when it starts, at this process's first Flight call.
+    os.environ.setdefault(GRPC_VERBOSITY_ENV_VAR, "ERROR")
     storage: dict[str, str] = {}
     try:
         parser = build_parser()

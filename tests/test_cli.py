@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import io
 import json
+import os
 import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from spark_queue import InvalidOptionError, QueueTable
+from spark_queue.broker.discovery import read_records
 from spark_queue.cli import main
+from spark_queue.storage.location import Location
 from tests.helpers import messages, set_table_property, write_batch
 
 
@@ -393,3 +397,63 @@ def test_the_docs_name_exactly_the_commands_that_read_the_policies_file(tmp_path
     for listed in (bullet.split(" read it")[0], sentence):
         named = set(re.findall(r"`([a-z -]+)`", listed)) & {*arguments, "broker"}
         assert named == reading, listed
+
+
+def without_grpc_verbosity() -> dict[str, str]:
+    """This environment without a gRPC log level, as a user's shell has none."""
+    return {k: v for k, v in os.environ.items() if k != "GRPC_VERBOSITY"}
+
+
+def test_a_broker_that_cannot_listen_says_so_in_one_line_naming_the_flag(tmp_path):
+    path = str(tmp_path / "queues")
+    QueueTable(path).declare("orders")
+    env = {**without_grpc_verbosity(), "SPARK_QUEUE_BROKER_TOKEN": "t" * 32}
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        for listen, reason in (
+            (f"127.0.0.1:{port}", "Address already in use"),
+            ("192.0.2.123:0", "Cannot assign requested address"),  # TEST-NET-1: not ours
+        ):
+            result = subprocess.run(
+                [sys.executable, "-m", "spark_queue.cli", "broker", path, "--listen", listen],
+                capture_output=True,
+                text=True,
+                timeout=120,
+                env=env,
+            )
+            assert result.returncode == 1 and result.stdout == "", result.stderr
+            assert result.stderr.splitlines() == [
+                f"spark-queue: the broker cannot listen on {listen} (--listen): {reason}"
+            ]
+    assert read_records(Location.of(path)) == []  # no broker recorded itself
+
+
+def test_a_tls_client_of_a_plain_broker_warns_without_grpc_log_lines(tmp_path):
+    from tests.brokers import BrokerProcess
+
+    path = str(tmp_path / "queues")
+    QueueTable(path).declare("orders")
+    env = without_grpc_verbosity()
+    broker = BrokerProcess(path, log_path=tmp_path / "broker.log", env=env)
+    try:
+        result = subprocess.run(
+            [
+                *(sys.executable, "-m", "spark_queue.cli", "--path", path),
+                *("--broker", f"tls://{broker.address}", "stats", "orders", "--json"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env=env,
+        )
+    finally:
+        broker.stop()
+    assert result.returncode == 0 and json.loads(result.stdout)["ready"] == 0
+    warnings = result.stderr.splitlines()
+    assert warnings and all(
+        w.startswith(f"the broker at tls://{broker.address}: ") for w in warnings
+    )
+    assert "committing directly" in warnings[0], warnings
+    assert "absl" not in (tmp_path / "broker.log").read_text()

@@ -123,6 +123,33 @@ def parse_listen(text: str, flag: str = "--listen") -> tuple[str, int]:
     return host, int(port)
 
 
+def check_bindable(host: str, port: int, flag: str) -> None:
+    """That a server can listen at ``host:port`` (given by ``flag``): one of its addresses
+    binds, as gRPC's server binds them (``SO_REUSEADDR``). Checked before gRPC tries, which
+    logs raw lines of its own, then fails with "Server did not start properly".
+
+    Raises:
+        BrokerError: the port is taken, the host is not this machine's or does not resolve.
+    """
+    try:
+        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as error:
+        raise BrokerError(
+            f"the broker cannot listen on {host}:{port} ({flag}): {error.strerror}"
+        ) from None
+    refusals = []
+    for family, kind, protocol, _, address in addresses:
+        with socket.socket(family, kind, protocol) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as error:
+                refusals.append(error.strerror)
+                continue
+        return
+    raise BrokerError(f"the broker cannot listen on {host}:{port} ({flag}): {refusals[0]}")
+
+
 def check_token(host: str, token: str | None) -> None:
     """A broker that listens beyond loopback must have a token.
 
@@ -618,12 +645,15 @@ def run_broker(
         metrics = BrokerMetrics(table, sqs_service.actions if sqs_service is not None else ())
         if sqs_service is not None:
             sqs_service.observe = metrics.observer("sqs")
+    check_bindable(host, port, "--listen")
     try:
         server = QueueBroker(
             table, host, port, token=token, max_request_bytes=max_request_bytes, tls=tls
         )
-    except (pa.ArrowException, OSError) as error:  # the port is taken, the host not ours
-        raise BrokerError(f"the broker cannot listen on {host}:{port}: {error}") from None
+    except (pa.ArrowException, OSError) as error:  # taken since check_bindable looked
+        raise BrokerError(
+            f"the broker cannot listen on {host}:{port} (--listen): {error}"
+        ) from None
     if metrics is not None:
         server.observe = metrics.observer("flight")
     sqs_server = None
