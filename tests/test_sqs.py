@@ -516,6 +516,7 @@ def test_bad_requests_get_sqs_errors_and_change_nothing(sqs_client, local_broker
     before = table.stats("strict")
     version = version_of(local_broker.path)
     handle = handle_of(local_broker.path, "strict", 10**6, 1)
+    other_queues = handle_of(local_broker.path, "other", 1, 1)
     calls = [
         (c.send_message, {"QueueUrl": url, "MessageBody": "x" * 2049}, "InvalidParameterValue"),
         (c.send_message, {"QueueUrl": url, "MessageBody": "bad \x00"}, "InvalidMessageContents"),
@@ -545,7 +546,7 @@ def test_bad_requests_get_sqs_errors_and_change_nothing(sqs_client, local_broker
          "InvalidParameterValue"),
         (c.delete_message, {"QueueUrl": url, "ReceiptHandle": "forged"},
          "ReceiptHandleIsInvalid"),
-        (c.delete_message, {"QueueUrl": url, "ReceiptHandle": handle_of(local_broker.path, "other", 1, 1)},
+        (c.delete_message, {"QueueUrl": url, "ReceiptHandle": other_queues},
          "ReceiptHandleIsInvalid"),
         (c.change_message_visibility, {"QueueUrl": url, "ReceiptHandle": handle,
                                        "VisibilityTimeout": 10}, "InvalidParameterValue"),

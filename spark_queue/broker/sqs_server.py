@@ -38,6 +38,7 @@ from aiohttp import web
 
 from spark_queue.broker import sqs, sqs_handles, sqs_messages, sqs_shapes
 from spark_queue.broker.sqs import CONSUMER, SqsError, SqsOnly, invalid
+from spark_queue.broker.sqs_redrive import RedriveWatch
 from spark_queue.errors import (
     ArgumentMismatchError,
     InvalidInputError,
@@ -150,6 +151,7 @@ class SqsService:
         self.settings = SqsSettings(table.store.location)
         sqs_shapes.input_shapes()  # read before the first request waits for it (~0.3 s)
         self.handles = sqs_handles.HandleKeys(table.store.location)
+        self.redrive = RedriveWatch(table)
         self.observe: Observer = _unobserved
         self.poll_seconds = POLL_SECONDS if self.settings.local else OBJECT_STORE_POLL_SECONDS
         self._pool = concurrent.futures.ThreadPoolExecutor(THREADS, "sqs")
@@ -285,6 +287,7 @@ class SqsService:
     def end_polls(self) -> None:
         """Answer every long poll now (the broker is stopping); call on the event loop."""
         self.stopping = True
+        self.redrive.stop()
         for name in list(self._events):
             self._wake(name)
 
@@ -566,6 +569,8 @@ class SqsService:
         if not rows.num_rows:
             return {}  # as SQS answers: no Messages member at all
         received_at = int(time.time() * 1000)
+        deliveries = max(rows["delivery_count"].to_pylist())
+        self.redrive.received(name, deliveries, received_at / 1000 + max(visibility, 0.001))
         messages = []
         for row in rows.to_pylist():
             receipt = sqs_handles.Receipt(name, row["seq"], row["delivery_count"], received_at)
