@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import json
+from dataclasses import dataclass, field
 from typing import Any
 
 from spark_queue.broker.sqs import SqsError, invalid
@@ -49,15 +50,36 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+@dataclass(frozen=True)
+class Shape:
+    """A shape of the model, as much of it as a check reads (botocore's ``Shape`` computes
+    its members and metadata on each access: several times slower to walk)."""
+
+    kind: str  # structure, list, map, string, blob, integer, long, boolean, timestamp
+    members: dict[str, Shape] = field(default_factory=dict)  # a structure's
+    required: tuple[str, ...] = ()  # a structure's required members
+    element: Shape | None = None  # a list's member, a map's value
+
+
+def _compiled(shape: Any) -> Shape:
+    kind = shape.type_name
+    if kind == "structure":
+        members = {name: _compiled(member) for name, member in shape.members.items()}
+        return Shape(kind, members, tuple(shape.required_members))
+    if kind in ("list", "map"):
+        return Shape(kind, element=_compiled(shape.member if kind == "list" else shape.value))
+    return Shape(kind)
+
+
 @functools.cache
-def input_shapes() -> dict[str, Any]:
-    """Each SQS action's input shape (``botocore.model.StructureShape``), by action name:
-    the newest version of the model botocore ships."""
+def input_shapes() -> dict[str, Shape]:
+    """Each SQS action's input shape, by action name: from the newest version of the model
+    botocore ships."""
     from botocore.loaders import Loader
     from botocore.model import ServiceModel
 
     model = ServiceModel(Loader().load_service_model("sqs", "service-2"))
-    return {name: model.operation_model(name).input_shape for name in model.operation_names}
+    return {n: _compiled(model.operation_model(n).input_shape) for n in model.operation_names}
 
 
 def parse_request(action: str, body: bytes) -> dict[str, Any]:
@@ -85,19 +107,19 @@ def parse_request(action: str, body: bytes) -> dict[str, Any]:
     return members
 
 
-def check(shape: Any, value: Any, path: str) -> None:
+def check(shape: Shape, value: Any, path: str) -> None:
     """``value`` as ``shape`` says, at ``path`` (``Entries[2].MessageBody``); a member that
     is null counts as absent, as in every AWS JSON protocol.
 
     Raises:
         SqsError: ``MissingParameter`` or ``InvalidParameterValue``, naming the member.
     """
-    kind = shape.type_name
+    kind = shape.kind
     if kind == "structure":
         if not isinstance(value, dict):
             raise invalid(path, value, "must be an object")
         prefix = f"{path}." if path else ""
-        for name in shape.required_members:
+        for name in shape.required:
             if value.get(name) is None:
                 raise SqsError(
                     "MissingParameter", f"The request must contain the parameter {prefix}{name}."
@@ -106,19 +128,20 @@ def check(shape: Any, value: Any, path: str) -> None:
             if member is not None and name in shape.members:
                 check(shape.members[name], member, f"{prefix}{name}")
         return
-    if kind == "list":
+    element = shape.element  # a list's and a map's, never None
+    if kind == "list" and element is not None:
         if not isinstance(value, list):
             raise invalid(path, value, "must be a list")
         for at, item in enumerate(value):
             _present(item, f"{path}[{at}]")
-            check(shape.member, item, f"{path}[{at}]")
-    elif kind == "map":
+            check(element, item, f"{path}[{at}]")
+    elif kind == "map" and element is not None:
         if not isinstance(value, dict):
             raise invalid(path, value, "must be a map (an object)")
         for key, item in value.items():
             _text(key, f"{path} key")
             _present(item, f"{path}.{key}")
-            check(shape.value, item, f"{path}.{key}")
+            check(element, item, f"{path}.{key}")
     elif kind in ("string", "blob"):
         if not isinstance(value, str):
             raise invalid(path, value, "must be a string")
