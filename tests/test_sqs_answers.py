@@ -222,6 +222,26 @@ def test_a_message_past_its_last_visibility_timeout_reaches_the_dead_letter_queu
     assert dead["Body"] == "poison"
 
 
+def test_a_broker_redrives_the_last_receive_another_broker_made_before_it_was_killed(tmp_path):
+    path = str(tmp_path / "queues")
+    flags = ("--sqs", "127.0.0.1:0")
+    redrive = {"deadLetterTargetArn": sqs.queue_arn("orphans-dlq"), "maxReceiveCount": 1}
+    with BrokerProcess(path, *flags, log_path=tmp_path / "killed.log") as killed:
+        c = client(sqs_url(killed))
+        c.create_queue(QueueName="orphans-dlq")
+        url = c.create_queue(
+            QueueName="orphans", Attributes={"RedrivePolicy": json.dumps(redrive)}
+        )["QueueUrl"]
+        c.send_message(QueueUrl=url, MessageBody="orphan")
+        assert len(c.receive_message(QueueUrl=url, VisibilityTimeout=3)["Messages"]) == 1
+        killed.kill()  # its watch, told of the lease, is gone with it
+    table = QueueTable(path, broker="off")
+    with BrokerProcess(path, *flags, log_path=tmp_path / "next.log"):
+        # Nothing calls the queue: the new broker finds the lease in the table's state.
+        wait_until(lambda: table.stats("orphans-dlq")["ready"] == 1, 30, "the redrive")
+    assert table.stats("orphans")["dead_lettered"] == 1
+
+
 # -- system attributes ---------------------------------------------------------------------
 
 

@@ -65,8 +65,12 @@ class RedriveWatch:
         while not self._stopping.is_set():
             try:
                 due = self._settle_due()
-            except (QueueError, OSError) as error:  # storage away: try again later
+            except (QueueError, OSError) as error:  # storage away: again at the next check
                 log.warning("the SQS redrive check failed: %s: %s", type(error).__name__, error)
+                due = float("inf")
+            except Exception as error:  # the broker's own failure: logged, the watch goes on
+                log.error("the SQS redrive check failed: %s: %s", type(error).__name__, error)
+                log.debug("the failure's traceback", exc_info=True)
                 due = float("inf")
             with self._lock:
                 self._due = min(self._due, due)

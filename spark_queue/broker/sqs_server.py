@@ -550,7 +550,10 @@ class SqsService:
             *sqs.strings(request, "MessageSystemAttributeNames"),
         ]
         attributes = sqs.strings(request, "MessageAttributeNames")
-        key = await self._run(self.handles.signing)  # before any lease: a handle for each
+        # The secret before any lease, so that each leased message gets its handle (read or
+        # written once; on the pool only then).
+        loaded = bool(self.handles.known())
+        key = self.handles.signing() if loaded else await self._run(self.handles.signing)
         deadline = time.monotonic() + wait
         while True:
             rows = await self._run(
