@@ -25,7 +25,7 @@ The subpackages are layers by role, each importing only from those before it
   a broker; the consumer and the publisher;
 - :mod:`~spark_queue.table`: :class:`QueueTable`;
 - :mod:`~spark_queue.spark` (the only importer of PySpark) and the broker's servers
-  (``broker.server``, ``broker.sqs_server``, ``broker.metrics``);
+  (``broker.server``, ``broker.sqs_server``, ``broker.sqs_redrive``, ``broker.metrics``);
 - :mod:`~spark_queue.cli`: the ``spark-queue`` command.
 """
 

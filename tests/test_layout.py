@@ -24,6 +24,7 @@ LAYERS = (
     (
         "spark_queue.broker.server",
         "spark_queue.broker.sqs_server",
+        "spark_queue.broker.sqs_redrive",
         "spark_queue.broker.metrics",
         "spark_queue.spark",
     ),

@@ -1,24 +1,22 @@
 """Amazon SQS's API mapped onto queue tables (docs/SQS.md): the pure part, with no server.
 
 What an SQS request means for a :class:`~spark_queue.QueueTable` and how its answer is
-written: queue URLs and ARNs, receipt handles, queue attributes to queue arguments and
-back, messages and their attributes to rows and back (with the MD5 digests SDKs check),
-SQS's errors, and AWS Signature Version 4 checked with botocore's own signing code. The
-HTTP server that uses it is :mod:`spark_queue.broker.sqs_server`.
+written: request members, queue names, URLs and ARNs, queue attributes to queue arguments
+and back, batches, SQS's errors, and AWS Signature Version 4 checked with botocore's own
+signing code. Beside it: messages to rows and back (:mod:`~spark_queue.broker.sqs_messages`),
+receipt handles (:mod:`~spark_queue.broker.sqs_handles`) and request bodies checked against
+SQS's service model (:mod:`~spark_queue.broker.sqs_shapes`). The HTTP server that uses them
+is :mod:`spark_queue.broker.sqs_server`.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import calendar
 import hashlib
 import hmac
 import json
 import re
-import struct
 import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -43,11 +41,6 @@ FIFO_DEDUP_MS = 300_000  # SQS FIFO's five-minute deduplication interval
 DEFAULT_RETENTION_SECONDS = 345_600  # 4 days, SQS's default
 CLOCK_SKEW_SECONDS = 300
 MAX_LIST_RESULTS = 1000
-# Message attributes other than String ones keep their data type here (a header name no
-# SQS attribute name can take: ':' is not allowed in one).
-TYPES_HEADER = "sqs:types"
-TRACE_HEADER = "sqs:AWSTraceHeader"
-BODY_ENCODING_ATTRIBUTE = "spark-queue.body-encoding"
 
 # SQS's errors: the code of the JSON protocol (the model's shape name), the code SDKs read
 # from ``x-amzn-query-error`` (the query protocol's, which older code catches), the status.
@@ -164,14 +157,40 @@ def queue_arn(name: str) -> str:
     return f"arn:aws:sqs:{REGION}:{ACCOUNT}:{name}"
 
 
+def servable(name: str) -> bool:
+    """Whether ``name`` is a queue name of the table's rule that a URL can carry (``.``
+    and ``..`` are path segments, never names)."""
+    return bool(QUEUE_NAME.fullmatch(name)) and name.strip(".") != ""
+
+
 def check_queue_name(name: Any, parameter: str = "QueueName") -> str:
-    if not isinstance(name, str) or not QUEUE_NAME.match(name):
+    """A queue to look up: any queue of the table (Spark and ``QueueTable`` name queues by
+    the table's rule, a superset of SQS's)."""
+    if not isinstance(name, str) or not servable(name):
+        raise invalid(parameter, name, "a queue name is 1 to 255 characters of A-Z a-z 0-9 _ . -")
+    return name
+
+
+_SQS_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
+_SQS_FIFO_NAME = re.compile(r"[A-Za-z0-9_-]{1,75}\.fifo")
+
+
+def check_new_queue_name(name: str, fifo_attribute: Any) -> str:
+    """A queue CreateQueue may make: SQS's rule, 1 to 80 characters of A-Z a-z 0-9 _ -, a
+    FIFO queue's (the attribute ``FifoQueue`` true) ending in ``.fifo`` within the 80."""
+    if isinstance(fifo_attribute, str) and fifo_attribute.lower() == "true":
+        if not _SQS_FIFO_NAME.fullmatch(name):
+            raise invalid(
+                "QueueName", name, "The name of a FIFO queue can only include alphanumeric "
+                "characters, hyphens, or underscores, must end with .fifo suffix and be 1 to "
+                "80 in length",
+            )  # fmt: skip
+    elif not _SQS_NAME.fullmatch(name):
         raise invalid(
-            parameter,
-            name,
-            "a queue name is 1 to 255 characters of A-Z a-z 0-9 _ . - (a FIFO queue's "
-            "ends in .fifo)",
-        )
+            "QueueName", name, "Can only include alphanumeric characters, hyphens, or "
+            "underscores. 1 to 80 in length" + (" (a FIFO queue's name also needs the "
+            "attribute FifoQueue true)" if name.endswith(".fifo") else ""),
+        )  # fmt: skip
     return name
 
 
@@ -181,62 +200,16 @@ def name_of_url(url: Any) -> str:
     if not isinstance(url, str) or not url:
         raise SqsError("MissingParameter", "The request must contain the parameter QueueUrl.")
     name = url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
-    if not QUEUE_NAME.match(name):
+    if not servable(name):
         raise SqsError("InvalidAddress", f"The address {url[:300]} is not valid for this endpoint.")
     return name
 
 
 def name_of_arn(arn: Any, parameter: str) -> str:
     parts = arn.split(":") if isinstance(arn, str) else []
-    if len(parts) != 6 or parts[:3] != ["arn", "aws", "sqs"] or not QUEUE_NAME.match(parts[5]):
+    if len(parts) != 6 or parts[:3] != ["arn", "aws", "sqs"] or not servable(parts[5]):
         raise invalid(parameter, arn, "not an SQS queue ARN (arn:aws:sqs:REGION:ACCOUNT:NAME)")
     return parts[5]
-
-
-# -- receipt handles -----------------------------------------------------------------------
-
-_HANDLE_PREFIX = "sq1"
-
-
-def receipt_handle(queue: str, seq: int, deliveries: int) -> str:
-    """An opaque handle of one delivery of one message: the queue, the seq and the delivery
-    count (a later delivery has another count, so this handle no longer matches it)."""
-    text = f"{queue}\n{seq}\n{deliveries}".encode()
-    return f"{_HANDLE_PREFIX}.{base64.urlsafe_b64encode(text).decode().rstrip('=')}"
-
-
-def parse_receipt_handle(handle: Any, queue: str) -> tuple[int, int]:
-    """The seq and delivery count of ``queue``'s handle.
-
-    Raises:
-        SqsError: ``ReceiptHandleIsInvalid`` (not a handle, or another queue's).
-    """
-    refusal = SqsError(
-        "ReceiptHandleIsInvalid", f"The input receipt handle {str(handle)[:100]!r} is not valid."
-    )
-    if not isinstance(handle, str) or not handle.startswith(_HANDLE_PREFIX + "."):
-        if handle is None or handle == "":
-            raise SqsError(
-                "MissingParameter", "The request must contain the parameter ReceiptHandle."
-            )
-        raise refusal
-    encoded = handle[len(_HANDLE_PREFIX) + 1 :]
-    if not re.fullmatch(r"[A-Za-z0-9_-]{4,1400}", encoded):
-        raise refusal
-    try:
-        text = base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode()
-        name, seq, deliveries = text.split("\n")
-        parsed = int(seq), int(deliveries)
-    except (ValueError, binascii.Error, UnicodeDecodeError):
-        raise refusal from None
-    if name != queue or parsed[0] < 0 or parsed[1] < 1:
-        raise refusal
-    return parsed
-
-
-def message_id(queue: str, seq: int) -> str:
-    """A message's ``MessageId``: a UUID that one (queue, seq) always has."""
-    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"spark-queue:{queue}:{seq}"))
 
 
 # -- queue attributes ----------------------------------------------------------------------
@@ -307,6 +280,7 @@ class AttributeChange:
 
     arguments: dict[str, Any]  # queue arguments, snake_case, parsed
     sqs: dict[str, Any]  # fields of SqsOnly
+    origin: dict[str, str]  # each argument's and field's attribute
 
 
 def parse_attributes(
@@ -327,6 +301,7 @@ def parse_attributes(
         raise invalid("Attributes", attributes, "a map of attribute names to strings")
     arguments: dict[str, Any] = {}
     sqs: dict[str, Any] = {}
+    origin: dict[str, str] = {}
     fifo = is_fifo(name)
 
     def bad(attribute: str, reason: str) -> SqsError:
@@ -342,6 +317,7 @@ def parse_attributes(
         return int(text)
 
     for attribute in attributes:
+        before = {*arguments, *sqs}
         if attribute in _SQS_NUMBERS:
             low, high, field = _SQS_NUMBERS[attribute]
             sqs[field] = whole(attribute, low, high)
@@ -371,11 +347,12 @@ def parse_attributes(
                 "InvalidAttributeName",
                 f"Unknown or read-only attribute {attribute[:100]!r}; settable: {valid}",
             )
+        origin.update({key: attribute for key in {*arguments, *sqs} - before})
     try:
         parsed = validate_arguments(arguments, surface="option")
     except InvalidOptionError as error:
         raise SqsError("InvalidAttributeValue", str(error)) from None
-    return AttributeChange(parsed, sqs)
+    return AttributeChange(parsed, sqs, origin)
 
 
 def _redrive(text: str, queues: frozenset[str], bad: Any) -> dict[str, Any]:
@@ -470,343 +447,6 @@ KNOWN_UNSERVED = (
 
 def needs_stats(wanted: list[str]) -> bool:
     return any(a == "All" or a.startswith("ApproximateNumberOf") for a in wanted)
-
-
-# -- messages ------------------------------------------------------------------------------
-
-_INVALID_BODY = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
-_ATTRIBUTE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,256}$")
-
-
-def _check_attribute_name(name: str, parameter: str) -> None:
-    if (
-        not _ATTRIBUTE_NAME.match(name)
-        or name.startswith(".")
-        or name.endswith(".")
-        or ".." in name
-        or name.lower().startswith(("aws.", "amazon."))
-    ):
-        raise invalid(
-            parameter,
-            name,
-            "an attribute name is 1 to 256 of A-Z a-z 0-9 _ - ., no leading, trailing or "
-            "doubled '.', not starting with AWS. or Amazon.",
-        )
-
-
-def message_attributes(given: Any, parameter: str = "MessageAttributes") -> dict[str, Any]:
-    """Checked message attributes: name -> (data type, value as str or bytes).
-
-    Raises:
-        SqsError: ``InvalidParameterValue`` for a bad name, type or value.
-    """
-    if given is None:
-        return {}
-    if not isinstance(given, dict):
-        raise invalid(parameter, given, "a map of attribute names to values")
-    if len(given) > 10:
-        raise invalid(parameter, len(given), "a message has at most 10 attributes")
-    checked: dict[str, Any] = {}
-    for name, value in given.items():
-        _check_attribute_name(name, f"{parameter}.{name}")
-        if not isinstance(value, dict):
-            raise invalid(f"{parameter}.{name}", value, "a message attribute value")
-        data_type = value.get("DataType")
-        if not isinstance(data_type, str) or not re.fullmatch(
-            r"(String|Number|Binary)(\.[A-Za-z0-9_.\-]{1,200})?", data_type
-        ):
-            raise invalid(
-                f"{parameter}.{name}.DataType",
-                data_type,
-                "String, Number or Binary, with an optional custom type after a '.'",
-            )
-        if value.get("StringListValues") or value.get("BinaryListValues"):
-            raise SqsError(
-                "UnsupportedOperation", "StringListValues and BinaryListValues are not supported."
-            )
-        if data_type.startswith("Binary"):
-            raw = value.get("BinaryValue")
-            try:
-                data = base64.b64decode(raw, validate=True) if isinstance(raw, str) else None
-            except binascii.Error:
-                data = None
-            if not data:
-                raise invalid(f"{parameter}.{name}.BinaryValue", raw, "non-empty base64 bytes")
-            checked[name] = (data_type, data)
-        else:
-            text = value.get("StringValue")
-            if not isinstance(text, str) or not text or _INVALID_BODY.search(text):
-                raise invalid(
-                    f"{parameter}.{name}.StringValue",
-                    text,
-                    "a non-empty string of the characters a message body may hold",
-                )
-            if data_type.startswith("Number") and not re.fullmatch(
-                r"[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?", text
-            ):
-                raise invalid(
-                    f"{parameter}.{name}.StringValue",
-                    text,
-                    "a Number attribute's value is a number",
-                )
-            checked[name] = (data_type, text)
-    return checked
-
-
-def attributes_size(attributes: Mapping[str, Any]) -> int:
-    """What SQS counts of message attributes toward a message's size."""
-    return sum(
-        len(name.encode()) + len(data_type.encode())
-        + len(value if isinstance(value, bytes) else value.encode())
-        for name, (data_type, value) in attributes.items()
-    )  # fmt: skip
-
-
-def md5_of_attributes(attributes: Mapping[str, Any]) -> str | None:
-    """``MD5OfMessageAttributes``: AWS's encoding (each attribute by name: length-prefixed
-    name, data type, a transport byte, length-prefixed value), hex MD5; None for none."""
-    if not attributes:
-        return None
-    digest = hashlib.md5(usedforsecurity=False)
-    for name in sorted(attributes):
-        data_type, value = attributes[name]
-        raw = value if isinstance(value, bytes) else value.encode()
-        for part in (name.encode(), data_type.encode()):
-            digest.update(struct.pack(">I", len(part)) + part)
-        digest.update(b"\x02" if isinstance(value, bytes) else b"\x01")
-        digest.update(struct.pack(">I", len(raw)) + raw)
-    return digest.hexdigest()
-
-
-def md5_hex(data: bytes) -> str:
-    return hashlib.md5(data, usedforsecurity=False).hexdigest()
-
-
-def headers_of(attributes: Mapping[str, Any], trace: str | None) -> dict[str, str] | None:
-    """Message attributes as a message's ``headers``: a String attribute's value as it is;
-    other types' values (base64 for bytes) with their data types in :data:`TYPES_HEADER`."""
-    headers: dict[str, str] = {}
-    types: dict[str, str] = {}
-    for name, (data_type, value) in attributes.items():
-        if isinstance(value, bytes):
-            headers[name] = base64.b64encode(value).decode()
-        else:
-            headers[name] = value
-        if data_type != "String":
-            types[name] = data_type
-    if types:
-        headers[TYPES_HEADER] = json.dumps(types, sort_keys=True, separators=(",", ":"))
-    if trace is not None:
-        headers[TRACE_HEADER] = trace
-    return headers or None
-
-
-def attributes_of_headers(headers: Any) -> dict[str, Any]:
-    """A message's attributes from its ``headers`` (every header of a message written by
-    Spark or ``QueueTable`` is a String attribute)."""
-    if not headers:
-        return {}
-    pairs = dict(headers)
-    pairs.pop(TRACE_HEADER, None)
-    try:
-        types = json.loads(pairs.pop(TYPES_HEADER, "{}"))
-    except ValueError:
-        types = {}
-    attributes: dict[str, Any] = {}
-    for name, value in pairs.items():
-        if value is None or not _ATTRIBUTE_NAME.match(name):
-            continue  # no SQS attribute can carry it
-        data_type = types.get(name, "String") if isinstance(types, dict) else "String"
-        if data_type.startswith("Binary"):
-            try:
-                attributes[name] = (data_type, base64.b64decode(value, validate=True))
-            except binascii.Error:
-                attributes[name] = ("String", value)
-        else:
-            attributes[name] = (data_type, value)
-    return attributes
-
-
-def wire_attributes(attributes: Mapping[str, Any]) -> dict[str, Any]:
-    """Message attributes as SQS's JSON writes them."""
-    answer = {}
-    for name, (data_type, value) in attributes.items():
-        if isinstance(value, bytes):
-            answer[name] = {"DataType": data_type, "BinaryValue": base64.b64encode(value).decode()}
-        else:
-            answer[name] = {"DataType": data_type, "StringValue": value}
-    return answer
-
-
-def selected(attributes: Mapping[str, Any], names: list[str]) -> dict[str, Any]:
-    """The attributes ``MessageAttributeNames`` asks for (``All``, ``.*``, a ``prefix.*``)."""
-    if not names:
-        return {}
-    if "All" in names or ".*" in names:
-        return dict(attributes)
-    prefixes = tuple(n[:-1] for n in names if n.endswith(".*"))
-    return {
-        name: value
-        for name, value in attributes.items()
-        if name in names or (prefixes and name.startswith(prefixes))
-    }
-
-
-@dataclass(frozen=True)
-class Outgoing:
-    """One message of a SendMessage(Batch), checked, as it is published."""
-
-    row: dict[str, Any]
-    size: int  # what SQS counts: the body's bytes and the attributes'
-    md5_body: str
-    md5_attributes: str | None
-    dedup_id: str | None
-
-
-def outgoing(
-    entry: Mapping[str, Any],
-    queue: str,
-    sqs: SqsOnly,
-    now_us: int,
-) -> Outgoing:
-    """A SendMessage request (or batch entry) as a row for ``QueueTable.publish``.
-
-    Raises:
-        SqsError: a missing or invalid member, a body too large for the queue.
-    """
-    body = member(entry, "MessageBody", str, required=True)
-    if not body:
-        raise invalid("MessageBody", body, "a message body is 1 character at least")
-    if _INVALID_BODY.search(body):
-        raise SqsError(
-            "InvalidMessageContents",
-            "Invalid characters found. A message body holds #x9, #xA, #xD, #x20 to #xD7FF, "
-            "#xE000 to #xFFFD and #x10000 to #x10FFFF only.",
-        )
-    attributes = message_attributes(entry.get("MessageAttributes"))
-    system = entry.get("MessageSystemAttributes")
-    trace = None
-    if system is not None:
-        if not isinstance(system, dict) or set(system) - {"AWSTraceHeader"}:
-            raise invalid("MessageSystemAttributes", system, "only AWSTraceHeader may be given")
-        value = system["AWSTraceHeader"]
-        trace = value.get("StringValue") if isinstance(value, dict) else None
-        if not isinstance(trace, str) or not trace:
-            raise invalid("MessageSystemAttributes.AWSTraceHeader", value, "a String value")
-    raw = body.encode()
-    size = len(raw) + attributes_size(attributes)
-    if size > sqs.maximum_message_size:
-        raise invalid(
-            "MessageBody",
-            f"{size} bytes",
-            f"Message must be shorter than {sqs.maximum_message_size} bytes (the queue's "
-            f"MaximumMessageSize).",
-        )
-    delay = integer(entry, "DelaySeconds", 0, 900)
-    group = member(entry, "MessageGroupId", str)
-    dedup = member(entry, "MessageDeduplicationId", str)
-    for name, value in (("MessageGroupId", group), ("MessageDeduplicationId", dedup)):
-        if value is not None and not re.fullmatch(r"[!-~]{1,128}", value):
-            raise invalid(name, value, "1 to 128 printable ASCII characters, no spaces")
-    if is_fifo(queue):
-        if delay:
-            raise invalid(
-                "DelaySeconds", delay, "The request include parameter that is not valid for "
-                "this queue type: FIFO queues take a delay per queue only",
-            )  # fmt: skip
-        if group is None:
-            raise SqsError(
-                "MissingParameter",
-                "The request must contain the parameter MessageGroupId.",
-            )
-        if dedup is None:
-            if not sqs.content_based_deduplication:
-                raise invalid(
-                    "MessageDeduplicationId",
-                    None,
-                    "The queue should either have ContentBasedDeduplication enabled or "
-                    "MessageDeduplicationId provided explicitly",
-                )
-            dedup = hashlib.sha256(raw).hexdigest()
-    elif dedup is not None:
-        raise invalid(
-            "MessageDeduplicationId", dedup, "The request include parameter that is not "
-            "valid for this queue type",
-        )  # fmt: skip
-    delay = sqs.delay_seconds if delay is None else delay
-    row: dict[str, Any] = {"body": raw, "headers": headers_of(attributes, trace)}
-    if group is not None:
-        row["key"] = group
-    if dedup is not None:
-        row["message_id"] = dedup
-    if delay:
-        row["deliver_at"] = _timestamp(now_us + delay * 1_000_000)
-    return Outgoing(row, size, md5_hex(raw), md5_of_attributes(attributes), dedup)
-
-
-def _timestamp(micros: int) -> Any:
-    import datetime as dt
-
-    return dt.datetime.fromtimestamp(micros / 1e6, tz=dt.timezone.utc)
-
-
-def incoming(
-    row: Mapping[str, Any],
-    queue: str,
-    system_names: list[str],
-    attribute_names: list[str],
-    received_at_ms: int,
-) -> dict[str, Any]:
-    """A leased row as a ReceiveMessage answer's message."""
-    raw = row["body"] or b""
-    attributes = attributes_of_headers(row.get("headers"))
-    try:
-        body = raw.decode()
-        if _INVALID_BODY.search(body):
-            raise ValueError
-    except ValueError:  # bytes no SQS body can hold: delivered as base64, and said so
-        body = base64.b64encode(raw).decode()
-        attributes[BODY_ENCODING_ATTRIBUTE] = ("String", "base64")
-    seq, deliveries = int(row["seq"]), int(row["delivery_count"])
-    message: dict[str, Any] = {
-        "MessageId": message_id(queue, seq),
-        "ReceiptHandle": receipt_handle(queue, seq, deliveries),
-        "MD5OfBody": md5_hex(body.encode()),
-        "Body": body,
-    }
-    chosen = selected(attributes, attribute_names)
-    if chosen:
-        message["MessageAttributes"] = wire_attributes(chosen)
-        message["MD5OfMessageAttributes"] = md5_of_attributes(chosen)
-    if system_names:
-        every = "All" in system_names
-        headers = dict(row.get("headers") or {})
-        enqueued = row.get("enqueued_at")
-        values = {
-            "SenderId": ACCOUNT,
-            "SentTimestamp": str(_millis(enqueued) if enqueued is not None else 0),
-            "ApproximateReceiveCount": str(deliveries),
-            # The table keeps no first-delivery time: this delivery's time for the first.
-            "ApproximateFirstReceiveTimestamp": str(received_at_ms),
-        }
-        if row.get("key") is not None:
-            values["MessageGroupId"] = row["key"]
-        if is_fifo(queue):
-            values["SequenceNumber"] = str(seq)
-            if row.get("message_id") is not None:
-                values["MessageDeduplicationId"] = row["message_id"]
-        if TRACE_HEADER in headers:
-            values["AWSTraceHeader"] = headers[TRACE_HEADER]
-        if row.get("original_queue"):
-            values["DeadLetterQueueSourceArn"] = queue_arn(row["original_queue"])
-        message["Attributes"] = {k: v for k, v in values.items() if every or k in system_names}
-    return message
-
-
-def _millis(value: Any) -> int:
-    if hasattr(value, "timestamp"):
-        return int(value.timestamp() * 1000)
-    return int(value) // 1000  # microseconds
 
 
 # -- batches -------------------------------------------------------------------------------

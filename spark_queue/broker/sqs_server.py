@@ -23,6 +23,7 @@ import asyncio
 import base64
 import concurrent.futures
 import functools
+import hashlib
 import json
 import logging
 import ssl
@@ -35,8 +36,9 @@ from typing import Any
 
 from aiohttp import web
 
-from spark_queue.broker import sqs
+from spark_queue.broker import sqs, sqs_handles, sqs_messages, sqs_shapes
 from spark_queue.broker.sqs import CONSUMER, SqsError, SqsOnly, invalid
+from spark_queue.broker.sqs_redrive import RedriveWatch
 from spark_queue.errors import (
     ArgumentMismatchError,
     InvalidInputError,
@@ -59,6 +61,7 @@ SETTLE_SECONDS = 1.0  # and leases again at least this often (leases run out, de
 # batch's 1 MiB of bodies).
 MAX_REQUEST_BYTES = 4 * sqs.MAX_MESSAGE_BYTES
 THREADS = 32
+MAX_SETTINGS_STEM = 250  # a settings file's name before ".json", at most
 
 Observer = Callable[[str, float, "str | None"], None]
 
@@ -79,6 +82,12 @@ class SqsSettings:
         self._lock = threading.Lock()
 
     def _path(self, name: str) -> str:
+        # A file name has 255 bytes on local disks: a longer queue name (the table allows
+        # 255 characters) is cut and completed by its digest after a '+', which no queue
+        # name holds, so no two queues share a file.
+        if len(name) > MAX_SETTINGS_STEM:
+            digest = hashlib.sha256(name.encode()).hexdigest()[:16]
+            name = f"{name[: MAX_SETTINGS_STEM - 17]}+{digest}"
         return f"{self.folder}/{name}.json"
 
     def cached(self, name: str) -> tuple[bool, SqsOnly | None]:
@@ -112,7 +121,7 @@ class SqsSettings:
         path = self._path(name)
         if self.local:  # through a rename: a reader never sees half a file
             self.fs.create_dir(self.folder, recursive=True)
-            staged = f"{path}.{uuid.uuid4().hex[:8]}.writing"
+            staged = f"{self.folder}/.{uuid.uuid4().hex}.writing"
             with self.fs.open_output_stream(staged) as out:
                 out.write(body)
             self.fs.move(staged, path)
@@ -140,6 +149,9 @@ class SqsService:
         self.table = table
         self.keys = dict(keys) if keys else None
         self.settings = SqsSettings(table.store.location)
+        sqs_shapes.input_shapes()  # read before the first request waits for it (~0.3 s)
+        self.handles = sqs_handles.HandleKeys(table.store.location)
+        self.redrive = RedriveWatch(table)
         self.observe: Observer = _unobserved
         self.poll_seconds = POLL_SECONDS if self.settings.local else OBJECT_STORE_POLL_SECONDS
         self._pool = concurrent.futures.ThreadPoolExecutor(THREADS, "sqs")
@@ -198,12 +210,7 @@ class SqsService:
                     f"The action {target[:100]!r} is not valid for this endpoint; it serves "
                     f"{', '.join(self.actions)} (X-Amz-Target: AmazonSQS.<Action>).",
                 )
-            try:
-                members = json.loads(body or b"{}")
-            except (ValueError, RecursionError):
-                raise SqsError("SerializationException", "The request body is not JSON.") from None
-            if not isinstance(members, dict):
-                raise SqsError("SerializationException", "The request body is not a JSON object.")
+            members = sqs_shapes.parse_request(action, body)
             answer = await self.actions[action](members, f"{request.scheme}://{request.host}")
         except SqsError as error:
             self.observe(shown, time.perf_counter() - started, error.code)
@@ -280,31 +287,39 @@ class SqsService:
     def end_polls(self) -> None:
         """Answer every long poll now (the broker is stopping); call on the event loop."""
         self.stopping = True
+        self.redrive.stop()
         for name in list(self._events):
             self._wake(name)
 
     # -- queues --------------------------------------------------------------------------------
 
     async def create_queue(self, request: dict[str, Any], base: str) -> dict[str, Any]:
-        name = sqs.check_queue_name(sqs.member(request, "QueueName", str, required=True))
+        name = sqs.member(request, "QueueName", str, required=True)
+        attributes = request.get("Attributes") or {}
+        sqs.check_new_queue_name(name, attributes.get("FifoQueue"))
         tags = _tags(request.get("tags"), "tags")
-        return await self._run(self._create, name, request.get("Attributes"), tags, base)
+        return await self._run(self._create, name, attributes, tags, base)
 
     def _create(
         self, name: str, attributes: Any, tags: dict[str, str], base: str
     ) -> dict[str, Any]:
+        # Everything is checked before anything is written: a refused request writes nothing.
         queues = frozenset(self.table.queues())
         change = sqs.parse_attributes(name, attributes, creating=True, queues=queues)
         settings = self.settings.get(name)
         now = _now_seconds()
         if name in queues and not (settings is not None and settings.deleted):
             current = settings or SqsOnly()
-            differing = [f for f, v in change.sqs.items() if getattr(current, f) != v]
+            stored = self.table.arguments(name)
+            differing = [
+                *(f for f, v in change.sqs.items() if getattr(current, f) != v),
+                *(a for a, v in change.arguments.items() if getattr(stored, a) != v),
+            ]
             if differing:
                 raise SqsError(
                     "QueueNameExists",
                     f"A queue already exists with the same name and a different value for "
-                    f"attribute {differing[0]}",
+                    f"attribute {change.origin[differing[0]]}",
                 )
             try:
                 self.table.declare(name, **change.arguments)
@@ -445,7 +460,7 @@ class SqsService:
 
     async def send_message(self, request: dict[str, Any], base: str) -> dict[str, Any]:
         name, settings = await self._queue(request)
-        message = sqs.outgoing(request, name, settings, now_micros())
+        message = sqs_messages.outgoing(request, name, settings, now_micros())
         [(answer, error)] = await self._publish(name, [message])
         if error is not None:
             raise error
@@ -456,10 +471,10 @@ class SqsService:
         entries = sqs.batch_entries(request)
         now = now_micros()
         failed: list[dict[str, Any]] = []
-        ready: list[tuple[str, sqs.Outgoing]] = []
+        ready: list[tuple[str, sqs_messages.Outgoing]] = []
         for entry in entries:
             try:
-                ready.append((entry["Id"], sqs.outgoing(entry, name, settings, now)))
+                ready.append((entry["Id"], sqs_messages.outgoing(entry, name, settings, now)))
             except SqsError as error:
                 failed.append(sqs.failed_entry(entry["Id"], error))
         total = sum(m.size for _, m in ready)
@@ -480,7 +495,7 @@ class SqsService:
         return {"Successful": successful, "Failed": failed}
 
     async def _publish(
-        self, name: str, messages: list[sqs.Outgoing]
+        self, name: str, messages: list[sqs_messages.Outgoing]
     ) -> list[tuple[dict[str, Any], SqsError | None]]:
         """Publish ``messages`` in one call; each one's answer, or its error (a duplicate
         id is an answer, as in SQS; a message a reject policy refused is an error)."""
@@ -494,9 +509,11 @@ class SqsService:
             answer: dict[str, Any] = {"MD5OfMessageBody": message.md5_body}
             if message.md5_attributes is not None:
                 answer["MD5OfMessageAttributes"] = message.md5_attributes
+            if message.md5_system_attributes is not None:
+                answer["MD5OfMessageSystemAttributes"] = message.md5_system_attributes
             if stored:
                 seq = next(seqs)
-                answer["MessageId"] = sqs.message_id(name, seq)
+                answer["MessageId"] = sqs_messages.message_id(name, seq)
                 if sqs.is_fifo(name):
                     answer["SequenceNumber"] = str(seq)
                 answers.append((answer, None))
@@ -533,6 +550,10 @@ class SqsService:
             *sqs.strings(request, "MessageSystemAttributeNames"),
         ]
         attributes = sqs.strings(request, "MessageAttributeNames")
+        # The secret before any lease, so that each leased message gets its handle (read or
+        # written once; on the pool only then).
+        loaded = bool(self.handles.known())
+        key = self.handles.signing() if loaded else await self._run(self.handles.signing)
         deadline = time.monotonic() + wait
         while True:
             rows = await self._run(
@@ -551,11 +572,16 @@ class SqsService:
         if not rows.num_rows:
             return {}  # as SQS answers: no Messages member at all
         received_at = int(time.time() * 1000)
-        return {
-            "Messages": [
-                sqs.incoming(row, name, system, attributes, received_at) for row in rows.to_pylist()
-            ]
-        }
+        deliveries = max(rows["delivery_count"].to_pylist())
+        self.redrive.received(name, deliveries, received_at / 1000 + max(visibility, 0.001))
+        messages = []
+        for row in rows.to_pylist():
+            receipt = sqs_handles.Receipt(name, row["seq"], row["delivery_count"], received_at)
+            handle = sqs_handles.issue(key, receipt)
+            messages.append(
+                sqs_messages.incoming(row, name, system, attributes, received_at, handle)
+            )
+        return {"Messages": messages}
 
     async def _idle(self, name: str, version: int | None, deadline: float) -> None:
         """Wait until a send to ``name`` through this broker, a new table version, a
@@ -590,29 +616,49 @@ class SqsService:
 
     # -- settling ------------------------------------------------------------------------------
 
+    async def _receipt(self, handle: Any, name: str) -> sqs_handles.Receipt:
+        """What a receipt handle of queue ``name`` stands for, once authenticated.
+
+        Raises:
+            SqsError: ``ReceiptHandleIsInvalid`` (altered, made up, another queue's),
+                ``InvalidParameterValue`` (expired), ``MissingParameter`` (empty).
+        """
+        payload, mac = sqs_handles.split(handle)
+        if not sqs_handles.signed_by(payload, mac, self.handles.known()):
+            # Perhaps another broker's secret this one has not read yet.
+            keys = await self._run(self.handles.refreshed)
+            if not sqs_handles.signed_by(payload, mac, keys):
+                raise sqs_handles.refusal(handle)
+        return sqs_handles.receipt_of(payload, handle, name, int(time.time() * 1000))
+
     async def delete_message(self, request: dict[str, Any], base: str) -> dict[str, Any]:
         name, _ = await self._queue(request)
-        seq, deliveries = sqs.parse_receipt_handle(request.get("ReceiptHandle"), name)
-        await self._run(self.table.ack, name, [seq], CONSUMER, deliveries=[deliveries])
+        receipt = await self._receipt(request.get("ReceiptHandle"), name)
+        await self._run(
+            self.table.ack, name, [receipt.seq], CONSUMER, deliveries=[receipt.deliveries]
+        )
         return {}
 
     async def delete_message_batch(self, request: dict[str, Any], base: str) -> dict[str, Any]:
+        """Each entry's delivery is acknowledged, all in one call: where entries hold
+        handles of several receives of one message, the latest one's deletes it and the
+        earlier ones' change nothing, and each entry answers success (as SQS answers an
+        earlier receive's handle)."""
         name, _ = await self._queue(request)
         failed = []
-        handles: dict[int, int] = {}
+        held: set[tuple[int, int]] = set()  # (seq, delivery count)
         ids = []
         for entry in sqs.batch_entries(request):
             try:
-                seq, deliveries = sqs.parse_receipt_handle(entry.get("ReceiptHandle"), name)
+                receipt = await self._receipt(entry.get("ReceiptHandle"), name)
             except SqsError as error:
                 failed.append(sqs.failed_entry(entry["Id"], error))
                 continue
-            handles[seq] = deliveries
+            held.add((receipt.seq, receipt.deliveries))
             ids.append(entry["Id"])
-        if handles:
-            await self._run(
-                self.table.ack, name, list(handles), CONSUMER, deliveries=list(handles.values())
-            )
+        if held:
+            seqs, deliveries = zip(*sorted(held), strict=True)
+            await self._run(self.table.ack, name, list(seqs), CONSUMER, deliveries=list(deliveries))
         return {"Successful": [{"Id": i} for i in ids], "Failed": failed}
 
     async def change_message_visibility(self, request: dict[str, Any], base: str) -> dict[str, Any]:
@@ -639,12 +685,14 @@ class SqsService:
         return {"Successful": successful, "Failed": failed}
 
     async def _change_visibility(self, name: str, request: Mapping[str, Any]) -> None:
-        seq, deliveries = sqs.parse_receipt_handle(request.get("ReceiptHandle"), name)
-        if request.get("VisibilityTimeout") is None:
+        receipt = await self._receipt(request.get("ReceiptHandle"), name)
+        seconds = sqs.integer(request, "VisibilityTimeout", 0, sqs.MAX_VISIBILITY_SECONDS)
+        if seconds is None:
             raise SqsError(
                 "MissingParameter", "The request must contain the parameter VisibilityTimeout."
             )
-        seconds = sqs.integer(request, "VisibilityTimeout", 0, sqs.MAX_VISIBILITY_SECONDS)
+        sqs_handles.check_visibility(receipt, seconds, int(time.time() * 1000))
+        seq, deliveries = receipt.seq, receipt.deliveries
         if seconds:
             changed = await self._run(
                 self.table.extend, name, [seq], CONSUMER, seconds * 1000, deliveries=[deliveries]
