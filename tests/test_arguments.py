@@ -173,9 +173,10 @@ def test_choices_bools_names():
     for bad in (1, 0, "yes", None):
         refused(spec.BOOL.parse, "exclusive", bad)
     assert spec.parse_queue_name("queue", "a.b-c_1") == "a.b-c_1"
-    for bad in ("", "a b", "x" * 256, 3, None):
+    assert spec.parse_queue_name("queue", "a.") == "a."
+    for bad in ("", "a b", "x" * 256, 3, None, "orders\n", ".", "..", "..."):
         refused(spec.parse_queue_name, "queue", bad)
-    for bad in ("", "a\nb", 3):
+    for bad in ("", "a\nb", 3, "billing\n"):
         refused(spec.parse_consumer_name, "consumer", bad)
 
 

@@ -130,6 +130,8 @@ BAD_INPUT = {  # publish arguments besides the queue "orders"; the error; what i
     ),
     "not-rows": ({"rows": 42}, InvalidInputError, "rows"),
     "queue-name": ({"queue": "no such queue"}, InvalidOptionError, "queue"),
+    "queue-name-with-a-newline": ({"queue": "orders\n"}, InvalidOptionError, "queue"),
+    "queue-name-of-dots": ({"queue": ".."}, InvalidOptionError, "queue"),
     "sequence-missing": ({"producer": "p"}, InvalidOptionError, "sequence"),
     "negative-sequence": ({"producer": "p", "sequence": -1}, InvalidOptionError, "sequence"),
     "on-reject": ({"on_reject": "retry"}, InvalidOptionError, "on_reject"),

@@ -73,8 +73,9 @@ _UNIT_MS = {
     "week": 604_800_000,
     "weeks": 604_800_000,
 }
-QUEUE_NAME = re.compile(r"^[A-Za-z0-9_.\-]{1,255}$")
-CONSUMER_NAME = re.compile(r"^[^\x00-\x1f\x7f]{1,255}$")
+# Not "." or ".." (nor any name of dots alone): a name is never a path step.
+QUEUE_NAME = re.compile(r"(?!\.+\Z)[A-Za-z0-9_.\-]{1,255}")
+CONSUMER_NAME = re.compile(r"[^\x00-\x1f\x7f]{1,255}")
 
 
 def shown(value: object) -> str:
@@ -360,7 +361,7 @@ class Name(Kind[str | None]):
     ``""`` parse as None (not set)."""
 
     pattern: re.Pattern[str] = QUEUE_NAME
-    rule: str = "a queue name of 1 to 255 characters from A-Z a-z 0-9 _ . -"
+    rule: str = "a queue name of 1 to 255 characters from A-Z a-z 0-9 _ . -, not dots alone"
     optional: bool = False
     name = "name"
 
@@ -371,13 +372,13 @@ class Name(Kind[str | None]):
     @property
     def doc_valid(self) -> str:
         if self.pattern is QUEUE_NAME:
-            return "a queue name, `[A-Za-z0-9_.-]{1,255}`"
+            return "a queue name, `[A-Za-z0-9_.-]{1,255}`, not dots alone"
         return self.rule.removeprefix("a name of ")
 
     def convert(self, value: object) -> str | _Invalid | None:
         if self.optional and value in (None, ""):
             return None
-        if not isinstance(value, str) or not self.pattern.match(value):
+        if not isinstance(value, str) or not self.pattern.fullmatch(value):
             return _INVALID
         return value
 
@@ -521,7 +522,7 @@ def parse_duration_ms(
 
 
 def parse_queue_name(label: str, value: object) -> str:
-    """A queue name: 1 to 255 characters from A-Z a-z 0-9 _ . -."""
+    """A queue name: 1 to 255 characters from A-Z a-z 0-9 _ . -, not dots alone."""
     return cast(str, QUEUE.parse(label, value))  # not optional: never None
 
 

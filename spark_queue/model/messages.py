@@ -73,10 +73,10 @@ def normalise(
         else pc.unique(queue).to_pylist()
     )
     for name in names:
-        if not QUEUE_NAME.match(name):
+        if not QUEUE_NAME.fullmatch(name):
             raise InvalidInputError(
                 f"column 'queue' holds {name!r}, not a queue name (1 to 255 characters "
-                "from A-Z a-z 0-9 _ . -)"
+                "from A-Z a-z 0-9 _ . -, not dots alone)"
             )
     columns: dict[str, Any] = {
         "queue": queue,
