@@ -413,6 +413,25 @@ def test_a_request_without_a_good_credential_is_answered_before_its_body(guarded
     assert c.get_queue_url(QueueName=url.rsplit("/", 1)[1])["QueueUrl"] == url
 
 
+def test_a_client_that_expects_100_continue_gets_it_only_with_a_good_credential(guarded, queue):
+    name, url = queue
+    endpoint = sqs_url(guarded)
+    body = json.dumps({"QueueUrl": url, "MessageBody": "continued"}).encode()
+    good = [*signed(endpoint, "SendMessage", body), ("Expect", "100-continue")]
+    bad = [(k, v.replace(KEY_ID, "AKIDUNKNOWN")) for k, v in good]
+    with socket.create_connection(address_of(endpoint), timeout=5) as refused:
+        refused.sendall(request_head(bad, len(body)))
+        status, answer, _ = answer_of(refused)
+        assert (status, error_code(answer)) == (403, "InvalidClientTokenId")
+    with socket.create_connection(address_of(endpoint), timeout=5) as taken:
+        taken.sendall(request_head(good, len(body)))
+        assert taken.recv(25) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        taken.sendall(body)
+        status, answer, _ = answer_of(taken)
+        assert status == 200 and "MessageId" in answer
+    assert QueueTable(guarded.path, broker="off").stats(name)["added"] == 2
+
+
 @pytest.fixture
 def quick(tmp_path: Path) -> Iterator[BrokerProcess]:
     """A broker with a 1 s SQS timeout and a cap of 8 connections."""
@@ -484,9 +503,6 @@ def test_the_connection_cap_holds_and_a_client_works_after_the_attackers_leave(t
     ) as broker:
         endpoint = sqs_url(broker)
         address = address_of(endpoint)
-        creator = client(endpoint)
-        url = creator.create_queue(QueueName="capped")["QueueUrl"]
-        creator.close()
         holders = [socket.create_connection(address, timeout=5) for _ in range(8)]
         for holder in holders:
             holder.sendall(b"POST / HTTP/1.1\r\n")  # a head begun, never finished
@@ -498,19 +514,20 @@ def test_the_connection_cap_holds_and_a_client_works_after_the_attackers_leave(t
                 assert (status, error_code(answer)) == (503, "ServiceUnavailable")
         assert time.monotonic() - started < 5
         with pytest.raises((botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError)):
-            client(endpoint).send_message(QueueUrl=url, MessageBody="while full")
+            client(endpoint).create_queue(QueueName="capped")
         for holder in holders:
             holder.close()
-        sender = client(endpoint)
-        wait_until(lambda: _sends(sender, url), timeout=10, what="a send after the attack")
+        wait_until(lambda: _creates(client(endpoint)), timeout=10, what="a call after the attack")
+        assert QueueTable(broker.path, broker="off").stats("capped")["added"] == 1
         broker.stop()
     log = broker.output()
     assert "Traceback" not in log
     assert log.count("beyond the cap of 8") <= 2, log
 
 
-def _sends(sender: Any, url: str) -> bool:
+def _creates(sender: Any) -> bool:
     try:
+        url = sender.create_queue(QueueName="capped")["QueueUrl"]
         sender.send_message(QueueUrl=url, MessageBody="after")
     except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError):
         return False

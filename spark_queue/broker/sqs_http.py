@@ -70,7 +70,9 @@ def _raw_answer(error: SqsError) -> bytes:
 
 async def read_body(request: web.BaseRequest, limits: HttpLimits, batch: bool) -> bytes:
     """The request's body, refused past ``limits.max_request_bytes`` (a larger declared
-    Content-Length before a byte of it is read) or ``limits.timeout_seconds``.
+    Content-Length before a byte of it is read) or ``limits.timeout_seconds``; a client that
+    waits for ``100 Continue`` (``Expect: 100-continue``) gets it here, once its headers
+    have been checked.
 
     Raises:
         SqsError: ``RequestTimeout``, or ``BatchRequestTooLong`` (``batch``) or
@@ -83,6 +85,9 @@ async def read_body(request: web.BaseRequest, limits: HttpLimits, batch: bool) -
     declared = request.content_length
     if declared is not None and declared > limits.max_request_bytes:
         raise too_large
+    if request.headers.get("Expect", "").lower() == "100-continue" and request.version >= (1, 1):
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # the body may come
+        request.writer.output_size = 0  # the answer is still to be written
     chunks: list[bytes] = []
 
     async def read() -> None:
@@ -169,6 +174,11 @@ class _Connection(RequestHandler):
         if not self._handling:
             self.force_close()
 
+    def log_exception(self, *args: Any, **kwargs: Any) -> None:
+        """aiohttp's failures outside a handler: one line, the traceback at debug level."""
+        self._guard.failures.warn(f"the SQS server: {args[0] if args else 'a failure'}")
+        log.debug("its traceback", exc_info=kwargs.get("exc_info"))
+
     def handle_error(
         self,
         request: web.BaseRequest,
@@ -209,12 +219,13 @@ class GuardedServer(web.Server):
                 if isinstance(connection, _Connection) and connection.transport is not None:
                     connection.await_head()
 
-        super().__init__(
-            guarded,
-            max_headers=MAX_HEADERS,
-            lingering_time=LINGER_SECONDS,
-            access_log=None,
-        )
+        self._options: dict[str, Any] = {
+            "loop": asyncio.get_running_loop(),
+            "max_headers": MAX_HEADERS,
+            "lingering_time": LINGER_SECONDS,
+            "access_log": None,
+        }
+        super().__init__(guarded, **self._options)
         self.limits = limits
         self.refusal = _raw_answer(
             SqsError(
@@ -223,9 +234,10 @@ class GuardedServer(web.Server):
             )
         )
         self.refusals = _Throttled()
+        self.failures = _Throttled()
 
     def __call__(self) -> RequestHandler:
-        return _Connection(self, loop=self._loop, **self._kwargs)
+        return _Connection(self, **self._options)
 
 
 class GuardedSite(web.BaseSite):
