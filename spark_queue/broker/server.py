@@ -581,7 +581,8 @@ def run_broker(
 
     Raises:
         InvalidOptionError: a bad ``listen``/``advertise``/``sqs_listen``/``metrics_listen``,
-            no token (keys, metrics token) beyond loopback, or a TLS file that cannot be read.
+            no token (keys, metrics token) beyond loopback, empty ``sqs_keys``, or a TLS file
+            that cannot be read.
         BrokerError: it cannot listen there (the port is taken, say).
         StorageError: its record cannot be written to the table's store.
     """
