@@ -2,9 +2,11 @@
 SQS's AWS JSON 1.0 protocol served by aiohttp, on the broker's ``QueueTable`` and its group
 commit, beside the Flight service.
 
-What each action does to the table is :mod:`spark_queue.broker.sqs` (pure mapping); this
-module is the HTTP side: it reads and signs nothing itself beyond calling that module,
-runs the table's blocking calls on a thread pool, and long-polls an empty queue without
+What each action does to the table is :mod:`spark_queue.broker.sqs` (pure mapping),
+signatures are :mod:`spark_queue.broker.sigv4`'s and the connections' bounds
+:mod:`spark_queue.broker.sqs_http`'s; this module checks a request in that order (headers
+and credential, then the body, then the signature), runs the table's blocking calls on a
+thread pool, and long-polls an empty queue without
 committing (a lease that finds nothing commits nothing; between leases it waits for a send
 through this broker, or for a new table version, checked every :data:`POLL_SECONDS`).
 
