@@ -470,9 +470,8 @@ def test_a_client_that_sends_its_head_slowly_is_disconnected_after_the_timeout(q
                 pass
             except OSError:
                 closed = time.monotonic() - started
-        assert closed is not None and 0.8 < closed < 3, closed
-        waited = closed_within(idle, 3)
-        assert waited is not None
+        assert closed is not None and 0.8 < closed < 5, closed
+        assert closed_within(idle, 3) is not None
 
 
 def test_a_body_that_arrives_too_slowly_is_cut_off_and_nothing_is_done(quick):
@@ -486,7 +485,7 @@ def test_a_body_that_arrives_too_slowly_is_cut_off_and_nothing_is_done(quick):
         started = time.monotonic()
         status, answer, _ = answer_of(connection)
         assert (status, error_code(answer)) == (408, "RequestTimeout")
-        assert 0.8 < time.monotonic() - started < 3
+        assert 0.8 < time.monotonic() - started < 5
         assert closed_within(connection, 3) is not None
     assert QueueTable(quick.path, broker="off").stats("slow")["added"] == 0
 
