@@ -31,6 +31,7 @@ from spark_queue.broker.discovery import (
     MIN_MAX_REQUEST_BYTES,
     STOP_TIMEOUT_SECONDS,
 )
+from spark_queue.broker.sqs import HttpLimits
 from spark_queue.commit.maintenance import DEFAULT_VACUUM_HOURS, MAX_RETENTION_HOURS
 from spark_queue.errors import (
     InvalidInputError,
@@ -420,6 +421,23 @@ def build_parser() -> argparse.ArgumentParser:
         "loopback, $SPARK_QUEUE_SQS_KEYS must name a file of access keys",
     )
     broker.add_argument(
+        "--sqs-max-connections",
+        type=flag_type(Count(minimum=1)),
+        default=HttpLimits.max_connections,
+        metavar="N",
+        help=f"the SQS API's open connections at most; more are refused at once "
+        f"({HttpLimits.max_connections})",
+    )
+    broker.add_argument(
+        "--sqs-timeout",
+        type=flag_type(Duration(minimum_ms=1)),
+        default=int(HttpLimits.timeout_seconds * 1000),
+        metavar="DURATION",
+        help=f"an SQS connection is closed when a request's head has not arrived this long "
+        f"after it opened or was last answered, or its body this long after its head "
+        f"({HttpLimits.timeout_seconds:g} s)",
+    )
+    broker.add_argument(
         "--metrics",
         metavar="HOST:PORT",
         help="serve Prometheus metrics at http://HOST:PORT/metrics (docs/BROKER.md; port 0: "
@@ -568,11 +586,10 @@ def _run_broker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> st
     sqs_keys = None
     if args.sqs is not None:
         from spark_queue.broker.server import check_sqs_keys
-        from spark_queue.broker.sqs import KEYS_ENV_VAR, load_keys
+        from spark_queue.broker.sigv4 import keys_from_environment
 
-        keys_file = os.environ.get(KEYS_ENV_VAR) or None
         try:
-            sqs_keys = None if keys_file is None else load_keys(keys_file)
+            sqs_keys = keys_from_environment(os.environ)
             check_sqs_keys(parse_listen(args.sqs, "--sqs")[0], sqs_keys)
         except InvalidOptionError as error:
             parser.error(str(error))
@@ -602,6 +619,9 @@ def _run_broker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> st
         announce=lambda line: print(line, flush=True),
         sqs_listen=args.sqs,
         sqs_keys=sqs_keys,
+        sqs_limits=HttpLimits(
+            max_connections=args.sqs_max_connections, timeout_seconds=args.sqs_timeout / 1000
+        ),
         metrics_listen=args.metrics,
         metrics_token=metrics_token,
     )

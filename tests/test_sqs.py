@@ -18,10 +18,7 @@ from typing import Any
 import boto3
 import botocore.exceptions
 import pytest
-from botocore.auth import SigV4Auth
-from botocore.awsrequest import AWSRequest
 from botocore.config import Config
-from botocore.credentials import Credentials
 
 from spark_queue import QueueTable
 from spark_queue.broker import sqs, sqs_handles, sqs_messages
@@ -147,53 +144,6 @@ def test_queue_attributes_map_to_queue_arguments_and_back():
         with pytest.raises(sqs.SqsError) as refused:
             sqs.parse_attributes("jobs", bad, creating=True)
         assert refused.value.code == code, bad
-
-
-def test_the_keys_file_is_checked_and_never_quoted(tmp_path):
-    keys = tmp_path / "keys"
-    keys.write_text(f"# the test's keys\n\n{KEY_ID} {SECRET}\nOTHER s2\n")
-    assert sqs.load_keys(str(keys)) == {KEY_ID: SECRET, "OTHER": "s2"}
-    keys.write_text(f"{KEY_ID} {SECRET} extra\n")
-    with pytest.raises(InvalidOptionError, match="line 1") as refused:
-        sqs.load_keys(str(keys))
-    assert SECRET not in str(refused.value)
-    with pytest.raises(InvalidOptionError, match="cannot read"):
-        sqs.load_keys(str(tmp_path / "missing"))
-
-
-def _signed(body: bytes, secret: str = SECRET) -> AWSRequest:
-    request = AWSRequest(
-        method="POST",
-        url="http://127.0.0.1:9324/",
-        data=body,
-        headers={"Content-Type": sqs.CONTENT_TYPE, "X-Amz-Target": "AmazonSQS.ListQueues"},
-    )
-    SigV4Auth(Credentials(KEY_ID, secret), "sqs", "eu-west-1").add_auth(request)
-    return request
-
-
-def test_a_signature_is_checked_with_botocore_signer():
-    body = b"{}"
-    request = _signed(body)
-    headers = {**dict(request.headers), "Host": "127.0.0.1:9324"}
-    keys = {KEY_ID: SECRET}
-    assert sqs.check_signature("POST", request.url, headers, body, keys) == KEY_ID
-    cases = [
-        ({"Authorization": None}, body, keys, "MissingAuthenticationToken"),
-        ({}, b'{"QueueNamePrefix": "x"}', keys, "SignatureDoesNotMatch"),
-        ({}, body, {"OTHER": SECRET}, "InvalidClientTokenId"),
-        ({}, body, {KEY_ID: "wrong"}, "SignatureDoesNotMatch"),
-        ({"X-Amz-Target": "AmazonSQS.PurgeQueue"}, body, keys, "SignatureDoesNotMatch"),
-        ({"Authorization": "AWS4-HMAC-SHA256 nonsense"}, body, keys, "IncompleteSignature"),
-    ]
-    for changed, sent, known, code in cases:
-        given = {k: v for k, v in {**headers, **changed}.items() if v is not None}
-        with pytest.raises(sqs.SqsError) as refused:
-            sqs.check_signature("POST", request.url, given, sent, known)
-        assert refused.value.code == code, changed
-    with pytest.raises(sqs.SqsError) as late:
-        sqs.check_signature("POST", request.url, headers, body, keys, now=time.time() + 900)
-    assert late.value.code == "RequestExpired"
 
 
 # -- every action, through boto3 -----------------------------------------------------------
@@ -627,6 +577,7 @@ def test_malformed_http_requests_get_sqs_errors(local_broker):
 def keys_file(tmp_path: Path) -> str:
     path = tmp_path / "sqs-keys"
     path.write_text(f"{KEY_ID} {SECRET}\n")
+    path.chmod(0o600)
     return str(path)
 
 

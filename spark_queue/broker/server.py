@@ -51,6 +51,7 @@ from spark_queue.broker.discovery import (
     remove_stale_records,
     write_record,
 )
+from spark_queue.broker.sqs import HttpLimits
 from spark_queue.broker.wire import (
     MAX_STATUS_MESSAGE_BYTES,
     PROTOCOL,
@@ -169,8 +170,13 @@ def check_sqs_keys(host: str, keys: Mapping[str, str] | None) -> None:
     """An SQS API that listens beyond loopback must check signatures.
 
     Raises:
-        InvalidOptionError: ``host`` is not loopback and there are no access keys.
+        InvalidOptionError: ``keys`` is empty (None, not an empty set, takes unsigned
+            requests), or ``host`` is not loopback and there are no access keys.
     """
+    if keys is not None and not keys:
+        raise InvalidOptionError(
+            "sqs_keys is empty: give access keys, or None to take unsigned requests on loopback"
+        )
     refuse_unguarded(
         host,
         bool(keys),
@@ -581,6 +587,7 @@ def run_broker(
     announce: Callable[[str], None] = print,
     sqs_listen: str | None = None,
     sqs_keys: Mapping[str, str] | None = None,
+    sqs_limits: HttpLimits | None = None,
     metrics_listen: str | None = None,
     metrics_token: str | None = None,
 ) -> None:
@@ -604,6 +611,7 @@ def run_broker(
             :mod:`spark_queue.broker.sqs_server`); None: it does not.
         sqs_keys: the access keys SQS requests must be signed with (id -> secret); None:
             unsigned requests are taken, on loopback only.
+        sqs_limits: the SQS port's connection cap and timeouts (default: SQS.md's).
         metrics_listen: ``HOST:PORT`` where it serves Prometheus metrics at ``/metrics``
             (:mod:`spark_queue.broker.metrics`; over HTTPS with ``tls_files``); None: it
             does not, and records none.
@@ -612,7 +620,8 @@ def run_broker(
 
     Raises:
         InvalidOptionError: a bad ``listen``/``advertise``/``sqs_listen``/``metrics_listen``,
-            no token (keys, metrics token) beyond loopback, or a TLS file that cannot be read.
+            no token (keys, metrics token) beyond loopback, empty ``sqs_keys``, or a TLS file
+            that cannot be read.
         BrokerError: it cannot listen there (the port is taken, say).
         StorageError: its record cannot be written to the table's store.
     """
@@ -637,7 +646,7 @@ def run_broker(
     if sqs_address is not None:
         from spark_queue.broker.sqs_server import SqsService
 
-        sqs_service = SqsService(table, sqs_keys)
+        sqs_service = SqsService(table, sqs_keys, sqs_limits)
     metrics = None
     if metrics_address is not None:
         from spark_queue.broker.metrics import BrokerMetrics

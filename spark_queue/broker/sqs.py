@@ -2,21 +2,17 @@
 
 What an SQS request means for a :class:`~spark_queue.QueueTable` and how its answer is
 written: request members, queue names, URLs and ARNs, queue attributes to queue arguments
-and back, batches, SQS's errors, and AWS Signature Version 4 checked with botocore's own
-signing code. Beside it: messages to rows and back (:mod:`~spark_queue.broker.sqs_messages`),
-receipt handles (:mod:`~spark_queue.broker.sqs_handles`) and request bodies checked against
-SQS's service model (:mod:`~spark_queue.broker.sqs_shapes`). The HTTP server that uses them
-is :mod:`spark_queue.broker.sqs_server`.
+and back, batches, SQS's errors. Beside it: messages to rows and back
+(:mod:`~spark_queue.broker.sqs_messages`), receipt handles
+(:mod:`~spark_queue.broker.sqs_handles`), request bodies checked against SQS's service model
+(:mod:`~spark_queue.broker.sqs_shapes`) and signatures (:mod:`~spark_queue.broker.sigv4`).
+The HTTP server that uses them is :mod:`spark_queue.broker.sqs_server`.
 """
 
 from __future__ import annotations
 
-import calendar
-import hashlib
-import hmac
 import json
 import re
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +35,6 @@ MAX_VISIBILITY_SECONDS = 43_200
 DEFAULT_VISIBILITY_SECONDS = 30
 FIFO_DEDUP_MS = 300_000  # SQS FIFO's five-minute deduplication interval
 DEFAULT_RETENTION_SECONDS = 345_600  # 4 days, SQS's default
-CLOCK_SKEW_SECONDS = 300
 MAX_LIST_RESULTS = 1000
 
 # SQS's errors: the code of the JSON protocol (the model's shape name), the code SDKs read
@@ -72,6 +67,7 @@ ERRORS: dict[str, tuple[str, int]] = {
     "InvalidClientTokenId": ("InvalidClientTokenId", 403),
     "SignatureDoesNotMatch": ("SignatureDoesNotMatch", 403),
     "RequestExpired": ("RequestExpired", 403),
+    "RequestTimeout": ("RequestTimeout", 408),
     "ServiceUnavailable": ("ServiceUnavailable", 503),
     "InternalError": ("InternalError", 500),
 }
@@ -493,121 +489,17 @@ def failed_entry(entry_id: str, error: SqsError) -> dict[str, Any]:
     }
 
 
-# -- access keys and signatures ------------------------------------------------------------
+# -- the HTTP side's limits ----------------------------------------------------------------
 
 
-def load_keys(path: str) -> dict[str, str]:
-    """The access keys of ``path``: ``ACCESS_KEY_ID SECRET_ACCESS_KEY`` a line (blank lines
-    and ``#`` comments skipped). A message never quotes a line: it holds a secret.
+@dataclass(frozen=True)
+class HttpLimits:
+    """What the SQS port allows a connection (docs/SQS.md#security): at most
+    ``max_connections`` open at once; a request's head within ``timeout_seconds`` of the
+    connection opening or of its last answer, and its body within as long again, up to
+    ``max_request_bytes``."""
 
-    Raises:
-        InvalidOptionError: the file cannot be read, a line is not a pair, or has none.
-    """
-    try:
-        with open(path, encoding="utf-8") as source:
-            lines = source.read().splitlines()
-    except (OSError, UnicodeDecodeError) as error:
-        reason = error.strerror if isinstance(error, OSError) else "not UTF-8 text"
-        raise InvalidOptionError(f"${KEYS_ENV_VAR}: cannot read {path!r}: {reason}") from None
-    keys: dict[str, str] = {}
-    for number, line in enumerate(lines, 1):
-        if not line.strip() or line.lstrip().startswith("#"):
-            continue
-        parts = line.split()
-        if len(parts) != 2 or not re.fullmatch(r"[A-Za-z0-9]{1,128}", parts[0]):
-            raise InvalidOptionError(
-                f"${KEYS_ENV_VAR}: line {number} of {path!r} is not 'ACCESS_KEY_ID "
-                f"SECRET_ACCESS_KEY' (an id of letters and digits, a space, the secret)"
-            )
-        keys[parts[0]] = parts[1]
-    if not keys:
-        raise InvalidOptionError(f"${KEYS_ENV_VAR}: {path!r} holds no access key")
-    return keys
-
-
-_AUTHORIZATION = re.compile(
-    r"^AWS4-HMAC-SHA256 Credential=([^/\s,]+)/([0-9]{8})/([^/\s,]+)/([^/\s,]+)/aws4_request,"
-    r"\s*SignedHeaders=([a-z0-9\-;]+),\s*Signature=([0-9a-f]{64})$"
-)
-
-
-def check_signature(
-    method: str,
-    url: str,
-    headers: Mapping[str, str],
-    body: bytes,
-    keys: Mapping[str, str],
-    now: float | None = None,
-) -> str:
-    """Check a request's AWS Signature Version 4 with botocore's signer: the canonical
-    request is made from the headers the client signed, and signed with the secret of the
-    access key it names. Returns the access key id.
-
-    Raises:
-        SqsError: ``MissingAuthenticationToken``, ``IncompleteSignature``,
-            ``InvalidClientTokenId``, ``RequestExpired`` or ``SignatureDoesNotMatch``.
-    """
-    from botocore.auth import SigV4Auth
-    from botocore.awsrequest import AWSRequest
-    from botocore.credentials import Credentials
-
-    lowered = {k.lower(): v for k, v in headers.items()}
-    authorization = lowered.get("authorization")
-    if authorization is None:
-        raise SqsError("MissingAuthenticationToken", "Request is missing Authentication Token")
-    found = _AUTHORIZATION.match(authorization.strip())
-    stamp = lowered.get("x-amz-date", "")
-    if found is None or not re.fullmatch(r"[0-9]{8}T[0-9]{6}Z", stamp):
-        raise SqsError(
-            "IncompleteSignature",
-            "The request signature does not conform to AWS Signature Version 4 "
-            "(Authorization: AWS4-HMAC-SHA256 Credential=..., SignedHeaders=..., "
-            "Signature=...; X-Amz-Date)",
-        )
-    key_id, day, region, service, signed, signature = found.groups()
-    secret = keys.get(key_id)
-    if secret is None:
-        raise SqsError(
-            "InvalidClientTokenId", "The security token included in the request is invalid."
-        )
-    signed_at = calendar.timegm(time.strptime(stamp, "%Y%m%dT%H%M%SZ"))
-    now = time.time() if now is None else now
-    if abs(now - signed_at) > CLOCK_SKEW_SECONDS or day != stamp[:8]:
-        raise SqsError(
-            "RequestExpired",
-            f"Request has expired: signed at {stamp}, more than {CLOCK_SKEW_SECONDS} s from "
-            f"the broker's clock",
-        )
-    names = signed.split(";")
-    if "host" not in names or any(n not in lowered for n in names):
-        raise SqsError(
-            "IncompleteSignature", "The request signs no Host header, or names a header it lacks"
-        )
-    claimed = lowered.get("x-amz-content-sha256")
-    if claimed is not None and claimed != hashlib.sha256(body).hexdigest():
-        raise SqsError(
-            "SignatureDoesNotMatch", "X-Amz-Content-SHA256 is not the SHA-256 of the body"
-        )
-
-    class _Signed(SigV4Auth):
-        """The headers the client signed, exactly (botocore would leave some out)."""
-
-        def headers_to_sign(self, request: Any) -> Any:
-            from botocore.awsrequest import HTTPHeaders
-
-            chosen = HTTPHeaders()
-            for name in names:
-                chosen[name] = lowered[name]
-            return chosen
-
-    request = AWSRequest(method=method, url=url, data=body, headers=dict(headers))
-    request.context["timestamp"] = stamp
-    signer = _Signed(Credentials(key_id, secret), service, region)
-    canonical = signer.canonical_request(request)
-    expected = signer.signature(signer.string_to_sign(request, canonical), request)
-    if not hmac.compare_digest(expected, signature):
-        raise SqsError(
-            "SignatureDoesNotMatch",
-            "The request signature we calculated does not match the signature you provided.",
-        )
-    return key_id
+    max_connections: int = 512
+    timeout_seconds: float = 20.0
+    # JSON escapes may double a batch's 1 MiB of bodies.
+    max_request_bytes: int = 4 * MAX_MESSAGE_BYTES

@@ -68,7 +68,12 @@ class RedriveWatch:
             except (QueueError, OSError) as error:  # storage away: again at the next check
                 log.warning("the SQS redrive check failed: %s: %s", type(error).__name__, error)
                 due = float("inf")
-            except Exception as error:  # the broker's own failure: logged, the watch goes on
+            # The broker's own failure, or delta-rs's panic (pyo3's PanicException is a
+            # BaseException, raised when a process runs out of descriptors): logged, the
+            # watch goes on.
+            except BaseException as error:
+                if isinstance(error, (KeyboardInterrupt, SystemExit)):
+                    raise
                 log.error("the SQS redrive check failed: %s: %s", type(error).__name__, error)
                 log.debug("the failure's traceback", exc_info=True)
                 due = float("inf")

@@ -2,9 +2,11 @@
 SQS's AWS JSON 1.0 protocol served by aiohttp, on the broker's ``QueueTable`` and its group
 commit, beside the Flight service.
 
-What each action does to the table is :mod:`spark_queue.broker.sqs` (pure mapping); this
-module is the HTTP side: it reads and signs nothing itself beyond calling that module,
-runs the table's blocking calls on a thread pool, and long-polls an empty queue without
+What each action does to the table is :mod:`spark_queue.broker.sqs` (pure mapping),
+signatures are :mod:`spark_queue.broker.sigv4`'s and the connections' bounds
+:mod:`spark_queue.broker.sqs_http`'s; this module checks a request in that order (headers
+and credential, then the body, then the signature), runs the table's blocking calls on a
+thread pool, and long-polls an empty queue without
 committing (a lease that finds nothing commits nothing; between leases it waits for a send
 through this broker, or for a new table version, checked every :data:`POLL_SECONDS`).
 
@@ -24,7 +26,6 @@ import base64
 import concurrent.futures
 import functools
 import hashlib
-import json
 import logging
 import ssl
 import threading
@@ -36,7 +37,7 @@ from typing import Any
 
 from aiohttp import web
 
-from spark_queue.broker import sqs, sqs_handles, sqs_messages, sqs_shapes
+from spark_queue.broker import sigv4, sqs, sqs_handles, sqs_http, sqs_messages, sqs_shapes
 from spark_queue.broker.sqs import CONSUMER, SqsError, SqsOnly, invalid
 from spark_queue.broker.sqs_redrive import RedriveWatch
 from spark_queue.errors import (
@@ -57,9 +58,6 @@ SETTINGS_TTL_SECONDS = 5.0  # another broker's change to a queue's settings show
 POLL_SECONDS = 0.05  # an idle long poll checks for a new table version this often (local)
 OBJECT_STORE_POLL_SECONDS = 0.2  # and on an object store, where each check is a request
 SETTLE_SECONDS = 1.0  # and leases again at least this often (leases run out, delays end)
-# A request body this large is refused before it is parsed (JSON escapes may double a
-# batch's 1 MiB of bodies).
-MAX_REQUEST_BYTES = 4 * sqs.MAX_MESSAGE_BYTES
 THREADS = 32
 MAX_SETTINGS_STEM = 250  # a settings file's name before ".json", at most
 
@@ -143,11 +141,18 @@ class SqsService:
         table: the broker's table.
         keys: access key id -> secret: requests must be signed with one (SigV4); None:
             requests are taken unsigned or signed with any key (loopback only).
+        limits: what a connection is allowed.
     """
 
-    def __init__(self, table: QueueTable, keys: Mapping[str, str] | None) -> None:
+    def __init__(
+        self,
+        table: QueueTable,
+        keys: Mapping[str, str] | None,
+        limits: sqs.HttpLimits | None = None,
+    ) -> None:
         self.table = table
-        self.keys = dict(keys) if keys else None
+        self.keys = dict(keys) if keys is not None else None
+        self.limits = limits if limits is not None else sqs.HttpLimits()
         self.settings = SqsSettings(table.store.location)
         sqs_shapes.input_shapes()  # read before the first request waits for it (~0.3 s)
         self.handles = sqs_handles.HandleKeys(table.store.location)
@@ -183,27 +188,34 @@ class SqsService:
 
     # -- HTTP ----------------------------------------------------------------------------------
 
-    def app(self) -> web.Application:
-        application = web.Application(client_max_size=MAX_REQUEST_BYTES)
-        application.router.add_post("/{tail:.*}", self.handle)
-        return application
+    def server(self) -> sqs_http.GuardedServer:
+        """The aiohttp server of this service (made on the event loop that runs it)."""
+        return sqs_http.GuardedServer(self.handle, self.limits)
 
-    async def handle(self, request: web.Request) -> web.Response:
+    async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        """One request: its headers and credential checked, then its body read, then its
+        signature checked, then the action it signed run."""
         started = time.perf_counter()
-        target = request.headers.get("X-Amz-Target", "")
-        action = target[len(sqs.TARGET_PREFIX) :] if target.startswith(sqs.TARGET_PREFIX) else ""
-        shown = action if action in self.actions else "unknown"
+        shown = "unknown"
         try:
-            try:
-                body = await request.read()
-            except web.HTTPRequestEntityTooLarge:
-                raise SqsError(
-                    "BatchRequestTooLong" if action.endswith("Batch") else "InvalidParameterValue",
-                    f"The request is larger than {MAX_REQUEST_BYTES} bytes.",
-                ) from None
+            headers = sigv4.headers_of(request.headers.items())
+            sigv4.refuse_repeated(headers)
+            target = sigv4.first(headers, "x-amz-target") or ""
+            prefixed = target.startswith(sqs.TARGET_PREFIX)
+            action = target[len(sqs.TARGET_PREFIX) :] if prefixed else ""
+            shown = action if action in self.actions else "unknown"
+            signer = None
             if self.keys is not None:
-                url = f"{request.scheme}://{request.host}{request.raw_path}"
-                sqs.check_signature(request.method, url, request.headers, body, self.keys)
+                signer = sigv4.credential(headers, self.keys, time.time())
+            if request.method != "POST":
+                raise SqsError(
+                    "UnknownOperationException",
+                    "The endpoint takes POST requests (AWS JSON 1.0, X-Amz-Target: "
+                    "AmazonSQS.<Action>).",
+                )
+            body = await sqs_http.read_body(request, self.limits, action.endswith("Batch"))
+            if signer is not None:
+                sigv4.verify(signer, request.method, request.raw_path, headers, body)
             if action not in self.actions:
                 raise SqsError(
                     "UnknownOperationException",
@@ -214,16 +226,12 @@ class SqsService:
             answer = await self.actions[action](members, f"{request.scheme}://{request.host}")
         except SqsError as error:
             self.observe(shown, time.perf_counter() - started, error.code)
-            return web.Response(
-                body=error.body(),
-                status=error.status,
-                headers={**error.headers(), **_ids()},
-                content_type=sqs.CONTENT_TYPE,
-            )
+            response = sqs_http.error_response(error)
+            if not request.content.is_eof():  # a body left unread: the connection ends
+                response.force_close()
+            return response
         self.observe(shown, time.perf_counter() - started, None)
-        return web.Response(
-            body=json.dumps(answer).encode(), headers=_ids(), content_type=sqs.CONTENT_TYPE
-        )
+        return sqs_http.answer(answer)
 
     # -- the table, off the event loop -----------------------------------------------------
 
@@ -724,10 +732,6 @@ def _tags(given: Any, parameter: str) -> dict[str, str]:
     return dict(given)
 
 
-def _ids() -> dict[str, str]:
-    return {"x-amzn-RequestId": str(uuid.uuid4())}
-
-
 class SqsServer:
     """:class:`SqsService` served on ``host:port`` (port 0: a free one, then :attr:`port`)
     by aiohttp, on an event loop of its own thread; HTTPS with ``tls_files``.
@@ -750,12 +754,14 @@ class SqsServer:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             context.load_cert_chain(tls_files[0], tls_files[1])
         self._loop = asyncio.new_event_loop()
-        self._runner = web.AppRunner(service.app(), access_log=None, handle_signals=False)
+        sqs_http.quiet_loop_errors(self._loop)
+        self._runner: web.BaseRunner | None = None
         started: concurrent.futures.Future[int] = concurrent.futures.Future()
 
         async def start() -> int:
+            self._runner = web.ServerRunner(service.server())
             await self._runner.setup()
-            site = web.TCPSite(self._runner, host, port, ssl_context=context, backlog=1024)
+            site = sqs_http.GuardedSite(self._runner, host, port, context, service.limits)
             await site.start()
             return int(self._runner.addresses[0][1])
 
@@ -779,8 +785,8 @@ class SqsServer:
 
         async def close() -> None:
             self.service.end_polls()
-            await self._runner.shutdown()
-            await self._runner.cleanup()
+            if self._runner is not None:
+                await self._runner.cleanup()
 
         future = asyncio.run_coroutine_threadsafe(close(), self._loop)
         try:
