@@ -523,7 +523,9 @@ def _run_broker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> st
         try:
             if metrics_token is not None:
                 check_token_text(metrics_token, f"${metrics.TOKEN_ENV_VAR}")
-            metrics.check_metrics_token(parse_listen(args.metrics)[0], metrics_token)
+            metrics.check_metrics_token(
+                parse_listen(args.metrics)[0], metrics_token, args.tls_cert is not None
+            )
         except InvalidOptionError as error:
             parser.error(str(error).replace("--listen", "--metrics"))
     logging.basicConfig(level=logging.INFO, format="spark-queue broker: %(message)s")

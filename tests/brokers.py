@@ -99,8 +99,17 @@ class Impostor:
     def __init__(self, mode: str, broker: str, journal: Path, *flags: str) -> None:
         self.journal_path = journal
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.impostor", mode, "--to", broker, "--log", str(journal)]
-            + list(flags),
+            [
+                sys.executable,
+                "-m",
+                "tests.impostor",
+                mode,
+                "--to",
+                broker,
+                "--log",
+                str(journal),
+                *flags,
+            ],
             stdout=subprocess.PIPE,
             text=True,
             env={k: v for k, v in os.environ.items() if k != "SPARK_QUEUE_BROKER_TOKEN"},

@@ -217,8 +217,16 @@ def test_a_broker_beyond_loopback_needs_a_token_and_tls_and_answers_for_its_own_
         ({**untokened, "SPARK_QUEUE_BROKER_TOKEN": TOKEN}, [], "without TLS: give --tls-cert"),
     ):
         refused = subprocess.run(
-            [sys.executable, "-m", "spark_queue.cli", "broker", path, "--listen", "0.0.0.0:0"]
-            + flags,
+            [
+                sys.executable,
+                "-m",
+                "spark_queue.cli",
+                "broker",
+                path,
+                "--listen",
+                "0.0.0.0:0",
+                *flags,
+            ],
             capture_output=True,
             text=True,
             timeout=60,
@@ -239,7 +247,9 @@ def test_a_broker_beyond_loopback_needs_a_token_and_tls_and_answers_for_its_own_
             assert dialed.publish("jobs", [host]).seqs == [seq]
         with Impostor("tcp", f"127.0.0.1:{port}", tmp_path / "relay.jsonl") as relay:
             relayed = QueueTable(path, broker=f"tls://127.0.0.1:{relay.port}", broker_token=TOKEN)
-            with pytest.raises(BrokerAuthenticationError, match="does not answer for 127.0.0.1:"):
+            with pytest.raises(
+                BrokerAuthenticationError, match=r"does not answer for 127\.0\.0\.1:"
+            ):
                 relayed.publish("jobs", ["relayed"])
         status = BrokerClient(f"tls://127.0.0.1:{port}", path, TOKEN).status()
         assert (status["served"], status["unauthenticated"]) == (2, 1)

@@ -44,9 +44,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     [("relay", ()), ("relay", ("--rewrite-target",)), ("tcp", ())],
     ids=["flight-relay", "flight-relay-naming-the-broker", "tcp-relay"],
 )
-def test_an_impostor_relaying_the_hello_gets_no_message_and_no_proof(
-    broker, tmp_path, mode, flags
-):
+def test_an_impostor_relaying_the_hello_gets_no_message_and_no_proof(broker, tmp_path, mode, flags):
     """A client holding the token, pointed at an impostor that relays its hello to the
     real broker, refuses the impostor after the hello: it sends no message and no proof,
     and the impostor cannot lease at the broker with what it got. Relayed as it came, the
@@ -177,8 +175,15 @@ def test_a_captured_proof_is_taken_once_for_its_call_and_only_within_its_lifetim
 
 def test_a_proof_lifetime_below_a_second_is_refused(tmp_path):
     refused = subprocess.run(
-        [sys.executable, "-m", "spark_queue.cli", "broker", str(tmp_path / "q")]
-        + ["--proof-lifetime", "500ms"],
+        [
+            sys.executable,
+            "-m",
+            "spark_queue.cli",
+            "broker",
+            str(tmp_path / "q"),
+            "--proof-lifetime",
+            "500ms",
+        ],
         capture_output=True,
         text=True,
         timeout=60,

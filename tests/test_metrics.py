@@ -290,15 +290,20 @@ def test_stats_in_prometheus_format_agrees_with_json(tmp_path, capsys):
     assert code == 2 and "argument --format: must be one of table, json, prometheus" in bad
 
 
-def test_metrics_beyond_loopback_need_a_token_and_scrapes_carry_it(tmp_path, capsys):
-    """Beyond loopback without a token: no start. With a token (and the broker's TLS): a
-    scrape without it, or with another, gets 401; other paths 404; the token shows
-    nowhere."""
+def test_metrics_beyond_loopback_need_a_token_and_scrapes_carry_it(tmp_path, capsys, monkeypatch):
+    """Beyond loopback without a token, or with one but without TLS: no start. With a token
+    (and the broker's TLS): a scrape without it, or with another, gets 401; other paths
+    404; the token shows nowhere."""
     from tests.test_broker import self_signed
 
     path = str(tmp_path / "queues")
     code, _, refused = cli(capsys, "broker", path, "--metrics", "0.0.0.0:0")
     assert code == 2 and "$SPARK_QUEUE_METRICS_TOKEN" in refused
+    monkeypatch.setenv("SPARK_QUEUE_METRICS_TOKEN", "metrics-secret")
+    code, _, clear = cli(capsys, "broker", path, "--metrics", "0.0.0.0:0")
+    assert code == 2 and "without TLS: give --tls-cert and --tls-key" in clear
+    assert "metrics-secret" not in clear and not (tmp_path / "queues").exists()
+    monkeypatch.delenv("SPARK_QUEUE_METRICS_TOKEN")
     code, _, bad_address = cli(capsys, "broker", path, "--metrics", "nowhere")
     assert code == 2 and "--metrics takes HOST:PORT" in bad_address
     token = "metrics-secret"

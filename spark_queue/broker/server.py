@@ -623,7 +623,7 @@ def run_broker(
     if metrics_address is not None:
         from spark_queue.broker.metrics import check_metrics_token
 
-        check_metrics_token(metrics_address[0], metrics_token)
+        check_metrics_token(metrics_address[0], metrics_token, tls_files is not None)
     tls = None if tls_files is None else (_read_pem(tls_files[0]), _read_pem(tls_files[1]))
     table = QueueTable(path, policies=policies, storage_options=storage_options, broker="off")
     _warm_up(table)
