@@ -218,15 +218,16 @@ class BrokerClient:
         try:
             answer = next(iter(self._client.do_action(action, self._bare))).body.to_pybytes()
         except flight.FlightUnauthenticatedError as error:  # not at an address of its own
-            answer, refusal = b"", f" (it answered: {repr(_short(error))[1:-1][:300]})"
+            answered = _short(error).split(". Detail: ")[0][:300]
+            answer, refusal = b"", f": it answered {answered!r}"
         session = open_session(key, target, nonce, answer, self._broker_id)
         if session is None:
             raise BrokerAuthenticationError(
                 f"the broker at {self.address} did not prove that it holds this client's "
-                f"token for this address (a wrong token, a broker reached through another "
-                f"address, or not the broker its record names){refusal}; nothing was sent "
-                f"to it: give the broker's token (broker_token= or ${TOKEN_ENV_VAR}), or "
-                f"broker='off' to commit directly"
+                f"token for this address{refusal} (a wrong token, a relay at another "
+                f"address, or not the broker its record names); nothing was sent to it: give "
+                f"the broker's token (broker_token= or ${TOKEN_ENV_VAR}), or broker='off' to "
+                f"commit directly"
             )
         return session
 

@@ -11,6 +11,9 @@ Arrow Flight (docs/BROKER.md "Wire format").
   came) and ``"not_stored"`` (the indices of those not stored: refused by a reject policy,
   duplicate ids, or all of an idempotent publish found committed); the rest with
   ``{"result": ...}`` as JSON.
+- With a token, a client's first call is a hello and every other call carries its own
+  proof of the token in its ``authorization`` header (:data:`TOKEN_HEADER`), both described
+  in :mod:`spark_queue.broker.sessions`.
 - An error raised by the table travels as a Flight error whose ``extra_info`` is
   ``{"error": <class name>, "message": <str(error)>, ...}``, so the client raises the same
   named class with the same message (cut to :data:`MAX_ERROR_BYTES`).
