@@ -5,6 +5,7 @@ attacker processes (``tests/impostor.py``), real clients."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -13,7 +14,6 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import pyarrow.flight as flight
 import pytest
 
 from spark_queue import QueueTable
@@ -82,93 +82,106 @@ def test_an_impostor_relaying_the_hello_gets_no_message_and_no_proof(broker, tmp
     assert TOKEN not in broker.log_path.read_text()
 
 
+# Replays captured calls to the broker at argv[1] over a connection of its own, each
+# ``[header, method, body (hex), not before (Unix time)]`` of argv[2]; prints what each got.
 REPLAY = """
 import json, sys, time
 import pyarrow.flight as flight
 
-address, captured, deadline = sys.argv[1], json.loads(sys.argv[2]), float(sys.argv[3])
-client = flight.FlightClient(f"grpc://{address}")
-
-
-def attempt(header, action, body):
+client = flight.FlightClient(f"grpc://{sys.argv[1]}")
+outcomes = []
+for header, method, body, not_before in json.loads(sys.argv[2]):
+    time.sleep(max(0.0, not_before - time.time()))
     options = flight.FlightCallOptions(headers=[(b"authorization", header.encode())])
     try:
-        list(client.do_action(flight.Action(action, bytes.fromhex(body)), options))
-        return "taken"
+        list(client.do_action(flight.Action(method, bytes.fromhex(body)), options))
+        outcomes.append("taken")
     except flight.FlightUnauthenticatedError:
-        return "refused"
-
-
-stats, held = captured["stats"], captured["held"]
-outcomes = [
-    attempt(stats["header"], "stats", stats["body"]),  # used once already
-    attempt(held["header"], "stats", stats["body"]),  # made for another call
-]
-time.sleep(max(0.0, deadline - time.time()))
-outcomes.append(attempt(held["header"], "lease", held["body"]))  # never used, expired
+        outcomes.append("refused")
 print(json.dumps(outcomes))
 """
 
 
-def test_a_captured_proof_is_taken_once_for_its_call_and_only_within_its_lifetime(tmp_path):
-    """Whoever sees a client's calls (here a process forwarding them, at the broker's
-    advertised address) holds proofs that each serve one call of one session, once, for
-    --proof-lifetime (4 s here). Replayed over new connections by a process without the
-    token: a used proof is refused, as is an unused one for another call, and an unused
-    one 6 s after it was made; an unused one inside its lifetime serves its own call once
-    (what TLS, required beyond loopback, keeps from anyone on the path)."""
-    path = str(tmp_path / "queues")
+@contextlib.contextmanager
+def captured_calls(folder: Path, *flags: str) -> Iterator[tuple[BrokerProcess, Impostor, str]]:
+    """A broker with a token (and ``flags``) whose advertised address is a forwarder's,
+    the forwarder, and the address the broker listens on: whatever a client sends it is
+    recorded on its way (its leases held back, unanswered), as whoever sees the traffic of
+    a broker without TLS would. The table's queue "jobs" holds 10 messages."""
+    path = str(folder / "queues")
     QueueTable(path, broker="off").publish("jobs", [f"m{i}" for i in range(10)])
-    port = free_port()
-    journal = tmp_path / "forwarder.jsonl"
-    to = f"127.0.0.1:{port}"
-    with Impostor("forward", to, journal, "--hold", "lease") as forwarder:
-        flags = ["--listen", to, "--advertise", f"127.0.0.1:{forwarder.port}"]
-        flags += ["--proof-lifetime", "4s"]
-        with BrokerProcess(path, *flags, log_path=tmp_path / "broker.log", env=ENV) as broker:
-            dialing = f"127.0.0.1:{forwarder.port}"
-            first = QueueTable(path, broker=dialing, broker_token=TOKEN)
-            assert first.stats("jobs")["added"] == 10  # through the forwarder
-            # Held back: the client hears of no answer and leases directly.
-            assert len(first.lease("jobs", consumer="worker", max_messages=1)) == 1
-            (stats,) = [e for e in forwarder.journal() if e.get("method") == "stats"]
-            (held,) = [e for e in forwarder.journal() if e["event"] == "held"]
-            unused = {"header": held["authorization"][0], "body": held["body"]}
-            # Inside its lifetime, the unused proof serves its call, once.
-            replayer = flight.FlightClient(f"grpc://{to}")
-            header = [(b"authorization", unused["header"].encode())]
-            action = flight.Action("lease", bytes.fromhex(unused["body"]))
-            options = flight.FlightCallOptions(headers=header)
-            assert len(list(replayer.do_action(action, options))) == 1
-            with pytest.raises(flight.FlightUnauthenticatedError, match="used before"):
-                list(replayer.do_action(action, options))
-            replayer.close()
-            # A second session's lease, held back: a proof made and never used.
-            second = QueueTable(path, broker=dialing, broker_token=TOKEN)
-            assert len(second.lease("jobs", consumer="worker", max_messages=1)) == 1
-            made = time.time()
-            (_, later) = [e for e in forwarder.journal() if e["event"] == "held"]
-            assert later["authorization"][0].split(".")[0] != unused["header"].split(".")[0]
-            captured = {
-                "stats": {"header": stats["authorization"][0], "body": stats["body"]},
-                "held": {"header": later["authorization"][0], "body": later["body"]},
-            }
-            replayed = subprocess.run(
-                [sys.executable, "-c", REPLAY, to, json.dumps(captured), str(made + 6.0)],
-                capture_output=True,
-                text=True,
-                timeout=120,
-                env={k: v for k, v in os.environ.items() if k != "SPARK_QUEUE_BROKER_TOKEN"},
-            )
-            assert replayed.returncode == 0, replayed.stderr
-            assert json.loads(replayed.stdout) == ["refused"] * 3
-            assert time.time() - made >= 6.0
-            leased = QueueTable(path, broker="off").stats("jobs")["leased"]
-            assert leased == 3  # two direct leases and the one inside the lifetime
-            assert broker.stop() == 0
+    listen = f"127.0.0.1:{free_port()}"
+    with Impostor("forward", listen, folder / "forwarder.jsonl", "--hold", "lease") as forwarder:
+        advertised = ["--listen", listen, "--advertise", f"127.0.0.1:{forwarder.port}"]
+        with BrokerProcess(
+            path, *advertised, *flags, log_path=folder / "broker.log", env=ENV
+        ) as broker:
+            yield broker, forwarder, listen
+
+
+def replay(address: str, calls: list[tuple[str, str, str, float]]) -> list[str]:
+    """``calls`` replayed to the broker at ``address`` by a process without the token."""
+    replayed = subprocess.run(
+        [sys.executable, "-c", REPLAY, address, json.dumps(calls)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "SPARK_QUEUE_BROKER_TOKEN"},
+    )
+    assert replayed.returncode == 0, replayed.stderr
+    outcome: list[str] = json.loads(replayed.stdout)
+    return outcome
+
+
+def test_a_captured_proof_is_taken_once_and_only_for_its_call(tmp_path):
+    """Whoever sees a client's calls holds proofs that each serve one call of one session,
+    once. Replayed over a new connection by a process without the token: a used proof is
+    refused, and an unused one for another call; an unused one serves its own call once
+    within its lifetime (60 s), what TLS, required beyond loopback, keeps from anyone on
+    the path."""
+    with captured_calls(tmp_path) as (broker, forwarder, listen):
+        client = QueueTable(broker.path, broker=broker.address, broker_token=TOKEN)
+        assert client.stats("jobs")["added"] == 10  # through the forwarder
+        # Held back: the client hears of no answer and leases directly.
+        assert len(client.lease("jobs", consumer="worker", max_messages=1)) == 1
+        got = forwarder.journal()
+        (stats,) = [e for e in got if e["method"] == "stats"]
+        (held,) = [e for e in got if e["event"] == "held"]
+        used, unused = stats["authorization"][0], held["authorization"][0]
+        outcomes = replay(
+            listen,
+            [
+                (used, "stats", stats["body"], 0.0),
+                (unused, "stats", stats["body"], 0.0),
+                (unused, "lease", held["body"], 0.0),
+                (unused, "lease", held["body"], 0.0),
+            ],
+        )
+        assert outcomes == ["refused", "refused", "taken", "refused"]
+        assert QueueTable(broker.path, broker="off").stats("jobs")["leased"] == 2
+        assert broker.stop() == 0
     log = broker.output()
-    assert log.count("a replayed proof") == 2
     assert "refused a stats call" in log and "a wrong proof" in log
+    assert log.count("a replayed proof") == 2 and TOKEN not in log
+
+
+def test_a_captured_proof_is_refused_once_its_lifetime_has_passed(tmp_path):
+    """With --proof-lifetime 1s, a proof never used, replayed 2 s after it was made by a
+    process without the token, is refused as expired; each session has a challenge of its
+    own."""
+    with captured_calls(tmp_path, "--proof-lifetime", "1s") as (broker, forwarder, listen):
+        for _ in range(2):
+            client = QueueTable(broker.path, broker=broker.address, broker_token=TOKEN)
+            assert len(client.lease("jobs", consumer="worker", max_messages=1)) == 1  # held
+        made = time.time()
+        first, second = [e for e in forwarder.journal() if e["event"] == "held"]
+        header = second["authorization"][0]
+        assert header.split(".")[0] != first["authorization"][0].split(".")[0]
+        assert replay(listen, [(header, "lease", second["body"], made + 2.0)]) == ["refused"]
+        assert time.time() - made >= 2.0
+        assert QueueTable(broker.path, broker="off").stats("jobs")["leased"] == 2  # directly
+        assert broker.stop() == 0
+    log = broker.output()
     assert "refused a lease call" in log and "an expired proof" in log
     assert TOKEN not in log
 
