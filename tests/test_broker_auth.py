@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import subprocess
 import sys
 import time
@@ -203,3 +204,36 @@ def test_a_proof_lifetime_below_a_second_is_refused(tmp_path):
     )
     assert refused.returncode == 2 and "--proof-lifetime" in refused.stderr, refused.stderr
     assert not Path(tmp_path / "q").exists()
+
+
+def test_a_session_takes_each_counter_once_in_any_order_within_its_window(seed):
+    """Calls of one session arrive out of order (threads share it): the broker takes each
+    counter once while it is less than 4,096 below the highest taken, and refuses it
+    after, against a model that remembers every counter."""
+    from spark_queue.broker.auth import call_proof, digest, token_key
+    from spark_queue.broker.sessions import (
+        COUNTER_WINDOW,
+        PROOF_SCHEME,
+        BrokerAddresses,
+        CallChecks,
+        clock_ms,
+        new_nonce,
+    )
+
+    key, challenge, body = token_key(TOKEN), new_nonce(), b"{}"
+    checks = CallChecks(key, "b", BrokerAddresses("127.0.0.1", 1, "127.0.0.1:1"))
+    rng = random.Random(seed)
+    taken: set[int] = set()
+    highest = too_far = 0
+    for _ in range(20_000):
+        counter = max(1, highest + rng.randint(-COUNTER_WINDOW - 100, 100))
+        too_far += counter not in taken and counter <= highest - COUNTER_WINDOW
+        stamp = clock_ms()
+        mac = call_proof(key, "b", challenge, counter, stamp, "stats", digest(body))
+        why = checks.check(f"{PROOF_SCHEME} {challenge}.{counter}.{stamp}.{mac}", "stats", body)
+        fresh = counter not in taken and counter > highest - COUNTER_WINDOW
+        assert why == (None if fresh else "a replayed proof"), (counter, highest)
+        if fresh:
+            taken.add(counter)
+            highest = max(highest, counter)
+    assert len(taken) > 1000 and too_far > 10  # both sides of the window were tried

@@ -34,7 +34,7 @@ import json
 import socket
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from spark_queue.broker.auth import (
@@ -137,22 +137,25 @@ class MalformedHello(Exception):
 
 @dataclass
 class _Counters:
-    """The counters a session's proven calls used, ``COUNTER_WINDOW`` below its highest."""
+    """The counters a session's proven calls used: the highest, and which of the
+    ``COUNTER_WINDOW`` below it, as bits (IPsec's anti-replay window, RFC 4303 3.4.3): 512
+    bytes a session, however many calls it makes."""
 
     highest: int = 0
-    used: set[int] = field(default_factory=set)
+    used: int = 0  # bit i: the counter highest - i was used
     last_ms: int = 0
 
     def take(self, counter: int) -> bool:
         """Use ``counter`` once; False where it was used or is too far below the highest."""
-        if counter <= self.highest - COUNTER_WINDOW or counter in self.used:
-            return False
-        self.used.add(counter)
         if counter > self.highest:
+            shift = counter - self.highest
+            self.used = ((self.used << shift) | 1) & ((1 << COUNTER_WINDOW) - 1)
             self.highest = counter
-            if len(self.used) > 2 * COUNTER_WINDOW:
-                floor = self.highest - COUNTER_WINDOW
-                self.used = {c for c in self.used if c > floor}
+            return True
+        behind = self.highest - counter
+        if behind >= COUNTER_WINDOW or self.used >> behind & 1:
+            return False
+        self.used |= 1 << behind
         return True
 
 
