@@ -31,6 +31,7 @@ from spark_queue.broker.discovery import (
     MIN_MAX_REQUEST_BYTES,
     STOP_TIMEOUT_SECONDS,
 )
+from spark_queue.broker.sessions import DEFAULT_PROOF_LIFETIME_SECONDS
 from spark_queue.broker.sqs import HttpLimits
 from spark_queue.commit.maintenance import DEFAULT_VACUUM_HOURS, MAX_RETENTION_HOURS
 from spark_queue.errors import (
@@ -381,7 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_LISTEN,
         metavar="HOST:PORT",
         help=f"where to listen ({DEFAULT_LISTEN}: loopback, a free port; beyond loopback "
-        f"a token is required)",
+        f"a token and TLS are required)",
     )
     broker.add_argument(
         "--advertise",
@@ -451,6 +452,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DURATION",
         help=f"on SIGTERM, how long to wait for the requests in flight before cancelling "
         f"them and exiting, e.g. '30s' ({STOP_TIMEOUT_SECONDS:g} s)",
+    )
+    broker.add_argument(
+        "--proof-lifetime",
+        type=flag_type(Duration(minimum_ms=1000)),
+        default=int(DEFAULT_PROOF_LIFETIME_SECONDS * 1000),
+        metavar="DURATION",
+        help=f"with a token: how long after a client made it a call's proof of the token is "
+        f"taken (each once), e.g. '60s' ({DEFAULT_PROOF_LIFETIME_SECONDS:g} s)",
     )
     policies = commands.add_parser("policies", help="queue policies (docs/POLICIES.md)")
     policy_commands = policies.add_subparsers(dest="policies_command", required=True)
@@ -573,16 +582,16 @@ def _run_broker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> st
 
     # An empty variable is no token; a flag given empty is a blank token.
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV_VAR) or None
+    if (args.tls_cert is None) != (args.tls_key is None):
+        parser.error("--tls-cert and --tls-key go together: give both or neither")
     try:
         if token is not None:
             check_token_text(token, "--token" if args.token is not None else f"${TOKEN_ENV_VAR}")
-        check_token(parse_listen(args.listen)[0], token)
+        check_token(parse_listen(args.listen)[0], token, args.tls_cert is not None)
         if args.advertise is not None:
             parse_listen(args.advertise, "--advertise")
     except InvalidOptionError as error:
         parser.error(str(error))
-    if (args.tls_cert is None) != (args.tls_key is None):
-        parser.error("--tls-cert and --tls-key go together: give both or neither")
     sqs_keys = None
     if args.sqs is not None:
         from spark_queue.broker.server import check_sqs_keys
@@ -600,7 +609,9 @@ def _run_broker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> st
         try:
             if metrics_token is not None:
                 check_token_text(metrics_token, f"${metrics.TOKEN_ENV_VAR}")
-            metrics.check_metrics_token(parse_listen(args.metrics, "--metrics")[0], metrics_token)
+            metrics.check_metrics_token(
+                parse_listen(args.metrics, "--metrics")[0], metrics_token, args.tls_cert is not None
+            )
         except InvalidOptionError as error:
             parser.error(str(error))
     logging.basicConfig(level=logging.INFO, format="spark-queue broker: %(message)s")
@@ -624,6 +635,7 @@ def _run_broker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> st
         ),
         metrics_listen=args.metrics,
         metrics_token=metrics_token,
+        proof_lifetime_seconds=args.proof_lifetime / 1000,
     )
     return ""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -88,6 +89,51 @@ class BrokerProcess:
         if self.process.poll() is None:
             self.kill()
         self._close()
+
+
+class Impostor:
+    """``python -m tests.impostor MODE --to BROKER --log JOURNAL FLAGS...`` (see that
+    module): a process without the token between a client and the broker at ``broker``;
+    :attr:`port` is where clients reach it, :meth:`journal` what it got."""
+
+    def __init__(self, mode: str, broker: str, journal: Path, *flags: str) -> None:
+        self.journal_path = journal
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "tests.impostor",
+                mode,
+                "--to",
+                broker,
+                "--log",
+                str(journal),
+                *flags,
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={k: v for k, v in os.environ.items() if k != "SPARK_QUEUE_BROKER_TOKEN"},
+        )
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline()
+        if not line.startswith("listening "):
+            self.process.kill()
+            raise RuntimeError(f"the impostor did not start: {line!r}")
+        self.port = int(line.split()[1])
+
+    def journal(self) -> list[dict[str, Any]]:
+        if not self.journal_path.exists():
+            return []
+        return [json.loads(line) for line in self.journal_path.read_text().splitlines()]
+
+    def __enter__(self) -> Impostor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.process.kill()
+        self.process.wait(timeout=START_TIMEOUT)
+        if self.process.stdout is not None:
+            self.process.stdout.close()
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 120.0, what: str = "") -> None:

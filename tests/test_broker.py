@@ -26,13 +26,14 @@ import pytest
 from deltalake import write_deltalake
 
 from spark_queue import QueueTable
+from spark_queue.broker.client import BrokerClient
 from spark_queue.broker.discovery import BROKERS_FOLDER, read_records, write_record
 from spark_queue.broker.wire import PROTOCOL, decode_error, encode_request
 from spark_queue.errors import BrokerAuthenticationError, BrokerRequestError
 from spark_queue.model.schema import BROWSE_ARROW_SCHEMA
 from spark_queue.rules import identity_holds
 from spark_queue.storage.location import Location
-from tests.brokers import BrokerProcess, wait_until
+from tests.brokers import BrokerProcess, Impostor, wait_until
 
 TOKEN = "tok-3d9f1c77a0b24e5f"
 
@@ -201,30 +202,65 @@ def test_a_broker_refuses_to_start_on_a_delta_table_that_is_not_a_queue_table(tm
     assert not (tmp_path / "events" / BROKERS_FOLDER).exists()  # nor recorded one
 
 
-def test_a_broker_beyond_loopback_refuses_to_start_without_a_token(tmp_path):
+def test_a_broker_beyond_loopback_needs_a_token_and_tls_and_answers_for_its_own_addresses(
+    tmp_path, monkeypatch
+):
+    """Beyond loopback the broker starts only with a token and TLS (exit 2 otherwise, one
+    line naming what is missing, nothing created). Listening on 0.0.0.0 it answers a
+    client that dialed any IPv4 address of this machine on its port, and refuses one that
+    reached it through a relay at another port, TLS or not."""
     path = str(tmp_path / "queues")
-    refused = subprocess.run(
-        [sys.executable, "-m", "spark_queue.cli", "broker", path, "--listen", "0.0.0.0:0"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={k: v for k, v in os.environ.items() if k != "SPARK_QUEUE_BROKER_TOKEN"},
-    )
-    assert refused.returncode == 2
-    assert "beyond loopback, without a token" in refused.stderr
-    assert not (tmp_path / "queues").exists()
+    untokened = {k: v for k, v in os.environ.items() if k != "SPARK_QUEUE_BROKER_TOKEN"}
+    cert, key = self_signed(tmp_path, "127.0.0.1", "127.0.0.2")
+    for env, flags, missing in (
+        (untokened, [], "beyond loopback, without a token"),
+        ({**untokened, "SPARK_QUEUE_BROKER_TOKEN": TOKEN}, [], "without TLS: give --tls-cert"),
+    ):
+        refused = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "spark_queue.cli",
+                "broker",
+                path,
+                "--listen",
+                "0.0.0.0:0",
+                *flags,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+        )
+        assert refused.returncode == 2 and missing in refused.stderr, refused.stderr
+        assert len(refused.stderr.strip().splitlines()) == 1
+        assert not (tmp_path / "queues").exists()
+    port = free_port()
+    flags = ["--listen", f"0.0.0.0:{port}", "--tls-cert", str(cert), "--tls-key", str(key)]
     env = {"SPARK_QUEUE_BROKER_TOKEN": TOKEN}
-    with BrokerProcess(
-        path, "--listen", "0.0.0.0:0", log_path=tmp_path / "broker.log", env=env
-    ) as broker:
-        assert broker.address.endswith(f":{broker.address.rsplit(':', 1)[1]}")
-        assert "token required" in broker.announcement
+    monkeypatch.setenv("SPARK_QUEUE_BROKER_TLS_ROOTS", str(cert))
+    with BrokerProcess(path, *flags, log_path=tmp_path / "broker.log", env=env) as broker:
+        assert broker.address == f"{socket.gethostname()}:{port}"
+        assert "TLS, token required" in broker.announcement
+        for seq, host in enumerate(("127.0.0.1", "127.0.0.2")):
+            dialed = QueueTable(path, broker=f"tls://{host}:{port}", broker_token=TOKEN)
+            assert dialed.publish("jobs", [host]).seqs == [seq]
+        with Impostor("tcp", f"127.0.0.1:{port}", tmp_path / "relay.jsonl") as relay:
+            relayed = QueueTable(path, broker=f"tls://127.0.0.1:{relay.port}", broker_token=TOKEN)
+            with pytest.raises(
+                BrokerAuthenticationError, match=r"does not answer for 127\.0\.0\.1:"
+            ):
+                relayed.publish("jobs", ["relayed"])
+        status = BrokerClient(f"tls://127.0.0.1:{port}", path, TOKEN).status()
+        assert (status["served"], status["unauthenticated"]) == (2, 1)
         assert broker.stop() == 0
     assert TOKEN not in broker.output()
+    assert "refused a broker-hello call from ipv4:127.0.0.1:" in broker.output()
 
 
-def self_signed(folder: Path) -> tuple[Path, Path]:
-    """A certificate for 127.0.0.1 signed by its own key (PEM files): its own root."""
+def self_signed(folder: Path, *addresses: str) -> tuple[Path, Path]:
+    """A certificate for ``addresses`` (default 127.0.0.1) signed by its own key (PEM
+    files): its own root."""
     import datetime
 
     from cryptography import x509
@@ -244,7 +280,9 @@ def self_signed(folder: Path) -> tuple[Path, Path]:
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(hours=1))
         .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            x509.SubjectAlternativeName(
+                [x509.IPAddress(ipaddress.ip_address(a)) for a in addresses or ("127.0.0.1",)]
+            ),
             critical=False,
         )
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)

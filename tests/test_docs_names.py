@@ -1,7 +1,8 @@
 """The names the docs give exist, and the names that exist are documented: the public names
 (``spark_queue.__all__``) against the API reference (``docs/reference``), the Spark options
 and Python keywords against the argument specification (``docs/ARGUMENTS.md``), the command
-line's commands against its parser (``docs/CLI.md``). No Spark."""
+line's commands against its parser (``docs/CLI.md``), the tests the docs name against the
+test modules. No Spark."""
 
 from __future__ import annotations
 
@@ -311,3 +312,25 @@ def test_the_site_navigation_lists_every_page_and_only_pages_that_exist():
     pages = {str(p.relative_to(docs)) for p in docs.rglob("*.md")}
     left_out = {p for p in pages - set(listed) if not p.startswith("decisions/")}
     assert not left_out, f"pages missing from mkdocs.yml's nav: {sorted(left_out)}"
+
+
+# -- tests the docs name -------------------------------------------------------------------
+
+_NAMED_TEST = re.compile(r"`(?:tests/)?(test_\w+\.py)::(test_\w+)")
+
+
+def test_every_test_the_docs_name_exists():
+    """A promise in the docs that names the test checking it (docs/BROKER.md "Security")
+    names one that exists."""
+    named = {
+        (relative(page), m.groups()) for page in PAGES for m in _NAMED_TEST.finditer(prose(page))
+    }
+    missing = [
+        f"{page}: {module}::{name}"
+        for page, (module, name) in sorted(named)
+        if not re.search(
+            rf"^def {name}\(", (ROOT / "tests" / module).read_text(encoding="utf-8"), re.MULTILINE
+        )
+    ]
+    assert any(module == "test_broker_auth.py" for _, (module, _) in named)
+    assert not missing, f"the docs name tests that do not exist: {missing}"

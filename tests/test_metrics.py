@@ -6,7 +6,10 @@ agrees with ``--format json``. No Spark."""
 from __future__ import annotations
 
 import json
+import os
 import ssl
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -291,14 +294,24 @@ def test_stats_in_prometheus_format_agrees_with_json(tmp_path, capsys):
 
 
 def test_metrics_beyond_loopback_need_a_token_and_scrapes_carry_it(tmp_path, capsys):
-    """Beyond loopback without a token: no start. With a token (and the broker's TLS): a
-    scrape without it, or with another, gets 401; other paths 404; the token shows
-    nowhere."""
+    """Beyond loopback without a token, or with one but without TLS: no start. With a token
+    (and the broker's TLS): a scrape without it, or with another, gets 401; other paths
+    404; the token shows nowhere."""
     from tests.test_broker import self_signed
 
     path = str(tmp_path / "queues")
     code, _, refused = cli(capsys, "broker", path, "--metrics", "0.0.0.0:0")
     assert code == 2 and "$SPARK_QUEUE_METRICS_TOKEN" in refused
+    clear = subprocess.run(  # a process of its own: a broker that started would not return
+        [sys.executable, "-m", "spark_queue.cli", "broker", path, "--metrics", "0.0.0.0:0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "SPARK_QUEUE_METRICS_TOKEN": "metrics-secret"},
+    )
+    assert clear.returncode == 2
+    assert "without TLS: give --tls-cert and --tls-key" in clear.stderr
+    assert "metrics-secret" not in clear.stderr and not (tmp_path / "queues").exists()
     code, _, bad_address = cli(capsys, "broker", path, "--metrics", "nowhere")
     assert code == 2 and "--metrics takes HOST:PORT" in bad_address
     token = "metrics-secret"

@@ -1,18 +1,22 @@
-"""How a queue broker and its clients trust each other without sending the token
-(docs/BROKER.md "Security").
+"""What a queue broker and its clients prove to each other with the token, without sending
+it (docs/BROKER.md "Security"): the proofs themselves, pure functions of the key and what
+each proof is bound to. The state around them (a client's session, the broker's record of
+the calls it took) is :mod:`spark_queue.broker.sessions`.
 
 Both sides derive one key from the token (PBKDF2, once per process and token). With it:
 
 - a broker signs its discovery record (:func:`record_mac`), so a client that holds the token
   uses only records written by a holder of the token, not by anyone who can write to the
   table's store;
-- once per connection, the client sends a fresh nonce (:data:`HELLO_ACTION`, no credential)
-  and the broker answers with :func:`broker_proof` of it: the client checks the proof before
-  it sends anything else, so a broker that does not hold the token gets no message and no
-  credential from it;
-- then each call carries :func:`client_proof` of that nonce, for this broker only, in its
-  ``authorization`` header: the broker checks it with one HMAC. The token itself never
-  travels.
+- a broker answers a client's hello with :func:`hello_proof`, bound to the client's fresh
+  nonce, the broker's own fresh challenge, the address the client dialed and the broker's id
+  (and the broker's clock): the client checks it before it sends anything else, so neither a
+  broker without the token nor one that relays the hello from another address gets anything;
+- each call then carries :func:`call_proof`, bound to that challenge, a counter, the
+  broker's clock, the call's method and a digest of what it carries.
+
+Each proof is an HMAC-SHA256 of its kind and parts, encoded as a JSON list: no two lists of
+parts give the same input, and a proof of one kind never stands for one of another.
 
 Pure functions; safe from any thread.
 """
@@ -22,18 +26,14 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import json
 import os
 
 from spark_queue.errors import InvalidOptionError
 
-# A do_action a client makes before anything else, without a credential: its body is the
-# client's nonce (hex), the answer the broker's id and, where it has a token, its proof.
-HELLO_ACTION = "broker-hello"
-# How an authorization header carries a client's proof: "Proof <nonce>.<mac>" (hex).
-PROOF_SCHEME = "Proof"
 NONCE_BYTES = 16
 # PBKDF2 rounds: ~40 ms once per process on a slow core, and as many for each guess of
-# whoever reads a signed record and tries tokens against it.
+# whoever holds a signed record or a broker's proof and tries tokens against it.
 KEY_ROUNDS = 100_000
 _KEY_SALT = b"spark-queue broker token v2"
 
@@ -70,8 +70,9 @@ def token_key(token: str) -> bytes:
     return hashlib.pbkdf2_hmac("sha256", token.encode("ascii"), _KEY_SALT, KEY_ROUNDS)
 
 
-def _mac(key: bytes, *parts: str) -> str:
-    return hmac.new(key, "\0".join(parts).encode(), hashlib.sha256).hexdigest()
+def _mac(key: bytes, kind: str, *parts: str | int) -> str:
+    encoded = json.dumps([kind, *parts], ensure_ascii=True, separators=(",", ":")).encode()
+    return hmac.new(key, encoded, hashlib.sha256).hexdigest()
 
 
 def record_mac(key: bytes, content: str) -> str:
@@ -80,31 +81,47 @@ def record_mac(key: bytes, content: str) -> str:
 
 
 def new_nonce() -> str:
+    """A fresh random nonce (a client's) or challenge (a broker's), in hex."""
     return os.urandom(NONCE_BYTES).hex()
 
 
-def broker_proof(key: bytes, broker_id: str, nonce: str) -> str:
-    """What the broker ``broker_id`` answers a client's ``nonce`` with."""
-    return _mac(key, "broker", broker_id, nonce)
+def is_nonce(text: object) -> bool:
+    """Whether ``text`` has the form :func:`new_nonce` gives."""
+    return (
+        isinstance(text, str)
+        and len(text) == 2 * NONCE_BYTES
+        and all(c in "0123456789abcdef" for c in text)
+    )
 
 
-def client_proof(key: bytes, broker_id: str, nonce: str) -> str:
-    """What a client's calls to the broker ``broker_id`` carry (a broker's proof of the same
-    nonce is of another kind: it cannot stand for the client's)."""
-    return _mac(key, "client", broker_id, nonce)
+def hello_proof(
+    key: bytes, broker_id: str, target: str, nonce: str, challenge: str, clock_ms: int
+) -> str:
+    """What the broker ``broker_id`` answers a hello with: bound to the address the client
+    dialed (``target``), the client's ``nonce``, the broker's fresh ``challenge`` and its
+    clock as it answered."""
+    return _mac(key, "hello", broker_id, target, nonce, challenge, clock_ms)
 
 
-def proof_header(key: bytes, broker_id: str, nonce: str) -> str:
-    return f"{PROOF_SCHEME} {nonce}.{client_proof(key, broker_id, nonce)}"
+def call_proof(
+    key: bytes,
+    broker_id: str,
+    challenge: str,
+    counter: int,
+    stamp_ms: int,
+    method: str,
+    digest: str,
+) -> str:
+    """What one call of a session carries: bound to the broker, the session's ``challenge``,
+    the call's ``counter`` (never twice in a session) and time on the broker's clock
+    (``stamp_ms``), its ``method`` and the :func:`digest` of what it carries."""
+    return _mac(key, "call", broker_id, challenge, counter, stamp_ms, method, digest)
 
 
-def header_holds(header: str, key: bytes, broker_id: str) -> bool:
-    """Whether an authorization header carries a client proof for this broker."""
-    scheme, _, credential = header.partition(" ")
-    nonce, _, mac = credential.partition(".")
-    if scheme != PROOF_SCHEME or len(nonce) != 2 * NONCE_BYTES or not mac:
-        return False
-    return hmac.compare_digest(mac, client_proof(key, broker_id, nonce))
+def digest(body: bytes) -> str:
+    """The digest of what a call carries that its proof covers (an action's body, a
+    publish's request)."""
+    return hashlib.sha256(body).hexdigest()
 
 
 def same_mac(given: str, expected: str) -> bool:

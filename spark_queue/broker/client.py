@@ -17,8 +17,9 @@ table raised there. A wrong token for a broker given by address raises
 :class:`BrokerAuthenticationError` (never falls back: a misconfigured client should be told).
 
 Whom a client trusts (docs/BROKER.md "Security"): a client with a token uses only records
-signed with it, and sends a broker nothing before the broker proved, for a fresh nonce, that
-it holds the token (:mod:`spark_queue.broker.auth`); the token itself never travels. A client
+signed with it, and sends a broker nothing before the broker proved that it holds the token,
+for a fresh nonce and the address the client dialed; each call then carries a fresh proof of
+its own (:mod:`spark_queue.broker.sessions`); the token itself never travels. A client
 without a token uses only records of brokers without one, on this machine's loopback.
 
 Thread-safe: one router serves every thread of its ``QueueTable``; a Flight client (a gRPC
@@ -39,16 +40,9 @@ from typing import Any, ParamSpec, TypeVar, cast
 
 import pyarrow as pa
 
-from spark_queue.broker.auth import (
-    HELLO_ACTION,
-    broker_proof,
-    check_token,
-    new_nonce,
-    proof_header,
-    same_mac,
-    token_key,
-)
+from spark_queue.broker.auth import check_token, new_nonce, token_key
 from spark_queue.broker.discovery import BrokerRecord, is_loopback, live_broker
+from spark_queue.broker.sessions import HELLO_ACTION, ClientSession, hello_body, open_session
 from spark_queue.broker.wire import (
     ROUTED_METHODS,
     STATUS_ACTION,
@@ -154,10 +148,10 @@ class BrokerClient:
     """Calls to one broker at ``address`` (``host:port``, or ``tls://host:port`` over TLS,
     checked against :func:`_tls_roots`) for the table ``table``.
 
-    With a token, the first call asks the broker to prove it holds the token for a fresh
-    nonce (the broker ``broker_id`` where given: the one a record names) and sends nothing
-    else to a broker that does not; each call then carries this client's proof for that
-    broker. The token itself never travels.
+    With a token, the first call opens a session: it asks the broker to prove it holds the
+    token, for a fresh nonce and this address (the broker ``broker_id`` where given: the one
+    a record names), and sends nothing else to a broker that does not; each call then
+    carries a proof of its own. The token itself never travels.
 
     Thread-safe.
     """
@@ -180,54 +174,62 @@ class BrokerClient:
         self._broker_id = broker_id
         self._lock = threading.Lock()
         self._bare = flight.FlightCallOptions(timeout=CALL_TIMEOUT_SECONDS)
-        # The options of calls after the broker's proof (None: not asked yet).
-        self._proven: Any = None if self._key is not None else self._bare
+        self._session: ClientSession | None = None  # with a token: once the broker proved it
 
     def __repr__(self) -> str:
         return f"BrokerClient({self.address!r}, {self.table!r})"
 
-    def _options(self, again: bool = False) -> Any:
-        """The call options that carry this client's proof, once the broker has proven it
-        holds the token (``again``: ask anew, the broker at the address having refused).
+    def _options(
+        self, method: str, body: bytes, stale: ClientSession | None = None
+    ) -> tuple[Any, ClientSession | None]:
+        """The options of one call of ``method`` carrying ``body``: with a token, its proof,
+        in the session open with the broker (opened first where there is none, or where it
+        is ``stale``: the broker at the address refused a call of it); and that session.
 
         Raises:
             BrokerAuthenticationError: the broker did not prove it holds the token.
             pyarrow.flight.FlightError, pyarrow.ArrowException: as :meth:`call` handles.
         """
-        with self._lock:
-            if self._proven is None or again:
-                self._proven = self._hello()
-            return self._proven
-
-    def _hello(self) -> Any:
         import pyarrow.flight as flight
 
-        assert self._key is not None
-        nonce = new_nonce()
-        action = flight.Action(HELLO_ACTION, nonce.encode())
-        body = next(iter(self._client.do_action(action, self._bare))).body.to_pybytes()
-        try:
-            answer = json.loads(body)
-            broker_id, proof = answer["broker"], answer["proof"]
-            holds = (
-                isinstance(broker_id, str)
-                and isinstance(proof, str)
-                and self._broker_id in (None, broker_id)
-                and same_mac(proof, broker_proof(self._key, broker_id, nonce))
-            )
-        except (ValueError, TypeError, KeyError):
-            holds = False
-        if not holds:
-            raise BrokerAuthenticationError(
-                f"the broker at {self.address} did not prove that it holds this client's "
-                f"token (a wrong token, or not the broker its record names); nothing was sent "
-                f"to it: give the broker's token (broker_token= or ${TOKEN_ENV_VAR}), or "
-                f"broker='off' to commit directly"
-            )
-        header = proof_header(self._key, broker_id, nonce)
-        return flight.FlightCallOptions(
+        if self._key is None:
+            return self._bare, None
+        with self._lock:
+            if self._session is None or self._session is stale:
+                self._session = self._hello(self._key)
+            session = self._session
+        header = session.header(method, body)
+        options = flight.FlightCallOptions(
             timeout=CALL_TIMEOUT_SECONDS, headers=[(TOKEN_HEADER.encode(), header.encode())]
         )
+        return options, session
+
+    def _hello(self, key: bytes) -> ClientSession:
+        """A session with the broker at this address, once it proved it holds the token.
+
+        Raises:
+            BrokerAuthenticationError: it did not.
+        """
+        import pyarrow.flight as flight
+
+        nonce, target = new_nonce(), self.address.removeprefix(TLS_PREFIX)
+        action = flight.Action(HELLO_ACTION, hello_body(nonce, target))
+        refusal = ""
+        try:
+            answer = next(iter(self._client.do_action(action, self._bare))).body.to_pybytes()
+        except flight.FlightUnauthenticatedError as error:  # not at an address of its own
+            answered = _short(error).split(". Detail: ")[0][:300]
+            answer, refusal = b"", f": it answered {answered!r}"
+        session = open_session(key, target, nonce, answer, self._broker_id)
+        if session is None:
+            raise BrokerAuthenticationError(
+                f"the broker at {self.address} did not prove that it holds this client's "
+                f"token for this address{refusal} (a wrong token, a relay at another "
+                f"address, or not the broker its record names); nothing was sent to it: give "
+                f"the broker's token (broker_token= or ${TOKEN_ENV_VAR}), or broker='off' to "
+                f"commit directly"
+            )
+        return session
 
     def call(self, method: str, request: bytes, rows: pa.Table | None = None) -> Any:
         """Run ``method`` at the broker: ``request`` as :func:`wire_request` encodes it,
@@ -242,14 +244,17 @@ class BrokerClient:
         import pyarrow.flight as flight
 
         try:
+            options, session = self._options(method, request)
             try:
-                body = self._send(method, request, rows, self._options())
+                body = self._send(method, request, rows, options)
             except flight.FlightUnauthenticatedError:
                 if self._key is None:
                     raise
                 # Refused undone: the broker at the address may have restarted since it
-                # proved itself (it has a new id). Ask it again, once.
-                body = self._send(method, request, rows, self._options(again=True))
+                # proved itself (it has a new id), or this session's clock drifted from
+                # its. Open a new session, once.
+                options, _ = self._options(method, request, stale=session)
+                body = self._send(method, request, rows, options)
         except flight.FlightUnauthenticatedError:
             raise BrokerAuthenticationError(
                 f"the broker at {self.address} refused this client's token (missing or "
@@ -310,8 +315,9 @@ class BrokerClient:
         import pyarrow.flight as flight
 
         action = flight.Action(STATUS_ACTION, b"")
+        options, _ = self._options(STATUS_ACTION, b"")
         status: dict[str, Any] = json.loads(
-            next(iter(self._client.do_action(action, self._options()))).body.to_pybytes()
+            next(iter(self._client.do_action(action, options))).body.to_pybytes()
         )
         return status
 

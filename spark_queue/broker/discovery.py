@@ -98,21 +98,33 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def refuse_unguarded(host: str, guarded: bool, serving: str, remedy: str) -> None:
+def refuse_unguarded(
+    host: str, guarded: bool, serving: str, remedy: str, *, tls: bool | None = None
+) -> None:
     """What a broker serves beyond loopback must be guarded (the Flight token, the SQS
-    access keys, the metrics token): one rule, one message shape.
+    access keys, the metrics token), and, where ``tls`` is given, over TLS: one rule, one
+    message shape.
 
     Args:
         host: the address it would listen on.
         guarded: whether its secret is given.
         serving: what would be served, as the message opens (``the broker would listen``).
         remedy: what is missing and how to give it, or where to listen instead.
+        tls: whether it would serve TLS, for what must beyond loopback; None: not asked.
 
     Raises:
-        InvalidOptionError: ``host`` is not loopback and ``guarded`` is false.
+        InvalidOptionError: ``host`` is not loopback and ``guarded`` is false, or ``tls``
+            is False.
     """
-    if not guarded and not is_loopback(host):
+    if is_loopback(host):
+        return
+    if not guarded:
         raise InvalidOptionError(f"{serving} on {host}, beyond loopback, {remedy}")
+    if tls is False:
+        raise InvalidOptionError(
+            f"{serving} on {host}, beyond loopback, without TLS: give --tls-cert and "
+            f"--tls-key, or listen on 127.0.0.1"
+        )
 
 
 def _folder(location: Location) -> tuple[pafs.FileSystem, str]:

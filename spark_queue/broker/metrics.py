@@ -362,11 +362,12 @@ class BrokerMetrics:
             self.conflicts.inc(attempts - 1)
 
 
-def check_metrics_token(host: str, token: str | None) -> None:
-    """Metrics served beyond loopback must ask for a token.
+def check_metrics_token(host: str, token: str | None, tls: bool) -> None:
+    """Metrics served beyond loopback must ask for a token, over HTTPS: a bearer token sent
+    in clear text would serve whoever saw it for as long as the broker runs.
 
     Raises:
-        InvalidOptionError: ``host`` is not loopback and there is no token.
+        InvalidOptionError: ``host`` is not loopback and there is no token, or no TLS.
     """
     refuse_unguarded(
         host,
@@ -374,6 +375,7 @@ def check_metrics_token(host: str, token: str | None) -> None:
         "the metrics would be served",
         f"without a token: give one with ${TOKEN_ENV_VAR} (Prometheus sends it as a bearer "
         f"token), or serve them on 127.0.0.1",
+        tls=tls,
     )
 
 

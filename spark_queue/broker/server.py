@@ -11,8 +11,9 @@ how clients find it is :mod:`spark_queue.broker.discovery`.
 Threads: Flight's (gRPC's) handler threads run requests; the thread that called
 :func:`run_broker` writes the heartbeat and waits for SIGTERM or SIGINT.
 
-With a token, the broker proves it holds it to each new connection and takes calls that
-carry a client's proof of it (:mod:`spark_queue.broker.auth`): the token never travels.
+With a token, the broker proves it holds it to each client that dialed one of its own
+addresses, and takes each call only with a fresh proof of the token bound to that call
+(:mod:`spark_queue.broker.sessions`): the token never travels.
 """
 
 from __future__ import annotations
@@ -32,14 +33,8 @@ from typing import Any, cast
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from spark_queue.broker.auth import (
-    HELLO_ACTION,
-    NONCE_BYTES,
-    broker_proof,
-    header_holds,
-    token_key,
-)
 from spark_queue.broker.auth import check_token as check_token_text
+from spark_queue.broker.auth import token_key
 from spark_queue.broker.discovery import (
     DEFAULT_LISTEN,
     DEFAULT_MAX_REQUEST_BYTES,
@@ -50,6 +45,15 @@ from spark_queue.broker.discovery import (
     remove_record,
     remove_stale_records,
     write_record,
+)
+from spark_queue.broker.sessions import (
+    DEFAULT_PROOF_LIFETIME_SECONDS,
+    HELLO_ACTION,
+    WILDCARDS,
+    BrokerAddresses,
+    CallChecks,
+    HelloRefused,
+    MalformedHello,
 )
 from spark_queue.broker.sqs import HttpLimits
 from spark_queue.broker.wire import (
@@ -151,11 +155,12 @@ def check_bindable(host: str, port: int, flag: str) -> None:
     raise BrokerError(f"the broker cannot listen on {host}:{port} ({flag}): {refusals[0]}")
 
 
-def check_token(host: str, token: str | None) -> None:
-    """A broker that listens beyond loopback must have a token.
+def check_token(host: str, token: str | None, tls: bool) -> None:
+    """A broker that listens beyond loopback must have a token, and serve TLS: without it,
+    whoever is on the path reads the messages and can play a call it held back.
 
     Raises:
-        InvalidOptionError: ``host`` is not loopback and there is no token.
+        InvalidOptionError: ``host`` is not loopback and there is no token, or no TLS.
     """
     refuse_unguarded(
         host,
@@ -163,6 +168,7 @@ def check_token(host: str, token: str | None) -> None:
         "the broker would listen",
         "without a token: give one with $SPARK_QUEUE_BROKER_TOKEN (or --token), or listen on "
         "127.0.0.1",
+        tls=tls,
     )
 
 
@@ -228,6 +234,10 @@ class QueueBroker(flight.FlightServerBase):
         table: the table's ``QueueTable``, with ``broker="off"``.
         host, port: where to listen (port 0: a free one, then :attr:`port`).
         token: when given, every call but :data:`HELLO_ACTION` must carry a proof of it.
+        advertise: the ``HOST:PORT`` clients reach it at (:attr:`advertised`); default: the
+            listening host (this machine's name where it listens on every address) and the
+            bound port. It answers hellos for it (:class:`BrokerAddresses`).
+        proof_lifetime_seconds: how long after it was made a call's proof is taken.
         max_request_bytes: larger requests are refused with :class:`BrokerRequestError`,
             before anything is done, and publish's messages as soon as they pass it.
         tls: the server's certificate chain and private key (PEM): gRPC over TLS.
@@ -242,10 +252,18 @@ class QueueBroker(flight.FlightServerBase):
         port: int,
         *,
         token: str | None,
+        advertise: str | None = None,
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
         tls: tuple[bytes, bytes] | None = None,
+        proof_lifetime_seconds: float = DEFAULT_PROOF_LIFETIME_SECONDS,
     ) -> None:
         self._key = token_key(token) if token else None
+        self.id = uuid.uuid4().hex[:16]
+        # Handlers may run once the server listens, before its port is known: until then
+        # it answers no hello.
+        self._checks = CallChecks(
+            self._key, self.id, BrokerAddresses(host, 0, ""), proof_lifetime_seconds
+        )
         middleware = {"credential": _CredentialReader()} if self._key is not None else {}
         if tls is None:
             super().__init__(f"grpc://{host}:{port}", middleware=middleware)
@@ -257,7 +275,11 @@ class QueueBroker(flight.FlightServerBase):
             )
         self.tls = tls is not None
         self.table = table
-        self.id = uuid.uuid4().hex[:16]
+        if advertise is None:
+            shown = socket.gethostname() if host in WILDCARDS else host
+            advertise = f"[{shown}]:{self.port}" if ":" in shown else f"{shown}:{self.port}"
+        self.advertised = advertise
+        self._checks.addresses = BrokerAddresses(host, self.port, advertise)
         self.max_request_bytes = max_request_bytes
         self.started_at = time.time()
         self._counts_lock = threading.Condition()
@@ -278,10 +300,10 @@ class QueueBroker(flight.FlightServerBase):
     # -- Flight methods ----------------------------------------------------------------------
 
     def list_actions(self, context: flight.ServerCallContext) -> list[tuple[str, str]]:
-        self._authenticate(context, "ListActions")
+        self._authenticate(context, "ListActions", b"")
         return [(m, f"QueueTable.{m}") for m in ROUTED_METHODS if m != "publish"] + [
             (STATUS_ACTION, "this broker's id, table and counts"),
-            (HELLO_ACTION, "this broker's id and its proof of the token for a nonce"),
+            (HELLO_ACTION, "opens a session: this broker's proof of the token for a client"),
         ]
 
     # A broker with a token refuses these in its middleware, before the handler.
@@ -311,15 +333,16 @@ class QueueBroker(flight.FlightServerBase):
         raise _unserved("DoExchange")
 
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Any:
+        body = action.body.to_pybytes()
         if action.type == HELLO_ACTION:
-            yield flight.Result(pa.py_buffer(self._hello(action.body.to_pybytes())))
+            yield flight.Result(pa.py_buffer(self._hello(context, body)))
             return
-        self._authenticate(context, action.type)
+        self._authenticate(context, action.type, body)
         if action.type == STATUS_ACTION:
             yield flight.Result(pa.py_buffer(json.dumps(self.status()).encode()))
             return
         with self._in_flight():
-            answer = self._serve(action.type, action.body.to_pybytes(), None)
+            answer = self._serve(action.type, body, None)
         yield flight.Result(pa.py_buffer(answer))
 
     def do_put(
@@ -329,48 +352,54 @@ class QueueBroker(flight.FlightServerBase):
         reader: flight.MetadataRecordBatchReader,
         writer: flight.FlightMetadataWriter,
     ) -> None:
-        self._authenticate(context, "publish")
+        request = descriptor.command or b""
+        self._authenticate(context, "publish", request)  # before a row is read
         with self._in_flight():
             answer = self._serve(
                 "publish",
-                descriptor.command or b"",
+                request,
                 lambda declared, request_bytes: self._upload(reader, declared, request_bytes),
             )
         writer.write(pa.py_buffer(answer))
 
     # -- authentication ----------------------------------------------------------------------
 
-    def _hello(self, body: bytes) -> bytes:
-        """The answer to a client's nonce: this broker's id and, with a token, its proof."""
-        nonce = body.decode("ascii", "replace")
-        if len(nonce) != 2 * NONCE_BYTES or not all(c in "0123456789abcdef" for c in nonce):
-            raise flight.FlightServerError(
-                f"malformed {HELLO_ACTION}: its body is a nonce of {NONCE_BYTES} bytes in hex"
-            )
-        answer: dict[str, Any] = {"broker": self.id, "token_required": self._key is not None}
-        if self._key is not None:
-            answer["proof"] = broker_proof(self._key, self.id, nonce)
-        return json.dumps(answer).encode()
+    def _hello(self, context: flight.ServerCallContext, body: bytes) -> bytes:
+        """The answer to a client's hello (:meth:`CallChecks.hello`); a hello for an
+        address not this broker's is refused, logged and counted as a call is."""
+        try:
+            return self._checks.hello(body)
+        except MalformedHello as error:
+            raise flight.FlightServerError(str(error)) from None
+        except HelloRefused as error:
+            self._refused(context, HELLO_ACTION, f"a hello for another address: {error}")
+            raise flight.FlightUnauthenticatedError(f"{error}; nothing was done") from None
 
-    def _authenticate(self, context: flight.ServerCallContext, call: str) -> None:
-        """Refuse (and log, and count) a call without a valid proof of the token; a broker
-        without a token takes every call."""
+    def _authenticate(self, context: flight.ServerCallContext, call: str, body: bytes) -> None:
+        """Refuse (and log, and count) a call ``call`` carrying ``body`` without a fresh
+        proof of the token for it (:meth:`CallChecks.check`); a broker without a token takes
+        every call."""
         if self._key is None:
             return
         credential = context.get_middleware("credential")
         header = None if credential is None else credential.header
-        if header is not None and header_holds(header, self._key, self.id):
+        why = self._checks.check(header, call, body)
+        if why is None:
             return
+        self._refused(context, call, why)
+        raise flight.FlightUnauthenticatedError(
+            "this broker needs a fresh proof of its token for each call: missing, wrong, "
+            "expired or used before (nothing was done)"
+        )
+
+    def _refused(self, context: flight.ServerCallContext, call: str, why: str) -> None:
         self._count("unauthenticated")
         self.observe(call, 0.0, "Unauthenticated")
         log.warning(
-            "refused a %s call from %s: %s proof of the token; nothing was done",
+            "refused a %s call from %s: %s; nothing was done",
             repr(call)[1:-1][:100],  # the client names it: one line, escaped
             context.peer(),
-            "no" if header is None else "a wrong",
-        )
-        raise flight.FlightUnauthenticatedError(
-            "this broker needs a proof of its token: missing or wrong (nothing was done)"
+            why,
         )
 
     # -- serving -----------------------------------------------------------------------------
@@ -590,6 +619,7 @@ def run_broker(
     sqs_limits: HttpLimits | None = None,
     metrics_listen: str | None = None,
     metrics_token: str | None = None,
+    proof_lifetime_seconds: float = DEFAULT_PROOF_LIFETIME_SECONDS,
 ) -> None:
     """Serve ``path``'s table until SIGTERM or SIGINT, then stop cleanly: the record is
     removed (clients commit directly or go to another broker), requests in flight finish,
@@ -602,7 +632,7 @@ def run_broker(
             the listening host (this machine's name where it listens on every address)
             and the bound port.
         token: required of clients when given (checked by :func:`check_token_text`);
-            required itself beyond loopback.
+            required itself beyond loopback, with ``tls_files``.
         tls_files: the PEM files of its certificate chain and private key: gRPC over TLS
             (clients trust the chain's root through ``$SPARK_QUEUE_BROKER_TLS_ROOTS`` or
             the system's roots).
@@ -617,18 +647,20 @@ def run_broker(
             does not, and records none.
         metrics_token: the bearer token scrapes must carry; None: none is asked for, on
             loopback only.
+        proof_lifetime_seconds: how long after it was made a client's proof of the token
+            for a call is taken (``--proof-lifetime``).
 
     Raises:
         InvalidOptionError: a bad ``listen``/``advertise``/``sqs_listen``/``metrics_listen``,
-            no token (keys, metrics token) beyond loopback, empty ``sqs_keys``, or a TLS file
-            that cannot be read.
+            no token (keys, metrics token) or no TLS beyond loopback, empty ``sqs_keys``, or a
+            TLS file that cannot be read.
         BrokerError: it cannot listen there (the port is taken, say).
         StorageError: its record cannot be written to the table's store.
     """
     host, port = parse_listen(listen)
     if token is not None:
         check_token_text(token, "the broker's token")
-    check_token(host, token)
+    check_token(host, token, tls_files is not None)
     if advertise is not None:
         parse_listen(advertise, "--advertise")
     sqs_address = None if sqs_listen is None else parse_listen(sqs_listen, "--sqs")
@@ -638,7 +670,7 @@ def run_broker(
     if metrics_address is not None:
         from spark_queue.broker.metrics import check_metrics_token
 
-        check_metrics_token(metrics_address[0], metrics_token)
+        check_metrics_token(metrics_address[0], metrics_token, tls_files is not None)
     tls = None if tls_files is None else (_read_pem(tls_files[0]), _read_pem(tls_files[1]))
     table = QueueTable(path, policies=policies, storage_options=storage_options, broker="off")
     _warm_up(table)
@@ -657,7 +689,14 @@ def run_broker(
     check_bindable(host, port, "--listen")
     try:
         server = QueueBroker(
-            table, host, port, token=token, max_request_bytes=max_request_bytes, tls=tls
+            table,
+            host,
+            port,
+            token=token,
+            advertise=advertise,
+            max_request_bytes=max_request_bytes,
+            tls=tls,
+            proof_lifetime_seconds=proof_lifetime_seconds,
         )
     except (pa.ArrowException, OSError) as error:  # taken since check_bindable looked
         raise BrokerError(
@@ -692,9 +731,7 @@ def run_broker(
                 f"the broker cannot serve metrics on {metrics_address[0]}:"
                 f"{metrics_address[1]}: {error}"
             ) from None
-    if advertise is None:
-        shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
-        advertise = f"[{shown}]:{server.port}" if ":" in shown else f"{shown}:{server.port}"
+    advertise = server.advertised
     stop = threading.Event()
     for number in (signal.SIGTERM, signal.SIGINT):
         signal.signal(number, lambda *_: stop.set())

@@ -11,6 +11,9 @@ Arrow Flight (docs/BROKER.md "Wire format").
   came) and ``"not_stored"`` (the indices of those not stored: refused by a reject policy,
   duplicate ids, or all of an idempotent publish found committed); the rest with
   ``{"result": ...}`` as JSON.
+- With a token, a client's first call is a hello and every other call carries its own
+  proof of the token in its ``authorization`` header (:data:`TOKEN_HEADER`), both described
+  in :mod:`spark_queue.broker.sessions`.
 - An error raised by the table travels as a Flight error whose ``extra_info`` is
   ``{"error": <class name>, "message": <str(error)>, ...}``, so the client raises the same
   named class with the same message (cut to :data:`MAX_ERROR_BYTES`).
@@ -36,8 +39,9 @@ from spark_queue.errors import BrokerRequestError, QueueError
 from spark_queue.model.results import PublishOutcome, PublishResult
 
 # 2: publish declares its upload; calls carry a proof of the token, never the token.
-PROTOCOL = 2
-# The Flight header that carries the token (``Bearer <token>``).
+# 3: a hello binds the address dialed and the broker's challenge; each call its own proof.
+PROTOCOL = 3
+# The Flight header that carries a call's proof of the token (broker.sessions).
 TOKEN_HEADER = "authorization"
 # A ``do_action`` type that reports on the broker itself (id, table, requests served).
 STATUS_ACTION = "broker-status"
