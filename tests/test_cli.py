@@ -405,6 +405,9 @@ def without_grpc_verbosity() -> dict[str, str]:
 
 
 def test_a_broker_that_cannot_listen_says_so_in_one_line_naming_the_flag(tmp_path):
+    from tests.test_broker import self_signed
+
+    cert, key = self_signed(tmp_path)  # beyond loopback a broker needs TLS before it binds
     path = str(tmp_path / "queues")
     QueueTable(path).declare("orders")
     env = {**without_grpc_verbosity(), "SPARK_QUEUE_BROKER_TOKEN": "t" * 32}
@@ -417,7 +420,10 @@ def test_a_broker_that_cannot_listen_says_so_in_one_line_naming_the_flag(tmp_pat
             ("192.0.2.123:0", "Cannot assign requested address"),  # TEST-NET-1: not ours
         ):
             result = subprocess.run(
-                [sys.executable, "-m", "spark_queue.cli", "broker", path, "--listen", listen],
+                [
+                    *(sys.executable, "-m", "spark_queue.cli", "broker", path, "--listen", listen),
+                    *("--tls-cert", str(cert), "--tls-key", str(key)),
+                ],
                 capture_output=True,
                 text=True,
                 timeout=120,

@@ -258,7 +258,7 @@ BAD_ROW_VALUES = [
     ("expires_at", np.datetime64("300000-01-01"), "9999"),
     ("message_id", 5, "strings"),
     ("key", 5, "strings"),
-    ("headers", {"a": 1}, "dicts of string keys to string values"),
+    ("headers", {"a": 1}, "dicts of UTF-8 string keys to UTF-8 string values"),
 ]
 
 
@@ -324,10 +324,11 @@ def test_the_cli_refuses_a_seq_beyond_int64_in_one_line(tmp_path, capsys, comman
     table = leased_table(str(tmp_path))
     before = version(table)
     argv = ["--path", str(tmp_path), "--broker", "off", command, "q", "0", str(10**23), *flags]
-    assert main(argv) == 1
+    assert main(argv) == 2  # bad usage, as every other bad command argument
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err.count("\n") == 1 and captured.err.startswith("spark-queue: seqs[1] ")
+    assert captured.err.count("\n") == 1
+    assert captured.err.startswith("spark-queue: argument seqs: must be a seq: ")
     assert "whole number from 0 to 2**63-1" in captured.err
     assert version(table) == before
     assert table.stats("q")["leased_by_consumer"] == {"c": 3}
