@@ -10,14 +10,16 @@ import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import boto3
+import pyarrow as pa
 import pytest
 from botocore.config import Config
+from deltalake import write_deltalake
 
 from tests.latency_proxy import LatencyProxy, Request, RoundTrips, in_a_row
-from tests.object_store import new_bucket
+from tests.object_store import RequestLog, new_bucket
 
 Counter = Callable[[], AbstractContextManager[RoundTrips]]
 
@@ -101,6 +103,26 @@ def test_each_request_on_a_kept_alive_connection_is_held(
     ]
     assert trips.requests[0].status == 200 and trips.requests[-1].status == 404
     assert (trips.in_all, trips.in_a_row) == (4, 4)
+
+
+def test_the_proxy_sees_each_request_the_server_answers(
+    proxied_s3_options: dict[str, str],
+    proxied_s3_table: str,
+    round_trips: Counter,
+    s3_requests: RequestLog,
+) -> None:
+    """delta-rs's own client (its connections kept alive): the proxy's record and the
+    server's log name the same requests."""
+    row = pa.table({"n": [1]})
+    write_deltalake(proxied_s3_table, row, storage_options=proxied_s3_options)
+    s3_requests.mark()
+    with round_trips() as trips:
+        write_deltalake(proxied_s3_table, row, mode="append", storage_options=proxied_s3_options)
+    logged = s3_requests.since_mark(bucket_of(proxied_s3_table))
+    # The server logs targets with their query strings decoded.
+    seen = sorted((r.method, unquote(r.target)) for r in trips.requests)
+    assert seen == sorted((method, unquote(target)) for method, target in logged)
+    assert trips.in_all >= 3 and trips.by_method["PUT"] == 2  # a data file, a log entry
 
 
 def test_a_window_waits_for_the_requests_it_started(
