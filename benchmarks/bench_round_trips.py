@@ -7,11 +7,13 @@ each request's start and end. A window's requests **in a row** are the longest c
 requests each of which started after the one before it ended: the round trips a caller waits
 for. Each part runs on a table of its own (a bucket each), one writer, warmed up first:
 
-- **operations** (``ops``), ``--repeats`` times in turn: a one-message ``publish``, then
-  (not measured) a publish of 9 more, ``lease(max_messages=10)`` of those 10, ``ack`` of
-  them, an idle ``lease`` (nothing to do), and a plain delta-rs ``write_deltalake`` append of
-  one row to a Delta table beside it (the yardstick; a table of one version each time, as
-  delta-rs reads the whole log after its last checkpoint, so its cost grows with the log).
+- **operations** (``ops``), ``--repeats`` times in turn: a one-message ``publish`` (into a
+  queue of its own), then on another queue (not measured) a publish of 10 messages (one
+  message file), ``lease(max_messages=10)`` of them, ``ack`` of them, an idle ``lease``
+  (nothing to do), and a plain delta-rs ``write_deltalake`` append of one row (the
+  yardstick; in a bucket of its own, to a table of one version each time, as delta-rs
+  reads the whole log after its last checkpoint, so its cost grows with the log). Each
+  call starts once the one before has left no request running (upkeep in a thread).
   p50 and p90 ms of each, and its requests in all and in a row (median and range); the
   breakdown by method and by what the request touched is that of the most frequent count.
   ``QueueTable(broker="off")``;
@@ -58,6 +60,7 @@ from tests.latency_proxy import LatencyProxy, RoundTrips
 from tests.object_store import new_bucket, server_options, start_s3_server
 
 PARTS = ("ops", "threads", "spark")
+PUBLISHED = "published"  # the one-message publishes go here, never leased
 CONSUMER = "bench"
 OPERATIONS = ("publish", "lease(10)", "ack of 10", "idle lease", "delta-rs append")
 SPARK_ROWS = ("sink micro-batch", "source lease", "source read")
@@ -88,8 +91,9 @@ def breakdown(trips: RoundTrips) -> dict[str, int]:
 
 
 def summary(samples: list[tuple[float, RoundTrips]]) -> dict[str, Any]:
-    """p50/p90 ms of ``(seconds, trips)`` samples, their requests in all and in a row
-    (median, min, max), and the most frequent (in all, in a row) with its breakdown."""
+    """p50/p90 ms of ``(seconds, trips)`` samples, their requests in all, in a row and left
+    running after the call returned (median, min, max), and the most frequent (in all, in a
+    row) with its breakdown."""
     seconds = [s for s, _ in samples]
     trips = [t for _, t in samples]
     pairs = Counter((t.in_all, t.in_a_row) for t in trips)
@@ -105,6 +109,8 @@ def summary(samples: list[tuple[float, RoundTrips]]) -> dict[str, Any]:
         "p90_ms": round(1000 * percentile(seconds, 0.9), 1),
         "in_all": spread([t.in_all for t in trips]),
         "in_a_row": spread([t.in_a_row for t in trips]),
+        # Requests the call started and left running when it returned (upkeep in a thread).
+        "after_return": spread([len(t.after_return) for t in trips]),
         "typical": {
             "in_all": in_all,
             "in_a_row": row,
@@ -123,21 +129,27 @@ def through(proxy: LatencyProxy, options: dict[str, str]) -> dict[str, str]:
 # -- operations ---------------------------------------------------------------------------------
 
 
-def measure_operations(proxy: LatencyProxy, direct: dict[str, str], repeats: int) -> dict:
+def measure_operations(
+    proxy: LatencyProxy, direct: dict[str, str], delay_ms: int, repeats: int
+) -> dict:
     from deltalake import write_deltalake
 
     from spark_queue import QueueTable
 
     bucket = new_bucket(direct, "round-trips-ops")
+    plain_bucket = new_bucket(direct, "round-trips-delta-rs")  # apart from the queue's upkeep
     options = through(proxy, direct)
     table = QueueTable(f"s3://{bucket}/lake/queues", storage_options=options, broker="off")
-    table.publish(QUEUE, [BODY])  # creates the table and the queue; warms the path
+    table.publish(PUBLISHED, [BODY])  # creates the table and the queues; warms the path
+    table.publish(QUEUE, [BODY])
     table.ack(QUEUE, table.lease(QUEUE, CONSUMER, max_messages=10)["seq"], CONSUMER)
     row = pa.table({"body": pa.array([BODY], pa.binary())})
     samples: dict[str, list[tuple[float, RoundTrips]]] = {name: [] for name in OPERATIONS}
+    quiet = 0.1 + 4 * delay_ms / 1000  # no request for this long: the last call's are done
 
-    def sample(name: str, action: Callable[[], Any]) -> Any:
-        with proxy.counting(bucket) as trips:
+    def sample(name: str, action: Callable[[], Any], where: str = bucket) -> Any:
+        proxy.quiet(where, quiet)
+        with proxy.counting(where) as trips:
             began = time.perf_counter()
             result = action()
             took = time.perf_counter() - began
@@ -145,10 +157,8 @@ def measure_operations(proxy: LatencyProxy, direct: dict[str, str], repeats: int
         return result
 
     for n in range(repeats):
-        plain = f"s3://{bucket}/plain-{n}"
-        write_deltalake(plain, row, storage_options=options)  # its version 0
-        sample("publish", lambda: table.publish(QUEUE, [BODY]))
-        table.publish(QUEUE, [BODY] * 9)
+        sample("publish", lambda: table.publish(PUBLISHED, [BODY]))
+        table.publish(QUEUE, [BODY] * 10)  # one message file
         leased = sample("lease(10)", lambda: table.lease(QUEUE, CONSUMER, max_messages=10))
         assert leased.num_rows == 10, leased.num_rows
         seqs = leased["seq"]
@@ -156,9 +166,12 @@ def measure_operations(proxy: LatencyProxy, direct: dict[str, str], repeats: int
         assert acked == 10, acked
         idle = sample("idle lease", lambda: table.lease(QUEUE, CONSUMER, max_messages=10))
         assert idle.num_rows == 0, idle.num_rows
+        plain = f"s3://{plain_bucket}/plain-{n}"
+        write_deltalake(plain, row, storage_options=options)  # its version 0
         sample(
             "delta-rs append",
             lambda plain=plain: write_deltalake(plain, row, mode="append", storage_options=options),
+            plain_bucket,
         )
     return {name: summary(values) for name, values in samples.items()}
 
@@ -379,7 +392,7 @@ def main() -> None:
             with LatencyProxy(endpoint, delay) as proxy:
                 rows: dict[str, dict] = {}
                 if "ops" in args.parts:
-                    measured = measure_operations(proxy, direct, args.repeats)
+                    measured = measure_operations(proxy, direct, delay, args.repeats)
                     results.setdefault("operations", {})[str(delay)] = measured
                     rows.update(measured)
                 if spark is not None:

@@ -51,8 +51,9 @@ SETTLE_TIMEOUT = 30.0  # seconds a window waits for the requests it started to f
 @dataclass(frozen=True)
 class Request:
     """One HTTP request through the proxy: ``start`` when its first byte reached the proxy,
-    ``end`` when the last byte of its answer left it (``time.time()`` seconds); ``status``
-    is None where the connection closed before an answer."""
+    ``end`` just before the last bytes of its answer left it (``time.time()`` seconds), so a
+    call that returned on its answer returned after ``end``; ``status`` is None where the
+    connection closed before an answer."""
 
     method: str
     target: str
@@ -196,6 +197,21 @@ class LatencyProxy:
         yield trips
         counted = self.between(start, time.time(), bucket)
         trips.requests, trips.closed_at = counted.requests, counted.closed_at
+
+    def quiet(self, bucket: str | None, seconds: float) -> None:
+        """Wait until no request of ``bucket`` (of any, for None) has been in flight for
+        ``seconds``: what a call left running (upkeep in a thread) has finished, so that
+        the next window counts only its own (at most :data:`SETTLE_TIMEOUT` seconds)."""
+        deadline = time.monotonic() + SETTLE_TIMEOUT
+        while time.monotonic() < deadline:
+            finished, in_flight = self._fetch()
+            now = time.time()
+            busy = any(not target or of_bucket(target, bucket) for target, _ in in_flight)
+            # The record is in order of end: the bucket's last request is the last ended.
+            last = next((r.end for r in reversed(finished) if of_bucket(r.target, bucket)), 0.0)
+            if not busy and now - last >= seconds:
+                return
+            time.sleep(min(seconds, 0.05))
 
     def _fetch(self) -> tuple[list[Request], list[tuple[str, float]]]:
         """Every finished request so far, and (target, start) of those in flight."""
@@ -401,13 +417,15 @@ async def relay(
         while data := await upstream_reader.read(READ_SIZE):
             while data:
                 used, complete = framer.feed(data)
-                client_writer.write(data[:used])
-                data = data[used:]
                 if complete and not framer.interim and waiting:
+                    # Its end is taken before its last bytes leave: the client cannot have
+                    # them, nor return, nor send its next request, before this moment.
                     exchange = waiting.popleft()
                     if framer.head is not None:
                         exchange.status = int(framer.head[0].split()[1])
                     recorder.end(exchange)
+                client_writer.write(data[:used])
+                data = data[used:]
             await client_writer.drain()
         while waiting:  # an answer until close, or none
             recorder.end(waiting.popleft())

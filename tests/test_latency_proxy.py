@@ -169,3 +169,25 @@ def test_in_a_row_is_the_longest_chain_of_requests_that_do_not_overlap(
 def test_round_trips_are_read_once_their_window_closed() -> None:
     with pytest.raises(RuntimeError, match="once their window has closed"):
         _ = RoundTrips().in_all
+
+
+def test_quiet_waits_until_no_request_is_left_running(
+    s3_server: str, s3_options: dict[str, str]
+) -> None:
+    bucket = new_bucket(s3_options, "quiet")
+    with LatencyProxy(s3_server, 100) as proxy:
+        client = s3_client({**s3_options, "AWS_ENDPOINT_URL": proxy.endpoint})
+
+        def upkeep() -> None:  # requests with short gaps, as a thread's upkeep
+            for n in range(3):
+                client.put_object(Bucket=bucket, Key=f"u{n}", Body=b"x")
+                time.sleep(0.05)
+
+        worker = threading.Thread(target=upkeep)
+        worker.start()
+        time.sleep(0.02)
+        proxy.quiet(bucket, 0.2)
+        assert not worker.is_alive()
+        with proxy.counting(bucket) as trips:
+            pass
+    assert trips.in_all == 0
