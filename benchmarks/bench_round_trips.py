@@ -23,11 +23,12 @@ for. Each part runs on a table of its own (a bucket each), one writer, warmed up
   clients): msg/s, commits/s and requests per commit;
 - **spark** (takes a SparkSession: run it under ``flock /tmp/spark-tests.lock``): a streaming
   sink's micro-batch of 10 rows (a file source into ``writeStream.format("ringqueue")`` on
-  ``s3://``; Spark's ``addBatch`` ms, and the requests of the whole trigger), and a streaming
-  source's lease of 10 (``readStream.format("ringqueue")`` on ``s3://``, a ``noop`` sink;
-  Spark's ``latestOffset`` ms, the requests in it, and those of the batch's reading after
-  it), ``--batches`` micro-batches after a first one that starts the Python workers. A
-  trigger's window is its progress's timestamp and durations (one clock: one machine).
+  ``s3://``; the trigger's ms and requests), and a streaming source's lease of 10
+  (``readStream.format("ringqueue")`` on ``s3://``, a ``noop`` sink; Spark's
+  ``latestOffset`` ms and the requests in it, and the rest of the trigger: planning and
+  reading the batch), ``--batches`` micro-batches after a first one that starts the Python
+  workers, with the median of each of Spark's phases. A trigger's window is its progress's
+  timestamp and durations (one clock: one machine).
 
 moto answers in well under a millisecond, so ``D`` stands for a store's round trip (~10-30 ms
 on S3 in a region); new connections cost nothing here (clients keep theirs alive). Results go
@@ -63,7 +64,6 @@ PARTS = ("ops", "threads", "spark")
 PUBLISHED = "published"  # the one-message publishes go here, never leased
 CONSUMER = "bench"
 OPERATIONS = ("publish", "lease(10)", "ack of 10", "idle lease", "delta-rs append")
-SPARK_ROWS = ("sink micro-batch", "source lease", "source read")
 BODY = b"x" * 200
 
 
@@ -237,6 +237,12 @@ def batches_with_rows(query: Any) -> list[dict]:
     return [p for p in query.recentProgress if p["numInputRows"] > 0]
 
 
+def phases(batches: list[dict]) -> dict[str, float]:
+    """The median ms of each of Spark's phases of ``batches`` (their ``durationMs``)."""
+    names = sorted({name for batch in batches for name in batch["durationMs"]})
+    return {n: median([b["durationMs"].get(n, 0) for b in batches]) for n in names}
+
+
 def run_batches(query: Any, batches: int, feed: Callable[[int], None]) -> list[dict]:
     """``feed(n)`` then wait for its micro-batch, ``batches + 1`` times, then for a trigger
     that finds nothing more; the progress of each batch after the first (which starts the
@@ -283,8 +289,8 @@ def measure_sink(
         start = epoch(batch["timestamp"])
         end = start + batch["durationMs"]["triggerExecution"] / 1000
         trips = proxy.between(start - 0.001, end + 0.002, bucket)
-        samples.append((batch["durationMs"]["addBatch"] / 1000, trips))
-    return {"sink micro-batch": summary(samples)}
+        samples.append((batch["durationMs"]["triggerExecution"] / 1000, trips))
+    return {"sink micro-batch": {**summary(samples), "phases_p50_ms": phases(measured)}}
 
 
 def measure_source(
@@ -322,7 +328,10 @@ def measure_source(
         leases.append((lease_time, proxy.between(start - 0.001, leased, bucket)))
         read_time = (durations["triggerExecution"] - durations["latestOffset"]) / 1000
         reads.append((read_time, proxy.between(leased, end, bucket)))
-    return {"source lease": summary(leases), "source read": summary(reads)}
+    return {
+        "source lease": {**summary(leases), "phases_p50_ms": phases(measured)},
+        "source read": summary(reads),
+    }
 
 
 # -- the run ------------------------------------------------------------------------------------
