@@ -246,6 +246,8 @@ def round_trips(
 ) -> Callable[[], AbstractContextManager[RoundTrips]]:
     """``with round_trips() as trips: ...``: the requests to :func:`proxied_s3_table`'s bucket
     that started in the block; ``trips.in_all``, ``trips.in_a_row``, ``trips.by_method``,
-    ``str(trips)`` lists them."""
+    ``trips.after_return`` (left running when the block ended); ``str(trips)`` lists them.
+    ``latency_proxy.quiet(bucket, seconds)`` first waits for what an earlier call left
+    running (upkeep in a thread), which would otherwise count in the block."""
     bucket = urlsplit(proxied_s3_table).netloc
     return lambda: latency_proxy.counting(bucket)

@@ -136,7 +136,6 @@ class LatencyProxy:
     threads; a context manager (leaving it stops the process)."""
 
     def __init__(self, upstream: str, delay_ms: float) -> None:
-        self.delay_ms = delay_ms
         self._process = subprocess.Popen(
             [sys.executable, str(Path(__file__).resolve()), upstream, str(delay_ms)],
             stdin=subprocess.PIPE,
