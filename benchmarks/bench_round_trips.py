@@ -385,10 +385,23 @@ def figures(results: dict) -> dict:
     return figure
 
 
+def delays(text: str) -> list[int]:
+    """``"0,10,20"`` -> ``[0, 10, 20]``: whole milliseconds, 0 or more."""
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected whole ms separated by commas: {text!r}"
+        ) from None
+    if not values or any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(f"expected ms, 0 or more: {text!r}")
+    return values
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--delays", type=lambda text: [int(p) for p in text.split(",")], default=[0, 10, 20, 50]
+        "--delays", type=delays, default=[0, 10, 20, 50], help="ms added to each request"
     )
     parser.add_argument("--repeats", type=int, default=12, help="samples of each operation")
     parser.add_argument("--threads", type=int, default=32)
@@ -396,8 +409,6 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=8, help="measured Spark micro-batches")
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     args = parser.parse_args()
-    if any(d < 0 for d in args.delays):
-        parser.error("--delays: milliseconds, 0 or more")
     scratch = Path(tempfile.mkdtemp(prefix="bench-round-trips-"))
     server, endpoint = start_s3_server()
     spark = None
