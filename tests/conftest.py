@@ -14,8 +14,10 @@ import random
 import subprocess
 import sys
 import sysconfig
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from hypothesis import core as hypothesis_core
@@ -27,6 +29,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests import jvm  # noqa: E402
+from tests.latency_proxy import LatencyProxy, RoundTrips  # noqa: E402
 from tests.object_store import RequestLog  # noqa: E402
 from tests.seeds import ENV_VAR, RANDOM, SEED_LIMIT, replay_command, seed_for, seed_mode  # noqa: E402
 
@@ -207,3 +210,44 @@ def s3_table(s3_options: dict[str, str], request: pytest.FixtureRequest) -> str:
     from tests.object_store import new_bucket
 
     return f"s3://{new_bucket(s3_options, request.node.name)}/lake/queues"
+
+
+# What the proxy in front of the S3 server holds each request: large next to what a client
+# does between requests it sends together, so that those overlap (tests/latency_proxy.py).
+ROUND_TRIP_MS = 50
+
+
+@pytest.fixture(scope="session")
+def latency_proxy(s3_server: str) -> Iterator[LatencyProxy]:
+    """The session's S3 server behind a proxy that holds each request :data:`ROUND_TRIP_MS`
+    and records when each started and ended (tests/latency_proxy.py)."""
+    with LatencyProxy(s3_server, ROUND_TRIP_MS) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def proxied_s3_options(s3_options: dict[str, str], latency_proxy: LatencyProxy) -> dict[str, str]:
+    """:func:`s3_options` reaching the server through :func:`latency_proxy`."""
+    return {**s3_options, "AWS_ENDPOINT_URL": latency_proxy.endpoint}
+
+
+@pytest.fixture
+def proxied_s3_table(s3_options: dict[str, str], request: pytest.FixtureRequest) -> str:
+    """A queue table URI in a new bucket of its own (made without the proxy): with
+    :func:`proxied_s3_options`, every request to it goes through the proxy."""
+    from tests.object_store import new_bucket
+
+    return f"s3://{new_bucket(s3_options, request.node.name)}/lake/queues"
+
+
+@pytest.fixture
+def round_trips(
+    latency_proxy: LatencyProxy, proxied_s3_table: str
+) -> Callable[[], AbstractContextManager[RoundTrips]]:
+    """``with round_trips() as trips: ...``: the requests to :func:`proxied_s3_table`'s bucket
+    that started in the block; ``trips.in_all``, ``trips.in_a_row``, ``trips.by_method``,
+    ``trips.after_return`` (left running when the block ended); ``str(trips)`` lists them.
+    ``latency_proxy.quiet(bucket, seconds)`` first waits for what an earlier call left
+    running (upkeep in a thread), which would otherwise count in the block."""
+    bucket = urlsplit(proxied_s3_table).netloc
+    return lambda: latency_proxy.counting(bucket)
