@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests import jvm  # noqa: E402
+from tests import jvm, processes  # noqa: E402
 from tests.latency_proxy import LatencyProxy, RoundTrips  # noqa: E402
 from tests.object_store import RequestLog  # noqa: E402
 from tests.seeds import ENV_VAR, RANDOM, SEED_LIMIT, replay_command, seed_for, seed_mode  # noqa: E402
@@ -80,16 +80,18 @@ CONNECT_PASS = os.environ.get(SESSION_ENV, "classic") == "connect"
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every randomised test (a ``seed`` user, or a Hypothesis test) ``randomised``
-    (``make stress`` selects them), and every user of the ``spark`` fixture ``spark``, so
-    that ``-m "not spark"`` never starts a SparkSession. Then keep this pass's tests: the
-    Connect pass runs the ``connect`` and ``connect_only`` tests, the classic pass all but
-    ``connect_only``."""
+    (``make stress`` selects them), every user of the ``spark`` fixture ``spark``, so that
+    ``-m "not spark"`` never starts a SparkSession, and every test that starts a process
+    ``integration`` (tests/processes.py). Then keep this pass's tests: the Connect pass runs
+    the ``connect`` and ``connect_only`` tests, the classic pass all but ``connect_only``."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         if "seed" in fixtures or getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
             item.add_marker(pytest.mark.randomised)
         if "spark" in fixtures:
             item.add_marker(pytest.mark.spark)
+        if processes.starts_processes(item):
+            item.add_marker(pytest.mark.integration)
 
     def selected(item: pytest.Item) -> bool:
         if item.get_closest_marker("connect_only"):
@@ -100,6 +102,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if len(kept) < len(items):
         config.hook.pytest_deselected(items=[item for item in items if not selected(item)])
         items[:] = kept
+
+
+# Every way this interpreter starts a process is watched: a test not marked integration that
+# starts one fails (tests/processes.py).
+processes.install()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    with processes.guarded(item, "setup"):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    with processes.guarded(item, "call"):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    with processes.guarded(item, "teardown"):
+        return (yield)
 
 
 def pytest_report_header() -> list[str]:

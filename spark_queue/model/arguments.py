@@ -13,8 +13,9 @@ are in one grammar (a whole number of milliseconds, or a number with a unit: ``3
 ``5 minutes``, ``1 week``) and at most :data:`MAX_DURATION_MS`, so that now plus any duration
 is a valid timestamp. Out-of-range values are refused, never clamped.
 
-The docs' arguments page, ``docs/ARGUMENTS.md``, is generated from here
-(:mod:`spark_queue.argument_docs`).
+The docs' arguments page, ``docs/ARGUMENTS.md``, is generated from here by a repository
+tool, ``tools/argument_docs.py``, which also holds what only the page says (defaults as
+shown, what an argument means in one scope, its policy cap).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import math
 import operator
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Generic, Literal, SupportsIndex, TypeVar, cast, get_args, overload
 
@@ -142,11 +143,6 @@ class Kind(Generic[Parsed]):
     def valid(self) -> str:
         raise NotImplementedError
 
-    @property
-    def doc_valid(self) -> str:
-        """The valid values as the docs' tables show them (Markdown, short)."""
-        return self.valid
-
     def convert(self, value: object) -> Parsed | _Invalid:
         raise NotImplementedError
 
@@ -175,10 +171,6 @@ class Count(Kind[int]):
             return f"a whole number >= {self.minimum}"
         return f"a whole number from {self.minimum} to {self.maximum}"
 
-    @property
-    def doc_valid(self) -> str:
-        return self.valid.removeprefix("a ")
-
     def convert(self, value: object) -> int | _Invalid:
         number = _whole(value)
         if number is None or not self.minimum <= number <= self.maximum:
@@ -199,12 +191,6 @@ class Limit(Kind[int | None]):
         if self.zero_is_none:
             return "a whole number > 0, or 0 or -1 for no limit"
         return "a whole number >= 0, or -1 for no limit"
-
-    @property
-    def doc_valid(self) -> str:
-        if self.zero_is_none:
-            return "whole number > 0; 0 or -1: none"
-        return "whole number >= 0, or -1 (unlimited)"
 
     def convert(self, value: object) -> int | _Invalid | None:
         if value is None:
@@ -236,13 +222,6 @@ class Duration(Kind[int | None]):
             f"a duration {low} and at most {MAX_DURATION_DAYS} days: a whole number of "
             "milliseconds, or a number with a unit (ms, s, m, h, d, w), e.g. '30s', "
             "'5 minutes', '1 week'" + (" (0: none)" if self.zero_is_none else "")
-        )
-
-    @property
-    def doc_valid(self) -> str:
-        low = " > 0" if self.minimum_ms else ""
-        return f"a duration{low}: `30s`, `5 minutes`, `1 week`, or milliseconds" + (
-            "; 0: none" if self.zero_is_none else ""
         )
 
     def convert(self, value: object) -> int | _Invalid | None:
@@ -288,10 +267,6 @@ class Fraction(Kind[float]):
     def valid(self) -> str:
         return "a number above 0 and at most 1"
 
-    @property
-    def doc_valid(self) -> str:
-        return "fraction in (0, 1]"
-
     def convert(self, value: object) -> float | _Invalid:
         number = _number(value)
         return number if number is not None and 0.0 < number <= 1.0 else _INVALID
@@ -323,10 +298,6 @@ class Choice(Kind[str]):
     def valid(self) -> str:
         return "one of " + ", ".join(self.values)
 
-    @property
-    def doc_valid(self) -> str:
-        return ", ".join(f"`{v}`" for v in self.values)
-
     def convert(self, value: object) -> str | _Invalid:
         if not isinstance(value, str) or value.strip().lower() not in self.values:
             return _INVALID
@@ -342,10 +313,6 @@ class Bool(Kind[bool]):
     @property
     def valid(self) -> str:
         return "true or false"
-
-    @property
-    def doc_valid(self) -> str:
-        return "`true`, `false`"
 
     def convert(self, value: object) -> bool | _Invalid:
         if _is_bool(value):
@@ -369,12 +336,6 @@ class Name(Kind[str | None]):
     def valid(self) -> str:
         return self.rule + (", or empty for none" if self.optional else "")
 
-    @property
-    def doc_valid(self) -> str:
-        if self.pattern is QUEUE_NAME:
-            return "a queue name, `[A-Za-z0-9_.-]{1,255}`, not dots alone"
-        return self.rule.removeprefix("a name of ")
-
     def convert(self, value: object) -> str | _Invalid | None:
         if self.optional and value in (None, ""):
             return None
@@ -393,10 +354,6 @@ class Text(Kind[str | None]):
     @property
     def valid(self) -> str:
         return "non-empty text"
-
-    @property
-    def doc_valid(self) -> str:
-        return "text"
 
     def convert(self, value: object) -> str | _Invalid | None:
         if self.optional and value in (None, ""):
@@ -571,11 +528,7 @@ def camel(snake: str) -> str:
 @dataclass(frozen=True)
 class Argument:
     """One argument, once: its snake_case name, kind, default (as parsed), unit, scopes,
-    policy keys (``default-*`` and a cap), and doc line.
-
-    ``per_scope`` maps a scope where the argument means something more, or has another
-    default, to ``(default as shown, doc line)`` there (a consumer's ``maxDeliveries`` can
-    only lower the queue's). ``cap_doc`` says what its policy cap does."""
+    policy keys (``default-*`` and a cap), and doc line."""
 
     name: str
     kind: Kind[Any]
@@ -586,9 +539,6 @@ class Argument:
     policy_default: bool = False  # has a ``default-<kebab>`` policy key
     policy_cap: bool = False  # has a ``<kebab>`` cap key
     spark_option: str | None = None  # a Spark option spelt other than camel(name)
-    per_scope: Mapping[str, tuple[str, str]] = field(default_factory=dict)
-    cap_doc: str = ""
-    shown_default: str = ""  # the default as the docs show it, where not the value itself
 
     @property
     def option(self) -> str:
@@ -616,35 +566,12 @@ class Argument:
             return None
         return self.kind.parse(label or self.name, value, quoted=quoted)
 
-    def described(self, scope: str) -> tuple[str, str]:
-        """``(default as shown, doc line)`` in ``scope``."""
-        default, doc = self.per_scope.get(scope, ("", ""))
-        return default or self.shown_default or _shown_default(self), doc or self.doc
-
-
-def _shown_default(argument: Argument) -> str:
-    value = argument.default
-    if value is None and isinstance(argument.kind, Limit):
-        return "none" if argument.kind.zero_is_none else "-1 (unlimited)"
-    if value is None:
-        return "unset"
-    if isinstance(value, bool):
-        return f"`{str(value).lower()}`"
-    if isinstance(value, str):
-        return f"`{value}`"
-    if argument.unit == "ms":
-        for unit, size in (("s", 1000), ("ms", 1)):
-            if value % size == 0:
-                return f"{value // size} {unit}"
-    return str(value)
-
 
 def _queue(name: str, kind: Kind[Any], doc: str, default: Any = None, **more: Any) -> Argument:
     scopes = more.pop("scopes", ("queue", "sink"))
     return Argument(name, kind, doc, scopes, default, policy_default=True, **more)
 
 
-_LOWER_ONLY = "with a queue limit too, the lower applies"
 SPECIFICATION: tuple[Argument, ...] = (
     Argument(
         "path",
@@ -652,7 +579,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         "the queue table, an absolute local path or a URI (`.start(path)`, `.save(path)`, "
         "`.load(path)` set it)",
         ("sink", "source", "browse"),
-        shown_default="required",
     ),
     Argument(
         "queue",
@@ -660,10 +586,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         "the queue of rows whose `queue` column is null or absent; required when there is "
         "no `queue` column",
         ("sink", "source", "browse"),
-        per_scope={
-            "source": ("required", "the queue to consume"),
-            "browse": ("all queues", "read one queue; an unknown name is an error listing them"),
-        },
     ),
     Argument(
         "consumer",
@@ -679,7 +601,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         "limit on **ready** messages; the overflow policy applies beyond it",
         unit="messages",
         policy_cap=True,
-        cap_doc="cap on the ready-message count (-1: no cap)",
     ),
     _queue(
         "max_length_bytes",
@@ -687,7 +608,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         "limit on the sum of ready messages' `body` lengths; not with `overflow=ring`",
         unit="bytes",
         policy_cap=True,
-        cap_doc="cap on the ready bodies' bytes (-1: no cap); not on ring queues",
     ),
     Argument(
         "ring_size",
@@ -749,17 +669,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         unit="deliveries",
         policy_cap=True,
         scopes=("queue", "sink", "source", "lease", "consumer"),
-        per_scope={
-            "source": (
-                "0 (the queue's limit only)",
-                "a message delivered this many times without an ack is killed (dead-lettered "
-                f"`delivery_limit`) instead of returned; {_LOWER_ONLY}",
-            ),
-            "lease": ("0 (the queue's limit only)", "as for the source"),
-            "consumer": ("0 (the queue's limit only)", "as for `QueueTable.lease`"),
-        },
-        cap_doc="cap on the queue's delivery limit (0 or -1: no cap): a queue without one "
-        "gets the cap",
     ),
     _queue(
         "max_cancels",
@@ -769,17 +678,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         unit="cancels",
         policy_cap=True,
         scopes=("queue", "sink", "source", "lease", "consumer"),
-        per_scope={
-            "source": (
-                "0 (the queue's limit only)",
-                "a message cancelled this many times is killed (dead-lettered "
-                f"`cancel_limit`); {_LOWER_ONLY}",
-            ),
-            "lease": ("0 (the queue's limit only)", "as for the source"),
-            "consumer": ("0 (the queue's limit only)", "as for `QueueTable.lease`"),
-        },
-        cap_doc="cap on the queue's cancel limit (0 or -1: no cap): a queue without one gets "
-        "the cap",
     ),
     _queue(
         "exclusive",
@@ -809,7 +707,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         Duration(zero_is_none=True),
         "the longest a redelivery waits (Artemis `max-redelivery-delay`, same default)",
         unit="ms",
-        shown_default="10 x `redeliveryDelay`",
     ),
     _queue(
         "message_groups",
@@ -827,8 +724,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         "again, and is counted `duplicates`",
         unit="ms",
         policy_cap=True,
-        cap_doc="the longest `duplicateWindow` a queue may have (0 or -1: no cap), which "
-        "bounds what de-duplication stores; a queue without a window keeps none",
     ),
     Argument(
         "policies",
@@ -837,7 +732,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         "(docs/POLICIES.md); an invalid file fails the write before any task runs, naming "
         "file, line and key",
         ("sink",),
-        shown_default="`$SPARK_QUEUE_POLICIES`, else none",
     ),
     Argument(
         "semantics",
@@ -854,14 +748,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         "`delivery_count` + 1",
         ("source", "lease", "consumer"),
         unit="ms",
-        per_scope={
-            "source": ("unset (leases never expire)", ""),
-            "consumer": (
-                "30 s",
-                "each lease's period; leases of messages prefetched or in hand are extended "
-                "at half of it",
-            ),
-        },
     ),
     Argument(
         "max_messages",
@@ -870,10 +756,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         ("source", "lease"),
         unit="messages",
         spark_option="maxMessagesPerTrigger",
-        per_scope={
-            "source": ("unlimited", ""),
-            "lease": ("100", "messages per lease; 0 leases none and only settles"),
-        },
     ),
     Argument(
         "max_bytes",
@@ -882,7 +764,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         ("source", "lease"),
         unit="bytes",
         spark_option="maxBytesPerTrigger",
-        per_scope={"source": ("unlimited", "")},
     ),
     Argument(
         "max_backlog",
@@ -890,7 +771,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         "leases outstanding across all consumers of the queue",
         ("source",),
         unit="messages",
-        per_scope={"source": ("unlimited", "")},
     ),
     Argument(
         "ack_mode",
@@ -919,7 +799,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         "consumer leases only matching messages; the rest stay, in place, for others (an AMPS "
         "filter, a JMS selector). A predicate that does not parse fails, naming `filter`",
         ("source", "lease", "consumer"),
-        per_scope={"consumer": ("unset", "as for `QueueTable.lease`")},
     ),
     Argument(
         "max_prefetch",
@@ -945,7 +824,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         "acknowledged message's lease is no longer extended)",
         ("consumer",),
         unit="ms",
-        per_scope={"consumer": ("1 s, or a quarter of `lease_period` where shorter", "")},
     ),
     Argument(
         "max_poll_interval_ms",
@@ -953,7 +831,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         "the longest gap between two log checks of an idle consumer",
         ("consumer",),
         unit="ms",
-        per_scope={"consumer": ("25 ms local, 100 ms object store", "")},
     ),
     Argument(
         "idle_lease_interval_ms",
