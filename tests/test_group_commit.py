@@ -366,7 +366,7 @@ def test_bodies_are_shaped_as_normalise_shapes_them():
     assert shaped["enqueued_at"].cast("int64").to_pylist() == times
     # Not bodies only: kept for normalise (a column more); a null body never gets this far.
     assert Bodies.of(as_input_table([{"body": "x", "key": "k"}]), 5) is None
-    with pytest.raises(InvalidInputError, match="^row 0 has no 'body'"):
+    with pytest.raises(InvalidInputError, match=r"^row 0 has no 'body'"):
         as_input_table([{"body": None}, {"body": "x"}])
 
 
