@@ -34,7 +34,8 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from spark_queue.broker.sqs import MAX_VISIBILITY_SECONDS, SqsError, invalid
+from spark_queue.server.sqs.errors import SqsError, invalid
+from spark_queue.server.sqs.limits import MAX_VISIBILITY_SECONDS
 from spark_queue.storage.location import Location
 
 KEYS_FOLDER = "_spark_queue/sqs-handle-keys"

@@ -21,16 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from spark_queue.broker.sqs import (
-    ACCOUNT,
-    SqsError,
-    SqsOnly,
-    integer,
-    invalid,
-    is_fifo,
-    member,
-    queue_arn,
-)
+from spark_queue.server.sqs.attributes import SqsOnly
+from spark_queue.server.sqs.errors import SqsError, invalid
+from spark_queue.server.sqs.names import ACCOUNT, is_fifo, queue_arn
+from spark_queue.server.sqs.shapes import integer, member
 
 # Message attributes other than String ones keep their data type here (a header name no
 # SQS attribute name can take: ':' is not allowed in one).

@@ -8,7 +8,7 @@ member anywhere (a batch entry's, a message attribute's) gets SQS's
 ``InvalidParameterValue`` naming it, a missing required one ``MissingParameter``, and the
 code that acts on a request only ever sees the types the model promises. What the model
 leaves open (a value's range, its characters) each action checks itself
-(:mod:`spark_queue.broker.sqs`).
+(:mod:`spark_queue.server.sqs`).
 
 A body is read as strict JSON: a member given twice, ``NaN`` and ``Infinity`` are refused
 (``SerializationException``) rather than resolved to one of them, and a string holding a
@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import functools
 import json
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_queue.broker.sqs import SqsError, invalid
+from spark_queue.server.sqs.errors import SqsError, invalid
+from spark_queue.server.sqs.limits import MAX_BATCH
 
 INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)
@@ -169,3 +172,70 @@ def _text(value: str, path: str) -> None:
         value.encode()
     except UnicodeEncodeError:
         raise invalid(path, value, "not Unicode text: it holds a lone surrogate") from None
+
+
+# -- request members -----------------------------------------------------------------------
+
+
+def member(request: Mapping[str, Any], name: str, kind: type, required: bool = False) -> Any:
+    """A request member of ``kind`` (None where absent and not required)."""
+    value = request.get(name)
+    if value is None:
+        if required:
+            raise SqsError("MissingParameter", f"The request must contain the parameter {name}.")
+        return None
+    if kind is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise invalid(name, value, "must be an integer")
+    elif not isinstance(value, kind):
+        raise invalid(name, value, f"must be a {kind.__name__}")
+    return value
+
+
+def integer(request: Mapping[str, Any], name: str, low: int, high: int) -> int | None:
+    value = member(request, name, int)
+    if value is not None and not low <= value <= high:
+        raise invalid(name, value, f"must be between {low} and {high}")
+    return value
+
+
+def strings(request: Mapping[str, Any], name: str) -> list[str]:
+    values = member(request, name, list) or []
+    if not all(isinstance(v, str) for v in values):
+        raise invalid(name, values, "must be a list of strings")
+    return values
+
+
+# -- batches -------------------------------------------------------------------------------
+
+
+def batch_entries(request: Mapping[str, Any], name: str = "Entries") -> list[dict[str, Any]]:
+    """A batch's entries, with distinct valid ids, 1 to 10 of them.
+
+    Raises:
+        SqsError: ``EmptyBatchRequest``, ``TooManyEntriesInBatchRequest``,
+            ``InvalidBatchEntryId``, ``BatchEntryIdsNotDistinct``.
+    """
+    entries = member(request, name, list, required=True)
+    if not entries:
+        raise SqsError("EmptyBatchRequest", "There should be at least one entry in the request.")
+    if len(entries) > MAX_BATCH:
+        raise SqsError(
+            "TooManyEntriesInBatchRequest",
+            f"Maximum number of entries per request are {MAX_BATCH}. You have sent {len(entries)}.",
+        )
+    seen: set[str] = set()
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise invalid(name, entry, "each entry is an object")
+        entry_id = entry.get("Id")
+        if not isinstance(entry_id, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,80}", entry_id):
+            raise SqsError(
+                "InvalidBatchEntryId",
+                "A batch entry id can only contain alphanumeric characters, hyphens and "
+                "underscores. It can be at most 80 letters long.",
+            )
+        if entry_id in seen:
+            raise SqsError("BatchEntryIdsNotDistinct", f"Id {entry_id} repeated.")
+        seen.add(entry_id)
+    return entries
