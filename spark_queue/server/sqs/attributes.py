@@ -15,7 +15,7 @@ from typing import Any
 from spark_queue.errors import InvalidOptionError
 from spark_queue.model.arguments import ARGUMENTS
 from spark_queue.model.queue_arguments import QueueArguments, validate_arguments
-from spark_queue.server.sqs.errors import SqsError, invalid
+from spark_queue.server.sqs.errors import SqsError
 from spark_queue.server.sqs.limits import (
     DEFAULT_VISIBILITY_SECONDS,
     MAX_MESSAGE_BYTES,
@@ -94,7 +94,11 @@ class AttributeChange:
 
 
 def parse_attributes(
-    name: str, attributes: Any, *, creating: bool, queues: frozenset[str] = frozenset()
+    name: str,
+    attributes: Mapping[str, str],
+    *,
+    creating: bool,
+    queues: frozenset[str] = frozenset(),
 ) -> AttributeChange:
     """The queue arguments and SQS-only settings of ``attributes``. ``queues``: those a
     redrive policy may name as its dead-letter queue.
@@ -103,12 +107,6 @@ def parse_attributes(
         SqsError: ``InvalidAttributeName`` for an unknown (or read-only) attribute,
             ``InvalidAttributeValue`` for a bad value.
     """
-    if attributes is None:
-        attributes = {}
-    if not isinstance(attributes, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in attributes.items()
-    ):
-        raise invalid("Attributes", attributes, "a map of attribute names to strings")
     arguments: dict[str, Any] = {}
     sqs: dict[str, Any] = {}
     origin: dict[str, str] = {}

@@ -33,10 +33,10 @@ def servable(name: str) -> bool:
     return bool(QUEUE_NAME.fullmatch(name)) and name.strip(".") != ""
 
 
-def check_queue_name(name: Any, parameter: str = "QueueName") -> str:
+def check_queue_name(name: str, parameter: str = "QueueName") -> str:
     """A queue to look up: any queue of the table (Spark and ``QueueTable`` name queues by
     the table's rule, a superset of SQS's)."""
-    if not isinstance(name, str) or not servable(name):
+    if not servable(name):
         raise invalid(parameter, name, "a queue name is 1 to 255 characters of A-Z a-z 0-9 _ . -")
     return name
 
@@ -45,10 +45,10 @@ _SQS_NAME = re.compile(r"[A-Za-z0-9_-]{1,80}")
 _SQS_FIFO_NAME = re.compile(r"[A-Za-z0-9_-]{1,75}\.fifo")
 
 
-def check_new_queue_name(name: str, fifo_attribute: Any) -> str:
+def check_new_queue_name(name: str, fifo_attribute: str | None) -> str:
     """A queue CreateQueue may make: SQS's rule, 1 to 80 characters of A-Z a-z 0-9 _ -, a
     FIFO queue's (the attribute ``FifoQueue`` true) ending in ``.fifo`` within the 80."""
-    if isinstance(fifo_attribute, str) and fifo_attribute.lower() == "true":
+    if fifo_attribute is not None and fifo_attribute.lower() == "true":
         if not _SQS_FIFO_NAME.fullmatch(name):
             raise invalid(
                 "QueueName", name, "The name of a FIFO queue can only include alphanumeric "
@@ -64,10 +64,10 @@ def check_new_queue_name(name: str, fifo_attribute: Any) -> str:
     return name
 
 
-def name_of_url(url: Any) -> str:
+def name_of_url(url: str) -> str:
     """The queue a ``QueueUrl`` names: its last path segment (the host is not checked: a
     client may reach the broker by another name than the one an answer gave)."""
-    if not isinstance(url, str) or not url:
+    if not url:
         raise SqsError("MissingParameter", "The request must contain the parameter QueueUrl.")
     name = url.split("?", 1)[0].rstrip("/").rsplit("/", 1)[-1]
     if not servable(name):

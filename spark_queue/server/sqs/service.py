@@ -303,7 +303,7 @@ class SqsService:
         return settings if settings is not None else SqsOnly()
 
     async def _queue(self, request: Mapping[str, Any]) -> tuple[str, SqsOnly]:
-        name = name_of_url(request.get("QueueUrl"))
+        name = name_of_url(request["QueueUrl"])
         fresh, settings = self.settings.cached(name)
         with self._known_lock:
             known = name in self._known
@@ -328,14 +328,14 @@ class SqsService:
     # -- queues --------------------------------------------------------------------------------
 
     async def create_queue(self, request: dict[str, Any], base: str) -> dict[str, Any]:
-        name = shapes.member(request, "QueueName", str, required=True)
-        attributes = request.get("Attributes") or {}
+        name: str = request["QueueName"]
+        attributes: dict[str, str] = request.get("Attributes") or {}
         check_new_queue_name(name, attributes.get("FifoQueue"))
         tags = _tags(request.get("tags"), "tags")
         return await self._run(self._create, name, attributes, tags, base)
 
     def _create(
-        self, name: str, attributes: Any, tags: dict[str, str], base: str
+        self, name: str, attributes: Mapping[str, str], tags: dict[str, str], base: str
     ) -> dict[str, Any]:
         # Everything is checked before anything is written: a refused request writes nothing.
         queues = frozenset(self.table.queues())
@@ -384,14 +384,14 @@ class SqsService:
         return {"QueueUrl": queue_url(base, name)}
 
     async def get_queue_url(self, request: dict[str, Any], base: str) -> dict[str, Any]:
-        name = check_queue_name(shapes.member(request, "QueueName", str, required=True))
+        name = check_queue_name(request["QueueName"])
         await self._run(self._settings, name)
         return {"QueueUrl": queue_url(base, name)}
 
     async def list_queues(self, request: dict[str, Any], base: str) -> dict[str, Any]:
-        prefix = shapes.member(request, "QueueNamePrefix", str) or ""
-        limit = shapes.integer(request, "MaxResults", 1, MAX_LIST_RESULTS)
-        token = shapes.member(request, "NextToken", str)
+        prefix = request.get("QueueNamePrefix") or ""
+        limit = shapes.bounded(request, "MaxResults", 1, MAX_LIST_RESULTS)
+        token = request.get("NextToken")
         after = ""
         if token is not None:
             try:
@@ -413,7 +413,7 @@ class SqsService:
 
     async def get_queue_attributes(self, request: dict[str, Any], base: str) -> dict[str, Any]:
         name, settings = await self._queue(request)
-        wanted = shapes.strings(request, "AttributeNames")
+        wanted = request.get("AttributeNames") or []
         if not wanted:
             return {}
         arguments = await self._run(self.table.arguments, name)
@@ -422,7 +422,7 @@ class SqsService:
 
     async def set_queue_attributes(self, request: dict[str, Any], base: str) -> dict[str, Any]:
         name, settings = await self._queue(request)
-        attributes = shapes.member(request, "Attributes", dict, required=True)
+        attributes = request["Attributes"]
 
         def change() -> None:
             parsed = parse_attributes(
@@ -469,7 +469,7 @@ class SqsService:
 
     async def untag_queue(self, request: dict[str, Any], base: str) -> dict[str, Any]:
         name, settings = await self._queue(request)
-        keys = set(shapes.strings(request, "TagKeys"))
+        keys = set(request["TagKeys"])
         tags = tuple((k, v) for k, v in settings.tags if k not in keys)
         await self._run(self.settings.put, name, replace(settings, tags=tags))
         return {}
@@ -574,16 +574,16 @@ class SqsService:
 
     async def receive_message(self, request: dict[str, Any], base: str) -> dict[str, Any]:
         name, settings = await self._queue(request)
-        count = shapes.integer(request, "MaxNumberOfMessages", 1, MAX_BATCH) or 1
-        visibility = shapes.integer(request, "VisibilityTimeout", 0, MAX_VISIBILITY_SECONDS)
+        count = shapes.bounded(request, "MaxNumberOfMessages", 1, MAX_BATCH) or 1
+        visibility = shapes.bounded(request, "VisibilityTimeout", 0, MAX_VISIBILITY_SECONDS)
         visibility = settings.visibility_timeout if visibility is None else visibility
-        wait = shapes.integer(request, "WaitTimeSeconds", 0, MAX_RECEIVE_WAIT_SECONDS)
+        wait = shapes.bounded(request, "WaitTimeSeconds", 0, MAX_RECEIVE_WAIT_SECONDS)
         wait = settings.receive_wait_seconds if wait is None else wait
         system = [
-            *shapes.strings(request, "AttributeNames"),
-            *shapes.strings(request, "MessageSystemAttributeNames"),
+            *(request.get("AttributeNames") or []),
+            *(request.get("MessageSystemAttributeNames") or []),
         ]
-        attributes = shapes.strings(request, "MessageAttributeNames")
+        attributes = request.get("MessageAttributeNames") or []
         # The secret before any lease, so that each leased message gets its handle (read or
         # written once; on the pool only then).
         loaded = bool(self.handles.known())
@@ -648,7 +648,7 @@ class SqsService:
 
     # -- settling ------------------------------------------------------------------------------
 
-    async def _receipt(self, handle: Any, name: str) -> handles.Receipt:
+    async def _receipt(self, handle: str, name: str) -> handles.Receipt:
         """What a receipt handle of queue ``name`` stands for, once authenticated.
 
         Raises:
@@ -665,7 +665,7 @@ class SqsService:
 
     async def delete_message(self, request: dict[str, Any], base: str) -> dict[str, Any]:
         name, _ = await self._queue(request)
-        receipt = await self._receipt(request.get("ReceiptHandle"), name)
+        receipt = await self._receipt(request["ReceiptHandle"], name)
         await self._run(
             self.table.ack, name, [receipt.seq], CONSUMER, deliveries=[receipt.deliveries]
         )
@@ -682,7 +682,7 @@ class SqsService:
         ids = []
         for entry in shapes.batch_entries(request):
             try:
-                receipt = await self._receipt(entry.get("ReceiptHandle"), name)
+                receipt = await self._receipt(entry["ReceiptHandle"], name)
             except SqsError as error:
                 failed.append(failed_entry(entry["Id"], error))
                 continue
@@ -717,8 +717,8 @@ class SqsService:
         return {"Successful": successful, "Failed": failed}
 
     async def _change_visibility(self, name: str, request: Mapping[str, Any]) -> None:
-        receipt = await self._receipt(request.get("ReceiptHandle"), name)
-        seconds = shapes.integer(request, "VisibilityTimeout", 0, MAX_VISIBILITY_SECONDS)
+        receipt = await self._receipt(request["ReceiptHandle"], name)
+        seconds = shapes.bounded(request, "VisibilityTimeout", 0, MAX_VISIBILITY_SECONDS)
         if seconds is None:
             raise SqsError(
                 "MissingParameter", "The request must contain the parameter VisibilityTimeout."
@@ -745,13 +745,10 @@ class SqsService:
 _COLUMNS = ("body", "key", "headers", "message_id", "deliver_at")
 
 
-def _tags(given: Any, parameter: str) -> dict[str, str]:
+def _tags(given: Mapping[str, str] | None, parameter: str) -> dict[str, str]:
     if given is None:
         return {}
-    if not isinstance(given, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) and 0 < len(k) <= 128 and len(v) <= 256
-        for k, v in given.items()
-    ):
+    if not all(0 < len(k) <= 128 and len(v) <= 256 for k, v in given.items()):
         raise invalid(parameter, given, "a map of tag keys (1 to 128 characters) to values")
     return dict(given)
 

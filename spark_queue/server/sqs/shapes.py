@@ -6,9 +6,10 @@ members, their JSON types (string, integer, boolean, list, map, structure, blob)
 are required. A body is checked against it before any action reads it, so a wrong-typed
 member anywhere (a batch entry's, a message attribute's) gets SQS's
 ``InvalidParameterValue`` naming it, a missing required one ``MissingParameter``, and the
-code that acts on a request only ever sees the types the model promises. What the model
-leaves open (a value's range, its characters) each action checks itself
-(:mod:`spark_queue.server.sqs`).
+code that acts on a request only ever sees the members and types the model promises: no
+action checks a member's type or presence again. What the model leaves open (a value's
+range, its characters) the actions check (:mod:`spark_queue.server.sqs`), with the checks
+several share here (:func:`bounded`, :func:`batch_entries`).
 
 A body is read as strict JSON: a member given twice, ``NaN`` and ``Infinity`` are refused
 (``SerializationException``) rather than resolved to one of them, and a string holding a
@@ -86,7 +87,8 @@ def input_shapes() -> dict[str, Shape]:
 
 
 def parse_request(action: str, body: bytes) -> dict[str, Any]:
-    """The members of ``action``'s request ``body``, checked against the action's shape.
+    """The members of ``action``'s request ``body`` (``action``: one of the model's),
+    checked against the action's shape.
 
     Raises:
         SqsError: ``SerializationException`` (not a JSON object, or a member given twice in
@@ -104,9 +106,7 @@ def parse_request(action: str, body: bytes) -> dict[str, Any]:
         raise SqsError("SerializationException", "The request body is not JSON.") from None
     if not isinstance(members, dict):
         raise SqsError("SerializationException", "The request body is not a JSON object.")
-    shape = input_shapes().get(action)
-    if shape is not None:
-        check(shape, members, "")
+    check(input_shapes()[action], members, "")
     return members
 
 
@@ -174,39 +174,18 @@ def _text(value: str, path: str) -> None:
         raise invalid(path, value, "not Unicode text: it holds a lone surrogate") from None
 
 
-# -- request members -----------------------------------------------------------------------
+# -- what the model leaves open -----------------------------------------------------------
+# An action reads a request checked against its shape: each member the model requires is
+# there and every member has the model's type. What the actions check is values; these are
+# the value checks several share.
 
 
-def member(request: Mapping[str, Any], name: str, kind: type, required: bool = False) -> Any:
-    """A request member of ``kind`` (None where absent and not required)."""
-    value = request.get(name)
-    if value is None:
-        if required:
-            raise SqsError("MissingParameter", f"The request must contain the parameter {name}.")
-        return None
-    if kind is int:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise invalid(name, value, "must be an integer")
-    elif not isinstance(value, kind):
-        raise invalid(name, value, f"must be a {kind.__name__}")
-    return value
-
-
-def integer(request: Mapping[str, Any], name: str, low: int, high: int) -> int | None:
-    value = member(request, name, int)
+def bounded(request: Mapping[str, Any], name: str, low: int, high: int) -> int | None:
+    """An integer member, from ``low`` to ``high`` (None where absent)."""
+    value: int | None = request.get(name)
     if value is not None and not low <= value <= high:
         raise invalid(name, value, f"must be between {low} and {high}")
     return value
-
-
-def strings(request: Mapping[str, Any], name: str) -> list[str]:
-    values = member(request, name, list) or []
-    if not all(isinstance(v, str) for v in values):
-        raise invalid(name, values, "must be a list of strings")
-    return values
-
-
-# -- batches -------------------------------------------------------------------------------
 
 
 def batch_entries(request: Mapping[str, Any], name: str = "Entries") -> list[dict[str, Any]]:
@@ -216,7 +195,7 @@ def batch_entries(request: Mapping[str, Any], name: str = "Entries") -> list[dic
         SqsError: ``EmptyBatchRequest``, ``TooManyEntriesInBatchRequest``,
             ``InvalidBatchEntryId``, ``BatchEntryIdsNotDistinct``.
     """
-    entries = member(request, name, list, required=True)
+    entries: list[dict[str, Any]] = request[name]
     if not entries:
         raise SqsError("EmptyBatchRequest", "There should be at least one entry in the request.")
     if len(entries) > MAX_BATCH:
@@ -226,10 +205,8 @@ def batch_entries(request: Mapping[str, Any], name: str = "Entries") -> list[dic
         )
     seen: set[str] = set()
     for entry in entries:
-        if not isinstance(entry, dict):
-            raise invalid(name, entry, "each entry is an object")
-        entry_id = entry.get("Id")
-        if not isinstance(entry_id, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,80}", entry_id):
+        entry_id = entry["Id"]
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,80}", entry_id):
             raise SqsError(
                 "InvalidBatchEntryId",
                 "A batch entry id can only contain alphanumeric characters, hyphens and "
