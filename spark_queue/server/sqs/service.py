@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 
@@ -88,6 +88,7 @@ THREADS = 32
 MAX_SETTINGS_STEM = 250  # a settings file's name before ".json", at most
 
 Observer = Callable[[str, float, "str | None"], None]
+T = TypeVar("T")
 
 
 def _unobserved(action: str, seconds: float, error: str | None) -> None:
@@ -261,7 +262,7 @@ class SqsService:
 
     # -- the table, off the event loop -----------------------------------------------------
 
-    async def _run(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    async def _run(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """A blocking call on the pool, its table errors as SQS's."""
         loop = asyncio.get_running_loop()
         try:
