@@ -27,10 +27,12 @@ version needs: versions are retained for ``delta.logRetentionDuration`` and, at 
 commit has happened, so a failure is logged and the next interval tries again.
 
 **Vacuum** (:func:`vacuum`): deletes data files no current version references, after a
-retention period with a safe floor; see :func:`check_retention`. A table that sets
-``spark_queue.autoVacuumHours`` is vacuumed with that retention once an hour, by whichever
-connector process claims the hour first after one of its commits (:func:`auto_vacuum`): a
-commit group's upkeep thread, or inline after a streaming query's commit.
+retention period with a safe floor (:func:`check_retention`), and only the table's own:
+files its log once referenced or spark-queue wrote, never anything else in its folder. A
+table that sets ``spark_queue.autoVacuumHours`` is vacuumed with that retention once an
+hour, by whichever connector process claims the hour first after one of its commits
+(:func:`auto_vacuum`): a commit group's upkeep thread, or inline after a streaming query's
+commit.
 """
 
 from __future__ import annotations
@@ -49,11 +51,19 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from spark_queue.commit.backoff import backoff
-from spark_queue.errors import InvalidOptionError
+from spark_queue.errors import InvalidOptionError, StorageError
 from spark_queue.model.arguments import MAX_DURATION_DAYS, POSITIVE
 from spark_queue.rules import NEVER, QueueState, below_heads, live_mask
 from spark_queue.storage.commit_log import CommitOperation, CommitSummary
-from spark_queue.storage.files import MESSAGE, REMOVAL, StagedFile, delete_files, write_file
+from spark_queue.storage.files import (
+    COMPACTED,
+    MESSAGE,
+    REMOVAL,
+    StagedFile,
+    delete_files,
+    is_own_file,
+    write_file,
+)
 from spark_queue.storage.location import Location
 from spark_queue.storage.store import QueueStore, Snapshot
 
@@ -76,6 +86,7 @@ LOG_MIN_AGE_SECONDS = 10.0
 DEFAULT_VACUUM_HOURS = 168.0  # Delta's default: a week of time travel
 FILE_RETENTION_HOURS = 168.0  # Delta's delta.deletedFileRetentionDuration default
 MIN_RETENTION_HOURS = 1.0  # the in-flight window of the connector's own reads; see check_retention
+VACUUM_DELETE_THREADS = 16  # a vacuum's deletes in flight at once (docs/MAINTENANCE.md "Vacuum")
 # The longest retention, the longest duration of every argument: delta-rs raises
 # OverflowError beyond 2**64 hours and panics beyond ~2.5e12 (chrono's TimeDelta).
 MAX_RETENTION_HOURS = MAX_DURATION_DAYS * 24
@@ -172,7 +183,7 @@ def compact(
         rows = pa.concat_tables(parts)
         rows = rows.filter(_live_mask(rows, state)).sort_by("seq")
         if rows.num_rows:
-            adds.append(write_file(store.location, MESSAGE, rows, tag="compacted-"))
+            adds.append(write_file(store.location, MESSAGE, rows, tag=COMPACTED))
         for path, size in zip(small["path"].to_pylist(), small["size"].to_pylist(), strict=True):
             removes.append((path, size, MESSAGE))
             rewritten += 1
@@ -369,17 +380,6 @@ def checkpoint_at(store: QueueStore, version: int) -> None:
         )
 
 
-def checkpoint_if_crossed(
-    location: Location, before: int, after: int, configuration: dict[str, str]
-) -> int | None:
-    """Checkpoint ``after`` if versions ``before`` (exclusive) to ``after`` passed a
-    multiple of the checkpoint interval; returns the version checkpointed, if any."""
-    interval = checkpoint_interval(configuration)
-    if after // interval <= before // interval:
-        return None
-    return checkpoint(location, after)
-
-
 def checkpoint(
     location: Location, version: int | None = None, table: DeltaTable | None = None
 ) -> int:
@@ -535,20 +535,34 @@ def vacuum(
     force: bool,
     progress: Progress = no_progress,
 ) -> list[str]:
-    """Delete data files no current version references, older than the retention (checked
-    by :func:`check_retention`); returns them (relative paths), sorted.
+    """Delete the table's files that no current version references, unreferenced for the
+    retention (checked by :func:`check_retention`); returns them (relative paths), sorted.
 
-    At or above the floor it is delta-rs's *full* vacuum: removed files whose removal is
-    older than the retention, and files the log never mentioned (what a killed producer
-    staged) older than the retention. Below the floor (forced) it is delta-rs's *lite*
-    vacuum, removed files only: a file no commit mentions may be a running producer's
-    staged file, and only the floor protects those.
+    Only the table's files: those the log once referenced (added, then removed) and those
+    spark-queue wrote (:func:`~spark_queue.storage.files.is_own_file`: staged files no
+    commit published, say a killed producer's). Nothing else in the folder (a user's file,
+    another tool's) is ever deleted, whatever its age.
+
+    delta-rs lists the candidates and deletes nothing: its vacuum takes no filter, and
+    would delete every file of the folder that no version references.
+
+    - At or above the floor, its *full* listing: removed files whose removal is older than
+      the retention, and files no version references that are older than the retention.
+      Of those, a file spark-queue did not name is kept unless its *lite* listing (removed
+      files only) names it too: a second listing, made only where the first found one.
+    - Below the floor (forced), the lite listing only: a file no commit mentions may be a
+      running producer's staged file, and only the floor protects those.
+
+    The files go :data:`VACUUM_DELETE_THREADS` at a time, a request each on an object
+    store; no commit is made.
+
+    Raises:
+        InvalidOptionError: the retention (:func:`check_retention`).
+        StorageError: files that could not be deleted (the others are gone), how many and
+            the first, for the next vacuum to try again.
     """
-    from deltalake import PostCommitHookProperties
-
     progress(f"vacuum {location}: reading the log")
     table = location.delta_table()
-    before = table.version()
     floor = retention_floor(table.metadata().configuration)
     hours = check_retention(retention_hours, floor, force)
     full = hours >= floor
@@ -556,30 +570,34 @@ def vacuum(
         f"vacuum {location}: listing files unreferenced for {hours:g} h "
         f"({'removed and never committed' if full else 'removed only'})"
     )
-    # delta-rs takes whole hours; round up, never delete younger than asked.
-    removed = table.vacuum(
-        retention_hours=int(-(-hours // 1)),
-        dry_run=dry_run,
-        enforce_retention_duration=False,
-        full=full,
-        post_commithook_properties=PostCommitHookProperties(
-            create_checkpoint=False, cleanup_expired_logs=False
-        ),
-    )
-    progress(f"vacuum {location}: {len(removed)} files {'to remove' if dry_run else 'removed'}")
-    if not dry_run and removed:  # delta-rs logged VACUUM START and END: two versions
-        try:
-            checkpoint_if_crossed(
-                location,
-                before,
-                location.delta_table().version(),
-                table.metadata().configuration,
+
+    def listed(full: bool) -> list[str]:
+        # delta-rs takes whole hours; round up, never delete younger than asked.
+        found: list[str] = table.vacuum(
+            retention_hours=int(-(-hours // 1)),
+            dry_run=True,
+            enforce_retention_duration=False,
+            full=full,
+        )
+        return found
+
+    found = listed(full)
+    files = [path for path in found if is_own_file(path)]
+    others = [path for path in found if not is_own_file(path)]
+    if full and others:
+        removed = set(listed(False))
+        others = [path for path in others if path in removed]
+    files += others
+    if not dry_run and files:
+        failed = location.delete_each(files, VACUUM_DELETE_THREADS)
+        if failed:
+            path, error = next(iter(failed.items()))
+            raise StorageError(
+                f"vacuum of {location} deleted {len(files) - len(failed)} files but could not "
+                f"delete {len(failed)}, the next vacuum tries again; {path}: {error}"
             )
-        except Exception as error:  # the files are gone either way
-            log.warning(
-                "checkpoint of %s failed, the next interval tries again: %s", location, error
-            )
-    return sorted(removed)
+    progress(f"vacuum {location}: {len(files)} files {'to remove' if dry_run else 'removed'}")
+    return sorted(files)
 
 
 # -- automatic vacuum --------------------------------------------------------------------------
