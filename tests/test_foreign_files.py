@@ -320,19 +320,27 @@ def test_the_cli_and_the_maintain_job_vacuum_none_of_a_users_files(queue_path):
     assert {k: v for k, v in tree(root).items() if k in before} == before
 
 
-def test_vacuum_on_s3_deletes_the_tables_removed_files_and_no_other_object(s3_table, s3_options):
+@pytest.mark.parametrize("users_objects", [True, False], ids=["with", "without"])
+def test_vacuum_on_s3_deletes_the_tables_removed_files_and_no_other_object(
+    s3_table, s3_options, s3_requests, users_objects
+):
+    """With a user's objects in the folder, vacuum deletes the table's files itself, a
+    request each; without, delta-rs deletes them in bulk, one request for them all."""
     table = QueueTable(s3_table, storage_options=s3_options, broker="off")
     table.declare("q")
-    for name in USERS_FILES:
+    for name in USERS_FILES if users_objects else ():
         put_object(s3_table, s3_options, name, b"the user's")
-    removed = [new_file(QUEUE), another_writers_name()]
+    removed = [new_file(QUEUE), new_file(MESSAGE), another_writers_name()]
     for relative in removed:
         committed_then_removed(s3_table, relative, hours_ago=2, options=s3_options)
     before = s3_objects(s3_table, s3_options)
     assert table.vacuum(1, dry_run=True) == sorted(removed)
+    s3_requests.mark()
     assert table.vacuum(1) == sorted(removed)
-    key = s3_table.split("://", 1)[1]
+    bucket, key = s3_table.split("://", 1)[1].split("/", 1)
+    deletes = [t for m, t in s3_requests.since_mark(bucket) if m in ("POST", "DELETE")]
+    assert deletes == [f"/{bucket}?delete"] * (len(removed) if users_objects else 1)
     assert s3_objects(s3_table, s3_options) == {
-        k: v for k, v in before.items() if k not in {f"{key}/{r}" for r in removed}
-    }
+        k: v for k, v in before.items() if k not in {f"{bucket}/{key}/{r}" for r in removed}
+    } | {k: v for k, v in s3_objects(s3_table, s3_options).items() if "/_delta_log/" in k}
     assert table.queues() == ["q"]
