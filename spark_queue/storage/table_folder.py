@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import pyarrow.fs as pafs
 
+from spark_queue.errors import StorageError
 from spark_queue.storage.location import Location
 
 LOG_FOLDER = "_delta_log"
@@ -34,8 +35,15 @@ def new_table_refusal(location: Location) -> str | None:
     or empty and inside no Delta table.
 
     Raises:
-        OSError: the store cannot be listed.
+        StorageError: the store cannot be listed.
     """
+    try:
+        return _refusal(location)
+    except OSError as error:
+        raise StorageError(location.unreachable(error)) from None
+
+
+def _refusal(location: Location) -> str | None:
     fs, base = location.filesystem()
     for path, uri in location.parents():
         if _exists(fs, f"{path}/{LOG_FOLDER}" if path else LOG_FOLDER):
