@@ -89,8 +89,9 @@ def is_own_file(relative: str) -> bool:
     """Whether ``relative`` (a path relative to the table root) is named as :func:`new_file`
     names a file spark-queue writes: in a folder of one of its records, ``part-``, a tag of
     its own, 32 hexadecimal digits. No other writer names files so (delta-rs and Spark write
-    ``part-00000-<uuid>-c000...``), and nothing else spark-queue writes lies outside
-    ``_delta_log`` and ``_spark_queue``."""
+    ``part-00000-<uuid>-c000...``), and whatever else spark-queue writes under the table
+    root lies in its folders whose names begin with ``_`` (``_delta_log``, ``_spark_queue``),
+    which a vacuum never lists."""
     return _OWN_FILE.fullmatch(relative) is not None
 
 
