@@ -10,9 +10,9 @@ Steps (``--steps``, run in this order; all by default):
   ``expiration`` are not swept here: they are removed as ``expired`` when a consumer reaches
   them, and are never delivered.
 - ``compact``: rewrite small message and removal files (``QueueTable.compact``).
-- ``vacuum``: delete files no table version within ``--retention-hours`` references
-  (``QueueTable.vacuum``); ``--dry-run`` lists them without deleting. Time travel to versions
-  older than the retention stops working.
+- ``vacuum``: delete the table's files no version within ``--retention-hours`` references
+  (``QueueTable.vacuum``: never another file in its folder); ``--dry-run`` lists them
+  without deleting. Time travel to versions older than the retention stops working.
 - ``stats``: one row per queue (gauges and counters), or with ``--json`` everything this run
   did as one JSON document.
 

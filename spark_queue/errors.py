@@ -45,7 +45,8 @@ class ArgumentMismatchError(QueueError):
 
 
 class NotAQueueTableError(QueueError):
-    """The path holds a Delta table that is not a spark-queue table."""
+    """The path holds no queue table and cannot become one: another Delta table, a folder
+    holding files of its own, or a folder inside a Delta table."""
 
 
 class TableNotFoundError(QueueError):

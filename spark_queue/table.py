@@ -433,10 +433,10 @@ class QueueTable:
         force: bool = False,
         progress: Progress = no_progress,
     ) -> list[str]:
-        """Delete files that no current version references and that have been
-        unreferenced for ``retention_hours``. Safe while producers and consumers run; time
-        travel to versions older than the retention stops working for the files removed
-        (``docs/MAINTENANCE.md``).
+        """Delete the table's files (never another in its folder) that no current version
+        references, unreferenced for ``retention_hours``. Safe while producers and consumers
+        run; time travel to versions older than the retention stops working for the files
+        removed (``docs/MAINTENANCE.md``).
 
         Args:
             retention_hours: how long a file must have been unreferenced.

@@ -32,6 +32,7 @@ from spark_queue.commit.maintenance import (
     log_retention_versions,
 )
 from spark_queue.model.schema import TABLE_SCHEMA
+from spark_queue.storage.files import MESSAGE, new_file
 from spark_queue.storage.location import Location
 from spark_queue.storage.store import QueueStore
 from tests.helpers import (
@@ -301,20 +302,14 @@ def test_vacuum_deletes_what_no_version_needs_after_the_retention(queue_path):
     root = Path(queue_path)
     assert len(data_files(queue_path)) > len(DeltaTable(queue_path).file_uris())
     # What a producer killed between staging and committing leaves, long ago and just now.
-    (root / "record=message").mkdir()
-    orphan = root / "record=message" / "part-old.parquet"
-    orphan.write_bytes(b"never committed")
-    old = time.time() - 30 * DAY
-    os.utime(orphan, (old, old))
-    staged = root / "record=message" / "part-staged-now.parquet"
-    staged.write_bytes(b"a running producer's staged file")
-    assert table.vacuum(dry_run=True) == ["record=message/part-old.parquet"]
+    orphan, staged = leave_files(queue_path)
+    assert table.vacuum(dry_run=True) == [str(orphan.relative_to(root))]
     assert orphan.exists()
     # Below the floor (forced) only removed files go: never what no commit mentions, which
     # may be a running producer's staged file.
     assert table.vacuum(1, force=True) == []  # the tombstones are younger than an hour
     assert orphan.exists()
-    assert table.vacuum() == ["record=message/part-old.parquet"]
+    assert table.vacuum() == [str(orphan.relative_to(root))]
     assert not orphan.exists() and staged.exists()
     assert table.stats("q")["ready"] == 0
 
@@ -323,11 +318,11 @@ def test_vacuum_deletes_what_no_version_needs_after_the_retention(queue_path):
 
 
 def leave_files(path: str) -> tuple[Path, Path]:
-    """What producers killed between staging and committing leave: a file 30 days old, and
-    one just written (which may still be a running producer's)."""
-    folder = Path(path) / "record=message"
-    folder.mkdir(exist_ok=True)
-    old, young = folder / f"part-old-{time.time_ns()}.parquet", folder / "part-young.parquet"
+    """What producers killed between staging and committing leave, named as spark-queue
+    names its files: a file 30 days old, and one just written (which may still be a running
+    producer's)."""
+    old, young = Path(path) / new_file(MESSAGE), Path(path) / new_file(MESSAGE)
+    old.parent.mkdir(exist_ok=True)
     old.write_bytes(b"never committed")
     young.write_bytes(b"a running producer's staged file")
     month_ago = time.time() - 30 * DAY

@@ -68,10 +68,17 @@ from spark_queue.broker.wire import (
     signature_of,
     trimmed,
 )
-from spark_queue.errors import BrokerError, BrokerRequestError, InvalidOptionError, StorageError
+from spark_queue.errors import (
+    BrokerError,
+    BrokerRequestError,
+    InvalidOptionError,
+    NotAQueueTableError,
+    StorageError,
+)
 from spark_queue.model.policies import Policies
 from spark_queue.server.sqs.limits import HttpLimits
 from spark_queue.storage.location import scrubbed
+from spark_queue.storage.table_folder import new_table_refusal
 from spark_queue.table import QueueTable
 
 PUBLISH_KEYWORDS = frozenset({"queue", "rows", "producer", "sequence", "on_reject"})
@@ -828,10 +835,16 @@ def _warm_up(table: QueueTable) -> None:
     values imports pandas) and delta-rs's first open of the table.
 
     Raises:
-        QueueError: the path holds a Delta table that is not a queue table, or its store
-            cannot be read (the broker does not start).
+        QueueError: the path holds a Delta table that is not a queue table, or no table
+            and cannot become one (a folder holding other files, or inside a Delta table:
+            the broker would write its record there), or its store cannot be read (the
+            broker does not start).
     """
     from spark_queue.model.messages import as_input_table
 
     as_input_table(["warm-up"])
+    if table.store.open() is None:  # the first declare creates the table: where it may
+        refusal = new_table_refusal(table.store.location)
+        if refusal is not None:
+            raise NotAQueueTableError(refusal)
     table.queues()

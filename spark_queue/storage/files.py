@@ -9,6 +9,7 @@ object store on S3, Azure and GCS), never through a Delta log.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,8 @@ SCHEDULED, LEASE, EXTRA, REDELIVERED = "scheduled", "lease", "extra", "redeliver
 STATE_RECORDS = (QUEUE, SCHEDULED, LEASE, EXTRA, REDELIVERED)
 # Ids recorded for de-duplication: appended per commit, removed once out of the window.
 SEEN = "seen"
+RECORDS = (MESSAGE, REMOVAL, *STATE_RECORDS, SEEN)
+COMPACTED = "compacted-"  # the tag of a file a compaction wrote (a name's part, no meaning)
 ROW_GROUP_ROWS = 64 * 1024  # small enough that a head read skips most of a large file
 ROW_GROUP_BYTES = 32 * 1024 * 1024  # of bodies: a reader holds one row group at a time
 DICTIONARY_COLUMNS = ("queue", "outcome", "death_reason", "original_queue")
@@ -72,8 +75,24 @@ def row_group_rows(rows: pa.Table) -> int:
 
 
 def new_file(record: str, tag: str = "") -> str:
-    """A new file's path relative to the table root, in partition ``record``."""
+    """A new file's path relative to the table root, in partition ``record``: the only
+    names spark-queue gives the files it writes, which :func:`is_own_file` recognises."""
     return f"{PARTITION}={record}/part-{tag}{uuid.uuid4().hex}.parquet"
+
+
+_OWN_FILE = re.compile(
+    rf"{PARTITION}=(?:{'|'.join(RECORDS)})/part-(?:{COMPACTED})?[0-9a-f]{{32}}\.parquet"
+)
+
+
+def is_own_file(relative: str) -> bool:
+    """Whether ``relative`` (a path relative to the table root) is named as :func:`new_file`
+    names a file spark-queue writes: in a folder of one of its records, ``part-``, a tag of
+    its own, 32 hexadecimal digits. No other writer names files so (delta-rs and Spark write
+    ``part-00000-<uuid>-c000...``), and whatever else spark-queue writes under the table
+    root lies in its folders whose names begin with ``_`` (``_delta_log``, ``_spark_queue``),
+    which a vacuum never lists."""
+    return _OWN_FILE.fullmatch(relative) is not None
 
 
 def prepare_target(fs: pafs.FileSystem, base: str, relative: str) -> str:

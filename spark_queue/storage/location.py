@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import posixpath
 import re
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -274,6 +276,26 @@ class Location:
             return self._client("pyarrow", lambda: pafs.S3FileSystem(**s3)), f"{bucket}/{key}"
         return self._delta_rs_client(), key
 
+    def parents(self) -> list[tuple[str, str]]:
+        """The folders above the table root, nearest first, up to the filesystem's root or
+        the bucket's: each as its path on :meth:`filesystem` and as a URI (for messages)."""
+        _, base = self.filesystem()
+        found: list[tuple[str, str]] = []
+        if self.scheme in OBJECT_STORE_SCHEMES:
+            bucket, key = self._bucket_and_key()
+            root = base[: len(base) - len(key)].rstrip("/")  # the bucket, or "" on delta-rs's
+            parts = key.split("/") if key else []
+            for count in range(len(parts) - 1, -1, -1):
+                prefix = "/".join(parts[:count])
+                path = "/".join(part for part in (root, prefix) if part)
+                found.append((path, f"{self.scheme}://{bucket}/{prefix}".rstrip("/")))
+            return found
+        path = base.rstrip("/") or "/"
+        while (parent := posixpath.dirname(path)) != path:
+            found.append((parent, f"{self.scheme}://{parent}" if self.scheme else parent))
+            path = parent
+        return found
+
     def delete(self, relatives: Iterable[str], *, in_order: bool = False) -> int:
         """Delete files under the table root (paths relative to it); missing ones are fine.
         Returns how many are gone.
@@ -281,14 +303,8 @@ class Location:
         ``in_order``: one after another, stopping at the first that cannot be deleted, so
         the files gone are always the first ones of ``relatives`` (log cleanup: see
         :meth:`spark_queue.storage.store.QueueStore.is_latest`). Else a failure skips the file.
-
-        Object stores delete through delta-rs's store: pyarrow's S3 client would store a
-        folder marker where it deletes the last file of a prefix.
         """
-        if self.scheme in OBJECT_STORE_SCHEMES:
-            fs, base = self._delta_rs_client(), self._bucket_and_key()[1]
-        else:
-            fs, base = self.filesystem()
+        fs, base = self._deleting_client()
         gone = 0
         for relative in relatives:
             try:
@@ -301,6 +317,35 @@ class Location:
                 continue
             gone += 1
         return gone
+
+    def delete_each(self, relatives: Sequence[str], threads: int) -> dict[str, str]:
+        """Delete files under the table root (paths relative to it), up to ``threads`` at
+        once (a request each on an object store); missing ones are fine. Returns those that
+        could not be deleted, with the store's error on one line."""
+        fs, base = self._deleting_client()
+
+        def delete_one(relative: str) -> str | None:
+            try:
+                fs.delete_file(f"{base}/{relative}" if base else relative)
+            except FileNotFoundError:
+                pass
+            except OSError as error:
+                return one_line(scrubbed(str(error), self.options))
+            return None
+
+        if not relatives:
+            return {}
+        with ThreadPoolExecutor(min(threads, len(relatives))) as pool:
+            errors = list(pool.map(delete_one, relatives))
+        return {path: error for path, error in zip(relatives, errors, strict=True) if error}
+
+    def _deleting_client(self) -> tuple[pafs.FileSystem, str]:
+        """The filesystem files are deleted through, and the table root's path on it.
+        Object stores: delta-rs's store, since pyarrow's S3 client would store a folder
+        marker where it deletes the last file of a prefix."""
+        if self.scheme in OBJECT_STORE_SCHEMES:
+            return self._delta_rs_client(), self._bucket_and_key()[1]
+        return self.filesystem()
 
     def _bucket_and_key(self) -> tuple[str, str]:
         bucket, _, key = self.uri.split("://", 1)[1].partition("/")

@@ -69,6 +69,7 @@ from spark_queue.storage.state_rows import (
     read_columnar,
     read_leases,
 )
+from spark_queue.storage.table_folder import new_table_refusal
 
 if TYPE_CHECKING:  # deltalake is imported where a table is opened
     from deltalake import DeltaTable
@@ -389,11 +390,18 @@ class QueueStore:
             raise NotAQueueTableError(
                 f"{self.uri} holds a Delta table that is not a spark-queue table "
                 f"(partition columns {metadata.partition_columns}, missing columns "
-                f"{sorted(missing)}); point 'path' at a new location or an existing queue table"
+                f"{sorted(missing)}); point 'path' at an empty or new folder, or at a queue table"
             )
 
     def create(self) -> DeltaTable:
-        """Open the table, creating an empty queue table first where there is none."""
+        """Open the table, creating an empty queue table first where there is none.
+
+        Raises:
+            NotAQueueTableError: no table is there and none may be created: the folder
+                holds something else, or is inside another Delta table
+                (:func:`~spark_queue.storage.table_folder.new_table_refusal`); nothing is
+                written.
+        """
         from deltalake import Schema
         from deltalake.exceptions import DeltaError
         from deltalake.transaction import create_table_with_add_actions
@@ -401,6 +409,12 @@ class QueueStore:
         table = self.open()
         if table is not None:
             return table
+        refusal = new_table_refusal(self.location)
+        if refusal is not None:
+            table = self.open()  # another writer created it since the look above
+            if table is not None:
+                return table
+            raise NotAQueueTableError(refusal)
         # Another writer may create it meanwhile: then open what is there.
         with contextlib.suppress(DeltaError):
             create_table_with_add_actions(
