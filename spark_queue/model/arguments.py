@@ -102,6 +102,12 @@ class Argument:
     """One argument, once: its snake_case name, kind, default (as parsed), unit, scopes,
     policy keys (``default-*`` and a cap), and doc line.
 
+    ``defaults`` maps a scope whose signature gives another default to that default, as the
+    signature spells it (``QueueTable.lease`` leases 100 messages at most, the source no
+    limit). ``sentinel`` is what a consumer's limits (:class:`~spark_queue.model.
+    queue_arguments.ConsumerLimits`, the lease planner) hold where the argument sets none: the
+    planner counts a delivery or cancel limit of 0 as none.
+
     ``per_scope`` maps a scope where the argument means something more, or has another
     default, to ``(default as shown, doc line)`` there (a consumer's ``maxDeliveries`` can
     only lower the queue's). ``cap_doc`` says what its policy cap does."""
@@ -118,6 +124,8 @@ class Argument:
     per_scope: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     cap_doc: str = ""
     shown_default: str = ""  # the default as the docs show it, where not the value itself
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    sentinel: Any = None
 
     @property
     def option(self) -> str:
@@ -144,6 +152,23 @@ class Argument:
         if value is None and self.default is None:
             return None
         return self.kind.parse(label or self.name, value, quoted=quoted)
+
+    def default_in(self, scope: str) -> Any:
+        """Its default in ``scope``, as that scope's signature or dataclass gives it."""
+        return self.defaults.get(scope, self.default)
+
+    @property
+    def held_name(self) -> str:
+        """Its name in a consumer's limits: a duration is held in microseconds, the unit of
+        the lease planner's clock, as ``<name>_us``."""
+        return f"{self.name}_us" if self.unit == "ms" else self.name
+
+    def held(self, parsed: Any) -> Any:
+        """A parsed value as a consumer's limits hold it: :attr:`sentinel` for none, a
+        duration in microseconds."""
+        if parsed is None:
+            return self.sentinel
+        return parsed * 1000 if self.unit == "ms" else parsed
 
     def described(self, scope: str) -> tuple[str, str]:
         """``(default as shown, doc line)`` in ``scope``."""
@@ -289,6 +314,8 @@ SPECIFICATION: tuple[Argument, ...] = (
         },
         cap_doc="cap on the queue's delivery limit (0 or -1: no cap): a queue without one "
         "gets the cap",
+        defaults={"lease": 0, "consumer": 0},
+        sentinel=0,
     ),
     _queue(
         "max_cancels",
@@ -309,6 +336,8 @@ SPECIFICATION: tuple[Argument, ...] = (
         },
         cap_doc="cap on the queue's cancel limit (0 or -1: no cap): a queue without one gets "
         "the cap",
+        defaults={"lease": 0, "consumer": 0},
+        sentinel=0,
     ),
     _queue(
         "exclusive",
@@ -391,6 +420,7 @@ SPECIFICATION: tuple[Argument, ...] = (
                 "at half of it",
             ),
         },
+        defaults={"consumer": "30 seconds"},
     ),
     Argument(
         "max_messages",
@@ -403,6 +433,7 @@ SPECIFICATION: tuple[Argument, ...] = (
             "source": ("unlimited", ""),
             "lease": ("100", "messages per lease; 0 leases none and only settles"),
         },
+        defaults={"lease": 100},
     ),
     Argument(
         "max_bytes",
