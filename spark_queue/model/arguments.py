@@ -104,9 +104,9 @@ class Argument:
 
     ``defaults`` maps a scope whose signature gives another default to that default, as the
     signature spells it (``QueueTable.lease`` leases 100 messages at most, the source no
-    limit). ``sentinel`` is what a consumer's limits (:class:`~spark_queue.model.
-    queue_arguments.ConsumerLimits`, the lease planner) hold where the argument sets none: the
-    planner counts a delivery or cancel limit of 0 as none.
+    limit). ``sentinel`` is what a consumer's limits (``ConsumerLimits``, which the lease
+    planner takes) hold where the argument sets none: the planner counts a delivery or cancel
+    limit of 0 as none.
 
     ``per_scope`` maps a scope where the argument means something more, or has another
     default, to ``(default as shown, doc line)`` there (a consumer's ``maxDeliveries`` can
