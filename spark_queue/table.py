@@ -949,6 +949,5 @@ class QueueTable:
         return purgeable
 
 
-# Its keywords against the specification, at import (the others take its keyword types).
 check_signature(QueueTable.lease, "lease", own=("strict_groups",))
 check_signature(QueueTable.publish, "publish", own=("producer", "sequence"))
