@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: setup jars demo test stress lint typecheck docs bench clean
+.PHONY: setup jars demo test stress lint typecheck docs arguments bench clean
 
 # Bytecode for the package: the editable install writes none, and where
 # PYTHONDONTWRITEBYTECODE is set no process does, so every Python worker Spark starts
@@ -76,6 +76,12 @@ typecheck: setup
 # cross-reference, a page left out of the navigation, a docstring it cannot read.
 docs: $(VENV)/.installed
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site
+
+# docs/ARGUMENTS.md, written again from the argument specification by tools/argument_docs.py
+# (not part of the package). By hand, after changing an argument: a test fails while the
+# page and the specification differ, so neither `docs` nor `test` writes it.
+arguments: $(VENV)/.installed
+	$(PY) -m tools.argument_docs --write
 
 bench: setup
 	$(PY) benchmarks/bench_sink.py

@@ -115,6 +115,33 @@ def tombstones(figures: dict, figure: Figure) -> None:
     axes.legend()
 
 
+def round_trips(figures: dict, figure: Figure) -> None:
+    """p50 of each operation, and 32 threads' publishes, against each request's delay."""
+    data = figures["round_trips"]
+    delays = data["delays_ms"]
+    latency, rate = figure.subplots(1, 2)
+    for name, values in data["p50_ms"].items():
+        latency.plot(delays, values, marker="o", label=name)
+    latency.plot(
+        delays, [2 * d for d in delays], ":", color="grey", label="two round trips (the limit)"
+    )
+    latency.set_title("p50 of one call")
+    latency.set_ylabel("ms")
+    latency.legend(fontsize="small")
+    for name, values in data["threads"].items():
+        if name.startswith("msg_per_s"):
+            rate.plot(delays, values, marker="o", label=name.split(", ")[1])
+    rate.set_title("32 threads' one-message publishes, one table")
+    rate.set_ylabel("messages / s")
+    rate.legend()
+    for axes in (latency, rate):
+        axes.set_xlabel("delay added to each request (ms)")
+        axes.set_xticks(delays)
+        axes.set_ylim(bottom=0)
+        axes.yaxis.set_major_formatter(THOUSANDS)
+        axes.grid(alpha=0.3)
+
+
 def processes_axis(axes: Axes, ticks: list[int], label: str = "processes (W)") -> None:
     axes.set_xscale("log", base=2)
     axes.set_xticks(ticks, [str(tick) for tick in ticks])
@@ -146,6 +173,7 @@ PLOTS: dict[str, tuple[Callable[[dict, Figure], None], tuple[float, float]]] = {
     "latency.png": (latency, (11, 4.4)),
     "sustained.png": (sustained, (11, 4.2)),
     "tombstones.png": (tombstones, (6, 4.2)),
+    "round_trips.png": (round_trips, (11, 4.4)),
 }
 
 

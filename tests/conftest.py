@@ -14,8 +14,10 @@ import random
 import subprocess
 import sys
 import sysconfig
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from hypothesis import core as hypothesis_core
@@ -26,7 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests import jvm  # noqa: E402
+from tests import jvm, processes  # noqa: E402
+from tests.latency_proxy import LatencyProxy, RoundTrips  # noqa: E402
 from tests.object_store import RequestLog  # noqa: E402
 from tests.seeds import ENV_VAR, RANDOM, SEED_LIMIT, replay_command, seed_for, seed_mode  # noqa: E402
 
@@ -77,16 +80,18 @@ CONNECT_PASS = os.environ.get(SESSION_ENV, "classic") == "connect"
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark every randomised test (a ``seed`` user, or a Hypothesis test) ``randomised``
-    (``make stress`` selects them), and every user of the ``spark`` fixture ``spark``, so
-    that ``-m "not spark"`` never starts a SparkSession. Then keep this pass's tests: the
-    Connect pass runs the ``connect`` and ``connect_only`` tests, the classic pass all but
-    ``connect_only``."""
+    (``make stress`` selects them), every user of the ``spark`` fixture ``spark``, so that
+    ``-m "not spark"`` never starts a SparkSession, and every test that starts a process
+    ``integration`` (tests/processes.py). Then keep this pass's tests: the Connect pass runs
+    the ``connect`` and ``connect_only`` tests, the classic pass all but ``connect_only``."""
     for item in items:
         fixtures = getattr(item, "fixturenames", ())
         if "seed" in fixtures or getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
             item.add_marker(pytest.mark.randomised)
         if "spark" in fixtures:
             item.add_marker(pytest.mark.spark)
+        if processes.starts_processes(item):
+            item.add_marker(pytest.mark.integration)
 
     def selected(item: pytest.Item) -> bool:
         if item.get_closest_marker("connect_only"):
@@ -97,6 +102,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if len(kept) < len(items):
         config.hook.pytest_deselected(items=[item for item in items if not selected(item)])
         items[:] = kept
+
+
+# Every way this interpreter starts a process is watched: a test not marked integration that
+# starts one fails (tests/processes.py).
+processes.install()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    with processes.guarded(item, "setup"):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> None:
+    with processes.guarded(item, "call"):
+        return (yield)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    with processes.guarded(item, "teardown"):
+        return (yield)
 
 
 def pytest_report_header() -> list[str]:
@@ -207,3 +235,44 @@ def s3_table(s3_options: dict[str, str], request: pytest.FixtureRequest) -> str:
     from tests.object_store import new_bucket
 
     return f"s3://{new_bucket(s3_options, request.node.name)}/lake/queues"
+
+
+# What the proxy in front of the S3 server holds each request: large next to what a client
+# does between requests it sends together, so that those overlap (tests/latency_proxy.py).
+ROUND_TRIP_MS = 50
+
+
+@pytest.fixture(scope="session")
+def latency_proxy(s3_server: str) -> Iterator[LatencyProxy]:
+    """The session's S3 server behind a proxy that holds each request :data:`ROUND_TRIP_MS`
+    and records when each started and ended (tests/latency_proxy.py)."""
+    with LatencyProxy(s3_server, ROUND_TRIP_MS) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def proxied_s3_options(s3_options: dict[str, str], latency_proxy: LatencyProxy) -> dict[str, str]:
+    """:func:`s3_options` reaching the server through :func:`latency_proxy`."""
+    return {**s3_options, "AWS_ENDPOINT_URL": latency_proxy.endpoint}
+
+
+@pytest.fixture
+def proxied_s3_table(s3_options: dict[str, str], request: pytest.FixtureRequest) -> str:
+    """A queue table URI in a new bucket of its own (made without the proxy): with
+    :func:`proxied_s3_options`, every request to it goes through the proxy."""
+    from tests.object_store import new_bucket
+
+    return f"s3://{new_bucket(s3_options, request.node.name)}/lake/queues"
+
+
+@pytest.fixture
+def round_trips(
+    latency_proxy: LatencyProxy, proxied_s3_table: str
+) -> Callable[[], AbstractContextManager[RoundTrips]]:
+    """``with round_trips() as trips: ...``: the requests to :func:`proxied_s3_table`'s bucket
+    that started in the block; ``trips.in_all``, ``trips.in_a_row``, ``trips.by_method``,
+    ``trips.after_return`` (left running when the block ended); ``str(trips)`` lists them.
+    ``latency_proxy.quiet(bucket, seconds)`` first waits for what an earlier call left
+    running (upkeep in a thread), which would otherwise count in the block."""
+    bucket = urlsplit(proxied_s3_table).netloc
+    return lambda: latency_proxy.counting(bucket)

@@ -6,6 +6,7 @@ parses them (tests/test_bad_input.py writes through Spark)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -15,7 +16,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from spark_queue import QueueTable, cli
-from spark_queue.argument_docs import ARGUMENTS_PAGE, arguments_page
 from spark_queue.errors import InvalidOptionError, PolicyError
 from spark_queue.model.arguments import (
     INT64_MAX,
@@ -35,12 +35,13 @@ from spark_queue.model.arguments import (
 from spark_queue.model.policies import Policies
 from spark_queue.model.queue_arguments import parse_consumer_limits, validate_arguments
 from spark_queue.spark.options import parse_browse_options, parse_sink_options, parse_source_options
+from tools.argument_docs import ARGUMENTS_PAGE, arguments_page
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_the_docs_tables_are_the_specifications():
-    fix = "python -m spark_queue.argument_docs --write"
+    fix = "make arguments"
     page = (ROOT / ARGUMENTS_PAGE).read_text(encoding="utf-8")
     assert page == arguments_page(), f"{ARGUMENTS_PAGE} differs from the specification: {fix}"
     for argument in SPECIFICATION:
@@ -48,6 +49,36 @@ def test_the_docs_tables_are_the_specifications():
     # The other pages link to it and copy no table of it.
     for path in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
         assert "<!-- arguments:" not in path.read_text(encoding="utf-8"), path
+
+
+def test_the_page_refuses_notes_that_no_longer_fit_the_specification():
+    """What only the page says of an argument (tools/argument_docs.py) is checked against
+    the specification each time the page is made: a drift fails the test above by name."""
+    (capped,) = (a for a in SPECIFICATION if a.name == "max_length")
+    new_cap = dataclasses.replace(capped, name="max_widgets")
+    with pytest.raises(ValueError, match="max_widgets: a policy cap without CAP_MEANINGS"):
+        arguments_page((*SPECIFICATION, new_cap))
+    gone = tuple(a for a in SPECIFICATION if a.name != "lease_period")
+    with pytest.raises(ValueError, match="lease_period: not an argument of the specification"):
+        arguments_page(gone)
+    narrowed = tuple(
+        dataclasses.replace(a, scopes=("source",)) if a.name == "max_messages" else a
+        for a in SPECIFICATION
+    )
+    with pytest.raises(ValueError, match="max_messages: IN_SCOPE names scope 'lease'"):
+        arguments_page(narrowed)
+    # A scope's own default (Argument.defaults) is the one the page shows there.
+    for name, defaults, message in (
+        ("max_messages", {"lease": 50}, "the page shows the default '100' in lease"),
+        ("lease_period", {"consumer": "1 minute"}, "the page shows the default '30 s' in consumer"),
+        ("max_bytes", {"lease": 7}, "the page shows the default 'unset' in lease"),
+    ):
+        changed = tuple(
+            dataclasses.replace(a, defaults=defaults) if a.name == name else a
+            for a in SPECIFICATION
+        )
+        with pytest.raises(ValueError, match=f"{name}: {message}"):
+            arguments_page(changed)
 
 
 # -- bad values of each kind, on every surface ----------------------------------------------

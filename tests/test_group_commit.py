@@ -364,9 +364,10 @@ def test_bodies_are_shaped_as_normalise_shapes_them():
     direct = normalise(as_input_table([b"x", b"yy", b"z"]), 0, np.array(times), "q")
     assert shaped.equals(direct)
     assert shaped["enqueued_at"].cast("int64").to_pylist() == times
-    # Not bodies only: kept for normalise (a column more, or a null body).
+    # Not bodies only: kept for normalise (a column more); a null body never gets this far.
     assert Bodies.of(as_input_table([{"body": "x", "key": "k"}]), 5) is None
-    assert Bodies.of(as_input_table([{"body": None}, {"body": "x"}]), 5) is None
+    with pytest.raises(InvalidInputError, match=r"^row 0 has no 'body'"):
+        as_input_table([{"body": None}, {"body": "x"}])
 
 
 def test_a_checkpoint_due_while_requests_wait_is_written_by_the_upkeep_thread(table):

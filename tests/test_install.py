@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,9 @@ def test_the_wheel_installs_beside_a_runtime_spark_and_runs_a_job(tmp_path: Path
         "-w", wheels, ROOT,
     )  # fmt: skip
     (wheel,) = wheels.glob("spark_queue-*.whl")
+    # The package alone: not the repository's tools (the docs generator), tests or jobs.
+    shipped = {name.split("/")[0] for name in zipfile.ZipFile(wheel).namelist()}
+    assert {name for name in shipped if not name.startswith("spark_queue-")} == {"spark_queue"}
 
     venv = tmp_path / "venv"
     run(sys.executable, "-m", "venv", venv)

@@ -29,7 +29,7 @@ LAYERS = (
         "spark_queue.broker.metrics",
         "spark_queue.spark",
     ),
-    ("spark_queue.cli", "spark_queue.argument_docs", "spark_queue"),
+    ("spark_queue.cli", "spark_queue"),
 )
 
 
@@ -81,6 +81,17 @@ def test_every_module_imports_only_its_own_layer_and_those_below():
         if layer_of(other) > layer_of(name)
     ]
     assert upward == []
+
+
+def test_the_package_imports_nothing_of_the_repository_around_it():
+    """The wheel holds ``spark_queue`` alone: a module importing the repository's tools
+    (the docs generator), tests, jobs or benchmarks would fail where it is installed."""
+    around = ("tools", "tests", "jobs", "benchmarks")
+    found = {
+        name: sorted(m for m in imports_of(path) if m.split(".")[0] in around)
+        for name, path in MODULES.items()
+    }
+    assert {name: imported for name, imported in found.items() if imported} == {}
 
 
 def test_the_layer_map_names_only_modules_that_exist():

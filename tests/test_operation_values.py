@@ -21,12 +21,14 @@ from spark_queue import InvalidInputError, InvalidOptionError, QueueTable
 from spark_queue.broker.wire import encode_request
 from spark_queue.commit.group import group_of
 from spark_queue.commit.requests import ChangeRequest, ExtendRequest, LeaseRequest, cancel_planner
-from spark_queue.model.arguments import parse_seq
+from spark_queue.model.arguments import MAX_DURATION_MS, parse_seq
 from spark_queue.model.messages import as_input_table, normalise
 from spark_queue.model.queue_arguments import ConsumerLimits
 from spark_queue.rules import NEVER
 from spark_queue.storage.commit_log import CommitOperation
+from spark_queue.storage.store import QueueStore
 from tests.brokers import BrokerProcess
+from tests.clock import now_micros
 
 NOT_SEQS = [[1.5], [True], ["a"], [None], [2**70], [-1], 2, "12", np.array([1.5])]
 
@@ -117,22 +119,49 @@ def test_an_ack_that_ends_a_lease_still_commits(tmp_path):
 
 # -- lease periods: a lease's end never wraps into the past -------------------------------
 
-PERIODS_MS = ["1 day", 10**13, 10**16, 2**62, 2**63 - 1, 10**20]
+# Periods a lease's end holds (the longest duration is 1000 years), with the milliseconds
+# each means, and periods beyond it, whole numbers past it up to and beyond an int64.
+HELD_PERIODS = [("1 day", 86_400_000), (10**13, 10**13), (MAX_DURATION_MS, MAX_DURATION_MS)]
+REFUSED_PERIODS = [MAX_DURATION_MS + 1, 10**16, 2**62, 2**63 - 1, 10**20]
 
 
-@pytest.mark.parametrize("period", PERIODS_MS, ids=repr)
-def test_two_consumers_never_hold_one_message_whatever_the_lease_period(tmp_path, period):
+def lease_as_a(lease) -> tuple[pa.Table, int, int]:
+    """The rows ``lease()`` returns, and the clock before and after it (microseconds)."""
+    before = now_micros()
+    rows = lease()
+    return rows, before, now_micros()
+
+
+def assert_only_a_holds(table: QueueTable, queue: str, millis: int, before: int, after: int):
+    """``queue``'s one message is A's, until ``millis`` after a lease made between ``before``
+    and ``after``, and B's lease takes nothing."""
+    (until,) = QueueStore(table.path).snapshot().states[queue].leases.until.tolist()
+    assert before + millis * 1000 <= until <= after + millis * 1000
+    assert table.lease(queue, "B", lease_period="1 minute").num_rows == 0
+    assert table.stats(queue)["leased_by_consumer"] == {"A": 1}
+
+
+@pytest.mark.parametrize(("period", "millis"), HELD_PERIODS, ids=repr)
+def test_a_lease_period_up_to_the_longest_duration_leases_to_one_consumer_that_long(
+    tmp_path, period, millis
+):
     table = QueueTable(str(tmp_path), broker="off")
     table.publish("q", ["only"])
-    try:
-        first = table.lease("q", "A", lease_period=period)
-    except InvalidOptionError as error:  # a period beyond what a timestamp holds
-        assert "lease_period" in str(error) and "\n" not in str(error)
-        assert table.stats("q")["leased"] == 0
-        return
-    assert first.num_rows == 1
-    assert table.lease("q", "B", lease_period="1 minute").num_rows == 0
-    assert table.stats("q")["leased_by_consumer"] == {"A": 1}
+    first, before, after = lease_as_a(lambda: table.lease("q", "A", lease_period=period))
+    assert (first["body"].to_pylist(), first["delivery_count"].to_pylist()) == ([b"only"], [1])
+    assert_only_a_holds(table, "q", millis, before, after)
+
+
+@pytest.mark.parametrize("period", REFUSED_PERIODS, ids=repr)
+def test_a_lease_period_beyond_the_longest_duration_is_refused_by_name(tmp_path, period):
+    table = QueueTable(str(tmp_path), broker="off")
+    table.publish("q", ["only"])
+    before = version(table)
+    with pytest.raises(InvalidOptionError) as error:
+        table.lease("q", "A", lease_period=period)
+    assert one_line(error, "lease_period must be a duration", "at most 365000 days")
+    assert version(table) == before
+    assert table.stats("q")["leased"] == 0
 
 
 @pytest.mark.parametrize("period_us", [2**62, NEVER - 1, NEVER, 10**19, 10**30], ids=repr)
@@ -348,15 +377,13 @@ def test_a_long_lease_through_a_broker_is_one_consumers(broker):
     table = QueueTable(broker.path, broker=broker.target)
     table.publish("long", ["only"])
     served = broker.status()["served"]
-    try:
-        first = table.lease("long", "A", lease_period=10**16)
-    except InvalidOptionError as error:
-        assert "lease_period" in str(error)
-        return
-    assert first.num_rows == 1
-    assert table.lease("long", "B", lease_period="1 minute").num_rows == 0
-    assert broker.status()["served"] == served + 2  # both at the broker
-    assert table.stats("long")["leased_by_consumer"] == {"A": 1}
+    first, before, after = lease_as_a(
+        lambda: table.lease("long", "A", lease_period=MAX_DURATION_MS)
+    )
+    assert (first["body"].to_pylist(), first["delivery_count"].to_pylist()) == ([b"only"], [1])
+    assert_only_a_holds(table, "long", MAX_DURATION_MS, before, after)
+    # A's lease, B's and the stats: each reached the broker.
+    assert broker.status()["served"] == served + 3
 
 
 def test_seqs_that_are_not_seqs_never_reach_a_broker(broker):
@@ -420,26 +447,48 @@ def test_any_priority_is_refused_by_name_or_stored_as_given(value):
         assert rows["priority"].to_pylist() == [0 if value is None else value]
 
 
+def raw_lease(broker, queue: str, period: object) -> pa.Table:
+    """A lease of ``queue`` for A with ``period`` as the request's JSON carries it, sent as
+    any client could send it."""
+    client = broker.client()
+    arguments = {"queue": queue, "consumer": "A", "lease_period": period}
+    return client.call("lease", encode_request(client.table, "lease", arguments))
+
+
 @pytest.mark.parametrize(
-    ("queue", "period"), [("raw-long", 10**16), ("raw-huge", 2**63 + 5), ("raw-float", 1e300)]
+    ("queue", "period", "millis"),
+    [("raw-longest", MAX_DURATION_MS, MAX_DURATION_MS), ("raw-text", "1 day", 86_400_000)],
 )
-def test_a_raw_request_with_any_lease_period_leaves_one_message_one_consumers(
-    broker, queue, period
+def test_a_raw_request_with_a_lease_period_up_to_the_longest_leases_to_one_consumer(
+    broker, queue, period, millis
 ):
-    """What the broker decodes from any client, not only from ours: JSON numbers of any
-    size, floats too."""
+    """What the broker decodes from any client, not only from ours."""
     table = QueueTable(broker.path, broker="off")
     table.publish(queue, ["only"])
-    client = broker.client()
-    request = encode_request(
-        client.table, "lease", {"queue": queue, "consumer": "A", "lease_period": period}
-    )
-    try:
-        first = client.call("lease", request)
-    except InvalidOptionError as error:
-        assert "lease_period" in str(error) and "\n" not in str(error)
-        assert table.stats(queue)["leased"] == 0
-        return
-    assert first.num_rows == 1
-    assert table.lease(queue, "B", lease_period="1 minute").num_rows == 0
-    assert table.stats(queue)["leased_by_consumer"] == {"A": 1}
+    first, before, after = lease_as_a(lambda: raw_lease(broker, queue, period))
+    assert (first["body"].to_pylist(), first["delivery_count"].to_pylist()) == ([b"only"], [1])
+    assert_only_a_holds(table, queue, millis, before, after)
+
+
+@pytest.mark.parametrize(
+    ("queue", "period", "valid"),
+    [
+        ("raw-long", 10**16, "at most 365000 days"),
+        ("raw-huge", 2**63 + 5, "at most 365000 days"),
+        ("raw-float", 1e300, "a whole number of milliseconds"),
+        ("raw-whole-float", 1000.0, "a whole number of milliseconds"),
+    ],
+)
+def test_a_raw_request_with_any_other_lease_period_is_refused_by_name(
+    broker, queue, period, valid
+):
+    """JSON numbers beyond the longest duration, beyond an int64, and floats (a float is never
+    a whole number, even 1000.0)."""
+    table = QueueTable(broker.path, broker="off")
+    table.publish(queue, ["only"])
+    before = version(table)
+    with pytest.raises(InvalidOptionError) as error:
+        raw_lease(broker, queue, period)
+    assert one_line(error, "lease_period must be a duration", valid)
+    assert version(table) == before
+    assert table.stats(queue)["leased"] == 0

@@ -7,8 +7,9 @@ snake_case name (camelCase options, ``--kebab-case`` flags, ``default-kebab-case
 keys). A kind (:mod:`spark_queue.model.kinds`) has one parser and one message, which names
 the argument as the caller spelled it and the values it takes.
 
-The docs' arguments page, ``docs/ARGUMENTS.md``, is generated from here
-(:mod:`spark_queue.argument_docs`).
+The docs' arguments page, ``docs/ARGUMENTS.md``, is generated from here by a repository
+tool, ``tools/argument_docs.py``, which also holds what only the page says (defaults as
+shown, what an argument means in one scope, its policy cap).
 """
 
 from __future__ import annotations
@@ -106,11 +107,7 @@ class Argument:
     signature spells it (``QueueTable.lease`` leases 100 messages at most, the source no
     limit). ``sentinel`` is what a consumer's limits (``ConsumerLimits``, which the lease
     planner takes) hold where the argument sets none: the planner counts a delivery or cancel
-    limit of 0 as none.
-
-    ``per_scope`` maps a scope where the argument means something more, or has another
-    default, to ``(default as shown, doc line)`` there (a consumer's ``maxDeliveries`` can
-    only lower the queue's). ``cap_doc`` says what its policy cap does."""
+    limit of 0 as none."""
 
     name: str
     kind: Kind[Any]
@@ -121,9 +118,6 @@ class Argument:
     policy_default: bool = False  # has a ``default-<kebab>`` policy key
     policy_cap: bool = False  # has a ``<kebab>`` cap key
     spark_option: str | None = None  # a Spark option spelt other than camel(name)
-    per_scope: Mapping[str, tuple[str, str]] = field(default_factory=dict)
-    cap_doc: str = ""
-    shown_default: str = ""  # the default as the docs show it, where not the value itself
     defaults: Mapping[str, Any] = field(default_factory=dict)
     sentinel: Any = None
 
@@ -170,35 +164,12 @@ class Argument:
             return self.sentinel
         return parsed * 1000 if self.unit == "ms" else parsed
 
-    def described(self, scope: str) -> tuple[str, str]:
-        """``(default as shown, doc line)`` in ``scope``."""
-        default, doc = self.per_scope.get(scope, ("", ""))
-        return default or self.shown_default or _shown_default(self), doc or self.doc
-
-
-def _shown_default(argument: Argument) -> str:
-    value = argument.default
-    if value is None and isinstance(argument.kind, Limit):
-        return "none" if argument.kind.zero_is_none else "-1 (unlimited)"
-    if value is None:
-        return "unset"
-    if isinstance(value, bool):
-        return f"`{str(value).lower()}`"
-    if isinstance(value, str):
-        return f"`{value}`"
-    if argument.unit == "ms":
-        for unit, size in (("s", 1000), ("ms", 1)):
-            if value % size == 0:
-                return f"{value // size} {unit}"
-    return str(value)
-
 
 def _queue(name: str, kind: Kind[Any], doc: str, default: Any = None, **more: Any) -> Argument:
     scopes = more.pop("scopes", ("queue", "sink"))
     return Argument(name, kind, doc, scopes, default, policy_default=True, **more)
 
 
-_LOWER_ONLY = "with a queue limit too, the lower applies"
 SPECIFICATION: tuple[Argument, ...] = (
     Argument(
         "path",
@@ -206,7 +177,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         "the queue table, an absolute local path or a URI (`.start(path)`, `.save(path)`, "
         "`.load(path)` set it)",
         ("sink", "source", "browse"),
-        shown_default="required",
     ),
     Argument(
         "queue",
@@ -214,10 +184,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         "the queue of rows whose `queue` column is null or absent; required when there is "
         "no `queue` column",
         ("sink", "source", "browse"),
-        per_scope={
-            "source": ("required", "the queue to consume"),
-            "browse": ("all queues", "read one queue; an unknown name is an error listing them"),
-        },
     ),
     Argument(
         "consumer",
@@ -233,7 +199,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         "limit on **ready** messages; the overflow policy applies beyond it",
         unit="messages",
         policy_cap=True,
-        cap_doc="cap on the ready-message count (-1: no cap)",
     ),
     _queue(
         "max_length_bytes",
@@ -241,7 +206,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         "limit on the sum of ready messages' `body` lengths; not with `overflow=ring`",
         unit="bytes",
         policy_cap=True,
-        cap_doc="cap on the ready bodies' bytes (-1: no cap); not on ring queues",
     ),
     Argument(
         "ring_size",
@@ -303,17 +267,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         unit="deliveries",
         policy_cap=True,
         scopes=("queue", "sink", "source", "lease", "consumer"),
-        per_scope={
-            "source": (
-                "0 (the queue's limit only)",
-                "a message delivered this many times without an ack is killed (dead-lettered "
-                f"`delivery_limit`) instead of returned; {_LOWER_ONLY}",
-            ),
-            "lease": ("0 (the queue's limit only)", "as for the source"),
-            "consumer": ("0 (the queue's limit only)", "as for `QueueTable.lease`"),
-        },
-        cap_doc="cap on the queue's delivery limit (0 or -1: no cap): a queue without one "
-        "gets the cap",
         defaults={"lease": 0, "consumer": 0},
         sentinel=0,
     ),
@@ -325,17 +278,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         unit="cancels",
         policy_cap=True,
         scopes=("queue", "sink", "source", "lease", "consumer"),
-        per_scope={
-            "source": (
-                "0 (the queue's limit only)",
-                "a message cancelled this many times is killed (dead-lettered "
-                f"`cancel_limit`); {_LOWER_ONLY}",
-            ),
-            "lease": ("0 (the queue's limit only)", "as for the source"),
-            "consumer": ("0 (the queue's limit only)", "as for `QueueTable.lease`"),
-        },
-        cap_doc="cap on the queue's cancel limit (0 or -1: no cap): a queue without one gets "
-        "the cap",
         defaults={"lease": 0, "consumer": 0},
         sentinel=0,
     ),
@@ -367,7 +309,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         Duration(zero_is_none=True),
         "the longest a redelivery waits (Artemis `max-redelivery-delay`, same default)",
         unit="ms",
-        shown_default="10 x `redeliveryDelay`",
     ),
     _queue(
         "message_groups",
@@ -385,8 +326,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         "again, and is counted `duplicates`",
         unit="ms",
         policy_cap=True,
-        cap_doc="the longest `duplicateWindow` a queue may have (0 or -1: no cap), which "
-        "bounds what de-duplication stores; a queue without a window keeps none",
     ),
     Argument(
         "policies",
@@ -395,7 +334,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         "(docs/POLICIES.md); an invalid file fails the write before any task runs, naming "
         "file, line and key",
         ("sink",),
-        shown_default="`$SPARK_QUEUE_POLICIES`, else none",
     ),
     Argument(
         "semantics",
@@ -412,14 +350,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         "`delivery_count` + 1",
         ("source", "lease", "consumer"),
         unit="ms",
-        per_scope={
-            "source": ("unset (leases never expire)", ""),
-            "consumer": (
-                "30 s",
-                "each lease's period; leases of messages prefetched or in hand are extended "
-                "at half of it",
-            ),
-        },
         defaults={"consumer": "30 seconds"},
     ),
     Argument(
@@ -429,10 +359,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         ("source", "lease"),
         unit="messages",
         spark_option="maxMessagesPerTrigger",
-        per_scope={
-            "source": ("unlimited", ""),
-            "lease": ("100", "messages per lease; 0 leases none and only settles"),
-        },
         defaults={"lease": 100},
     ),
     Argument(
@@ -442,7 +368,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         ("source", "lease"),
         unit="bytes",
         spark_option="maxBytesPerTrigger",
-        per_scope={"source": ("unlimited", "")},
     ),
     Argument(
         "max_backlog",
@@ -450,7 +375,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         "leases outstanding across all consumers of the queue",
         ("source",),
         unit="messages",
-        per_scope={"source": ("unlimited", "")},
     ),
     Argument(
         "ack_mode",
@@ -479,7 +403,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         "consumer leases only matching messages; the rest stay, in place, for others (an AMPS "
         "filter, a JMS selector). A predicate that does not parse fails, naming `filter`",
         ("source", "lease", "consumer"),
-        per_scope={"consumer": ("unset", "as for `QueueTable.lease`")},
     ),
     Argument(
         "max_prefetch",
@@ -505,7 +428,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         "acknowledged message's lease is no longer extended)",
         ("consumer",),
         unit="ms",
-        per_scope={"consumer": ("1 s, or a quarter of `lease_period` where shorter", "")},
     ),
     Argument(
         "max_poll_interval_ms",
@@ -513,7 +435,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         "the longest gap between two log checks of an idle consumer",
         ("consumer",),
         unit="ms",
-        per_scope={"consumer": ("25 ms local, 100 ms object store", "")},
     ),
     Argument(
         "idle_lease_interval_ms",

@@ -137,11 +137,6 @@ class Kind(Generic[Parsed]):
     def valid(self) -> str:
         raise NotImplementedError
 
-    @property
-    def doc_valid(self) -> str:
-        """The valid values as the docs' tables show them (Markdown, short)."""
-        return self.valid
-
     def convert(self, value: object) -> Parsed | _Invalid:
         raise NotImplementedError
 
@@ -170,10 +165,6 @@ class Count(Kind[int]):
             return f"a whole number >= {self.minimum}"
         return f"a whole number from {self.minimum} to {self.maximum}"
 
-    @property
-    def doc_valid(self) -> str:
-        return self.valid.removeprefix("a ")
-
     def convert(self, value: object) -> int | _Invalid:
         number = _whole(value)
         if number is None or not self.minimum <= number <= self.maximum:
@@ -194,12 +185,6 @@ class Limit(Kind[int | None]):
         if self.zero_is_none:
             return "a whole number > 0, or 0 or -1 for no limit"
         return "a whole number >= 0, or -1 for no limit"
-
-    @property
-    def doc_valid(self) -> str:
-        if self.zero_is_none:
-            return "whole number > 0; 0 or -1: none"
-        return "whole number >= 0, or -1 (unlimited)"
 
     def convert(self, value: object) -> int | _Invalid | None:
         if value is None:
@@ -231,13 +216,6 @@ class Duration(Kind[int | None]):
             f"a duration {low} and at most {MAX_DURATION_DAYS} days: a whole number of "
             "milliseconds, or a number with a unit (ms, s, m, h, d, w), e.g. '30s', "
             "'5 minutes', '1 week'" + (" (0: none)" if self.zero_is_none else "")
-        )
-
-    @property
-    def doc_valid(self) -> str:
-        low = " > 0" if self.minimum_ms else ""
-        return f"a duration{low}: `30s`, `5 minutes`, `1 week`, or milliseconds" + (
-            "; 0: none" if self.zero_is_none else ""
         )
 
     def convert(self, value: object) -> int | _Invalid | None:
@@ -283,10 +261,6 @@ class Fraction(Kind[float]):
     def valid(self) -> str:
         return "a number above 0 and at most 1"
 
-    @property
-    def doc_valid(self) -> str:
-        return "fraction in (0, 1]"
-
     def convert(self, value: object) -> float | _Invalid:
         number = _number(value)
         return number if number is not None and 0.0 < number <= 1.0 else _INVALID
@@ -318,10 +292,6 @@ class Choice(Kind[str]):
     def valid(self) -> str:
         return "one of " + ", ".join(self.values)
 
-    @property
-    def doc_valid(self) -> str:
-        return ", ".join(f"`{v}`" for v in self.values)
-
     def convert(self, value: object) -> str | _Invalid:
         if not isinstance(value, str) or value.strip().lower() not in self.values:
             return _INVALID
@@ -337,10 +307,6 @@ class Bool(Kind[bool]):
     @property
     def valid(self) -> str:
         return "true or false"
-
-    @property
-    def doc_valid(self) -> str:
-        return "`true`, `false`"
 
     def convert(self, value: object) -> bool | _Invalid:
         if _is_bool(value):
@@ -364,12 +330,6 @@ class Name(Kind[str | None]):
     def valid(self) -> str:
         return self.rule + (", or empty for none" if self.optional else "")
 
-    @property
-    def doc_valid(self) -> str:
-        if self.pattern is QUEUE_NAME:
-            return "a queue name, `[A-Za-z0-9_.-]{1,255}`, not dots alone"
-        return self.rule.removeprefix("a name of ")
-
     def convert(self, value: object) -> str | _Invalid | None:
         if self.optional and value in (None, ""):
             return None
@@ -388,10 +348,6 @@ class Text(Kind[str | None]):
     @property
     def valid(self) -> str:
         return "non-empty text"
-
-    @property
-    def doc_valid(self) -> str:
-        return "text"
 
     def convert(self, value: object) -> str | _Invalid | None:
         if self.optional and value in (None, ""):

@@ -1,18 +1,23 @@
-"""The arguments page, ``docs/ARGUMENTS.md``, generated from the specification
-(:mod:`spark_queue.model.arguments`) and the command line's parser.
+"""The arguments page, ``docs/ARGUMENTS.md``, generated from the argument specification
+(:mod:`spark_queue.model.arguments`), the command line's parser and what only the page says
+of each argument (below: its defaults as shown, what it means in a scope, its policy cap).
 
-``python -m spark_queue.argument_docs --write`` writes it, without ``--write`` it is printed,
-and a test fails when the page and the specification drift apart. Other pages link to it
-and keep no copy of its tables.
+``make arguments`` (``python -m tools.argument_docs --write``) writes it, without ``--write``
+it is printed, and a test fails when the page and the specification drift apart. Other pages
+link to it and keep no copy of its tables. A repository tool: the package neither imports
+nor ships it.
 """
 
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from spark_queue.cli import build_parser
-from spark_queue.model.arguments import MAX_DURATION_DAYS, SPECIFICATION, Argument
+from spark_queue.model import arguments as spec
+from spark_queue.model.arguments import SPECIFICATION, Argument
 
 ARGUMENTS_PAGE = "docs/ARGUMENTS.md"
 
@@ -27,6 +32,181 @@ SELECTOR_ROWS = [
     ),
     ("`priority`", "integer, default 0", "where policies overlap, the highest applies"),
 ]
+
+
+# -- what only the page says of an argument -----------------------------------------------
+
+# The default as the page shows it, where not the specification's value itself.
+SHOWN_DEFAULTS = {
+    "path": "required",
+    "max_redelivery_delay": "10 x `redeliveryDelay`",
+    "policies": "`$SPARK_QUEUE_POLICIES`, else none",
+}
+
+
+def _consumer_limit(source_doc: str) -> dict[str, tuple[str, str]]:
+    """The notes of a queue limit a consumer may only lower, whose meaning to the source is
+    ``source_doc``."""
+    limit_only = "0 (the queue's limit only)"
+    return {
+        "source": (limit_only, f"{source_doc}; with a queue limit too, the lower applies"),
+        "lease": (limit_only, "as for the source"),
+        "consumer": (limit_only, "as for `QueueTable.lease`"),
+    }
+
+
+# Where an argument means something more, or shows another default: ``{scope: (default as
+# shown, doc line)}``, either empty for the argument's own.
+IN_SCOPE: dict[str, dict[str, tuple[str, str]]] = {
+    "queue": {
+        "source": ("required", "the queue to consume"),
+        "browse": ("all queues", "read one queue; an unknown name is an error listing them"),
+    },
+    "max_deliveries": _consumer_limit(
+        "a message delivered this many times without an ack is killed (dead-lettered "
+        "`delivery_limit`) instead of returned"
+    ),
+    "max_cancels": _consumer_limit(
+        "a message cancelled this many times is killed (dead-lettered `cancel_limit`)"
+    ),
+    "lease_period": {
+        "source": ("unset (leases never expire)", ""),
+        "consumer": (
+            "30 s",
+            "each lease's period; leases of messages prefetched or in hand are extended at "
+            "half of it",
+        ),
+    },
+    "max_messages": {
+        "source": ("unlimited", ""),
+        "lease": ("100", "messages per lease; 0 leases none and only settles"),
+    },
+    "max_bytes": {"source": ("unlimited", "")},
+    "max_backlog": {"source": ("unlimited", "")},
+    "filter": {"consumer": ("unset", "as for `QueueTable.lease`")},
+    "ack_interval_ms": {"consumer": ("1 s, or a quarter of `lease_period` where shorter", "")},
+    "max_poll_interval_ms": {"consumer": ("25 ms local, 100 ms object store", "")},
+}
+
+# What each policy cap (``Argument.policy_cap``) does.
+CAP_MEANINGS = {
+    "max_length": "cap on the ready-message count (-1: no cap)",
+    "max_length_bytes": "cap on the ready bodies' bytes (-1: no cap); not on ring queues",
+    "max_deliveries": "cap on the queue's delivery limit (0 or -1: no cap): a queue without "
+    "one gets the cap",
+    "max_cancels": "cap on the queue's cancel limit (0 or -1: no cap): a queue without one "
+    "gets the cap",
+    "duplicate_window": "the longest `duplicateWindow` a queue may have (0 or -1: no cap), "
+    "which bounds what de-duplication stores; a queue without a window keeps none",
+}
+
+
+def check_notes(specification: Sequence[Argument]) -> None:
+    """Fail where what the page says of an argument no longer fits the specification: a
+    note for an argument or scope it does not have, a policy cap without its meaning, a
+    default shown in a scope other than the one the specification gives there
+    (``Argument.defaults``)."""
+    scopes = {argument.name: argument.scopes for argument in specification}
+    problems = [
+        f"{name}: not an argument of the specification"
+        for name in sorted({*SHOWN_DEFAULTS, *IN_SCOPE, *CAP_MEANINGS} - scopes.keys())
+    ]
+    problems += [
+        f"{name}: IN_SCOPE names scope {scope!r}, which it does not have"
+        for name, notes in IN_SCOPE.items()
+        for scope in notes
+        if name in scopes and scope not in scopes[name]
+    ]
+    capped = {argument.name for argument in specification if argument.policy_cap}
+    problems += [
+        f"{name}: a policy cap without CAP_MEANINGS"
+        for name in sorted(capped - CAP_MEANINGS.keys())
+    ]
+    problems += [
+        f"{name}: CAP_MEANINGS for an argument without a policy cap"
+        for name in sorted(CAP_MEANINGS.keys() - capped)
+        if name in scopes
+    ]
+    problems += [
+        f"{argument.name}: the page shows the default {shown!r} in {scope}, the "
+        f"specification's is {expected!r}"
+        for argument in specification
+        for scope, expected, shown in _scope_defaults(argument)
+        if shown != expected and not shown.startswith(expected + " ")
+    ]
+    if problems:
+        raise ValueError("tools/argument_docs.py: " + "; ".join(problems))
+
+
+def _scope_defaults(argument: Argument) -> list[tuple[str, str, str]]:
+    """``(scope, default as the specification gives it there, default the page shows)`` of
+    each scope where the argument has a default of its own; the page may say more after it
+    (``0 (the queue's limit only)``)."""
+    rows = []
+    for scope, value in argument.defaults.items():
+        if isinstance(value, str) and argument.unit == "ms":
+            value = argument.kind.parse(argument.name, value)  # "30 seconds": 30000 ms
+        rows.append((scope, _shown_value(argument, value), described(argument, scope)[0]))
+    return rows
+
+
+def valid_values(kind: spec.Kind[Any]) -> str:
+    """The valid values of ``kind`` as the page's tables show them (Markdown, short)."""
+    if isinstance(kind, spec.Count):
+        return kind.valid.removeprefix("a ")
+    if isinstance(kind, spec.Limit):
+        if kind.zero_is_none:
+            return "whole number > 0; 0 or -1: none"
+        return "whole number >= 0, or -1 (unlimited)"
+    if isinstance(kind, spec.Duration):
+        low = " > 0" if kind.minimum_ms else ""
+        none = "; 0: none" if kind.zero_is_none else ""
+        return f"a duration{low}: `30s`, `5 minutes`, `1 week`, or milliseconds{none}"
+    if isinstance(kind, spec.Fraction):
+        return "fraction in (0, 1]"
+    if isinstance(kind, spec.Choice):
+        return ", ".join(f"`{value}`" for value in kind.values)
+    if isinstance(kind, spec.Bool):
+        return "`true`, `false`"
+    if isinstance(kind, spec.Name):
+        if kind.pattern is spec.QUEUE_NAME:
+            return "a queue name, `[A-Za-z0-9_.-]{1,255}`, not dots alone"
+        return kind.rule.removeprefix("a name of ")
+    if isinstance(kind, spec.Text):
+        return "text"
+    return kind.valid
+
+
+def shown_default(argument: Argument) -> str:
+    """The argument's default as the page shows it."""
+    if argument.name in SHOWN_DEFAULTS:
+        return SHOWN_DEFAULTS[argument.name]
+    value = argument.default
+    if value is None and isinstance(argument.kind, spec.Limit):
+        return "none" if argument.kind.zero_is_none else "-1 (unlimited)"
+    if value is None:
+        return "unset"
+    return _shown_value(argument, value)
+
+
+def _shown_value(argument: Argument, value: Any) -> str:
+    """A value of the argument as the page shows it: a duration in its largest whole unit
+    of ``s`` and ``ms``."""
+    if isinstance(value, bool):
+        return f"`{str(value).lower()}`"
+    if isinstance(value, str):
+        return f"`{value}`"
+    if argument.unit == "ms":
+        for unit, size in (("s", 1000), ("ms", 1)):
+            if value % size == 0:
+                return f"{value // size} {unit}"
+    return str(value)
+
+
+def described(argument: Argument, scope: str) -> tuple[str, str]:
+    """``(default as shown, doc line)`` of ``argument`` in ``scope``."""
+    default, doc = IN_SCOPE.get(argument.name, {}).get(scope, ("", ""))
+    return default or shown_default(argument), doc or argument.doc
 
 
 # -- the arguments page -------------------------------------------------------------------
@@ -55,8 +235,8 @@ NONE = ""  # a surface that does not take the argument: an empty cell
 
 _PAGE_HEAD = f"""# Arguments
 
-<!-- Generated from spark_queue/model/arguments.py by
-     `python -m spark_queue.argument_docs --write`: edit the specification, not this page. -->
+<!-- Generated from spark_queue/model/arguments.py and tools/argument_docs.py by
+     `make arguments`: edit those, not this page. -->
 
 Every argument spark-queue takes, once. Each surface (Spark options, the Python keywords of
 `QueueTable` and its clients, the command line's flags, the policies file) reads the one
@@ -84,7 +264,7 @@ Values are checked as what they are, and refused, never rounded or clamped:
 - **Durations** have one grammar: a whole number of milliseconds (`250`), or a number with a
   unit, `ms`, `s`/`seconds`, `m`/`minutes`, `h`/`hours`, `d`/`days`, `w`/`weeks` (`"30s"`,
   `"1.5 s"`, `"5 minutes"`, `"1 week"`); a Python keyword also takes a `timedelta`. A
-  fraction of a millisecond is refused. A duration is at most {MAX_DURATION_DAYS:,} days, so
+  fraction of a millisecond is refused. A duration is at most {spec.MAX_DURATION_DAYS:,} days, so
   now plus any duration is a valid timestamp. Python keywords whose unit is not in the
   duration's grammar say it in their name (`linger_ms`, `ack_interval_ms`: milliseconds, or a
   number with a unit).
@@ -163,9 +343,9 @@ def _summary_row(argument: Argument, flags: dict[str, list[str]]) -> str:
         _keyword(argument),
         f"`{argument.flag}`" if _flag_commands(argument, flags) else NONE,
         ", ".join(f"`{key}`" for key in argument.policy_keys) or NONE,
-        argument.described(argument.scopes[0])[0],
+        described(argument, argument.scopes[0])[0],
         argument.unit or NONE,
-        argument.kind.doc_valid,
+        valid_values(argument.kind),
         ", ".join(argument.scopes),
     )
     return "| " + " | ".join(cells) + " |\n"
@@ -186,13 +366,14 @@ def _section(argument: Argument, flags: dict[str, list[str]]) -> str:
     elif commands:
         spelled.append(f"CLI flag `{argument.flag}` ({', '.join(f'`{c}`' for c in commands)})")
     lines.append("- " + "; ".join(spelled) + ".")
-    default = argument.described(argument.scopes[0])[0]
+    default = described(argument, argument.scopes[0])[0]
     unit = f" Unit: {argument.unit}." if argument.unit else ""
-    lines.append(f"- Default: {default}.{unit} Valid: {argument.kind.doc_valid}.")
+    lines.append(f"- Default: {default}.{unit} Valid: {valid_values(argument.kind)}.")
+    notes = IN_SCOPE.get(argument.name, {})
     for scope in argument.scopes:
-        if scope in argument.per_scope:
-            scope_default, scope_doc = argument.described(scope)
-            more = f": {scope_doc}" if argument.per_scope[scope][1] else ""
+        if scope in notes:
+            scope_default, scope_doc = described(argument, scope)
+            more = f": {scope_doc}" if notes[scope][1] else ""
             lines.append(f"- In {scope}: default {scope_default}{more}.")
     for key, meaning in _policy_meanings(argument):
         lines.append(f"- Policy key `{key}`: {meaning}.")
@@ -203,7 +384,7 @@ def _policy_meanings(argument: Argument) -> list[tuple[str, str]]:
     meanings = []
     for key in argument.policy_keys:
         if not key.startswith("default-"):
-            meaning = argument.cap_doc
+            meaning = CAP_MEANINGS[argument.name]
         elif argument.name == "ring_size":
             meaning = (
                 'shorthand for `default-max-length = N` and `default-overflow = "ring"`; '
@@ -215,9 +396,10 @@ def _policy_meanings(argument: Argument) -> list[tuple[str, str]]:
     return meanings
 
 
-def arguments_page() -> str:
-    """``docs/ARGUMENTS.md``: every argument of the specification, one row each, then what
+def arguments_page(specification: Sequence[Argument] = SPECIFICATION) -> str:
+    """``docs/ARGUMENTS.md``: every argument of ``specification``, one row each, then what
     each means."""
+    check_notes(specification)
     flags = cli_flags()
     parts = [_PAGE_HEAD]
     parts += [f"| {scope} | {where} |\n" for scope, where in SCOPE_SURFACES.items()]
@@ -226,16 +408,16 @@ def arguments_page() -> str:
         "| argument | Spark option | Python keyword | CLI flag | policy keys | default | unit "
         "| valid values | scopes |\n|" + "---|" * 9 + "\n"
     )
-    parts += [_summary_row(argument, flags) for argument in SPECIFICATION]
+    parts += [_summary_row(argument, flags) for argument in specification]
     parts.append("\n## Each argument\n")
-    parts += ["\n" + _section(argument, flags) for argument in SPECIFICATION]
+    parts += ["\n" + _section(argument, flags) for argument in specification]
     parts.append("\n" + _OTHER_KEYS)
     return "".join(parts)
 
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m spark_queue.argument_docs",
+        prog="python -m tools.argument_docs",
         description=f"Print {ARGUMENTS_PAGE} as the argument specification makes it, or write it.",
     )
     parser.add_argument("--write", action="store_true", help=f"write {ARGUMENTS_PAGE}")
