@@ -21,11 +21,13 @@ The subpackages are layers by role, each importing only from those before it
   snapshots, reads, history;
 - :mod:`~spark_queue.commit`: the commit engine: transactions, enqueue, requests and group
   commit, maintenance;
-- :mod:`~spark_queue.broker` (client side) and :mod:`~spark_queue.clients`: how calls reach
-  a broker; the consumer and the publisher;
+- :mod:`~spark_queue.broker`: the broker's client side: how calls reach a broker, how
+  brokers are found and trusted;
+- :mod:`~spark_queue.clients`: the consumer and the publisher;
 - :mod:`~spark_queue.table`: :class:`QueueTable`;
-- :mod:`~spark_queue.spark` (the only importer of PySpark) and the broker's servers
-  (``broker.server``, ``broker.sqs_server``, ``broker.sqs_redrive``, ``broker.metrics``);
+- :mod:`~spark_queue.server`: the broker's servers (Arrow Flight, Amazon SQS's API,
+  Prometheus metrics), and :mod:`~spark_queue.spark`: the data source (the only importer of
+  PySpark);
 - :mod:`~spark_queue.cli`: the ``spark-queue`` command.
 """
 

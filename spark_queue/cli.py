@@ -32,7 +32,6 @@ from spark_queue.broker.discovery import (
     STOP_TIMEOUT_SECONDS,
 )
 from spark_queue.broker.sessions import DEFAULT_PROOF_LIFETIME_SECONDS
-from spark_queue.broker.sqs import HttpLimits
 from spark_queue.commit.maintenance import DEFAULT_VACUUM_HOURS, MAX_RETENTION_HOURS
 from spark_queue.errors import (
     InvalidInputError,
@@ -56,6 +55,7 @@ from spark_queue.model.messages import check_message
 from spark_queue.model.policies import ENV_VAR, Policies, load_policies
 from spark_queue.model.queue_arguments import ARGUMENT_NAMES, option_name, validate_arguments
 from spark_queue.rules import COUNTERS
+from spark_queue.server.sqs.limits import HttpLimits
 from spark_queue.storage.location import (
     Location,
     check_exclusive_commits,
@@ -562,13 +562,13 @@ def _shown(argument: str, value: Any) -> str:
 
 
 def _metrics(flag: str) -> Any:
-    """:mod:`spark_queue.broker.metrics`, which needs the ``metrics`` extra.
+    """:mod:`spark_queue.server.metrics`, which needs the ``metrics`` extra.
 
     Raises:
         InvalidOptionError: prometheus-client is not installed (naming ``flag``).
     """
     try:
-        from spark_queue.broker import metrics
+        from spark_queue.server import metrics
     except ModuleNotFoundError as error:
         raise InvalidOptionError(
             f"{flag} needs {error.name}: pip install 'spark-queue[metrics]'"
@@ -578,7 +578,7 @@ def _metrics(flag: str) -> Any:
 
 def _run_broker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
     """``broker``: serve until SIGTERM. A missing token beyond loopback is bad usage."""
-    from spark_queue.broker.server import check_token, check_token_text, parse_listen, run_broker
+    from spark_queue.server.flight import check_token, check_token_text, parse_listen, run_broker
 
     # An empty variable is no token; a flag given empty is a blank token.
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV_VAR) or None
@@ -594,8 +594,8 @@ def _run_broker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> st
         parser.error(str(error))
     sqs_keys = None
     if args.sqs is not None:
-        from spark_queue.broker.server import check_sqs_keys
-        from spark_queue.broker.sigv4 import keys_from_environment
+        from spark_queue.server.flight import check_sqs_keys
+        from spark_queue.server.sqs.signing import keys_from_environment
 
         try:
             sqs_keys = keys_from_environment(os.environ)

@@ -18,17 +18,10 @@ LAYERS = (
     ("spark_queue.rules",),
     ("spark_queue.storage",),
     ("spark_queue.commit",),
-    ("spark_queue.broker",),  # the client side: wire, auth, discovery, client; SQS's pure parts
+    ("spark_queue.broker",),  # the client side: wire, auth, sessions, discovery, client
     ("spark_queue.clients",),
     ("spark_queue.table",),
-    (
-        "spark_queue.broker.server",
-        "spark_queue.broker.sqs_server",
-        "spark_queue.broker.sqs_redrive",
-        "spark_queue.broker.sqs_http",
-        "spark_queue.broker.metrics",
-        "spark_queue.spark",
-    ),
+    ("spark_queue.server", "spark_queue.spark"),  # the broker's servers; the data source
     ("spark_queue.cli", "spark_queue"),
 )
 

@@ -25,11 +25,11 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from spark_queue import QueueTable
-from spark_queue.broker.metrics import QueueCollector, read_queues
 from spark_queue.cli import main
 from spark_queue.commit.group import group_of
 from spark_queue.errors import QueueNotFoundError
 from spark_queue.rules import COUNTERS
+from spark_queue.server.metrics import QueueCollector, read_queues
 from tests.brokers import BrokerProcess
 
 GAUGES = ("ready", "ready_bytes", "leased", "scheduled")

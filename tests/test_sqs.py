@@ -1,6 +1,6 @@
 """The broker's SQS API (docs/SQS.md), driven by real SDK clients (boto3, the AWS CLI)
 against real broker processes on real tables, local and on the suite's S3 server; the
-mapping functions of :mod:`spark_queue.broker.sqs` on their own."""
+mapping functions of :mod:`spark_queue.server.sqs` on their own."""
 
 from __future__ import annotations
 
@@ -21,9 +21,21 @@ import pytest
 from botocore.config import Config
 
 from spark_queue import QueueTable
-from spark_queue.broker import sqs, sqs_handles, sqs_messages
 from spark_queue.errors import InvalidOptionError
 from spark_queue.model.queue_arguments import QueueArguments
+from spark_queue.server.sqs import handles as sqs_handles
+from spark_queue.server.sqs.attributes import SqsOnly, parse_attributes, queue_attributes
+from spark_queue.server.sqs.errors import SqsError
+from spark_queue.server.sqs.http import CONTENT_TYPE
+from spark_queue.server.sqs.limits import MAX_MESSAGE_BYTES
+from spark_queue.server.sqs.messages import (
+    attributes_of_headers,
+    headers_of,
+    md5_of_attributes,
+    message_attributes,
+)
+from spark_queue.server.sqs.names import CONSUMER, queue_arn
+from spark_queue.server.sqs.signing import KEYS_ENV_VAR
 from spark_queue.storage.location import Location
 from tests.brokers import BrokerProcess
 
@@ -80,7 +92,7 @@ def sqs_client(local_broker: BrokerProcess) -> Any:
 
 def test_message_attributes_digest_as_aws_documents_it():
     # The value AWS's SDKs compute for these attributes (Java SDK MessageMD5ChecksumHandler).
-    checked = sqs_messages.message_attributes(
+    checked = message_attributes(
         {
             "b": {"DataType": "Binary", "BinaryValue": "AAE="},
             "a": {"DataType": "String", "StringValue": "x"},
@@ -94,19 +106,19 @@ def test_message_attributes_digest_as_aws_documents_it():
         for part in (name.encode(), kind.encode()):
             expected.update(struct.pack(">I", len(part)) + part)
         expected.update(bytes([transport]) + struct.pack(">I", len(value)) + value)
-    assert sqs_messages.md5_of_attributes(checked) == expected.hexdigest()
-    headers = sqs_messages.headers_of(checked, None)
+    assert md5_of_attributes(checked) == expected.hexdigest()
+    headers = headers_of(checked, None)
     assert headers is not None and headers["a"] == "x"
-    assert sqs_messages.attributes_of_headers(headers) == checked
+    assert attributes_of_headers(headers) == checked
 
 
 def test_queue_attributes_map_to_queue_arguments_and_back():
-    change = sqs.parse_attributes(
+    change = parse_attributes(
         "jobs",
         {
             "MessageRetentionPeriod": "120",
             "RedrivePolicy": json.dumps(
-                {"deadLetterTargetArn": sqs.queue_arn("jobs-dlq"), "maxReceiveCount": 3}
+                {"deadLetterTargetArn": queue_arn("jobs-dlq"), "maxReceiveCount": 3}
             ),
             "VisibilityTimeout": "45",
             "maxLength": "100",
@@ -124,8 +136,8 @@ def test_queue_attributes_map_to_queue_arguments_and_back():
     }
     assert change.sqs == {"visibility_timeout": 45}
     arguments = QueueArguments().merged(change.arguments)
-    settings = sqs.SqsOnly(visibility_timeout=45)
-    back = sqs.queue_attributes("jobs", arguments, settings, None, ["All"])
+    settings = SqsOnly(visibility_timeout=45)
+    back = queue_attributes("jobs", arguments, settings, None, ["All"])
     assert back["MessageRetentionPeriod"] == "120"
     assert json.loads(back["RedrivePolicy"]) == {
         "deadLetterTargetArn": "arn:aws:sqs:us-east-1:000000000000:jobs-dlq",
@@ -141,8 +153,8 @@ def test_queue_attributes_map_to_queue_arguments_and_back():
          "InvalidAttributeValue"),
         ({"FifoQueue": "true"}, "InvalidAttributeValue"),
     ):  # fmt: skip
-        with pytest.raises(sqs.SqsError) as refused:
-            sqs.parse_attributes("jobs", bad, creating=True)
+        with pytest.raises(SqsError) as refused:
+            parse_attributes("jobs", bad, creating=True)
         assert refused.value.code == code, bad
 
 
@@ -165,7 +177,7 @@ def drive_every_action(endpoint: str, path: str, **options: Any) -> None:
     assert first["QueueUrls"] == [url]
     assert c.list_queues(MaxResults=1, NextToken=first["NextToken"])["QueueUrls"] == [dlq]
 
-    redrive = {"deadLetterTargetArn": sqs.queue_arn("work-dlq"), "maxReceiveCount": 5}
+    redrive = {"deadLetterTargetArn": queue_arn("work-dlq"), "maxReceiveCount": 5}
     c.set_queue_attributes(
         QueueUrl=url,
         Attributes={"RedrivePolicy": json.dumps(redrive), "DelaySeconds": "0", "maxLength": "500"},
@@ -180,7 +192,7 @@ def drive_every_action(endpoint: str, path: str, **options: Any) -> None:
     attributes = c.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     assert attributes["VisibilityTimeout"] == "40"
     assert json.loads(attributes["RedrivePolicy"]) == redrive
-    assert attributes["QueueArn"] == sqs.queue_arn("work")
+    assert attributes["QueueArn"] == queue_arn("work")
     assert c.list_dead_letter_source_queues(QueueUrl=dlq)["queueUrls"] == [url]
 
     c.tag_queue(QueueUrl=url, Tags={"env": "test", "owner": "me"})
@@ -335,7 +347,7 @@ def test_a_redrive_policy_moves_a_message_to_its_dead_letter_queue_after_n_recei
 ):
     c = sqs_client
     dlq = c.create_queue(QueueName="failing-dlq")["QueueUrl"]
-    redrive = {"deadLetterTargetArn": sqs.queue_arn("failing-dlq"), "maxReceiveCount": "2"}
+    redrive = {"deadLetterTargetArn": queue_arn("failing-dlq"), "maxReceiveCount": "2"}
     url = c.create_queue(QueueName="failing", Attributes={"RedrivePolicy": json.dumps(redrive)})[
         "QueueUrl"
     ]
@@ -351,7 +363,7 @@ def test_a_redrive_policy_moves_a_message_to_its_dead_letter_queue_after_n_recei
     assert "Messages" not in c.receive_message(QueueUrl=url)
     dead = c.receive_message(QueueUrl=dlq, AttributeNames=["All"])["Messages"]
     assert [m["Body"] for m in dead] == ["poison"]
-    assert dead[0]["Attributes"]["DeadLetterQueueSourceArn"] == sqs.queue_arn("failing")
+    assert dead[0]["Attributes"]["DeadLetterQueueSourceArn"] == queue_arn("failing")
     stats = QueueTable(local_broker.path, broker="off").stats("failing")
     assert (stats["killed"], stats["dead_lettered"]) == (1, 1)
 
@@ -379,7 +391,7 @@ def test_an_empty_queue_long_poll_commits_nothing_while_it_waits(sqs_client, loc
 # one early can only be a send through its SQS API or the table-version check.
 NO_SETTLING = (
     "-c",
-    "import sys; from spark_queue.broker import sqs_server; sqs_server.SETTLE_SECONDS = 3600; "
+    "import sys; from spark_queue.server.sqs import service; service.SETTLE_SECONDS = 3600; "
     "from spark_queue.cli import main; sys.exit(main(sys.argv[1:]))",
 )
 
@@ -527,9 +539,7 @@ def test_bad_requests_get_sqs_errors_and_change_nothing(sqs_client, local_broker
     before["ready"] += 1
     before["ready_bytes"] += 1
     version += 1
-    c.set_queue_attributes(
-        QueueUrl=url, Attributes={"MaximumMessageSize": str(sqs.MAX_MESSAGE_BYTES)}
-    )
+    c.set_queue_attributes(QueueUrl=url, Attributes={"MaximumMessageSize": str(MAX_MESSAGE_BYTES)})
     with pytest.raises(botocore.exceptions.ClientError) as batch_too_long:
         c.send_message_batch(
             QueueUrl=url,
@@ -561,7 +571,7 @@ def test_malformed_http_requests_get_sqs_errors(local_broker):
             endpoint + "/",
             data=body,
             method="POST",
-            headers={"X-Amz-Target": target, "Content-Type": sqs.CONTENT_TYPE},
+            headers={"X-Amz-Target": target, "Content-Type": CONTENT_TYPE},
         )
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(request, timeout=30)
@@ -588,7 +598,7 @@ def test_a_broker_with_keys_refuses_unsigned_and_wrongly_signed_requests(tmp_pat
         "--sqs",
         "127.0.0.1:0",
         log_path=tmp_path / "broker.log",
-        env={sqs.KEYS_ENV_VAR: keys_file},
+        env={KEYS_ENV_VAR: keys_file},
     ) as broker:
         endpoint = sqs_url(broker)
         assert "signatures required" in broker.announcement
@@ -624,7 +634,7 @@ def test_the_sqs_api_beyond_loopback_needs_keys(tmp_path):
         capture_output=True,
         text=True,
         timeout=120,
-        env={k: v for k, v in os.environ.items() if k != sqs.KEYS_ENV_VAR},
+        env={k: v for k, v in os.environ.items() if k != KEYS_ENV_VAR},
     )  # fmt: skip
     assert done.returncode == 2
     assert "SPARK_QUEUE_SQS_KEYS" in done.stderr and "beyond loopback" in done.stderr
@@ -636,7 +646,7 @@ def test_the_aws_cli_sends_receives_and_deletes(tmp_path, keys_file):
     path = str(tmp_path / "queues")
     with BrokerProcess(
         path, "--sqs", "127.0.0.1:0", log_path=tmp_path / "broker.log",
-        env={sqs.KEYS_ENV_VAR: keys_file},
+        env={KEYS_ENV_VAR: keys_file},
     ) as broker:  # fmt: skip
         env = {
             **os.environ,
@@ -720,7 +730,7 @@ def test_a_broker_killed_during_sqs_traffic_loses_nothing_it_acknowledged(tmp_pa
         worker.join(60)
     assert len(acknowledged) >= 30
     # What the kill left in flight is handed back at once, rather than after its timeout.
-    QueueTable(path, broker="off").release(sqs.CONSUMER, "durable")
+    QueueTable(path, broker="off").release(CONSUMER, "durable")
     with BrokerProcess(path, *flags, log_path=tmp_path / "again.log") as again:
         c = client(sqs_url(again))
         left: list[str] = []

@@ -17,8 +17,10 @@ import botocore.exceptions
 import pytest
 
 from spark_queue import QueueTable
-from spark_queue.broker import sqs, sqs_handles
-from spark_queue.broker.sqs_server import SETTINGS_FOLDER
+from spark_queue.server.sqs import handles as sqs_handles
+from spark_queue.server.sqs.errors import SqsError
+from spark_queue.server.sqs.names import queue_arn, queue_url
+from spark_queue.server.sqs.service import SETTINGS_FOLDER
 from tests.brokers import BrokerProcess, wait_until
 from tests.test_sqs import client, code_of, handle_of, sqs_url, version_of
 
@@ -82,18 +84,18 @@ def test_a_receipt_handle_is_signed_and_names_one_receive_of_one_message_of_one_
     altered = f"{prefix}.{forged.decode().rstrip('=')}.{mac}"
     unsigned = "sq1." + base64.urlsafe_b64encode(b"orders\n12\n3").decode().rstrip("=")
     for bad in ("garbage", handle + "x", f"{handle}.x", "sq2.!!.!!", altered, unsigned):
-        with pytest.raises(sqs.SqsError) as refusal:
+        with pytest.raises(SqsError) as refusal:
             read(bad)
         assert refusal.value.code == "ReceiptHandleIsInvalid", bad
     for keys, queue in (((other_key,), "orders"), ((key,), "payments")):
-        with pytest.raises(sqs.SqsError) as refusal:
+        with pytest.raises(SqsError) as refusal:
             read(handle, queue, keys)
         assert refusal.value.code == "ReceiptHandleIsInvalid"
     assert read(handle, at=now + TWELVE_HOURS_MS - 1) == receipt
-    with pytest.raises(sqs.SqsError, match="The receipt handle has expired") as expired:
+    with pytest.raises(SqsError, match="The receipt handle has expired") as expired:
         read(handle, at=now + TWELVE_HOURS_MS)
     assert expired.value.code == "InvalidParameterValue"
-    with pytest.raises(sqs.SqsError) as empty:
+    with pytest.raises(SqsError) as empty:
         read("")
     assert empty.value.code == "MissingParameter"
 
@@ -199,7 +201,7 @@ def test_a_message_past_its_last_visibility_timeout_reaches_the_dead_letter_queu
     c, broker
 ):
     c.create_queue(QueueName="unprompted-dlq")
-    redrive = {"deadLetterTargetArn": sqs.queue_arn("unprompted-dlq"), "maxReceiveCount": 2}
+    redrive = {"deadLetterTargetArn": queue_arn("unprompted-dlq"), "maxReceiveCount": 2}
     url = c.create_queue(QueueName="unprompted", Attributes={"RedrivePolicy": json.dumps(redrive)})[
         "QueueUrl"
     ]
@@ -216,16 +218,14 @@ def test_a_message_past_its_last_visibility_timeout_reaches_the_dead_letter_queu
     print(f"dead-lettered {time.monotonic() - ends:.2f} s after the visibility timeout ended")
     stats = table.stats("unprompted")
     assert (stats["killed"], stats["dead_lettered"], stats["leased"]) == (1, 1, 0)
-    [dead] = c.receive_message(QueueUrl=sqs.queue_url(sqs_url(broker), "unprompted-dlq"))[
-        "Messages"
-    ]
+    [dead] = c.receive_message(QueueUrl=queue_url(sqs_url(broker), "unprompted-dlq"))["Messages"]
     assert dead["Body"] == "poison"
 
 
 def test_a_broker_redrives_the_last_receive_another_broker_made_before_it_was_killed(tmp_path):
     path = str(tmp_path / "queues")
     flags = ("--sqs", "127.0.0.1:0")
-    redrive = {"deadLetterTargetArn": sqs.queue_arn("orphans-dlq"), "maxReceiveCount": 1}
+    redrive = {"deadLetterTargetArn": queue_arn("orphans-dlq"), "maxReceiveCount": 1}
     with BrokerProcess(path, *flags, log_path=tmp_path / "killed.log") as killed:
         c = client(sqs_url(killed))
         c.create_queue(QueueName="orphans-dlq")
@@ -325,7 +325,7 @@ def test_create_queue_takes_sqs_names_and_a_refused_one_writes_nothing(c, broker
     assert c.create_queue(QueueName=longest)["QueueUrl"].endswith("/" + longest)
     fifo = "z" * 75 + ".fifo"
     c.create_queue(QueueName=fifo, Attributes={"FifoQueue": "true"})
-    c.tag_queue(QueueUrl=sqs.queue_url(sqs_url(broker), fifo), Tags={"kept": "yes"})
+    c.tag_queue(QueueUrl=queue_url(sqs_url(broker), fifo), Tags={"kept": "yes"})
     assert {longest, fifo} <= set(QueueTable(broker.path, broker="off").queues())
 
 

@@ -29,8 +29,10 @@ from botocore.config import Config
 from botocore.loaders import Loader
 from botocore.model import ServiceModel, Shape
 
-from spark_queue.broker import sqs
 from spark_queue.broker.discovery import BROKERS_FOLDER
+from spark_queue.server.sqs.errors import ERRORS
+from spark_queue.server.sqs.http import CONTENT_TYPE
+from spark_queue.server.sqs.names import ACCOUNT
 from tests.brokers import BrokerProcess
 from tests.test_sqs import client, sqs_url
 
@@ -71,7 +73,7 @@ def baselines(url: str, other: str, handle: str) -> dict[str, dict[str, Any]]:
     }
     return {
         "CreateQueue": {"QueueName": "fuzz", "Attributes": {"DelaySeconds": "0"}, "tags": {}},
-        "GetQueueUrl": {"QueueName": "fuzz", "QueueOwnerAWSAccountId": sqs.ACCOUNT},
+        "GetQueueUrl": {"QueueName": "fuzz", "QueueOwnerAWSAccountId": ACCOUNT},
         "ListQueues": {
             "QueueNamePrefix": "fuzz",
             "NextToken": base64.urlsafe_b64encode(b"a").decode(),
@@ -305,7 +307,7 @@ class Sender:
             self.endpoint + "/",
             data=text.encode(),
             method="POST",
-            headers={"X-Amz-Target": f"AmazonSQS.{action}", "Content-Type": sqs.CONTENT_TYPE},
+            headers={"X-Amz-Target": f"AmazonSQS.{action}", "Content-Type": CONTENT_TYPE},
         )
         try:
             with urllib.request.urlopen(request, timeout=30):
@@ -327,7 +329,7 @@ class Sender:
 
 # The code boto3 reports: SQS's query code, which the x-amzn-query-error header carries.
 def reported(code: str) -> set[str]:
-    return {code, sqs.ERRORS[code][0]}
+    return {code, ERRORS[code][0]}
 
 
 @pytest.mark.timeout(300)
@@ -369,8 +371,8 @@ def test_every_member_of_every_action_wrongly_given_gets_an_sqs_error_and_writes
                 expected = "UnknownOperationException" if action in UNSERVED else code
                 assert status == 400, (action, what, sent)
                 assert answered in reported(expected), (action, what, sent)
-                assert query_error == f"{sqs.ERRORS[expected][0]};Sender", (action, what, sent)
-                assert content_type.startswith(sqs.CONTENT_TYPE), (action, what, sent)
+                assert query_error == f"{ERRORS[expected][0]};Sender", (action, what, sent)
+                assert content_type.startswith(CONTENT_TYPE), (action, what, sent)
                 assert written(path) == before, (action, what)
                 tried += 1
                 touched[action].update(at)

@@ -28,8 +28,12 @@ from botocore.config import Config
 from botocore.credentials import Credentials
 
 from spark_queue import QueueTable
-from spark_queue.broker import sigv4, sqs
 from spark_queue.errors import InvalidOptionError
+from spark_queue.server.sqs import signing
+from spark_queue.server.sqs.errors import SqsError
+from spark_queue.server.sqs.http import CONTENT_TYPE
+from spark_queue.server.sqs.limits import MAX_MESSAGE_BYTES
+from spark_queue.server.sqs.signing import KEYS_ENV_VAR
 from tests.brokers import BrokerProcess, wait_until
 
 KEY_ID, SECRET = "AKIDSPARKQUEUESEC", "security-secret/with+odd=chars"
@@ -79,7 +83,7 @@ def signed(
         method="POST",
         url=endpoint + "/",
         data=body,
-        headers={"Content-Type": sqs.CONTENT_TYPE, "X-Amz-Target": f"AmazonSQS.{target}"},
+        headers={"Content-Type": CONTENT_TYPE, "X-Amz-Target": f"AmazonSQS.{target}"},
     )
     signer = SigV4Auth(Credentials(KEY_ID, SECRET), service, REGION)
     if at is None:
@@ -156,7 +160,7 @@ def guarded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]
         "--sqs",
         "127.0.0.1:0",
         log_path=folder / "broker.log",
-        env={sqs.KEYS_ENV_VAR: private_keys(folder)},
+        env={KEYS_ENV_VAR: private_keys(folder)},
     ) as broker:
         yield broker
 
@@ -243,7 +247,7 @@ def test_a_signature_is_good_for_five_minutes_either_side_of_the_brokers_clock(g
     name, url = queue
     endpoint = sqs_url(guarded)
     body = json.dumps({"QueueUrl": url, "MessageBody": "on time"}).encode()
-    skew = sigv4.CLOCK_SKEW_SECONDS
+    skew = signing.CLOCK_SKEW_SECONDS
     for offset in (-skew - 60, skew + 60):
         status, answer, _ = send(
             endpoint, signed(endpoint, "SendMessage", body, at=time.time() + offset), body
@@ -264,9 +268,9 @@ def test_a_signature_must_cover_the_action_and_the_real_body():
     body = b"{}"
 
     def check(headers: Headers, sent: bytes = body) -> None:
-        parsed = sigv4.headers_of(headers)
-        sigv4.refuse_repeated(parsed)
-        sigv4.verify(sigv4.credential(parsed, keys, time.time()), "POST", "/", parsed, sent)
+        parsed = signing.headers_of(headers)
+        signing.refuse_repeated(parsed)
+        signing.verify(signing.credential(parsed, keys, time.time()), "POST", "/", parsed, sent)
 
     good = signed(endpoint, "ListQueues", body)
     check(good)
@@ -285,7 +289,7 @@ def test_a_signature_must_cover_the_action_and_the_real_body():
         (hashed, b"[]", "SignatureDoesNotMatch"),  # a hash that is not the body's
         ([(k, v) for k, v in good if k != "Authorization"], body, "MissingAuthenticationToken"),
     ):
-        with pytest.raises(sqs.SqsError) as refused:
+        with pytest.raises(SqsError) as refused:
             check(headers, sent)
         assert refused.value.code == code, (headers, sent)
     check(hashed)  # a hash that is the body's, unsigned, is taken
@@ -316,16 +320,16 @@ def test_repeated_signed_headers_are_joined_as_aws_joins_them():
     request.headers["X-Amz-Meta-Team"] = "ops"  # HTTPHeaders adds a second instance
     SigV4Auth(Credentials(KEY_ID, SECRET), "sqs", REGION).add_auth(request)
     headers = [("Host", "127.0.0.1:9324"), *request.headers.items()]
-    parsed = sigv4.headers_of(headers)
+    parsed = signing.headers_of(headers)
     assert parsed["x-amz-meta-team"] == ["  data   lake ", "ops"]
-    signer = sigv4.credential(parsed, {KEY_ID: SECRET}, time.time())
-    sigv4.verify(signer, "POST", "/", parsed, b"{}")
+    signer = signing.credential(parsed, {KEY_ID: SECRET}, time.time())
+    signing.verify(signer, "POST", "/", parsed, b"{}")
     for kept in ("ops", "  data   lake "):
-        alone = sigv4.headers_of(
+        alone = signing.headers_of(
             [(k, v) for k, v in headers if k != "X-Amz-Meta-Team" or v == kept]
         )
-        with pytest.raises(sqs.SqsError, match="does not match"):
-            sigv4.verify(signer, "POST", "/", alone, b"{}")
+        with pytest.raises(SqsError, match="does not match"):
+            signing.verify(signer, "POST", "/", alone, b"{}")
 
 
 def test_an_over_long_authorization_header_is_refused_without_being_quoted(guarded):
@@ -339,11 +343,11 @@ def test_an_over_long_authorization_header_is_refused_without_being_quoted(guard
         status, answer, raw = send(endpoint, padded, b"{}")
         assert status in (400, 403) and error_code(answer), answer
         assert KEY_ID.encode() not in raw and b"aaaa" not in raw and len(raw) < 400, raw
-    long = sigv4.headers_of(
+    long = signing.headers_of(
         [(k, v + " " * 9000) if k == "Authorization" else (k, v) for k, v in headers]
     )
-    with pytest.raises(sqs.SqsError) as refused:
-        sigv4.credential(long, {KEY_ID: SECRET}, time.time())
+    with pytest.raises(SqsError) as refused:
+        signing.credential(long, {KEY_ID: SECRET}, time.time())
     assert refused.value.code == "IncompleteSignature" and KEY_ID not in refused.value.message
     assert "Traceback" not in guarded.log_path.read_text()
 
@@ -356,7 +360,7 @@ def test_headers_given_twice_are_refused_on_a_broker_without_keys(tmp_path):
         endpoint = sqs_url(broker)
         url = client(endpoint).create_queue(QueueName="open")["QueueUrl"]
         body = json.dumps({"QueueUrl": url, "MessageBody": "twice"}).encode()
-        base = [("Host", urlsplit(endpoint).netloc), ("Content-Type", sqs.CONTENT_TYPE)]
+        base = [("Host", urlsplit(endpoint).netloc), ("Content-Type", CONTENT_TYPE)]
         for targets in (("SendMessage", "ListQueues"), ("ListQueues", "SendMessage")):
             headers = [*base, *(("X-Amz-Target", f"AmazonSQS.{t}") for t in targets)]
             status, answer, _ = send(endpoint, headers, body)
@@ -380,7 +384,7 @@ def test_a_request_without_a_good_credential_is_answered_before_its_body(guarded
     answered 403 at once (the broker's timeout is 20 s) and their bodies dropped unread."""
     _, url = queue
     endpoint = sqs_url(guarded)
-    declared = 4 * sqs.MAX_MESSAGE_BYTES
+    declared = 4 * MAX_MESSAGE_BYTES
     good = signed(endpoint, "SendMessage", b"{}")
     unknown = [
         (k, v.replace(KEY_ID, "AKIDUNKNOWN")) if k == "Authorization" else (k, v) for k, v in good
@@ -444,7 +448,7 @@ def quick(tmp_path: Path) -> Iterator[BrokerProcess]:
         "--sqs-max-connections",
         "8",
         log_path=tmp_path / "broker.log",
-        env={sqs.KEYS_ENV_VAR: private_keys(tmp_path)},
+        env={KEYS_ENV_VAR: private_keys(tmp_path)},
     ) as broker:
         yield broker
 
@@ -498,7 +502,7 @@ def test_the_connection_cap_holds_and_a_client_works_after_the_attackers_leave(t
         "--sqs-max-connections",
         "8",
         log_path=tmp_path / "broker.log",
-        env={sqs.KEYS_ENV_VAR: private_keys(tmp_path)},
+        env={KEYS_ENV_VAR: private_keys(tmp_path)},
     ) as broker:
         endpoint = sqs_url(broker)
         address = address_of(endpoint)
@@ -542,7 +546,7 @@ def test_running_out_of_descriptors_logs_a_line_not_a_traceback_per_accept(tmp_p
         "--sqs-max-connections",
         "10000",
         log_path=tmp_path / "broker.log",
-        env={sqs.KEYS_ENV_VAR: private_keys(tmp_path)},
+        env={KEYS_ENV_VAR: private_keys(tmp_path)},
     ) as broker:
         endpoint = sqs_url(broker)
         pid = broker.process.pid
@@ -578,13 +582,13 @@ def test_the_keys_file_is_checked_and_never_quoted(tmp_path):
     keys = tmp_path / "keys"
     keys.write_text(f"# the test's keys\n\n{KEY_ID} {SECRET}\nOTHER s2\n")
     keys.chmod(0o600)
-    assert sigv4.load_keys(str(keys)) == {KEY_ID: SECRET, "OTHER": "s2"}
+    assert signing.load_keys(str(keys)) == {KEY_ID: SECRET, "OTHER": "s2"}
     keys.write_text(f"{KEY_ID} {SECRET} extra\n")
     with pytest.raises(InvalidOptionError, match="line 1") as refused:
-        sigv4.load_keys(str(keys))
+        signing.load_keys(str(keys))
     assert SECRET not in str(refused.value)
     with pytest.raises(InvalidOptionError, match="cannot read"):
-        sigv4.load_keys(str(tmp_path / "missing"))
+        signing.load_keys(str(tmp_path / "missing"))
 
 
 def test_a_key_id_listed_twice_is_refused_naming_it(tmp_path):
@@ -592,7 +596,7 @@ def test_a_key_id_listed_twice_is_refused_naming_it(tmp_path):
     keys.write_text(f"{KEY_ID} {SECRET}\nOTHER s2\n{KEY_ID} another-secret\n")
     keys.chmod(0o600)
     with pytest.raises(InvalidOptionError) as refused:
-        sigv4.load_keys(str(keys))
+        signing.load_keys(str(keys))
     message = str(refused.value)
     assert KEY_ID in message and "lines 1 and 3" in message
     assert SECRET not in message and "another-secret" not in message
@@ -606,7 +610,7 @@ def broker_refusal(tmp_path: Path, environment: dict[str, str]) -> subprocess.Co
         capture_output=True,
         text=True,
         timeout=120,
-        env={**{k: v for k, v in os.environ.items() if k != sqs.KEYS_ENV_VAR}, **environment},
+        env={**{k: v for k, v in os.environ.items() if k != KEYS_ENV_VAR}, **environment},
     )  # fmt: skip
 
 
@@ -617,23 +621,23 @@ def test_a_keys_file_its_group_or_others_may_read_is_refused(tmp_path):
     for mode in (0o644, 0o640, 0o604):
         keys.chmod(mode)
         with pytest.raises(InvalidOptionError, match="chmod 600") as refused:
-            sigv4.load_keys(str(keys))
+            signing.load_keys(str(keys))
         assert str(keys) in str(refused.value) and f"{mode:04o}" in str(refused.value)
     keys.chmod(0o644)
-    done = broker_refusal(tmp_path, {sqs.KEYS_ENV_VAR: str(keys)})
+    done = broker_refusal(tmp_path, {KEYS_ENV_VAR: str(keys)})
     assert done.returncode == 2 and "chmod 600" in done.stderr and SECRET not in done.stderr
     assert not (tmp_path / "q").exists()
     keys.chmod(0o400)
-    assert sigv4.load_keys(str(keys)) == {KEY_ID: SECRET}
+    assert signing.load_keys(str(keys)) == {KEY_ID: SECRET}
 
 
 def test_an_empty_keys_variable_is_an_error_naming_it(tmp_path):
     for empty in ("", "  "):
-        done = broker_refusal(tmp_path, {sqs.KEYS_ENV_VAR: empty})
+        done = broker_refusal(tmp_path, {KEYS_ENV_VAR: empty})
         assert done.returncode == 2, done.stderr
         assert "SPARK_QUEUE_SQS_KEYS is set but empty" in done.stderr
     assert not (tmp_path / "q").exists()
     with pytest.raises(InvalidOptionError, match="sqs_keys is empty"):
-        from spark_queue.broker.server import check_sqs_keys
+        from spark_queue.server.flight import check_sqs_keys
 
         check_sqs_keys("127.0.0.1", {})

@@ -115,7 +115,7 @@ def decode_request(body: bytes, table: str) -> tuple[str, dict[str, Any], Any]:
     Raises:
         BrokerRequestError: the body is not a request of this protocol for this table, or
             names a method the broker does not serve (its arguments are checked by binding
-            them to the method, :class:`~spark_queue.broker.server.QueueBroker`).
+            them to the method, :class:`~spark_queue.server.flight.QueueBroker`).
     """
     try:
         request = json.loads(body)

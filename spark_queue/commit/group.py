@@ -168,7 +168,7 @@ class CommitGroup:
         self.rounds = 0  # commits made (paces the checks for small files)
         self.budget = COMMIT_BUDGET
         self._listeners: list[Callable[[list[Operation]], None]] = []
-        # The broker's metrics (:mod:`spark_queue.broker.metrics`); None costs a round one
+        # The broker's metrics (:mod:`spark_queue.server.metrics`); None costs a round one
         # attribute test.
         self.observer: RoundObserver | None = None
         # Upkeep in its own thread (:meth:`_upkeep`), with a store of its own (its table

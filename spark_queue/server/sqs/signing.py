@@ -22,9 +22,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import quote
 
-from spark_queue.broker.sqs import KEYS_ENV_VAR, SqsError
 from spark_queue.errors import InvalidOptionError
+from spark_queue.server.sqs.errors import SqsError
 
+KEYS_ENV_VAR = "SPARK_QUEUE_SQS_KEYS"  # the file of access keys requests are signed with
 SERVICE = "sqs"
 ALGORITHM = "AWS4-HMAC-SHA256"
 # AWS's SigV4 guide: a request must reach AWS within five minutes of its time stamp.

@@ -50,7 +50,7 @@ from spark_queue.storage.location import scrubbed
 from spark_queue.storage.store import QueueStore, Snapshot, now_micros, require_queue
 from spark_queue.table import QueueTable
 
-log = logging.getLogger("spark_queue.broker.metrics")
+log = logging.getLogger("spark_queue.server.metrics")
 
 PREFIX = "spark_queue"
 REFRESH_SECONDS = 1.0  # a scrape's queue metrics are at most this old

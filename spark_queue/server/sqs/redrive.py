@@ -22,8 +22,8 @@ import time
 
 import numpy as np
 
-from spark_queue.broker.sqs import CONSUMER
 from spark_queue.errors import QueueError
+from spark_queue.server.sqs.names import CONSUMER
 from spark_queue.storage.store import now_micros
 from spark_queue.table import QueueTable
 

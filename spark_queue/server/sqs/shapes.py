@@ -6,9 +6,10 @@ members, their JSON types (string, integer, boolean, list, map, structure, blob)
 are required. A body is checked against it before any action reads it, so a wrong-typed
 member anywhere (a batch entry's, a message attribute's) gets SQS's
 ``InvalidParameterValue`` naming it, a missing required one ``MissingParameter``, and the
-code that acts on a request only ever sees the types the model promises. What the model
-leaves open (a value's range, its characters) each action checks itself
-(:mod:`spark_queue.broker.sqs`).
+code that acts on a request only ever sees the members and types the model promises: no
+action checks a member's type or presence again. What the model leaves open (a value's
+range, its characters) the actions check (:mod:`spark_queue.server.sqs`), with the checks
+several share here (:func:`bounded`, :func:`batch_entries`).
 
 A body is read as strict JSON: a member given twice, ``NaN`` and ``Infinity`` are refused
 (``SerializationException``) rather than resolved to one of them, and a string holding a
@@ -20,10 +21,13 @@ from __future__ import annotations
 
 import functools
 import json
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from spark_queue.broker.sqs import SqsError, invalid
+from spark_queue.server.sqs.errors import SqsError, invalid
+from spark_queue.server.sqs.limits import MAX_BATCH
 
 INT32 = (-(2**31), 2**31 - 1)
 INT64 = (-(2**63), 2**63 - 1)
@@ -83,7 +87,8 @@ def input_shapes() -> dict[str, Shape]:
 
 
 def parse_request(action: str, body: bytes) -> dict[str, Any]:
-    """The members of ``action``'s request ``body``, checked against the action's shape.
+    """The members of ``action``'s request ``body`` (``action``: one of the model's),
+    checked against the action's shape.
 
     Raises:
         SqsError: ``SerializationException`` (not a JSON object, or a member given twice in
@@ -101,9 +106,7 @@ def parse_request(action: str, body: bytes) -> dict[str, Any]:
         raise SqsError("SerializationException", "The request body is not JSON.") from None
     if not isinstance(members, dict):
         raise SqsError("SerializationException", "The request body is not a JSON object.")
-    shape = input_shapes().get(action)
-    if shape is not None:
-        check(shape, members, "")
+    check(input_shapes()[action], members, "")
     return members
 
 
@@ -169,3 +172,47 @@ def _text(value: str, path: str) -> None:
         value.encode()
     except UnicodeEncodeError:
         raise invalid(path, value, "not Unicode text: it holds a lone surrogate") from None
+
+
+# -- what the model leaves open -----------------------------------------------------------
+# An action reads a request checked against its shape: each member the model requires is
+# there and every member has the model's type. What the actions check is values; these are
+# the value checks several share.
+
+
+def bounded(request: Mapping[str, Any], name: str, low: int, high: int) -> int | None:
+    """An integer member, from ``low`` to ``high`` (None where absent)."""
+    value: int | None = request.get(name)
+    if value is not None and not low <= value <= high:
+        raise invalid(name, value, f"must be between {low} and {high}")
+    return value
+
+
+def batch_entries(request: Mapping[str, Any], name: str = "Entries") -> list[dict[str, Any]]:
+    """A batch's entries, with distinct valid ids, 1 to 10 of them.
+
+    Raises:
+        SqsError: ``EmptyBatchRequest``, ``TooManyEntriesInBatchRequest``,
+            ``InvalidBatchEntryId``, ``BatchEntryIdsNotDistinct``.
+    """
+    entries: list[dict[str, Any]] = request[name]
+    if not entries:
+        raise SqsError("EmptyBatchRequest", "There should be at least one entry in the request.")
+    if len(entries) > MAX_BATCH:
+        raise SqsError(
+            "TooManyEntriesInBatchRequest",
+            f"Maximum number of entries per request are {MAX_BATCH}. You have sent {len(entries)}.",
+        )
+    seen: set[str] = set()
+    for entry in entries:
+        entry_id = entry["Id"]
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,80}", entry_id):
+            raise SqsError(
+                "InvalidBatchEntryId",
+                "A batch entry id can only contain alphanumeric characters, hyphens and "
+                "underscores. It can be at most 80 letters long.",
+            )
+        if entry_id in seen:
+            raise SqsError("BatchEntryIdsNotDistinct", f"Id {entry_id} repeated.")
+        seen.add(entry_id)
+    return entries

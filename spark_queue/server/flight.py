@@ -55,7 +55,6 @@ from spark_queue.broker.sessions import (
     HelloRefused,
     MalformedHello,
 )
-from spark_queue.broker.sqs import HttpLimits
 from spark_queue.broker.wire import (
     MAX_STATUS_MESSAGE_BYTES,
     PROTOCOL,
@@ -71,6 +70,7 @@ from spark_queue.broker.wire import (
 )
 from spark_queue.errors import BrokerError, BrokerRequestError, InvalidOptionError, StorageError
 from spark_queue.model.policies import Policies
+from spark_queue.server.sqs.limits import HttpLimits
 from spark_queue.storage.location import scrubbed
 from spark_queue.table import QueueTable
 
@@ -81,7 +81,7 @@ PUBLISH_KEYWORDS = frozenset({"queue", "rows", "producer", "sequence", "on_rejec
 STOP_LINGER_SECONDS = 2.0
 STOPPING = "the broker is stopping"
 # Told of every request that ends: its operation, its seconds, and the kind of its error
-# (None: answered); the broker's metrics (:mod:`spark_queue.broker.metrics`) record them.
+# (None: answered); the broker's metrics (:mod:`spark_queue.server.metrics`) record them.
 Observer = Callable[[str, float, "str | None"], None]
 # The Flight methods a broker does not serve, as their clients name them: refused as each
 # call starts, with one line (pyarrow would otherwise answer with its own traceback).
@@ -94,7 +94,7 @@ UNSERVED = {
     flight.FlightMethod.HANDSHAKE: "Handshake",
 }
 
-log = logging.getLogger("spark_queue.broker.server")
+log = logging.getLogger("spark_queue.server.flight")
 
 
 def _unobserved(operation: str, seconds: float, error: str | None) -> None:
@@ -638,12 +638,12 @@ def run_broker(
             the system's roots).
         announce: gets one line once listening, naming the address (never the token).
         sqs_listen: ``HOST:PORT`` where it also serves Amazon SQS's API (docs/SQS.md;
-            :mod:`spark_queue.broker.sqs_server`); None: it does not.
+            :mod:`spark_queue.server.sqs.service`); None: it does not.
         sqs_keys: the access keys SQS requests must be signed with (id -> secret); None:
             unsigned requests are taken, on loopback only.
         sqs_limits: the SQS port's connection cap and timeouts (default: SQS.md's).
         metrics_listen: ``HOST:PORT`` where it serves Prometheus metrics at ``/metrics``
-            (:mod:`spark_queue.broker.metrics`; over HTTPS with ``tls_files``); None: it
+            (:mod:`spark_queue.server.metrics`; over HTTPS with ``tls_files``); None: it
             does not, and records none.
         metrics_token: the bearer token scrapes must carry; None: none is asked for, on
             loopback only.
@@ -668,7 +668,7 @@ def run_broker(
         check_sqs_keys(sqs_address[0], sqs_keys)
     metrics_address = None if metrics_listen is None else parse_listen(metrics_listen, "--metrics")
     if metrics_address is not None:
-        from spark_queue.broker.metrics import check_metrics_token
+        from spark_queue.server.metrics import check_metrics_token
 
         check_metrics_token(metrics_address[0], metrics_token, tls_files is not None)
     tls = None if tls_files is None else (_read_pem(tls_files[0]), _read_pem(tls_files[1]))
@@ -676,12 +676,12 @@ def run_broker(
     _warm_up(table)
     sqs_service = None
     if sqs_address is not None:
-        from spark_queue.broker.sqs_server import SqsService
+        from spark_queue.server.sqs.service import SqsService
 
         sqs_service = SqsService(table, sqs_keys, sqs_limits)
     metrics = None
     if metrics_address is not None:
-        from spark_queue.broker.metrics import BrokerMetrics
+        from spark_queue.server.metrics import BrokerMetrics
 
         metrics = BrokerMetrics(table, sqs_service.actions if sqs_service is not None else ())
         if sqs_service is not None:
@@ -706,7 +706,7 @@ def run_broker(
         server.observe = metrics.observer("flight")
     sqs_server = None
     if sqs_address is not None and sqs_service is not None:
-        from spark_queue.broker.sqs_server import SqsServer
+        from spark_queue.server.sqs.service import SqsServer
 
         try:
             sqs_server = SqsServer(sqs_service, *sqs_address, tls_files)
@@ -717,7 +717,7 @@ def run_broker(
             ) from None
     metrics_server = None
     if metrics_address is not None and metrics is not None:
-        from spark_queue.broker.metrics import MetricsServer
+        from spark_queue.server.metrics import MetricsServer
 
         try:
             metrics_server = MetricsServer(

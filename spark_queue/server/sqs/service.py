@@ -2,13 +2,14 @@
 SQS's AWS JSON 1.0 protocol served by aiohttp, on the broker's ``QueueTable`` and its group
 commit, beside the Flight service.
 
-What each action does to the table is :mod:`spark_queue.broker.sqs` (pure mapping),
-signatures are :mod:`spark_queue.broker.sigv4`'s and the connections' bounds
-:mod:`spark_queue.broker.sqs_http`'s; this module checks a request in that order (headers
+What a request means for the table is the plain functions' of the package's other
+modules (names, attributes, messages, handles, shapes), signatures are
+:mod:`~spark_queue.server.sqs.signing`'s and the connections' bounds
+:mod:`~spark_queue.server.sqs.http`'s; this module checks a request in that order (headers
 and credential, then the body, then the signature), runs the table's blocking calls on a
-thread pool, and long-polls an empty queue without
-committing (a lease that finds nothing commits nothing; between leases it waits for a send
-through this broker, or for a new table version, checked every :data:`POLL_SECONDS`).
+thread pool, and long-polls an empty queue without committing (a lease that finds nothing
+commits nothing; between leases it waits for a send through this broker, or for a new
+table version, checked every :data:`POLL_SECONDS`).
 
 The settings SQS has and queue arguments lack (``VisibilityTimeout``, ``DelaySeconds``,
 ``MaximumMessageSize``, ``ReceiveMessageWaitTimeSeconds``, ``ContentBasedDeduplication``,
@@ -33,13 +34,10 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 
-from spark_queue.broker import sigv4, sqs, sqs_handles, sqs_http, sqs_messages, sqs_shapes
-from spark_queue.broker.sqs import CONSUMER, SqsError, SqsOnly, invalid
-from spark_queue.broker.sqs_redrive import RedriveWatch
 from spark_queue.errors import (
     ArgumentMismatchError,
     InvalidInputError,
@@ -47,11 +45,39 @@ from spark_queue.errors import (
     QueueError,
     QueueNotFoundError,
 )
+from spark_queue.server.sqs import handles, http, shapes, signing
+from spark_queue.server.sqs.attributes import (
+    SqsOnly,
+    needs_stats,
+    parse_attributes,
+    queue_attributes,
+)
+from spark_queue.server.sqs.errors import SqsError, failed_entry, invalid
+from spark_queue.server.sqs.limits import (
+    DEFAULT_RETENTION_SECONDS,
+    FIFO_DEDUP_MS,
+    MAX_BATCH,
+    MAX_LIST_RESULTS,
+    MAX_MESSAGE_BYTES,
+    MAX_RECEIVE_WAIT_SECONDS,
+    MAX_VISIBILITY_SECONDS,
+    HttpLimits,
+)
+from spark_queue.server.sqs.messages import Outgoing, incoming, message_id, outgoing
+from spark_queue.server.sqs.names import (
+    CONSUMER,
+    check_new_queue_name,
+    check_queue_name,
+    is_fifo,
+    name_of_url,
+    queue_url,
+)
+from spark_queue.server.sqs.redrive import RedriveWatch
 from spark_queue.storage.location import Location
 from spark_queue.storage.store import now_micros
 from spark_queue.table import QueueTable
 
-log = logging.getLogger("spark_queue.broker.sqs_server")
+log = logging.getLogger("spark_queue.server.sqs")
 
 SETTINGS_FOLDER = "_spark_queue/sqs"
 SETTINGS_TTL_SECONDS = 5.0  # another broker's change to a queue's settings shows this late
@@ -62,6 +88,7 @@ THREADS = 32
 MAX_SETTINGS_STEM = 250  # a settings file's name before ".json", at most
 
 Observer = Callable[[str, float, "str | None"], None]
+T = TypeVar("T")
 
 
 def _unobserved(action: str, seconds: float, error: str | None) -> None:
@@ -69,7 +96,7 @@ def _unobserved(action: str, seconds: float, error: str | None) -> None:
 
 
 class SqsSettings:
-    """Each queue's :class:`~spark_queue.broker.sqs.SqsOnly`, one JSON file per queue,
+    """Each queue's :class:`~spark_queue.server.sqs.attributes.SqsOnly`, one JSON file per queue,
     cached for :data:`SETTINGS_TTL_SECONDS`. A queue without a file has SQS's defaults."""
 
     def __init__(self, location: Location) -> None:
@@ -148,14 +175,14 @@ class SqsService:
         self,
         table: QueueTable,
         keys: Mapping[str, str] | None,
-        limits: sqs.HttpLimits | None = None,
+        limits: HttpLimits | None = None,
     ) -> None:
         self.table = table
         self.keys = dict(keys) if keys is not None else None
-        self.limits = limits if limits is not None else sqs.HttpLimits()
+        self.limits = limits if limits is not None else HttpLimits()
         self.settings = SqsSettings(table.store.location)
-        sqs_shapes.input_shapes()  # read before the first request waits for it (~0.3 s)
-        self.handles = sqs_handles.HandleKeys(table.store.location)
+        shapes.input_shapes()  # read before the first request waits for it (~0.3 s)
+        self.handles = handles.HandleKeys(table.store.location)
         self.redrive = RedriveWatch(table)
         self.observe: Observer = _unobserved
         self.poll_seconds = POLL_SECONDS if self.settings.local else OBJECT_STORE_POLL_SECONDS
@@ -188,9 +215,9 @@ class SqsService:
 
     # -- HTTP ----------------------------------------------------------------------------------
 
-    def server(self) -> sqs_http.GuardedServer:
+    def server(self) -> http.GuardedServer:
         """The aiohttp server of this service (made on the event loop that runs it)."""
-        return sqs_http.GuardedServer(self.handle, self.limits)
+        return http.GuardedServer(self.handle, self.limits)
 
     async def handle(self, request: web.BaseRequest) -> web.StreamResponse:
         """One request: its headers and credential checked, then its body read, then its
@@ -198,44 +225,44 @@ class SqsService:
         started = time.perf_counter()
         shown = "unknown"
         try:
-            headers = sigv4.headers_of(request.headers.items())
-            sigv4.refuse_repeated(headers)
-            target = sigv4.first(headers, "x-amz-target") or ""
-            prefixed = target.startswith(sqs.TARGET_PREFIX)
-            action = target[len(sqs.TARGET_PREFIX) :] if prefixed else ""
+            headers = signing.headers_of(request.headers.items())
+            signing.refuse_repeated(headers)
+            target = signing.first(headers, "x-amz-target") or ""
+            prefixed = target.startswith(http.TARGET_PREFIX)
+            action = target[len(http.TARGET_PREFIX) :] if prefixed else ""
             shown = action if action in self.actions else "unknown"
             signer = None
             if self.keys is not None:
-                signer = sigv4.credential(headers, self.keys, time.time())
+                signer = signing.credential(headers, self.keys, time.time())
             if request.method != "POST":
                 raise SqsError(
                     "UnknownOperationException",
                     "The endpoint takes POST requests (AWS JSON 1.0, X-Amz-Target: "
                     "AmazonSQS.<Action>).",
                 )
-            body = await sqs_http.read_body(request, self.limits, action.endswith("Batch"))
+            body = await http.read_body(request, self.limits, action.endswith("Batch"))
             if signer is not None:
-                sigv4.verify(signer, request.method, request.raw_path, headers, body)
+                signing.verify(signer, request.method, request.raw_path, headers, body)
             if action not in self.actions:
                 raise SqsError(
                     "UnknownOperationException",
                     f"The action {target[:100]!r} is not valid for this endpoint; it serves "
                     f"{', '.join(self.actions)} (X-Amz-Target: AmazonSQS.<Action>).",
                 )
-            members = sqs_shapes.parse_request(action, body)
+            members = shapes.parse_request(action, body)
             answer = await self.actions[action](members, f"{request.scheme}://{request.host}")
         except SqsError as error:
             self.observe(shown, time.perf_counter() - started, error.code)
-            response = sqs_http.error_response(error)
+            response = http.error_response(error)
             if not request.content.is_eof():  # a body left unread: the connection ends
                 response.force_close()
             return response
         self.observe(shown, time.perf_counter() - started, None)
-        return sqs_http.answer(answer)
+        return http.answer(answer)
 
     # -- the table, off the event loop -----------------------------------------------------
 
-    async def _run(self, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    async def _run(self, call: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """A blocking call on the pool, its table errors as SQS's."""
         loop = asyncio.get_running_loop()
         try:
@@ -277,7 +304,7 @@ class SqsService:
         return settings if settings is not None else SqsOnly()
 
     async def _queue(self, request: Mapping[str, Any]) -> tuple[str, SqsOnly]:
-        name = sqs.name_of_url(request.get("QueueUrl"))
+        name = name_of_url(request["QueueUrl"])
         fresh, settings = self.settings.cached(name)
         with self._known_lock:
             known = name in self._known
@@ -302,18 +329,18 @@ class SqsService:
     # -- queues --------------------------------------------------------------------------------
 
     async def create_queue(self, request: dict[str, Any], base: str) -> dict[str, Any]:
-        name = sqs.member(request, "QueueName", str, required=True)
-        attributes = request.get("Attributes") or {}
-        sqs.check_new_queue_name(name, attributes.get("FifoQueue"))
+        name: str = request["QueueName"]
+        attributes: dict[str, str] = request.get("Attributes") or {}
+        check_new_queue_name(name, attributes.get("FifoQueue"))
         tags = _tags(request.get("tags"), "tags")
         return await self._run(self._create, name, attributes, tags, base)
 
     def _create(
-        self, name: str, attributes: Any, tags: dict[str, str], base: str
+        self, name: str, attributes: Mapping[str, str], tags: dict[str, str], base: str
     ) -> dict[str, Any]:
         # Everything is checked before anything is written: a refused request writes nothing.
         queues = frozenset(self.table.queues())
-        change = sqs.parse_attributes(name, attributes, creating=True, queues=queues)
+        change = parse_attributes(name, attributes, creating=True, queues=queues)
         settings = self.settings.get(name)
         now = _now_seconds()
         if name in queues and not (settings is not None and settings.deleted):
@@ -339,10 +366,10 @@ class SqsService:
         else:
             arguments = dict(change.arguments)
             if name not in queues:  # SQS's defaults, for a queue SQS creates
-                arguments.setdefault("expiration", sqs.DEFAULT_RETENTION_SECONDS * 1000)
-                if sqs.is_fifo(name):
+                arguments.setdefault("expiration", DEFAULT_RETENTION_SECONDS * 1000)
+                if is_fifo(name):
                     arguments.setdefault("message_groups", True)
-                    arguments.setdefault("duplicate_window", sqs.FIFO_DEDUP_MS)
+                    arguments.setdefault("duplicate_window", FIFO_DEDUP_MS)
                 self.table.declare(name, **arguments)
             elif arguments:  # created again after a DeleteQueue
                 self.table.alter(name, **arguments)
@@ -355,17 +382,17 @@ class SqsService:
             )  # fmt: skip
         with self._known_lock:
             self._known.add(name)
-        return {"QueueUrl": sqs.queue_url(base, name)}
+        return {"QueueUrl": queue_url(base, name)}
 
     async def get_queue_url(self, request: dict[str, Any], base: str) -> dict[str, Any]:
-        name = sqs.check_queue_name(sqs.member(request, "QueueName", str, required=True))
+        name = check_queue_name(request["QueueName"])
         await self._run(self._settings, name)
-        return {"QueueUrl": sqs.queue_url(base, name)}
+        return {"QueueUrl": queue_url(base, name)}
 
     async def list_queues(self, request: dict[str, Any], base: str) -> dict[str, Any]:
-        prefix = sqs.member(request, "QueueNamePrefix", str) or ""
-        limit = sqs.integer(request, "MaxResults", 1, sqs.MAX_LIST_RESULTS)
-        token = sqs.member(request, "NextToken", str)
+        prefix = request.get("QueueNamePrefix") or ""
+        limit = shapes.bounded(request, "MaxResults", 1, MAX_LIST_RESULTS)
+        token = request.get("NextToken")
         after = ""
         if token is not None:
             try:
@@ -382,24 +409,24 @@ class SqsService:
         if limit is not None and len(names) > limit:
             names = names[:limit]
             answer["NextToken"] = base64.urlsafe_b64encode(names[-1].encode()).decode()
-        answer["QueueUrls"] = [sqs.queue_url(base, n) for n in names]
+        answer["QueueUrls"] = [queue_url(base, n) for n in names]
         return answer
 
     async def get_queue_attributes(self, request: dict[str, Any], base: str) -> dict[str, Any]:
         name, settings = await self._queue(request)
-        wanted = sqs.strings(request, "AttributeNames")
+        wanted = request.get("AttributeNames") or []
         if not wanted:
             return {}
         arguments = await self._run(self.table.arguments, name)
-        stats = await self._run(self.table.stats, name) if sqs.needs_stats(wanted) else None
-        return {"Attributes": sqs.queue_attributes(name, arguments, settings, stats, wanted)}
+        stats = await self._run(self.table.stats, name) if needs_stats(wanted) else None
+        return {"Attributes": queue_attributes(name, arguments, settings, stats, wanted)}
 
     async def set_queue_attributes(self, request: dict[str, Any], base: str) -> dict[str, Any]:
         name, settings = await self._queue(request)
-        attributes = sqs.member(request, "Attributes", dict, required=True)
+        attributes = request["Attributes"]
 
         def change() -> None:
-            parsed = sqs.parse_attributes(
+            parsed = parse_attributes(
                 name, attributes, creating=False, queues=frozenset(self.table.queues())
             )
             if parsed.arguments:
@@ -443,7 +470,7 @@ class SqsService:
 
     async def untag_queue(self, request: dict[str, Any], base: str) -> dict[str, Any]:
         name, settings = await self._queue(request)
-        keys = set(sqs.strings(request, "TagKeys"))
+        keys = set(request["TagKeys"])
         tags = tuple((k, v) for k, v in settings.tags if k not in keys)
         await self._run(self.settings.put, name, replace(settings, tags=tags))
         return {}
@@ -462,13 +489,13 @@ class SqsService:
             states = snapshot.states if snapshot is not None else {}
             return sorted(n for n, s in states.items() if s.arguments.dead_letter_queue == name)
 
-        return {"queueUrls": [sqs.queue_url(base, n) for n in await self._run(sources)]}
+        return {"queueUrls": [queue_url(base, n) for n in await self._run(sources)]}
 
     # -- sending -------------------------------------------------------------------------------
 
     async def send_message(self, request: dict[str, Any], base: str) -> dict[str, Any]:
         name, settings = await self._queue(request)
-        message = sqs_messages.outgoing(request, name, settings, now_micros())
+        message = outgoing(request, name, settings, now_micros())
         [(answer, error)] = await self._publish(name, [message])
         if error is not None:
             raise error
@@ -476,20 +503,20 @@ class SqsService:
 
     async def send_message_batch(self, request: dict[str, Any], base: str) -> dict[str, Any]:
         name, settings = await self._queue(request)
-        entries = sqs.batch_entries(request)
+        entries = shapes.batch_entries(request)
         now = now_micros()
         failed: list[dict[str, Any]] = []
-        ready: list[tuple[str, sqs_messages.Outgoing]] = []
+        ready: list[tuple[str, Outgoing]] = []
         for entry in entries:
             try:
-                ready.append((entry["Id"], sqs_messages.outgoing(entry, name, settings, now)))
+                ready.append((entry["Id"], outgoing(entry, name, settings, now)))
             except SqsError as error:
-                failed.append(sqs.failed_entry(entry["Id"], error))
+                failed.append(failed_entry(entry["Id"], error))
         total = sum(m.size for _, m in ready)
-        if total > sqs.MAX_MESSAGE_BYTES:
+        if total > MAX_MESSAGE_BYTES:
             raise SqsError(
                 "BatchRequestTooLong",
-                f"Batch requests cannot be longer than {sqs.MAX_MESSAGE_BYTES} bytes. You "
+                f"Batch requests cannot be longer than {MAX_MESSAGE_BYTES} bytes. You "
                 f"have sent {total} bytes.",
             )
         successful = []
@@ -497,13 +524,13 @@ class SqsService:
             answers = await self._publish(name, [m for _, m in ready])
             for (entry_id, _), (answer, refusal) in zip(ready, answers, strict=True):
                 if refusal is not None:
-                    failed.append(sqs.failed_entry(entry_id, refusal))
+                    failed.append(failed_entry(entry_id, refusal))
                 else:
                     successful.append({"Id": entry_id, **answer})
         return {"Successful": successful, "Failed": failed}
 
     async def _publish(
-        self, name: str, messages: list[sqs_messages.Outgoing]
+        self, name: str, messages: list[Outgoing]
     ) -> list[tuple[dict[str, Any], SqsError | None]]:
         """Publish ``messages`` in one call; each one's answer, or its error (a duplicate
         id is an answer, as in SQS; a message a reject policy refused is an error)."""
@@ -521,8 +548,8 @@ class SqsService:
                 answer["MD5OfMessageSystemAttributes"] = message.md5_system_attributes
             if stored:
                 seq = next(seqs)
-                answer["MessageId"] = sqs_messages.message_id(name, seq)
-                if sqs.is_fifo(name):
+                answer["MessageId"] = message_id(name, seq)
+                if is_fifo(name):
                     answer["SequenceNumber"] = str(seq)
                 answers.append((answer, None))
             elif message.dedup_id is not None and duplicates_left:
@@ -548,16 +575,16 @@ class SqsService:
 
     async def receive_message(self, request: dict[str, Any], base: str) -> dict[str, Any]:
         name, settings = await self._queue(request)
-        count = sqs.integer(request, "MaxNumberOfMessages", 1, sqs.MAX_BATCH) or 1
-        visibility = sqs.integer(request, "VisibilityTimeout", 0, sqs.MAX_VISIBILITY_SECONDS)
+        count = shapes.bounded(request, "MaxNumberOfMessages", 1, MAX_BATCH) or 1
+        visibility = shapes.bounded(request, "VisibilityTimeout", 0, MAX_VISIBILITY_SECONDS)
         visibility = settings.visibility_timeout if visibility is None else visibility
-        wait = sqs.integer(request, "WaitTimeSeconds", 0, sqs.MAX_RECEIVE_WAIT_SECONDS)
+        wait = shapes.bounded(request, "WaitTimeSeconds", 0, MAX_RECEIVE_WAIT_SECONDS)
         wait = settings.receive_wait_seconds if wait is None else wait
         system = [
-            *sqs.strings(request, "AttributeNames"),
-            *sqs.strings(request, "MessageSystemAttributeNames"),
+            *(request.get("AttributeNames") or []),
+            *(request.get("MessageSystemAttributeNames") or []),
         ]
-        attributes = sqs.strings(request, "MessageAttributeNames")
+        attributes = request.get("MessageAttributeNames") or []
         # The secret before any lease, so that each leased message gets its handle (read or
         # written once; on the pool only then).
         loaded = bool(self.handles.known())
@@ -584,11 +611,9 @@ class SqsService:
         self.redrive.received(name, deliveries, received_at / 1000 + max(visibility, 0.001))
         messages = []
         for row in rows.to_pylist():
-            receipt = sqs_handles.Receipt(name, row["seq"], row["delivery_count"], received_at)
-            handle = sqs_handles.issue(key, receipt)
-            messages.append(
-                sqs_messages.incoming(row, name, system, attributes, received_at, handle)
-            )
+            receipt = handles.Receipt(name, row["seq"], row["delivery_count"], received_at)
+            handle = handles.issue(key, receipt)
+            messages.append(incoming(row, name, system, attributes, received_at, handle))
         return {"Messages": messages}
 
     async def _idle(self, name: str, version: int | None, deadline: float) -> None:
@@ -624,24 +649,24 @@ class SqsService:
 
     # -- settling ------------------------------------------------------------------------------
 
-    async def _receipt(self, handle: Any, name: str) -> sqs_handles.Receipt:
+    async def _receipt(self, handle: str, name: str) -> handles.Receipt:
         """What a receipt handle of queue ``name`` stands for, once authenticated.
 
         Raises:
             SqsError: ``ReceiptHandleIsInvalid`` (altered, made up, another queue's),
                 ``InvalidParameterValue`` (expired), ``MissingParameter`` (empty).
         """
-        payload, mac = sqs_handles.split(handle)
-        if not sqs_handles.signed_by(payload, mac, self.handles.known()):
+        payload, mac = handles.split(handle)
+        if not handles.signed_by(payload, mac, self.handles.known()):
             # Perhaps another broker's secret this one has not read yet.
             keys = await self._run(self.handles.refreshed)
-            if not sqs_handles.signed_by(payload, mac, keys):
-                raise sqs_handles.refusal(handle)
-        return sqs_handles.receipt_of(payload, handle, name, int(time.time() * 1000))
+            if not handles.signed_by(payload, mac, keys):
+                raise handles.refusal(handle)
+        return handles.receipt_of(payload, handle, name, int(time.time() * 1000))
 
     async def delete_message(self, request: dict[str, Any], base: str) -> dict[str, Any]:
         name, _ = await self._queue(request)
-        receipt = await self._receipt(request.get("ReceiptHandle"), name)
+        receipt = await self._receipt(request["ReceiptHandle"], name)
         await self._run(
             self.table.ack, name, [receipt.seq], CONSUMER, deliveries=[receipt.deliveries]
         )
@@ -656,11 +681,11 @@ class SqsService:
         failed = []
         held: set[tuple[int, int]] = set()  # (seq, delivery count)
         ids = []
-        for entry in sqs.batch_entries(request):
+        for entry in shapes.batch_entries(request):
             try:
-                receipt = await self._receipt(entry.get("ReceiptHandle"), name)
+                receipt = await self._receipt(entry["ReceiptHandle"], name)
             except SqsError as error:
-                failed.append(sqs.failed_entry(entry["Id"], error))
+                failed.append(failed_entry(entry["Id"], error))
                 continue
             held.add((receipt.seq, receipt.deliveries))
             ids.append(entry["Id"])
@@ -678,14 +703,14 @@ class SqsService:
         self, request: dict[str, Any], base: str
     ) -> dict[str, Any]:
         name, _ = await self._queue(request)
-        entries = sqs.batch_entries(request)
+        entries = shapes.batch_entries(request)
         results = await asyncio.gather(
             *(self._change_visibility(name, e) for e in entries), return_exceptions=True
         )
         successful, failed = [], []
         for entry, result in zip(entries, results, strict=True):
             if isinstance(result, SqsError):
-                failed.append(sqs.failed_entry(entry["Id"], result))
+                failed.append(failed_entry(entry["Id"], result))
             elif isinstance(result, BaseException):
                 raise result
             else:
@@ -693,13 +718,13 @@ class SqsService:
         return {"Successful": successful, "Failed": failed}
 
     async def _change_visibility(self, name: str, request: Mapping[str, Any]) -> None:
-        receipt = await self._receipt(request.get("ReceiptHandle"), name)
-        seconds = sqs.integer(request, "VisibilityTimeout", 0, sqs.MAX_VISIBILITY_SECONDS)
+        receipt = await self._receipt(request["ReceiptHandle"], name)
+        seconds = shapes.bounded(request, "VisibilityTimeout", 0, MAX_VISIBILITY_SECONDS)
         if seconds is None:
             raise SqsError(
                 "MissingParameter", "The request must contain the parameter VisibilityTimeout."
             )
-        sqs_handles.check_visibility(receipt, seconds, int(time.time() * 1000))
+        handles.check_visibility(receipt, seconds, int(time.time() * 1000))
         seq, deliveries = receipt.seq, receipt.deliveries
         if seconds:
             changed = await self._run(
@@ -721,13 +746,10 @@ class SqsService:
 _COLUMNS = ("body", "key", "headers", "message_id", "deliver_at")
 
 
-def _tags(given: Any, parameter: str) -> dict[str, str]:
+def _tags(given: Mapping[str, str] | None, parameter: str) -> dict[str, str]:
     if given is None:
         return {}
-    if not isinstance(given, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) and 0 < len(k) <= 128 and len(v) <= 256
-        for k, v in given.items()
-    ):
+    if not all(0 < len(k) <= 128 and len(v) <= 256 for k, v in given.items()):
         raise invalid(parameter, given, "a map of tag keys (1 to 128 characters) to values")
     return dict(given)
 
@@ -754,14 +776,14 @@ class SqsServer:
             context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
             context.load_cert_chain(tls_files[0], tls_files[1])
         self._loop = asyncio.new_event_loop()
-        sqs_http.quiet_loop_errors(self._loop)
+        http.quiet_loop_errors(self._loop)
         self._runner: web.BaseRunner | None = None
         started: concurrent.futures.Future[int] = concurrent.futures.Future()
 
         async def start() -> int:
             self._runner = web.ServerRunner(service.server())
             await self._runner.setup()
-            site = sqs_http.GuardedSite(self._runner, host, port, context, service.limits)
+            site = http.GuardedSite(self._runner, host, port, context, service.limits)
             await site.start()
             return int(self._runner.addresses[0][1])
 

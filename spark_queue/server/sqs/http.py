@@ -1,8 +1,9 @@
-"""The SQS API's HTTP guards (docs/SQS.md#security): what bounds a client that has not
-authenticated, under :mod:`spark_queue.broker.sqs_server`.
+"""The SQS API's HTTP side: the protocol's framing (AWS JSON 1.0: the ``X-Amz-Target``
+prefix, the content type) and the guards (docs/SQS.md#security) that bound a client that
+has not authenticated, under :mod:`spark_queue.server.sqs.service`.
 
 - **A connection cap**: past ``max_connections`` open connections
-  (:class:`~spark_queue.broker.sqs.HttpLimits`), a new one is answered ``ServiceUnavailable``
+  (:class:`~spark_queue.server.sqs.limits.HttpLimits`), a new one is answered ``ServiceUnavailable``
   and closed at once.
 - **Timeouts**: a connection must deliver a request's head within ``timeout_seconds`` of
   opening or of its last answer (an idle keep-alive connection closes then too), and its
@@ -28,10 +29,13 @@ from typing import Any
 from aiohttp import web
 from aiohttp.web_protocol import RequestHandler
 
-from spark_queue.broker import sqs
-from spark_queue.broker.sqs import HttpLimits, SqsError
+from spark_queue.server.sqs.errors import SqsError
+from spark_queue.server.sqs.limits import HttpLimits
 
-log = logging.getLogger("spark_queue.broker.sqs_server")
+log = logging.getLogger("spark_queue.server.sqs")
+
+TARGET_PREFIX = "AmazonSQS."
+CONTENT_TYPE = "application/x-amz-json-1.0"
 
 MAX_HEADERS = 32  # SDKs send about ten; each up to aiohttp's 8190 bytes
 LINGER_SECONDS = 1.0  # a refused request's unread body is read and dropped this long
@@ -51,7 +55,7 @@ def error_response(error: SqsError) -> web.Response:
         body=error.body(),
         status=error.status,
         headers={**error.headers(), **request_id()},
-        content_type=sqs.CONTENT_TYPE,
+        content_type=CONTENT_TYPE,
     )
 
 
@@ -60,7 +64,7 @@ def _raw_answer(error: SqsError) -> bytes:
     body = error.body()
     head = [
         f"HTTP/1.1 {error.status} {'Service Unavailable' if error.status == 503 else 'Error'}",
-        f"Content-Type: {sqs.CONTENT_TYPE}",
+        f"Content-Type: {CONTENT_TYPE}",
         f"Content-Length: {len(body)}",
         "Connection: close",
         *(f"{k}: {v}" for k, v in {**error.headers(), **request_id()}.items()),
@@ -294,5 +298,5 @@ def quiet_loop_errors(loop: asyncio.AbstractEventLoop) -> None:
 def answer(members: Any) -> web.Response:
     """A successful answer of ``members``."""
     return web.Response(
-        body=json.dumps(members).encode(), headers=request_id(), content_type=sqs.CONTENT_TYPE
+        body=json.dumps(members).encode(), headers=request_id(), content_type=CONTENT_TYPE
     )

@@ -30,11 +30,11 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow.fs as pafs
 
-from spark_queue.broker.sqs import MAX_VISIBILITY_SECONDS, SqsError, invalid
+from spark_queue.server.sqs.errors import SqsError, invalid
+from spark_queue.server.sqs.limits import MAX_VISIBILITY_SECONDS
 from spark_queue.storage.location import Location
 
 KEYS_FOLDER = "_spark_queue/sqs-handle-keys"
@@ -75,22 +75,22 @@ def issue(key: bytes, receipt: Receipt) -> str:
     return f"{PREFIX}.{_b64(payload)}.{_b64(_mac(key, payload))}"
 
 
-def refusal(handle: Any) -> SqsError:
+def refusal(handle: str) -> SqsError:
     return SqsError(
         "ReceiptHandleIsInvalid",
-        f"The input receipt handle {str(handle)[:100]!r} is not a valid receipt handle.",
+        f"The input receipt handle {handle[:100]!r} is not a valid receipt handle.",
     )
 
 
-def split(handle: Any) -> tuple[bytes, bytes]:
+def split(handle: str) -> tuple[bytes, bytes]:
     """A handle's payload and MAC, unchecked.
 
     Raises:
         SqsError: ``MissingParameter`` (empty), ``ReceiptHandleIsInvalid`` (not a handle).
     """
-    if handle is None or handle == "":
+    if not handle:
         raise SqsError("MissingParameter", "The request must contain the parameter ReceiptHandle.")
-    parts = handle.split(".") if isinstance(handle, str) and len(handle) <= 1024 else []
+    parts = handle.split(".") if len(handle) <= 1024 else []
     if len(parts) != 3 or parts[0] != PREFIX:
         raise refusal(handle)
     try:

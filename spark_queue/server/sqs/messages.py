@@ -21,16 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from spark_queue.broker.sqs import (
-    ACCOUNT,
-    SqsError,
-    SqsOnly,
-    integer,
-    invalid,
-    is_fifo,
-    member,
-    queue_arn,
-)
+from spark_queue.server.sqs.attributes import SqsOnly
+from spark_queue.server.sqs.errors import SqsError, invalid
+from spark_queue.server.sqs.names import ACCOUNT, is_fifo, queue_arn
+from spark_queue.server.sqs.shapes import bounded
 
 # Message attributes other than String ones keep their data type here (a header name no
 # SQS attribute name can take: ':' is not allowed in one).
@@ -64,7 +58,9 @@ def _check_attribute_name(name: str, parameter: str) -> None:
         )
 
 
-def message_attributes(given: Any, parameter: str = "MessageAttributes") -> dict[str, Any]:
+def message_attributes(
+    given: Mapping[str, Mapping[str, Any]] | None, parameter: str = "MessageAttributes"
+) -> dict[str, Any]:
     """Checked message attributes: name -> (data type, value as str or bytes).
 
     Raises:
@@ -72,19 +68,13 @@ def message_attributes(given: Any, parameter: str = "MessageAttributes") -> dict
     """
     if given is None:
         return {}
-    if not isinstance(given, dict):
-        raise invalid(parameter, given, "a map of attribute names to values")
     if len(given) > 10:
         raise invalid(parameter, len(given), "a message has at most 10 attributes")
     checked: dict[str, Any] = {}
     for name, value in given.items():
         _check_attribute_name(name, f"{parameter}.{name}")
-        if not isinstance(value, dict):
-            raise invalid(f"{parameter}.{name}", value, "a message attribute value")
-        data_type = value.get("DataType")
-        if not isinstance(data_type, str) or not re.fullmatch(
-            r"(String|Number|Binary)(\.[A-Za-z0-9_.\-]{1,200})?", data_type
-        ):
+        data_type = value["DataType"]
+        if not re.fullmatch(r"(String|Number|Binary)(\.[A-Za-z0-9_.\-]{1,200})?", data_type):
             raise invalid(
                 f"{parameter}.{name}.DataType",
                 data_type,
@@ -97,7 +87,7 @@ def message_attributes(given: Any, parameter: str = "MessageAttributes") -> dict
         if data_type.startswith("Binary"):
             raw = value.get("BinaryValue")
             try:
-                data = base64.b64decode(raw, validate=True) if isinstance(raw, str) else None
+                data = base64.b64decode(raw, validate=True) if raw is not None else None
             except ValueError:  # binascii.Error, or a str that is not ASCII
                 data = None
             if not data:
@@ -105,7 +95,7 @@ def message_attributes(given: Any, parameter: str = "MessageAttributes") -> dict
             checked[name] = (data_type, data)
         else:
             text = value.get("StringValue")
-            if not isinstance(text, str) or not text or _INVALID_BODY.search(text):
+            if not text or _INVALID_BODY.search(text):
                 raise invalid(
                     f"{parameter}.{name}.StringValue",
                     text,
@@ -245,7 +235,7 @@ def outgoing(
     Raises:
         SqsError: a missing or invalid member, a body too large for the queue.
     """
-    body = member(entry, "MessageBody", str, required=True)
+    body: str = entry["MessageBody"]
     if not body:
         raise invalid("MessageBody", body, "a message body is 1 character at least")
     if _INVALID_BODY.search(body):
@@ -265,9 +255,9 @@ def outgoing(
             f"Message must be shorter than {sqs.maximum_message_size} bytes (the queue's "
             f"MaximumMessageSize).",
         )
-    delay = integer(entry, "DelaySeconds", 0, 900)
-    group = member(entry, "MessageGroupId", str)
-    dedup = member(entry, "MessageDeduplicationId", str)
+    delay = bounded(entry, "DelaySeconds", 0, 900)
+    group: str | None = entry.get("MessageGroupId")
+    dedup: str | None = entry.get("MessageDeduplicationId")
     for name, value in (("MessageGroupId", group), ("MessageDeduplicationId", dedup)):
         if value is not None and not re.fullmatch(r"[!-~]{1,128}", value):
             raise invalid(name, value, "1 to 128 printable ASCII characters, no spaces")
@@ -308,7 +298,7 @@ def outgoing(
     return Outgoing(row, size, md5_hex(raw), md5_of_attributes(attributes), system, dedup)
 
 
-def trace_header(given: Any) -> str | None:
+def trace_header(given: Mapping[str, Mapping[str, Any]] | None) -> str | None:
     """The ``AWSTraceHeader`` of a send's ``MessageSystemAttributes``, the one system
     attribute a sender sets (None where there is none: an empty map sets none).
 
@@ -318,13 +308,12 @@ def trace_header(given: Any) -> str | None:
     """
     if not given:
         return None
-    if not isinstance(given, dict) or set(given) != {"AWSTraceHeader"}:
+    if set(given) != {"AWSTraceHeader"}:
         raise invalid("MessageSystemAttributes", given, "AWSTraceHeader is the one name")
     value = given["AWSTraceHeader"]
-    text = value.get("StringValue") if isinstance(value, dict) else None
+    text: str | None = value.get("StringValue")
     if (
-        not isinstance(text, str)
-        or not text
+        not text
         or _INVALID_BODY.search(text)
         or value.get("DataType") != "String"
         or any(value.get(m) for m in ("BinaryValue", "StringListValues", "BinaryListValues"))
