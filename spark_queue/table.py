@@ -59,6 +59,7 @@ from spark_queue.model.arguments import (
     parse_queue_name,
     parse_seqs,
 )
+from spark_queue.model.declarations import check_signature
 from spark_queue.model.keywords import (
     ConsumerOptions,
     DurationLike,
@@ -946,3 +947,7 @@ class QueueTable:
         seqs = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
         purgeable: np.ndarray = seqs[~member(seqs, leased)]
         return purgeable
+
+
+check_signature(QueueTable.lease, "lease", own=("strict_groups",))
+check_signature(QueueTable.publish, "publish", own=("producer", "sequence"))

@@ -67,6 +67,18 @@ def test_the_page_refuses_notes_that_no_longer_fit_the_specification():
     )
     with pytest.raises(ValueError, match="max_messages: IN_SCOPE names scope 'lease'"):
         arguments_page(narrowed)
+    # A scope's own default (Argument.defaults) is the one the page shows there.
+    for name, defaults, message in (
+        ("max_messages", {"lease": 50}, "the page shows the default '100' in lease"),
+        ("lease_period", {"consumer": "1 minute"}, "the page shows the default '30 s' in consumer"),
+        ("max_bytes", {"lease": 7}, "the page shows the default 'unset' in lease"),
+    ):
+        changed = tuple(
+            dataclasses.replace(a, defaults=defaults) if a.name == name else a
+            for a in SPECIFICATION
+        )
+        with pytest.raises(ValueError, match=f"{name}: {message}"):
+            arguments_page(changed)
 
 
 # -- bad values of each kind, on every surface ----------------------------------------------

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
-from spark_queue.model.queue_arguments import QueueArguments
+from spark_queue.model.queue_arguments import ConsumerLimits, QueueArguments
 from spark_queue.rules import (
     HEAD_SCHEMA,
     QueuePlan,
@@ -469,15 +469,19 @@ def test_consumers_match_reference_model(
             _, consumer, count, period = operation
             # c2 filters: it takes only even seqs (a consumer's `filter`).
             even = consumer == "c2"
+            limits = ConsumerLimits(
+                consumer,
+                lease_period_us=period,
+                max_messages=count,
+                max_bytes=None,
+                max_deliveries=max_deliveries,
+                max_cancels=max_cancels,
+            )
             plan = plan_lease(
                 state,
                 store,
                 now,
-                consumer,
-                max_messages=count,
-                lease_period_us=period,
-                max_deliveries=max_deliveries,
-                max_cancels=max_cancels,
+                limits,
                 matches=(lambda seqs: seqs % 2 == 0) if even else None,
             )
             expected = model.lease(

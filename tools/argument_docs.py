@@ -103,7 +103,9 @@ CAP_MEANINGS = {
 
 def check_notes(specification: Sequence[Argument]) -> None:
     """Fail where what the page says of an argument no longer fits the specification: a
-    note for an argument or scope it does not have, a policy cap without its meaning."""
+    note for an argument or scope it does not have, a policy cap without its meaning, a
+    default shown in a scope other than the one the specification gives there
+    (``Argument.defaults``)."""
     scopes = {argument.name: argument.scopes for argument in specification}
     problems = [
         f"{name}: not an argument of the specification"
@@ -125,8 +127,27 @@ def check_notes(specification: Sequence[Argument]) -> None:
         for name in sorted(CAP_MEANINGS.keys() - capped)
         if name in scopes
     ]
+    problems += [
+        f"{argument.name}: the page shows the default {shown!r} in {scope}, the "
+        f"specification's is {expected!r}"
+        for argument in specification
+        for scope, expected, shown in _scope_defaults(argument)
+        if shown != expected and not shown.startswith(expected + " ")
+    ]
     if problems:
         raise ValueError("tools/argument_docs.py: " + "; ".join(problems))
+
+
+def _scope_defaults(argument: Argument) -> list[tuple[str, str, str]]:
+    """``(scope, default as the specification gives it there, default the page shows)`` of
+    each scope where the argument has a default of its own; the page may say more after it
+    (``0 (the queue's limit only)``)."""
+    rows = []
+    for scope, value in argument.defaults.items():
+        if isinstance(value, str) and argument.unit == "ms":
+            value = argument.kind.parse(argument.name, value)  # "30 seconds": 30000 ms
+        rows.append((scope, _shown_value(argument, value), described(argument, scope)[0]))
+    return rows
 
 
 def valid_values(kind: spec.Kind[Any]) -> str:
@@ -165,6 +186,12 @@ def shown_default(argument: Argument) -> str:
         return "none" if argument.kind.zero_is_none else "-1 (unlimited)"
     if value is None:
         return "unset"
+    return _shown_value(argument, value)
+
+
+def _shown_value(argument: Argument, value: Any) -> str:
+    """A value of the argument as the page shows it: a duration in its largest whole unit
+    of ``s`` and ``ms``."""
     if isinstance(value, bool):
         return f"`{str(value).lower()}`"
     if isinstance(value, str):

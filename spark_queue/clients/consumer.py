@@ -55,17 +55,19 @@ from spark_queue.errors import (
     StorageError,
 )
 from spark_queue.model.arguments import (
+    ARGUMENTS,
     POSITIVE,
+    arguments_of,
     parse_consumer_name,
     parse_duration_ms,
     parse_given,
     parse_queue_name,
 )
+from spark_queue.model.declarations import check_signature
 from spark_queue.model.keywords import DurationLike
 from spark_queue.model.schema import LEASE_VERSION_KEY
 from spark_queue.storage.commit_log import Operation
 
-DEFAULT_LEASE_PERIOD = "30 seconds"
 # A consumer's background thread tries again after a transient failure, waiting from the
 # first delay, doubled each time up to the last (jittered down by up to half).
 FIRST_RETRY_DELAY_SECONDS = 0.1
@@ -143,7 +145,7 @@ class Consumer:
         name: str,
         *,
         max_prefetch: int = 1000,
-        lease_period: DurationLike = DEFAULT_LEASE_PERIOD,
+        lease_period: DurationLike = "30 seconds",
         ack_batch: int = 1000,
         ack_interval_ms: DurationLike | None = None,
         max_poll_interval_ms: DurationLike | None = None,
@@ -152,34 +154,25 @@ class Consumer:
         max_cancels: int = 0,
         filter: str | None = None,
     ) -> None:
+        # The options by name, as the signature (the specification's, checked at import)
+        # took them.
+        options = {n: value for n, value in locals().items() if n in CONSUMER_OPTIONS}
         # Every option is checked here, by the specification's parsers (durations in its
         # one grammar: a whole number of milliseconds, or a number with a unit), so a bad
-        # one fails when the consumer is made, never in its background thread.
+        # one fails when the consumer is made, never in its background thread. A consumer's
+        # leases always run out: its lease period is never None.
         parse_queue_name("queue", queue)
         parse_consumer_name("name", name)
         lease_period_ms = parse_duration_ms("lease_period", lease_period, minimum_ms=1)
-        given = parse_given(
-            "consumer",
-            {
-                "max_prefetch": max_prefetch,
-                "ack_batch": ack_batch,
-                "ack_interval_ms": ack_interval_ms,
-                "max_poll_interval_ms": max_poll_interval_ms,
-                "idle_lease_interval_ms": idle_lease_interval_ms,
-                "max_deliveries": max_deliveries,
-                "max_cancels": max_cancels,
-                "filter": filter,
-            },
-        )
+        given = parse_given("consumer", {**options, "lease_period": lease_period_ms})
         interval_ms = acknowledgement_interval_ms(given["ack_interval_ms"], lease_period_ms)
         self.table = table
         self.queue = queue
         self.name = name
-        self._lease_options: dict[str, Any] = {
-            "lease_period": lease_period_ms,
-            "max_deliveries": given["max_deliveries"] or 0,
-            "max_cancels": given["max_cancels"] or 0,
-            "filter": given["filter"],
+        # What each lease asks for: the options that are the lease's arguments too, none
+        # as the lease spells it (the argument's sentinel: no delivery limit is 0).
+        self._lease_options = {
+            n: ARGUMENTS[n].sentinel if given[n] is None else given[n] for n in LEASE_OPTIONS
         }
         # The parts, each with its own state, all under this one lock.
         self._cond = threading.Condition()
@@ -586,9 +579,11 @@ class _Step:
     renew: list[int] = field(default_factory=list)
 
 
+check_signature(Consumer.__init__, "consumer")
 # The keyword options of a Consumer, whose names QueueTable.consumer checks.
 CONSUMER_OPTIONS = tuple(
     p.name
     for p in inspect.signature(Consumer.__init__).parameters.values()
     if p.kind is p.KEYWORD_ONLY
 )
+LEASE_OPTIONS = tuple(a.name for a in arguments_of("consumer") if "lease" in a.scopes)

@@ -17,6 +17,7 @@ import numpy as np
 from spark_queue.clients.queue_operations import QueueOperations
 from spark_queue.errors import ClientClosedError, InvalidOptionError
 from spark_queue.model.arguments import OnReject, arguments_of, parse_given, parse_queue_name
+from spark_queue.model.declarations import check_signature
 from spark_queue.model.keywords import DurationLike, QueueArgumentKeywords, Unpack
 from spark_queue.model.messages import as_input_table
 from spark_queue.model.queue_arguments import validate_arguments
@@ -265,6 +266,7 @@ class Publisher:
             item.future.set_result(next(seqs) if accepted else None)
 
 
+check_signature(Publisher.__init__, "publisher")
 # A Publisher's own keyword options (the others are queue arguments).
 PUBLISHER_OPTIONS = tuple(
     p.name

@@ -6,6 +6,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
+from spark_queue.model.declarations import check_signature
+
 if TYPE_CHECKING:
     from spark_queue.model.arguments import OnReject
     from spark_queue.model.keywords import (
@@ -65,3 +67,8 @@ class QueueOperations(Protocol):
         on_reject: OnReject = ...,
         **arguments: Unpack[QueueArgumentKeywords],
     ) -> PublishOutcome: ...
+
+
+# Its lease's keywords are the specification's (a stub's types name what only type checkers
+# import).
+check_signature(QueueOperations.lease, "lease", typed=False)

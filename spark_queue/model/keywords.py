@@ -9,8 +9,11 @@
 These types say what a type checker accepts; at run time every value is still parsed by
 the specification (:mod:`spark_queue.model.arguments`), which also takes what the types
 leave out (text such as ``"true"``, a numpy integer, a choice in capitals) and refuses a
-wrong value with one :class:`~spark_queue.InvalidOptionError` naming the argument. The
-tests check that each type has the specification's names, choices and ``None``-ability.
+wrong value with one :class:`~spark_queue.InvalidOptionError` naming the argument. Each type
+is checked against the specification as this module is imported
+(:mod:`spark_queue.model.declarations`): its keys are a scope's arguments, a choice's
+``Literal`` has the choice's values, a duration is :data:`DurationLike`, and ``None`` is
+admitted only where the argument can be none.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from spark_queue.model.arguments import ExpirationModel, OnReject, Overflow
+from spark_queue.model.declarations import check_keywords
 
 # ``**keywords: Unpack[QueueArgumentKeywords]``: typing's from Python 3.11, and
 # typing_extensions' (a dependency there) on 3.10.
@@ -83,3 +87,8 @@ class PublisherOptions(QueueArgumentKeywords, total=False):
     linger_ms: DurationLike
     max_batch: int
     on_reject: OnReject
+
+
+check_keywords(QueueArgumentKeywords, "queue")
+check_keywords(ConsumerOptions, "consumer")
+check_keywords(PublisherOptions, "publisher", "queue")

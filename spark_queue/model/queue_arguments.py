@@ -27,6 +27,7 @@ from spark_queue.model.arguments import (
 from spark_queue.model.arguments import QUEUE_NAME as QUEUE_NAME
 from spark_queue.model.arguments import READ_MODES as READ_MODES
 from spark_queue.model.arguments import REJECT_POLICIES as REJECT_POLICIES
+from spark_queue.model.declarations import attributes_section, check_dataclass
 
 check_queue_name = parse_queue_name
 
@@ -39,32 +40,6 @@ class QueueArguments:
     ``QueueTable.declare``, ``alter`` and ``resolve`` take one beside keywords, as every
     argument at once (its defaults included), each value checked as a keyword's:
     ``table.declare("orders", QueueArguments(max_length=10, overflow="ring"))``.
-
-    Attributes:
-        max_length: the limit on ready messages (None: unlimited).
-        max_length_bytes: the limit on the ready messages' body bytes (None: unlimited).
-        overflow: what happens at a limit: ``drop-head``, ``ring``, ``reject-publish`` or
-            ``reject-publish-dlx``.
-        dead_letter_queue: the queue dropped, rejected, expired and dead messages go to.
-        reject_threshold: the fraction of a limit at which reject policies refuse.
-        expiration: the default time-to-live of a message, in milliseconds.
-        expiration_model: how a message's ``expires_at`` and ``expiration`` combine.
-        max_deliveries: a message returned after this many deliveries is killed
-            (dead-lettered ``delivery_limit``); a consumer may set a lower limit.
-        max_cancels: the cancel that reaches this many kills the message
-            (dead-lettered ``cancel_limit``); a consumer may set a lower limit.
-        exclusive: one consumer name holds the queue at a time (Artemis exclusive queues,
-            RabbitMQ single active consumer).
-        redelivery_delay: milliseconds a cancelled message, or one whose lease ran out,
-            waits before it is leased again, times ``redelivery_multiplier`` to the power
-            of its deliveries - 1.
-        redelivery_multiplier: the growth of the redelivery delay with each delivery.
-        max_redelivery_delay: the longest redelivery delay (None: 10 x
-            ``redelivery_delay``), in milliseconds.
-        message_groups: messages with the same ``key`` are leased to one consumer at a
-            time, in order.
-        duplicate_window: milliseconds within which a ``message_id`` enqueued to the queue
-            is not enqueued again.
     """
 
     max_length: int | None = None
@@ -103,6 +78,10 @@ class QueueArguments:
         return replace(self, **given)
 
 
+# Every queue argument is a field but ``ring_size``, a shorthand for two of them.
+_FIELDS = [a for a in arguments_of("queue") if a.name != "ring_size"]
+check_dataclass(QueueArguments, _FIELDS, "queue")
+QueueArguments.__doc__ = f"{(QueueArguments.__doc__ or '').rstrip()}\n{attributes_section(_FIELDS)}"
 ARGUMENT_NAMES = tuple(f.name for f in fields(QueueArguments))
 
 
@@ -234,59 +213,58 @@ def check_effective(
         )
 
 
-# A consumer's limits: the arguments of ``QueueTable.lease`` and the source's options.
-CONSUMER_LIMITS = (
-    "consumer",
-    "lease_period",
-    "max_messages",
-    "max_bytes",
-    "max_deliveries",
-    "max_cancels",
-)
+# A consumer's limits: the arguments of ``QueueTable.lease`` and the source's options, but
+# the filter, which the lease compiles on the table it reads.
+CONSUMER_LIMITS = tuple(a.name for a in arguments_of("lease") if a.name != "filter")
 
 
 @dataclass(frozen=True)
 class ConsumerLimits:
     """What a consumer asks of one lease, validated once for ``QueueTable.lease`` and the
-    streaming source alike."""
+    streaming source alike, and handed whole to the lease planner. Each field is the
+    argument of its name as a consumer's limits hold it (:meth:`Argument.held`): its
+    sentinel where it sets none, a duration in microseconds."""
 
     consumer: str
-    lease_period_us: int | None  # None = leases never run out
-    max_messages: int | None  # None = no limit
+    lease_period_us: int | None
+    max_messages: int | None
     max_bytes: int | None
-    max_deliveries: int  # 0 = no limit
+    max_deliveries: int
     max_cancels: int
+
+
+check_dataclass(ConsumerLimits, [ARGUMENTS[name] for name in CONSUMER_LIMITS], "lease", held=True)
 
 
 def parse_consumer_limits(
     given: Mapping[str, Any], *, surface: str, zero_messages_ok: bool = False
 ) -> ConsumerLimits:
     """Validate a consumer's limits, keyed by ``QueueTable.lease`` argument name; errors
-    spell each as ``surface`` does (:func:`spell`). ``zero_messages_ok``: a lease call may
-    ask for no message (it then only settles the queue); a micro-batch may not.
+    spell each as ``surface`` does (:func:`spell`); one not given is its default.
+    ``zero_messages_ok``: a lease call may ask for no message (it then only settles the
+    queue); a micro-batch may not.
 
     Raises:
         InvalidOptionError: a value is not valid; the message names it and what is.
     """
-
-    def parsed(name: str) -> Any:
-        if name not in given:
-            return ARGUMENTS[name].default
-        return ARGUMENTS[name].parse(given[name], spell(name, surface))
-
     # A lease's 0 is parsed as a count from 0 (a bool or 0.0 is not 0); others from 1.
     no_messages = (
         zero_messages_ok
         and given.get("max_messages") is not None
         and COUNT.parse(spell("max_messages", surface), given["max_messages"]) == 0
     )
-    max_messages = 0 if no_messages else None
-    period_ms = parsed("lease_period")
-    return ConsumerLimits(
-        consumer=parsed("consumer"),
-        lease_period_us=None if period_ms is None else period_ms * 1000,
-        max_messages=parsed("max_messages") if max_messages is None else max_messages,
-        max_bytes=parsed("max_bytes"),
-        max_deliveries=parsed("max_deliveries") or 0,
-        max_cancels=parsed("max_cancels") or 0,
-    )
+    held = {}
+    for field in fields(ConsumerLimits):
+        argument = _HELD_LIMITS[field.name]
+        name = argument.name
+        if name not in given:
+            value = argument.default
+        elif name == "max_messages" and no_messages:
+            value = 0
+        else:
+            value = argument.parse(given[name], spell(name, surface))
+        held[field.name] = argument.held(value)
+    return ConsumerLimits(**held)
+
+
+_HELD_LIMITS = {ARGUMENTS[name].held_name: ARGUMENTS[name] for name in CONSUMER_LIMITS}

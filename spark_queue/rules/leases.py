@@ -10,6 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from spark_queue.model.queue_arguments import ConsumerLimits
 from spark_queue.rules.change import (
     HeadReader,
     QueueChange,
@@ -32,32 +33,30 @@ def plan_lease(
     state: QueueState,
     reader: HeadReader,
     now: int,
-    consumer: str,
+    limits: ConsumerLimits,
     *,
-    max_messages: int | None = None,
-    max_bytes: int | None = None,
-    lease_period_us: int | None = None,
-    max_deliveries: int = 0,
-    max_cancels: int = 0,
     max_backlog: int | None = None,
     below_seq: int | None = None,
     remove: bool = False,
     matches: Callable[[np.ndarray], np.ndarray] | None = None,
     strict_groups: bool = False,
 ) -> QueuePlan:
-    """Deliver head messages to ``consumer`` (SEMANTICS §3): lease them, or with ``remove``
-    (at-most-once) take them out at once, counted as ``acked``.
+    """Deliver head messages to ``limits.consumer`` (SEMANTICS §3): lease them, or with
+    ``remove`` (at-most-once) take them out at once, counted as ``acked``.
 
-    Bounds: ``max_messages`` and ``max_bytes`` for this call (at least one message is always
-    taken, as Delta's ``maxBytesPerTrigger`` admits one file), ``max_backlog`` for the leases
-    of all consumers, ``below_seq`` for what existed when an AvailableNow query started.
-    Expired messages met on the way are removed (``expired``), never delivered. Due scheduled
-    messages and expired leases are settled first. ``lease_period_us``: how long a lease lasts.
+    Bounds: the consumer's ``limits`` for this call (``max_messages`` and ``max_bytes``: at
+    least one message is always taken, as Delta's ``maxBytesPerTrigger`` admits one file;
+    ``lease_period_us``: how long a lease lasts; its delivery and cancel limits, 0 for
+    none), ``max_backlog`` for the leases of all consumers, ``below_seq`` for what existed
+    when an AvailableNow query started. Expired messages met on the way are removed
+    (``expired``), never delivered. Due scheduled messages and expired leases are settled
+    first.
     ``matches`` (a consumer's filter) says which of some seqs this consumer may take; the
     others stay, in place, for other consumers. ``strict_groups``: a message group with a
     message leased is passed over by this consumer too (SQS FIFO queues: a group's next
     message is delivered once the one in flight is deleted or visible again).
     """
+    consumer = limits.consumer
     queue = QueueChange(state.copy(), reader, now)
     queue.catch_up()
     state = queue.state
@@ -68,12 +67,13 @@ def plan_lease(
         if state.arguments.message_groups
         else None
     )
-    limits = state.consumers.setdefault(consumer, {"last_lease": 0})
-    limits.update(max_deliveries=max_deliveries, max_cancels=max_cancels)
-    limits["last_lease"] += 1
-    lease_id = limits["last_lease"]
-    until = NEVER if lease_period_us is None else later(now, lease_period_us)
-    budget = max_messages if max_messages is not None else NEVER
+    max_bytes = limits.max_bytes
+    mine = state.consumers.setdefault(consumer, {"last_lease": 0})
+    mine.update(max_deliveries=limits.max_deliveries, max_cancels=limits.max_cancels)
+    mine["last_lease"] += 1
+    lease_id = mine["last_lease"]
+    until = NEVER if limits.lease_period_us is None else later(now, limits.lease_period_us)
+    budget = limits.max_messages if limits.max_messages is not None else NEVER
     if max_backlog is not None:
         budget = min(budget, max(0, max_backlog - len(state.leases)))
     bytes_left = max_bytes if max_bytes is not None else NEVER
@@ -153,7 +153,7 @@ def plan_lease(
         # This consumer holds the queue until its last lease runs out, or it releases.
         for entry in state.consumers.values():
             entry.pop(HOLDS_UNTIL, None)
-        limits[HOLDS_UNTIL] = until
+        mine[HOLDS_UNTIL] = until
     if remove:
         state.counters["acked"] += len(delivered)
         if len(delivered):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from spark_queue.errors import InvalidOptionError
@@ -21,6 +21,7 @@ from spark_queue.model.arguments import (
     Semantics,
     arguments_of,
 )
+from spark_queue.model.declarations import check_dataclass
 from spark_queue.model.queue_arguments import (
     CONSUMER_LIMITS,
     ConsumerLimits,
@@ -52,13 +53,15 @@ class SinkOptions:
 
 @dataclass(frozen=True)
 class SourceOptions:
-    """The parsed options of ``spark.readStream.format("ringqueue")``."""
+    """The parsed options of ``spark.readStream.format("ringqueue")``: each field is the
+    source option of its name, the consumer's limits as :class:`ConsumerLimits` holds them
+    (``lease_period_us``, 0 for no delivery or cancel limit of the consumer's own)."""
 
     path: str
     queue: str
     consumer: str = "default"
     semantics: Semantics = "at-least-once"
-    lease_period_us: int | None = None  # None = leases never expire
+    lease_period_us: int | None = None
     max_messages: int | None = None
     max_bytes: int | None = None
     max_deliveries: int = 0
@@ -72,14 +75,7 @@ class SourceOptions:
     @property
     def limits(self) -> ConsumerLimits:
         """The consumer's limits, as ``QueueTable.lease`` takes them."""
-        return ConsumerLimits(
-            self.consumer,
-            self.lease_period_us,
-            self.max_messages,
-            self.max_bytes,
-            self.max_deliveries,
-            self.max_cancels,
-        )
+        return ConsumerLimits(**{f.name: getattr(self, f.name) for f in fields(ConsumerLimits)})
 
 
 @dataclass(frozen=True)
@@ -87,6 +83,22 @@ class BrowseOptions:
     path: str
     queue: str | None
     storage: dict[str, str] = field(default_factory=dict, repr=False)
+
+
+# Each dataclass against the specification, at import: a field per option of its scope,
+# with the option's default, of its kind's type (``storage.*`` keys are not arguments).
+check_dataclass(SourceOptions, arguments_of("source"), "source", held=True, own=("storage",))
+check_dataclass(
+    SinkOptions,
+    [a for a in arguments_of("sink") if "queue" not in a.scopes],
+    "sink",
+    own=("arguments", "storage"),
+)
+check_dataclass(BrowseOptions, arguments_of("browse"), "browse", own=("storage",))
+# The source's options that are not the consumer's limits, but its path (checked apart).
+_SOURCE_OWN = [
+    a.name for a in arguments_of("source") if a.name not in CONSUMER_LIMITS and a.name != "path"
+]
 
 
 def _lookup(options: Mapping[str, str], scope: str) -> dict[str, str]:
@@ -162,22 +174,9 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
     limits = parse_consumer_limits(
         {n: found[n] for n in CONSUMER_LIMITS if n in found}, surface="option"
     )
-    return SourceOptions(
-        path=_path(found),
-        queue=_parsed(found, "queue"),
-        consumer=limits.consumer,
-        semantics=_parsed(found, "semantics"),
-        lease_period_us=limits.lease_period_us,
-        max_messages=limits.max_messages,
-        max_bytes=limits.max_bytes,
-        max_deliveries=limits.max_deliveries,
-        max_cancels=limits.max_cancels,
-        max_backlog=_parsed(found, "max_backlog"),
-        ack_mode=_parsed(found, "ack_mode"),
-        filter=_parsed(found, "filter"),
-        read_mode=_parsed(found, "read_mode"),
-        storage=storage_options(options),
-    )
+    path = _path(found)
+    others = {name: _parsed(found, name) for name in _SOURCE_OWN}
+    return SourceOptions(path, **others, **asdict(limits), storage=storage_options(options))
 
 
 def parse_browse_options(options: Mapping[str, str]) -> BrowseOptions:
