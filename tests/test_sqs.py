@@ -4,6 +4,7 @@ mapping functions of :mod:`spark_queue.server.sqs` on their own."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import shutil
@@ -397,24 +398,33 @@ NO_SETTLING = (
 
 
 def start_poll(endpoint: str, url: str, wait: int) -> tuple[threading.Thread, dict[str, Any]]:
-    """A ``ReceiveMessage`` long poll in a thread; once this returns, its request has been
-    sent and the broker has since answered another one (so it has accepted this one's
-    connection, and in practice leased once for it and waits)."""
+    """A ``ReceiveMessage`` long poll (unsigned: the broker has no keys) answered in a
+    thread. Its connection is made and its request sent before this returns, and the broker
+    has since answered another request on a later connection, so it has accepted this one
+    (connections are accepted in order) and waits on it."""
     outcome: dict[str, Any] = {}
-    sent = threading.Event()
-    poller = client(endpoint)
-    poller.meta.events.register("before-send.sqs.ReceiveMessage", lambda **_: sent.set())
+    host, port = endpoint.removeprefix("http://").rstrip("/").rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=120)
+    body = json.dumps({"QueueUrl": url, "WaitTimeSeconds": wait})
+    headers = {"Content-Type": CONTENT_TYPE, "X-Amz-Target": "AmazonSQS.ReceiveMessage"}
+    connection.request("POST", "/", body=body, headers=headers)  # connects, then sends
 
     def poll() -> None:
         try:
-            outcome["answer"] = poller.receive_message(QueueUrl=url, WaitTimeSeconds=wait)
-        except (botocore.exceptions.BotoCoreError, botocore.exceptions.ClientError) as error:
+            response = connection.getresponse()
+            answer = json.loads(response.read() or b"{}")
+            if response.status == 200:
+                outcome["answer"] = answer
+            else:
+                outcome["error"] = (response.status, answer)
+        except OSError as error:
             outcome["error"] = error
+        finally:
+            connection.close()
         outcome["returned_at"] = time.monotonic()
 
     thread = threading.Thread(target=poll)
     thread.start()
-    assert sent.wait(60)
     client(endpoint).get_queue_url(QueueName=url.rsplit("/", 1)[1])
     return thread, outcome
 
