@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from datetime import datetime, timezone
@@ -52,6 +53,7 @@ from spark_queue.model.arguments import (
     parse_queue_name,
     shown,
 )
+from spark_queue.model.deprecations import SparkQueueDeprecationWarning, warn_deprecated
 from spark_queue.model.messages import check_message
 from spark_queue.model.policies import ENV_VAR, Policies, load_policies
 from spark_queue.model.queue_arguments import ARGUMENT_NAMES, option_name, validate_arguments
@@ -344,9 +346,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=flag_type(Duration(minimum_ms=1)),
         help="e.g. '5 minutes', '30s', 60000 (ms)",
     )
-    release = commands.add_parser("release", help="return everything a consumer holds")
-    release.add_argument("consumer")
-    release.add_argument("--queue")
+    release = commands.add_parser(
+        "release", help="return everything a consumer holds, in one queue or in every queue"
+    )
+    release.add_argument("queue", nargs="?", help="only this queue (default: every queue)")
+    release.add_argument("--consumer", help="the consumer whose leases return (required)")
+    # The old spelling, `release CONSUMER [--queue QUEUE]`, for one release.
+    release.add_argument("--queue", dest="old_queue", help=argparse.SUPPRESS)
     _long_running(commands.add_parser("compact", help="compact small files now"))
     commands.add_parser(
         "check-storage",
@@ -503,6 +509,25 @@ def _check_policies(args: argparse.Namespace) -> str:
     policy = "none" if resolution.policy is None else repr(resolution.policy)
     head = f"queue {resolution.queue!r}: policy {policy} (from {policies.source})"
     return head + "\n" + _table(rows, ["argument", "value", "from"])
+
+
+def _release_target(args: argparse.Namespace) -> tuple[str | None, str]:
+    """``release``'s queue (None: every queue) and consumer: ``release [QUEUE] --consumer
+    C``, or the old ``release CONSUMER [--queue QUEUE]`` with a deprecation line."""
+    if args.consumer is None:
+        if args.queue is None:
+            raise UsageError("release needs --consumer (see spark-queue release --help)")
+        warn_deprecated(
+            "'release CONSUMER [--queue QUEUE]' is deprecated: use 'release [QUEUE] "
+            "--consumer CONSUMER'"
+        )
+        return args.old_queue, args.queue
+    if args.old_queue is None:
+        return args.queue, args.consumer
+    if args.queue is not None:
+        raise UsageError("release takes its queue once: 'release QUEUE --consumer CONSUMER'")
+    warn_deprecated("'release --queue QUEUE' is deprecated: use 'release QUEUE --consumer ...'")
+    return args.old_queue, args.consumer
 
 
 def _json_lines(path: str | None) -> list[dict[str, Any]]:
@@ -712,7 +737,8 @@ def run_command(args: argparse.Namespace) -> str:
         extended = table.extend(args.queue, args.seqs, args.consumer, args.period)
         return f"extended {extended}"
     if command == "release":
-        return f"released {table.release(args.consumer, args.queue)}"
+        queue, consumer = _release_target(args)
+        return f"released {table.release(queue, consumer=consumer)}"
     if command == "compact":
         counts = table.compact(progress=_progress(args))
         if args.json:
@@ -739,7 +765,23 @@ def run_command(args: argparse.Namespace) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit code (0 done, 1 refused, 2 bad usage). Errors are
-    one line on stderr, whatever raised them."""
+    one line on stderr, whatever raised them; so is each old spelling used (a
+    :class:`SparkQueueDeprecationWarning`), as ``spark-queue: warning: ...``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", SparkQueueDeprecationWarning)
+        show = warnings.showwarning
+
+        def one_line_each(message: Any, category: type[Warning], *where: Any, **more: Any) -> None:
+            if issubclass(category, SparkQueueDeprecationWarning):
+                print(f"spark-queue: warning: {one_line(str(message))}", file=sys.stderr)
+            else:
+                show(message, category, *where, **more)
+
+        warnings.showwarning = one_line_each
+        return _run(argv)
+
+
+def _run(argv: Sequence[str] | None) -> int:
     # gRPC (under Arrow Flight) logs through absl from INFO up unless told otherwise: a TLS
     # handshake that fails, say, as raw lines before spark-queue's own. Errors only, unless
     # the user chose; gRPC reads it when it starts, at this process's first Flight call.

@@ -11,13 +11,13 @@ fork).
 
 from __future__ import annotations
 
+import functools
 import os
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from spark_queue.broker.client import BrokerRouter, routed
 from spark_queue.commit.enqueue import PRODUCER_APP_PREFIX, PendingBatch
@@ -59,6 +59,7 @@ from spark_queue.model.arguments import (
     parse_queue_name,
     parse_seqs,
 )
+from spark_queue.model.deprecations import renamed, warn_deprecated
 from spark_queue.model.keywords import (
     ConsumerOptions,
     DurationLike,
@@ -77,15 +78,13 @@ from spark_queue.model.queue_arguments import (
 )
 from spark_queue.model.results import PublishOutcome, PublishResult, QueueStats
 from spark_queue.model.schema import LEASE_VERSION_KEY
-from spark_queue.rules import (
-    Leases,
-    QueueState,
-    counters_and_gauges,
-    identity_holds,
-    leased_by_consumer,
-    member,
+from spark_queue.rules import QueueState, counters_and_gauges, identity_holds, leased_by_consumer
+from spark_queue.storage.browse import (
+    delivered_rows,
+    peek_rows,
+    purgeable_seqs,
+    settled_states,
 )
-from spark_queue.storage.browse import live_rows, plan_partitions, read_partition, settled_states
 from spark_queue.storage.commit_log import CommitOperation
 from spark_queue.storage.store import QueueStore, Snapshot, now_micros, require_queue
 
@@ -94,6 +93,27 @@ if TYPE_CHECKING:
     from spark_queue.clients.publisher import Publisher
 
 COMPACT_ATTEMPTS = 10
+# The queue's old keyword, on the calls that named it ``name``.
+QUEUE_RENAME = {"name": "queue"}
+Release = TypeVar("Release", bound=Callable[..., int])
+
+
+def _old_release_order(release: Release) -> Release:
+    """``release(consumer, queue=None)``, the old order, kept for one release: ``consumer``
+    is keyword-only now, so a call that does not name it gave it first."""
+
+    @functools.wraps(release)
+    def call(table: QueueTable, *given: Any, **keywords: Any) -> int:
+        if "consumer" in keywords or not 1 <= len(given) <= 2:
+            return release(table, *given, **keywords)
+        consumer, *queue = given
+        warn_deprecated(
+            "release(consumer, queue) is deprecated: the queue comes first and the consumer "
+            "is a keyword, release(queue, consumer=consumer)"
+        )
+        return release(table, *queue, consumer=consumer, **keywords)
+
+    return cast(Release, call)
 
 
 def _consumer_or_any(consumer: Any) -> str | None:
@@ -284,20 +304,21 @@ class QueueTable:
 
     # -- declaring and changing queues -----------------------------------------------------
 
+    @renamed("declare", QUEUE_RENAME)
     def declare(
         self,
-        name: str,
+        queue: str,
         arguments: QueueArguments | None = None,
         **keywords: Unpack[QueueArgumentKeywords],
     ) -> QueueArguments:
-        """Create ``name`` with these arguments, or check them against an existing queue.
+        """Create ``queue`` with these arguments, or check them against an existing queue.
 
         With policies, defaults fill what was not given and caps lower limits; an existing
         queue is resolved again and committed if that changes its arguments (drop-head then
         trims at once, as after :meth:`alter`).
 
         Args:
-            name: the queue's name (1 to 255 of ``A-Z a-z 0-9 _ . -``).
+            queue: the queue's name (1 to 255 of ``A-Z a-z 0-9 _ . -``).
             arguments: a :class:`QueueArguments`, which gives every argument, its defaults
                 included (so no policy default fills one; caps still apply); a table's
                 :meth:`arguments` of another queue, say.
@@ -310,30 +331,31 @@ class QueueTable:
             The queue's effective arguments.
 
         Raises:
-            InvalidOptionError: an invalid name, an unknown argument or an invalid value,
-                or a keyword that ``arguments`` gives differently.
+            InvalidOptionError: an invalid queue name, an unknown argument or an invalid
+                value, or a keyword that ``arguments`` gives differently.
             ArgumentMismatchError: an argument differs from the queue's explicit one;
                 nothing is written (use :meth:`alter`).
             PolicyError: a policy makes the arguments invalid.
             CommitConflictError: every commit attempt lost to another writer.
         """
-        parse_queue_name("name", name)
+        parse_queue_name("queue", queue)
         given = given_arguments(arguments, keywords)
 
         def work(transaction: QueueTransaction) -> QueueArguments:
-            existed = name in transaction.states
-            transaction.declare(name, given)
-            if name in transaction.touched:
+            existed = queue in transaction.states
+            transaction.declare(queue, given)
+            if queue in transaction.touched:
                 if existed:
-                    transaction.settle(name)
-                transaction.commit(operation=CommitOperation.DECLARE.on(name))
-            return transaction.states[name].arguments
+                    transaction.settle(queue)
+                transaction.commit(operation=CommitOperation.DECLARE.on(queue))
+            return transaction.states[queue].arguments
 
         return run(self.store, work, policies=self.policies)
 
+    @renamed("alter", QUEUE_RENAME)
     def alter(
         self,
-        name: str,
+        queue: str,
         arguments: QueueArguments | None = None,
         **keywords: Unpack[QueueArgumentKeywords],
     ) -> QueueArguments:
@@ -344,7 +366,7 @@ class QueueTable:
         reject policies remove nothing and start rejecting.
 
         Args:
-            name: an existing queue.
+            queue: an existing queue.
             arguments: a :class:`QueueArguments`, all of whose arguments become the queue's
                 explicit ones.
             **keywords: queue arguments, as for :meth:`declare`; they become the queue's
@@ -354,48 +376,49 @@ class QueueTable:
             The queue's effective arguments.
 
         Raises:
-            QueueNotFoundError: no queue ``name``.
-            InvalidOptionError: an invalid name, an unknown argument or an invalid value,
-                a keyword that ``arguments`` gives differently, or arguments the queue
+            QueueNotFoundError: no queue ``queue``.
+            InvalidOptionError: an invalid queue name, an unknown argument or an invalid
+                value, a keyword that ``arguments`` gives differently, or arguments the queue
                 cannot have together once merged with its own (a byte limit on a ring).
             PolicyError: a policy makes the arguments invalid.
             CommitConflictError: every commit attempt lost to another writer.
         """
-        parse_queue_name("name", name)
+        parse_queue_name("queue", queue)
         given = given_arguments(arguments, keywords)
 
         def work(transaction: QueueTransaction) -> QueueArguments:
-            self._require(transaction.snapshot, name)
-            transaction.declare(name, given, alter=True)
-            transaction.settle(name)
-            transaction.commit(operation=CommitOperation.ALTER.on(name))
-            return transaction.states[name].arguments
+            self._require(transaction.snapshot, queue)
+            transaction.declare(queue, given, alter=True)
+            transaction.settle(queue)
+            transaction.commit(operation=CommitOperation.ALTER.on(queue))
+            return transaction.states[queue].arguments
 
         return run(self.store, work, create=False, policies=self.policies)
 
-    def purge(self, name: str, progress: Progress = no_progress) -> int:
-        """Remove every ready and scheduled message of ``name`` (outcome ``purged``);
+    @renamed("purge", QUEUE_RENAME)
+    def purge(self, queue: str, progress: Progress = no_progress) -> int:
+        """Remove every ready and scheduled message of ``queue`` (outcome ``purged``);
         leased messages stay with their consumers.
 
         Args:
-            name: an existing queue.
+            queue: an existing queue.
             progress: gets a line per file read.
 
         Returns:
             How many messages were removed.
 
         Raises:
-            QueueNotFoundError: no queue ``name``.
+            QueueNotFoundError: no queue ``queue``.
             CommitConflictError: every commit attempt lost to another writer.
         """
 
         def work(transaction: QueueTransaction) -> int:
             snapshot = transaction.snapshot
-            self._require(snapshot, name)
-            seqs = self._purgeable(snapshot, name, transaction.now, progress)
-            count = transaction.purge(name, seqs)
-            progress(f"purging queue {name}: committing {count} removals")
-            transaction.commit(operation=CommitOperation.PURGE.on(name))
+            self._require(snapshot, queue)
+            seqs = purgeable_seqs(self.store, snapshot, queue, transaction.now, progress)
+            count = transaction.purge(queue, seqs)
+            progress(f"purging queue {queue}: committing {count} removals")
+            transaction.commit(operation=CommitOperation.PURGE.on(queue))
             return count
 
         return run(self.store, work, create=False, policies=self.policies)
@@ -539,7 +562,7 @@ class QueueTable:
             raise InvalidOptionError(f"strict_groups must be True or False; got {strict_groups!r}")
 
         outcome: LeaseOutcome = self._call(LeaseRequest(queue, limits, filter, strict_groups))
-        rows = self._delivered(queue, outcome.leased, outcome.view)
+        rows = delivered_rows(self.store, outcome.view, queue, outcome.leased)
         # Where a consumer's long polling starts (a lease that found nothing commits nothing).
         return rows.replace_schema_metadata({LEASE_VERSION_KEY: str(outcome.view.version)})
 
@@ -673,17 +696,21 @@ class QueueTable:
         counts = _deliveries(wanted, deliveries)
         return self._call(ExtendRequest(queue, wanted, limits.consumer, period_ms * 1000, counts))
 
+    @_old_release_order
     @routed
     def release(
-        self, consumer: str, queue: str | None = None, *, seqs: SeqsLike | None = None
+        self, queue: str | None = None, *, consumer: str, seqs: SeqsLike | None = None
     ) -> int:
         """Return everything ``consumer`` holds, as a closed Artemis consumer does: ready
         at once (a release hands work over; it is not a failure, so no backoff applies and
         no cancel is counted).
 
+        ``consumer`` is a keyword: ``release("orders", consumer="worker")``, or
+        ``release(consumer="worker")`` for every queue.
+
         Args:
-            consumer: the consumer's name.
             queue: only this queue (None: every queue, in one commit).
+            consumer: the consumer's name.
             seqs: only these of its leases (a client closing hands back what it prefetched
                 while other clients of the same name keep theirs); None: all.
 
@@ -703,15 +730,16 @@ class QueueTable:
 
     # -- clients for services ----------------------------------------------------------------
 
-    def consumer(self, queue: str, name: str, **options: Unpack[ConsumerOptions]) -> Consumer:
-        """A :class:`~spark_queue.Consumer` of ``queue`` named ``name``: messages one
+    @renamed("consumer", {"name": "consumer"})
+    def consumer(self, queue: str, consumer: str, **options: Unpack[ConsumerOptions]) -> Consumer:
+        """A :class:`~spark_queue.Consumer` of ``queue`` named ``consumer``: messages one
         at a time or in batches, with prefetch, batched acknowledgements, lease extension
         and long polling. Close it (or use it as a context manager) to release what it
         prefetched.
 
         Args:
             queue: an existing queue.
-            name: the consumer name its leases carry (workers may share one).
+            consumer: the consumer name its leases carry (workers may share one).
             **options: ``max_prefetch``, ``lease_period``, ``ack_batch``,
                 ``ack_interval_ms``, ``max_poll_interval_ms``, ``idle_lease_interval_ms``,
                 ``max_deliveries``, ``max_cancels``, ``filter`` (see the class;
@@ -727,7 +755,7 @@ class QueueTable:
             raise InvalidOptionError(
                 f"unknown consumer option {unknown[0]!r}; valid: {', '.join(CONSUMER_OPTIONS)}"
             )
-        return Consumer(self, queue, name, **options)
+        return Consumer(self, queue, consumer, **options)
 
     def publisher(self, queue: str, **options: Unpack[PublisherOptions]) -> Publisher:
         """A :class:`~spark_queue.Publisher` to ``queue``: single messages of many
@@ -755,25 +783,6 @@ class QueueTable:
         request.policies = self.policies
         return group_of(self.store.location).submit(request).result()
 
-    def _delivered(self, queue: str, leased: Leases, snapshot: Snapshot) -> pa.Table:
-        """The leased messages' rows, in delivery order, with their delivery count, read
-        from ``snapshot``, the table as the lease's commit saw it."""
-        from spark_queue.model.schema import BROWSE_ARROW_SCHEMA
-
-        schema = BROWSE_ARROW_SCHEMA
-        if not len(leased):
-            return schema.empty_table()
-        seqs = leased.seq
-        rows = self.store.read_messages(snapshot, queue, seqs)
-        # Delivery order is the lease order: put the rows in it.
-        rows = rows.take(pc.index_in(pa.array(seqs), rows["seq"]))
-        count = rows.num_rows
-        rows = rows.drop_columns(["delivery_count", "consumer"])
-        rows = rows.append_column("delivery_count", pa.array(leased.deliveries).cast(pa.int32()))
-        rows = rows.append_column("consumer", pa.array(leased.consumer, pa.string()))
-        rows = rows.append_column("state", pa.array(["leased"] * count, pa.string()))
-        return rows.select(schema.names).cast(schema)
-
     # -- looking -----------------------------------------------------------------------------
 
     def queues(self) -> list[str]:
@@ -785,34 +794,36 @@ class QueueTable:
         snapshot = self.store.snapshot()
         return sorted(snapshot.states) if snapshot is not None else []
 
-    def arguments(self, name: str) -> QueueArguments:
+    @renamed("arguments", QUEUE_RENAME)
+    def arguments(self, queue: str) -> QueueArguments:
         """The queue's effective arguments, as stored (see :meth:`resolve` for their origin).
 
         Args:
-            name: the queue.
+            queue: the queue.
 
         Returns:
             Its :class:`QueueArguments`.
 
         Raises:
-            QueueNotFoundError: no queue ``name``.
+            QueueNotFoundError: no queue ``queue``.
         """
-        return self._require(self._snapshot(), name).arguments
+        return self._require(self._snapshot(), queue).arguments
 
+    @renamed("resolve", QUEUE_RENAME)
     def resolve(
         self,
-        name: str,
+        queue: str,
         arguments: QueueArguments | None = None,
         **keywords: Unpack[QueueArgumentKeywords],
     ) -> Resolution:
-        """The arguments ``name`` would have if declared now, with each one's origin.
+        """The arguments ``queue`` would have if declared now, with each one's origin.
 
         Needs policies. For an existing queue its explicit arguments are used, with the
         given ones merged in (as ``alter`` would); for a new queue, only the given ones. Reads
         the table only if it exists; writes nothing.
 
         Args:
-            name: the queue.
+            queue: the queue.
             arguments: a :class:`QueueArguments`, as :meth:`declare` takes it.
             **keywords: queue arguments, snake_case, as :meth:`declare` takes them.
 
@@ -824,24 +835,25 @@ class QueueTable:
             PolicyError: no policies were given, or they make the arguments invalid.
             InvalidOptionError: an argument is unknown or has an invalid value.
         """
-        parse_queue_name("name", name)
+        parse_queue_name("queue", queue)
         given = given_arguments(arguments, keywords)
         if self.policies is None:
             raise PolicyError(
-                f"no policies to resolve {name!r} with: pass policies= or set ${ENV_VAR}"
+                f"no policies to resolve {queue!r} with: pass policies= or set ${ENV_VAR}"
             )
         snapshot = self.store.snapshot()
-        state = snapshot.states.get(name) if snapshot is not None else None
+        state = snapshot.states.get(queue) if snapshot is not None else None
         explicit = dict(state.explicit) if state is not None else {}
-        return self.policies.resolve(name, {**explicit, **given})
+        return self.policies.resolve(queue, {**explicit, **given})
 
+    @renamed("stats", QUEUE_RENAME)
     @routed
-    def stats(self, name: str) -> QueueStats:
+    def stats(self, queue: str) -> QueueStats:
         """Gauges and counters of SEMANTICS §4, as of now (due scheduled messages
         counted as the next commit would).
 
         Args:
-            name: the queue.
+            queue: the queue.
 
         Returns:
             A :class:`~spark_queue.QueueStats`: ``ready``, ``ready_bytes``, ``leased``,
@@ -854,51 +866,37 @@ class QueueTable:
             ``dead_lettered`` counts copies sent to the dead-letter queue (``added`` there).
 
         Raises:
-            QueueNotFoundError: no queue ``name``.
+            QueueNotFoundError: no queue ``queue``.
         """
         snapshot = self._snapshot()
-        self._require(snapshot, name)
-        state = settled_states(self.store, snapshot, now_micros(), [name])[name]
+        self._require(snapshot, queue)
+        state = settled_states(self.store, snapshot, now_micros(), [queue])[queue]
         stats: dict[str, Any] = counters_and_gauges(state)
         if not identity_holds(stats):
-            raise QueueError(f"queue {name!r}: counters break the stats identity: {stats}")
+            raise QueueError(f"queue {queue!r}: counters break the stats identity: {stats}")
         stats["leased_by_consumer"] = leased_by_consumer(state)
         stats["groups_by_consumer"] = state.leases.groups_by_consumer()
         return cast(QueueStats, stats)  # every counter and gauge, by name
 
-    def peek(self, name: str, limit: int = 10) -> pa.Table:
-        """Up to ``limit`` live messages of ``name`` in delivery order; commits nothing.
+    @renamed("peek", QUEUE_RENAME)
+    def peek(self, queue: str, limit: int = 10) -> pa.Table:
+        """Up to ``limit`` live messages of ``queue`` in delivery order; commits nothing.
 
         Args:
-            name: the queue.
+            queue: the queue.
             limit: how many messages at most.
 
         Returns:
             The messages, as the browse read returns them.
 
         Raises:
-            QueueNotFoundError: no queue ``name``.
+            QueueNotFoundError: no queue ``queue``.
             InvalidOptionError: ``limit`` is not a whole number >= 0.
         """
         limit = parse_count("limit", limit)
         snapshot = self._snapshot()
-        self._require(snapshot, name)
-        now = now_micros()
-        states = settled_states(self.store, snapshot, now, [name])
-        found: list[pa.Table] = []
-        remaining = limit
-        for partition in plan_partitions(self.store, snapshot, states, name, now):
-            if remaining <= 0:
-                break
-            rows = read_partition(partition)
-            ready = rows.filter(pc.equal(rows["state"], "ready"))
-            found.append(ready.slice(0, remaining))
-            remaining -= min(remaining, ready.num_rows)
-        if not found:
-            from spark_queue.model.schema import BROWSE_ARROW_SCHEMA
-
-            return BROWSE_ARROW_SCHEMA.empty_table()
-        return pa.concat_tables(found)
+        self._require(snapshot, queue)
+        return peek_rows(self.store, snapshot, queue, limit)
 
     def history(self, queue: str | None = None, versions: Iterable[int] | None = None) -> pa.Table:
         """Gauges and counters of queues after each commit, from the Delta log.
@@ -928,21 +926,5 @@ class QueueTable:
             raise TableNotFoundError(self.path)
         return snapshot
 
-    def _require(self, snapshot: Snapshot, name: str) -> QueueState:
-        return require_queue(snapshot.states, name, self.path)
-
-    def _purgeable(
-        self, snapshot: Snapshot, name: str, now: int, progress: Progress = no_progress
-    ) -> np.ndarray:
-        """Seqs of the ready and scheduled messages of ``name`` (not leased), read a file
-        at a time and only the ``seq`` column."""
-        states = settled_states(self.store, snapshot, now, [name])
-        leased = states[name].leases.seq
-        partitions = plan_partitions(self.store, snapshot, states, name, now)
-        parts = []
-        for done, partition in enumerate(partitions, 1):
-            parts.append(live_rows(partition, ["seq"])["seq"].to_numpy())
-            progress(f"purging queue {name}: {done}/{len(partitions)} file runs read")
-        seqs = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-        purgeable: np.ndarray = seqs[~member(seqs, leased)]
-        return purgeable
+    def _require(self, snapshot: Snapshot, queue: str) -> QueueState:
+        return require_queue(snapshot.states, queue, self.path)

@@ -146,7 +146,7 @@ def test_leases_acks_cancels_releases_and_extensions(table, q):
     assert table.ack(name, seqs[:1], "fast") == 1
     assert table.ack(name, seqs[:1], "fast") == 0  # acked before
     assert table.cancel(name, seqs[1:2], "fast") == 1
-    assert table.release("fast", name) == 1
+    assert table.release(name, consumer="fast") == 1
     again = table.lease(name, "slow", max_messages=2)
     assert again["delivery_count"].to_pylist() == [2, 2]  # returned, counted
     assert table.cancel(name, again["seq"].to_pylist()[:1], "slow", delay="1 hour") == 1
@@ -191,7 +191,7 @@ def test_message_groups_and_exclusive_queues(table, q):
     table.publish(exclusive, [f"m{i}" for i in range(4)])
     assert lease_bodies(table, exclusive, "first", 2) == ["m0", "m1"]
     assert lease_bodies(table, exclusive, "second") == []
-    assert table.release("first", exclusive) == 2
+    assert table.release(exclusive, consumer="first") == 2
     assert lease_bodies(table, exclusive, "second") == ["m0", "m1", "m2", "m3"]
 
 
@@ -249,7 +249,7 @@ BAD_CALLS = {  # a call on a table that has the queue "<q>.orders" (max_length 5
     "bad-delay": lambda t, q: t.cancel(f"{q}.orders", [0], delay="soon"),
     "bad-filter": lambda t, q: t.lease(f"{q}.orders", "c", filter="no_such_column = 1"),
     "bad-seqs": lambda t, q: t.ack(f"{q}.orders", ["first"]),
-    "release-unknown": lambda t, q: t.release("c", f"{q}.nope"),
+    "release-unknown": lambda t, q: t.release(f"{q}.nope", consumer="c"),
 }
 
 

@@ -67,7 +67,7 @@ def test_cli_commands_on_a_real_queue(spark, queue_path):
     assert extended.stdout.strip() == "extended 2"
     assert cli(queue_path, "cancel", "orders", str(held[0])).stdout.strip() == "cancelled 1"
     assert cli(queue_path, "ack", "orders", str(held[1])).stdout.strip() == "acked 1"
-    assert cli(queue_path, "release", "c").stdout.strip() == "released 0"
+    assert cli(queue_path, "release", "--consumer", "c").stdout.strip() == "released 0"
     assert cli(queue_path, "alter", "orders", "--max-length", "1").returncode == 0
     assert cli(queue_path, "purge", "orders").stdout.strip() == "purged 2"
     compacted = json.loads(cli(queue_path, "compact", "--json").stdout)
@@ -136,7 +136,7 @@ def test_every_command_refuses_bad_arguments(queue_path, tmp_path):
         (("ack", "nope", "1"), missing),
         (("cancel", "nope", "1"), missing),
         (("extend", "nope", "1", "--consumer", "c", "--period", "1m"), missing),
-        (("release", "c", "--queue", "nope"), missing),
+        (("release", "nope", "--consumer", "c"), missing),
         (("vacuum", "--retention-hours", "0", "--force"), "below 1 hour"),
         (("vacuum", "--retention-hours", "12"), "below the safe floor of 24 hours"),
     ):
@@ -154,7 +154,7 @@ def test_every_command_refuses_bad_arguments(queue_path, tmp_path):
         (("ack", "orders"), "the following arguments are required: seqs"),
         (("ack", "orders", "first"), "argument seqs: must be a seq: a whole number from 0"),
         (("cancel", "orders", "1.5"), "argument seqs: must be a seq"),
-        (("release",), "the following arguments are required: consumer"),
+        (("release",), "release needs --consumer"),
         (("declare",), "the following arguments are required: queue"),
         (("stats", "orders", "--format", "csv"), "argument --format: must be one of table, json"),
         (("purge",), "required: queue"),
@@ -363,7 +363,7 @@ def test_the_docs_name_exactly_the_commands_that_read_the_policies_file(tmp_path
         "ack": ["orders", "0"],
         "cancel": ["orders", "0"],
         "extend": ["orders", "0", "--consumer", "c", "--period", "1s"],
-        "release": ["c"],
+        "release": ["--consumer", "c"],
         "compact": [],
         "check-storage": [],
         "vacuum": ["--dry-run"],

@@ -54,7 +54,7 @@ SEQ_OPERATIONS = {
     "cancel": lambda t, seqs: t.cancel("q", seqs),
     "expire": lambda t, seqs: t.expire("q", seqs),
     "extend": lambda t, seqs: t.extend("q", seqs, "c", "1 minute"),
-    "release": lambda t, seqs: t.release("c", "q", seqs=seqs),
+    "release": lambda t, seqs: t.release("q", consumer="c", seqs=seqs),
 }
 
 
@@ -93,9 +93,9 @@ CHANGES_THAT_END_NOTHING = {
     "ack of another consumer's": lambda t: t.ack("q", [0], "other"),
     "cancel of a seq never leased": lambda t: t.cancel("q", [7]),
     "expire of a seq never leased": lambda t: t.expire("q", [7], "c"),
-    "release of an unknown consumer": lambda t: t.release("nobody", "q"),
-    "release of an unknown consumer, every queue": lambda t: t.release("nobody"),
-    "release of seqs not held": lambda t: t.release("c", "q", seqs=[7]),
+    "release of an unknown consumer": lambda t: t.release("q", consumer="nobody"),
+    "release of an unknown consumer, every queue": lambda t: t.release(consumer="nobody"),
+    "release of seqs not held": lambda t: t.release("q", consumer="c", seqs=[7]),
     "ack of no seqs": lambda t: t.ack("q", []),
 }
 

@@ -40,7 +40,8 @@ from spark_queue.model.results import PublishOutcome, PublishResult
 
 # 2: publish declares its upload; calls carry a proof of the token, never the token.
 # 3: a hello binds the address dialed and the broker's challenge; each call its own proof.
-PROTOCOL = 3
+# 4: stats names its queue ``queue``, as every other call does (it was ``name``).
+PROTOCOL = 4
 # The Flight header that carries a call's proof of the token (broker.sessions).
 TOKEN_HEADER = "authorization"
 # A ``do_action`` type that reports on the broker itself (id, table, requests served).

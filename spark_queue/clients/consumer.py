@@ -61,6 +61,7 @@ from spark_queue.model.arguments import (
     parse_given,
     parse_queue_name,
 )
+from spark_queue.model.deprecations import renamed
 from spark_queue.model.keywords import DurationLike
 from spark_queue.model.schema import LEASE_VERSION_KEY
 from spark_queue.storage.commit_log import Operation
@@ -84,7 +85,7 @@ def transient(error: BaseException) -> bool:
 
 
 class Consumer:
-    """Messages of ``queue`` for consumer ``name``, one at a time (iterate, or
+    """Messages of ``queue`` for consumer ``consumer``, one at a time (iterate, or
     :meth:`receive`) or in batches (:meth:`batches`), with prefetch, batched
     acknowledgements, lease extension and long polling. Made by :meth:`QueueTable.consumer`.
 
@@ -131,16 +132,17 @@ class Consumer:
     Attributes:
         table: the queue table it leases from (a :class:`QueueTable`).
         queue: the queue it consumes.
-        name: the consumer name its leases carry.
+        name: the consumer name its leases carry (``consumer``).
         leases: the lease calls it has made.
         retries: the transient failures its background thread has waited out.
     """
 
+    @renamed("Consumer", {"name": "consumer"})
     def __init__(
         self,
         table: QueueOperations,
         queue: str,
-        name: str,
+        consumer: str,
         *,
         max_prefetch: int = 1000,
         lease_period: DurationLike = DEFAULT_LEASE_PERIOD,
@@ -156,7 +158,7 @@ class Consumer:
         # one grammar: a whole number of milliseconds, or a number with a unit), so a bad
         # one fails when the consumer is made, never in its background thread.
         parse_queue_name("queue", queue)
-        parse_consumer_name("name", name)
+        parse_consumer_name("consumer", consumer)
         lease_period_ms = parse_duration_ms("lease_period", lease_period, minimum_ms=1)
         given = parse_given(
             "consumer",
@@ -174,7 +176,7 @@ class Consumer:
         interval_ms = acknowledgement_interval_ms(given["ack_interval_ms"], lease_period_ms)
         self.table = table
         self.queue = queue
-        self.name = name
+        self.name = consumer
         self._lease_options: dict[str, Any] = {
             "lease_period": lease_period_ms,
             "max_deliveries": given["max_deliveries"] or 0,
@@ -199,7 +201,7 @@ class Consumer:
         self._calls = ThreadPoolExecutor(max_workers=2, thread_name_prefix="spark-queue-consumer")
         self._listening = CommitListener(table, self._wake)
         self._thread = threading.Thread(
-            target=self._run, name=f"spark-queue-consumer {queue} {name}", daemon=True
+            target=self._run, name=f"spark-queue-consumer {queue} {consumer}", daemon=True
         )
         self._thread.start()
 
@@ -385,7 +387,7 @@ class Consumer:
                 self._in_hand.clear()
             try:
                 if unhandled:
-                    self.table.release(self.name, self.queue, seqs=unhandled)
+                    self.table.release(self.queue, consumer=self.name, seqs=unhandled)
             finally:
                 self._calls.shutdown()
 

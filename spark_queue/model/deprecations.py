@@ -1,0 +1,75 @@
+"""Old spellings of the API that keep working for one release, each with a
+:class:`SparkQueueDeprecationWarning` naming the new spelling (``CHANGELOG.md``,
+"Migration").
+
+:func:`renamed` maps a function's old keyword names to the new ones; :func:`warn_deprecated`
+warns where the caller's code made the call, not inside the package, so that Python's
+default filter shows it in a script and a test run names the line to change.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import warnings
+from collections.abc import Callable, Mapping
+from typing import Any, ParamSpec, TypeVar
+
+from spark_queue.errors import InvalidOptionError
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+Params = ParamSpec("Params")
+Result = TypeVar("Result")
+
+
+class SparkQueueDeprecationWarning(DeprecationWarning):
+    """An old spelling of spark-queue's API (a renamed argument, an old order, an old
+    "no limit" value): it works for one release more; the message names the new spelling.
+    ``warnings.filterwarnings("error", category=SparkQueueDeprecationWarning)`` finds
+    every use."""
+
+
+def warn_deprecated(message: str) -> None:
+    """A :class:`SparkQueueDeprecationWarning` with ``message``, attributed to the first
+    caller outside the package."""
+    frame = sys._getframe(1)
+    level = 2  # warnings.warn's level of the frame above: the caller of this function
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, SparkQueueDeprecationWarning, stacklevel=level)
+
+
+def renamed(
+    where: str, renames: Mapping[str, str]
+) -> Callable[[Callable[Params, Result]], Callable[Params, Result]]:
+    """A decorator: the old keyword names in ``renames`` (old -> new) of a function called
+    ``where`` in messages keep working, each with a warning naming the new name; a call
+    giving both the old and the new name is refused. The signature stays the new one."""
+
+    def decorate(function: Callable[Params, Result]) -> Callable[Params, Result]:
+        @functools.wraps(function)
+        def call(*args: Params.args, **kwargs: Params.kwargs) -> Result:
+            if renames.keys() & kwargs.keys():
+                kwargs = _new_names(where, renames, kwargs)  # type: ignore[assignment]
+            return function(*args, **kwargs)
+
+        return call
+
+    return decorate
+
+
+def _new_names(where: str, renames: Mapping[str, str], given: dict[str, Any]) -> dict[str, Any]:
+    named = dict(given)
+    for old, new in renames.items():
+        if old not in named:
+            continue
+        if new in named:
+            raise InvalidOptionError(
+                f"{where}: {old} is the old name of {new}; give {new} only, not both"
+            )
+        warn_deprecated(f"{where}({old}=...) is deprecated: use {new}=...")
+        named[new] = named.pop(old)
+    return named

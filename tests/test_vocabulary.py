@@ -1,0 +1,150 @@
+"""One vocabulary: the queue is ``queue`` and the consumer ``consumer`` on every call, the
+queue first; old spellings work for one release, each with a warning naming the new one
+(CHANGELOG.md, "Migration"). No Spark."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import pytest
+
+from spark_queue import InvalidOptionError, QueueTable, cli
+from spark_queue.model.deprecations import SparkQueueDeprecationWarning
+
+POLICIES = '[policy.all]\nmatch = "#"\nmax-length = 50\n'
+
+
+@pytest.fixture
+def table(tmp_path: Path) -> QueueTable:
+    policies = tmp_path / "policies.toml"
+    policies.write_text(POLICIES)
+    table = QueueTable(str(tmp_path / "queues"), policies=str(policies), broker="off")
+    table.declare("orders", max_length=10)
+    table.publish("orders", [b"a", b"b", b"c"])
+    return table
+
+
+# Each call that named its queue ``name``, with what it needs beside the queue.
+QUEUE_CALLS = {
+    "declare": {"max_length": 10},
+    "alter": {"max_length": 10},
+    "arguments": {},
+    "resolve": {},
+    "stats": {},
+    "peek": {"limit": 2},
+}
+
+
+def same(left: object, right: object) -> bool:
+    """Results compare equal, a pyarrow table by its rows."""
+    if hasattr(left, "to_pylist"):
+        return left.to_pylist() == right.to_pylist()  # type: ignore[attr-defined]
+    return left == right
+
+
+@pytest.mark.parametrize("method", sorted(QUEUE_CALLS))
+def test_a_call_that_named_its_queue_name_takes_queue_and_the_old_name_warns(
+    table: QueueTable, method: str
+):
+    call = getattr(table, method)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SparkQueueDeprecationWarning)
+        new = call(queue="orders", **QUEUE_CALLS[method])
+    with pytest.warns(SparkQueueDeprecationWarning) as warned:
+        old = call(name="orders", **QUEUE_CALLS[method])
+    assert same(old, new)
+    assert [str(w.message) for w in warned] == [f"{method}(name=...) is deprecated: use queue=..."]
+    # Attributed to the caller's line, where Python's default filter shows it.
+    assert {w.filename for w in warned} == {__file__}
+
+
+def test_purge_takes_queue_and_the_old_name_warns(table: QueueTable):
+    with pytest.warns(SparkQueueDeprecationWarning, match=r"purge\(name=...\).*queue="):
+        assert table.purge(name="orders") == 3
+    table.publish("orders", [b"d"])
+    assert table.purge(queue="orders") == 1
+
+
+def test_an_old_and_a_new_name_at_once_are_refused(table: QueueTable):
+    version = table.store.open().version()
+    with pytest.raises(InvalidOptionError, match=r"^alter: name is the old name of queue; give"):
+        table.alter(name="orders", queue="orders", max_length=5)
+    assert table.store.open().version() == version
+    with pytest.raises(InvalidOptionError, match="consumer: name is the old name of consumer"):
+        table.consumer("orders", name="a", consumer="b")
+
+
+def test_release_takes_the_queue_first_and_the_consumer_by_keyword(table: QueueTable):
+    table.declare("other")
+    table.publish("other", [b"x"])
+    for queue in ("orders", "other"):
+        table.lease(queue, "c")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SparkQueueDeprecationWarning)
+        assert table.release("orders", consumer="c") == 3
+        assert table.release(consumer="c") == 1  # every queue
+    assert table.stats("orders")["ready"] == 3
+    # Without consumer=, one name is the old release(consumer), for one release.
+    with pytest.warns(SparkQueueDeprecationWarning):
+        assert table.release("orders") == 0  # type: ignore[call-arg]
+
+
+@pytest.mark.parametrize(
+    "old_call",
+    [
+        pytest.param(lambda t: t.release("c", "orders"), id="release(consumer, queue)"),
+        pytest.param(lambda t: t.release("c", queue="orders"), id="release(consumer, queue=)"),
+        pytest.param(lambda t: t.release("c"), id="release(consumer)"),
+    ],
+)
+def test_the_old_release_order_still_releases_and_warns(table: QueueTable, old_call):
+    leased = table.lease("orders", "c", max_messages=2)["seq"].to_pylist()
+    with pytest.warns(SparkQueueDeprecationWarning, match=r"release\(queue, consumer=consumer\)"):
+        assert old_call(table) == len(leased)
+    assert table.stats("orders")["leased"] == 0
+
+
+def test_the_consumer_is_named_consumer_and_the_old_name_warns(table: QueueTable):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SparkQueueDeprecationWarning)
+        with table.consumer("orders", consumer="worker") as consumer:
+            assert consumer.name == "worker"
+            assert consumer.receive(1, timeout=10)[0].body == b"a"
+    with pytest.warns(SparkQueueDeprecationWarning, match=r"consumer\(name=...\).*consumer="):
+        with table.consumer("orders", name="other") as consumer:
+            assert consumer.name == "other"
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_the_cli_releases_queue_first_and_says_the_old_order_is_deprecated(
+    table: QueueTable, capsys: pytest.CaptureFixture[str]
+):
+    path = table.path
+    table.lease("orders", "c", max_messages=1)
+    assert run_cli(capsys, "--path", path, "release", "orders", "--consumer", "c") == (
+        0,
+        "released 1\n",
+        "",
+    )
+    table.lease("orders", "c", max_messages=2)
+    code, out, err = run_cli(capsys, "--path", path, "release", "c", "--queue", "orders")
+    assert (code, out) == (0, "released 2\n")
+    assert err == (
+        "spark-queue: warning: 'release CONSUMER [--queue QUEUE]' is deprecated: use "
+        "'release [QUEUE] --consumer CONSUMER'\n"
+    )
+    code, out, err = run_cli(
+        capsys, "--path", path, "release", "--queue", "orders", "--consumer", "c"
+    )
+    assert (code, out) == (0, "released 0\n")
+    assert err.startswith("spark-queue: warning: 'release --queue QUEUE' is deprecated")
+    code, _, err = run_cli(
+        capsys, "--path", path, "release", "orders", "--queue", "x", "--consumer", "c"
+    )
+    assert code == 2 and "takes its queue once" in err
