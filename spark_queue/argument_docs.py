@@ -85,9 +85,8 @@ Values are checked as what they are, and refused, never rounded or clamped:
   unit, `ms`, `s`/`seconds`, `m`/`minutes`, `h`/`hours`, `d`/`days`, `w`/`weeks` (`"30s"`,
   `"1.5 s"`, `"5 minutes"`, `"1 week"`); a Python keyword also takes a `timedelta`. A
   fraction of a millisecond is refused. A duration is at most {MAX_DURATION_DAYS:,} days, so
-  now plus any duration is a valid timestamp. Python keywords whose unit is not in the
-  duration's grammar say it in their name (`linger_ms`, `ack_interval_ms`: milliseconds, or a
-  number with a unit).
+  now plus any duration is a valid timestamp. No argument's name carries a unit: every
+  duration (`lease_period`, `linger`, `ack_interval`, ...) takes this one grammar.
 - **Fractions** and **multipliers** are finite numbers; **choices** any case; **bools**
   `true`/`false`, never 0 or 1.
 - A queue's arguments are also checked together once merged (with a queue's own on `alter`,

@@ -59,7 +59,13 @@ from spark_queue.model.arguments import (
     parse_queue_name,
     parse_seqs,
 )
-from spark_queue.model.deprecations import renamed, warn_deprecated
+from spark_queue.model.deprecations import (
+    CONSUMER_RENAMES,
+    PUBLISHER_RENAMES,
+    QUEUE_RENAMES,
+    renamed,
+    warn_deprecated,
+)
 from spark_queue.model.keywords import (
     ConsumerOptions,
     DurationLike,
@@ -93,8 +99,6 @@ if TYPE_CHECKING:
     from spark_queue.clients.publisher import Publisher
 
 COMPACT_ATTEMPTS = 10
-# The queue's old keyword, on the calls that named it ``name``.
-QUEUE_RENAME = {"name": "queue"}
 Release = TypeVar("Release", bound=Callable[..., int])
 
 
@@ -304,7 +308,7 @@ class QueueTable:
 
     # -- declaring and changing queues -----------------------------------------------------
 
-    @renamed("declare", QUEUE_RENAME)
+    @renamed("declare", QUEUE_RENAMES)
     def declare(
         self,
         queue: str,
@@ -352,7 +356,7 @@ class QueueTable:
 
         return run(self.store, work, policies=self.policies)
 
-    @renamed("alter", QUEUE_RENAME)
+    @renamed("alter", QUEUE_RENAMES)
     def alter(
         self,
         queue: str,
@@ -395,7 +399,7 @@ class QueueTable:
 
         return run(self.store, work, create=False, policies=self.policies)
 
-    @renamed("purge", QUEUE_RENAME)
+    @renamed("purge", QUEUE_RENAMES)
     def purge(self, queue: str, progress: Progress = no_progress) -> int:
         """Remove every ready and scheduled message of ``queue`` (outcome ``purged``);
         leased messages stay with their consumers.
@@ -730,7 +734,7 @@ class QueueTable:
 
     # -- clients for services ----------------------------------------------------------------
 
-    @renamed("consumer", {"name": "consumer"})
+    @renamed("consumer", CONSUMER_RENAMES)
     def consumer(self, queue: str, consumer: str, **options: Unpack[ConsumerOptions]) -> Consumer:
         """A :class:`~spark_queue.Consumer` of ``queue`` named ``consumer``: messages one
         at a time or in batches, with prefetch, batched acknowledgements, lease extension
@@ -741,7 +745,7 @@ class QueueTable:
             queue: an existing queue.
             consumer: the consumer name its leases carry (workers may share one).
             **options: ``max_prefetch``, ``lease_period``, ``ack_batch``,
-                ``ack_interval_ms``, ``max_poll_interval_ms``, ``idle_lease_interval_ms``,
+                ``ack_interval``, ``idle_check_interval``, ``idle_lease_interval``,
                 ``max_deliveries``, ``max_cancels``, ``filter`` (see the class;
                 docs/CLIENTS.md).
 
@@ -757,15 +761,16 @@ class QueueTable:
             )
         return Consumer(self, queue, consumer, **options)
 
+    @renamed("publisher", PUBLISHER_RENAMES)
     def publisher(self, queue: str, **options: Unpack[PublisherOptions]) -> Publisher:
         """A :class:`~spark_queue.Publisher` to ``queue``: single messages of many
-        threads, published in batches of up to ``max_batch`` after at most ``linger_ms``;
+        threads, published in batches of up to ``max_batch`` after at most ``linger``;
         ``send`` returns a future per message.
 
         Args:
             queue: the queue (declared on first use, as by :meth:`publish`).
-            **options: ``linger_ms`` (a duration a batch waits for more messages after its
-                first: milliseconds, or a number with a unit; 5 ms), ``max_batch``
+            **options: ``linger`` (a duration a batch waits for more messages after its
+                first; 5 ms), ``max_batch``
                 (messages per batch at most; 1000), ``on_reject`` and queue arguments, as
                 for :meth:`publish`.
 
@@ -794,7 +799,7 @@ class QueueTable:
         snapshot = self.store.snapshot()
         return sorted(snapshot.states) if snapshot is not None else []
 
-    @renamed("arguments", QUEUE_RENAME)
+    @renamed("arguments", QUEUE_RENAMES)
     def arguments(self, queue: str) -> QueueArguments:
         """The queue's effective arguments, as stored (see :meth:`resolve` for their origin).
 
@@ -809,7 +814,7 @@ class QueueTable:
         """
         return self._require(self._snapshot(), queue).arguments
 
-    @renamed("resolve", QUEUE_RENAME)
+    @renamed("resolve", QUEUE_RENAMES)
     def resolve(
         self,
         queue: str,
@@ -846,7 +851,7 @@ class QueueTable:
         explicit = dict(state.explicit) if state is not None else {}
         return self.policies.resolve(queue, {**explicit, **given})
 
-    @renamed("stats", QUEUE_RENAME)
+    @renamed("stats", QUEUE_RENAMES)
     @routed
     def stats(self, queue: str) -> QueueStats:
         """Gauges and counters of SEMANTICS §4, as of now (due scheduled messages
@@ -878,7 +883,7 @@ class QueueTable:
         stats["groups_by_consumer"] = state.leases.groups_by_consumer()
         return cast(QueueStats, stats)  # every counter and gauge, by name
 
-    @renamed("peek", QUEUE_RENAME)
+    @renamed("peek", QUEUE_RENAMES)
     def peek(self, queue: str, limit: int = 10) -> pa.Table:
         """Up to ``limit`` live messages of ``queue`` in delivery order; commits nothing.
 

@@ -286,7 +286,7 @@ def test_the_publisher_and_consumer_clients(table, q, shared):
     batched acks."""
     table.declare(f"{q}.small", max_length=3, overflow="reject-publish")
     served = shared[1].status()["served"]
-    with table.publisher(f"{q}.small", linger_ms="1h", max_batch=5) as publisher:
+    with table.publisher(f"{q}.small", linger="1h", max_batch=5) as publisher:
         futures = [publisher.send(f"s{i}") for i in range(5)]
     through_broker = table.router.mode != "off"
     assert shared[1].status()["served"] == served + through_broker  # its one batch
@@ -294,7 +294,7 @@ def test_the_publisher_and_consumer_clients(table, q, shared):
     assert seqs[3:] == [None, None] and seqs[:3] == sorted(seqs[:3])
     assert table.peek(f"{q}.small", 10)["seq"].to_pylist() == seqs[:3]
     table.declare(f"{q}.ids", duplicate_window="2 minutes")
-    with table.publisher(f"{q}.ids", linger_ms="1h", max_batch=3) as publisher:
+    with table.publisher(f"{q}.ids", linger="1h", max_batch=3) as publisher:
         sent = [("a", "1"), ("b", "1"), ("c", "2")]
         futures = [publisher.send(body, message_id=id) for body, id in sent]
     seqs = [f.result(timeout=0) for f in futures]
@@ -303,7 +303,7 @@ def test_the_publisher_and_consumer_clients(table, q, shared):
     received: list[str] = []
     with table.consumer(f"{q}.small", "w", max_prefetch=2) as consumer:
         while len(received) < 3:
-            for message in consumer.receive(max_messages=3, timeout=30):
+            for message in consumer.receive(max_messages=3, wait_time="30s"):
                 received.append(bytes(message.body).decode())
                 consumer.ack(message)
     assert received == ["s0", "s1", "s2"]

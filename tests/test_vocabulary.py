@@ -4,12 +4,14 @@ queue first; old spellings work for one release, each with a warning naming the 
 
 from __future__ import annotations
 
+import time
 import warnings
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from spark_queue import InvalidOptionError, QueueTable, cli
+from spark_queue import ClientClosedError, InvalidOptionError, QueueTable, cli
 from spark_queue.model.deprecations import SparkQueueDeprecationWarning
 
 POLICIES = '[policy.all]\nmatch = "#"\nmax-length = 50\n'
@@ -110,10 +112,12 @@ def test_the_consumer_is_named_consumer_and_the_old_name_warns(table: QueueTable
         warnings.simplefilter("error", SparkQueueDeprecationWarning)
         with table.consumer("orders", consumer="worker") as consumer:
             assert consumer.name == "worker"
-            assert consumer.receive(1, timeout=10)[0].body == b"a"
-    with pytest.warns(SparkQueueDeprecationWarning, match=r"consumer\(name=...\).*consumer="):
-        with table.consumer("orders", name="other") as consumer:
-            assert consumer.name == "other"
+            assert consumer.receive(1, wait_time="10s")[0].body == b"a"
+    with (
+        pytest.warns(SparkQueueDeprecationWarning, match=r"consumer\(name=...\).*consumer="),
+        table.consumer("orders", name="other") as consumer,
+    ):
+        assert consumer.name == "other"
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -148,3 +152,95 @@ def test_the_cli_releases_queue_first_and_says_the_old_order_is_deprecated(
         capsys, "--path", path, "release", "orders", "--queue", "x", "--consumer", "c"
     )
     assert code == 2 and "takes its queue once" in err
+
+
+# -- units: a duration is one type, and no name carries a unit it does not take ------------
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "value", "kept"),
+    [
+        ("ack_interval_ms", "ack_interval", 250, lambda c: c._acks.interval_seconds),
+        (
+            "max_poll_interval_ms",
+            "idle_check_interval",
+            "1s",
+            lambda c: c._long_poll.max_interval_seconds,
+        ),
+        (
+            "idle_lease_interval_ms",
+            "idle_lease_interval",
+            "1h",
+            lambda c: c._long_poll.idle_lease_interval_seconds,
+        ),
+    ],
+)
+def test_a_consumer_option_that_named_its_unit_is_a_duration_and_the_old_name_warns(
+    table: QueueTable, old: str, new: str, value: object, kept
+):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SparkQueueDeprecationWarning)
+        with table.consumer("orders", "c", **{new: value}) as consumer:
+            taken = kept(consumer)
+    with (
+        pytest.warns(SparkQueueDeprecationWarning, match=rf"consumer\({old}=...\).*use {new}="),
+        table.consumer("orders", "c", **{old: value}) as consumer,
+    ):
+        assert kept(consumer) == taken
+    assert taken == {250: 0.25, "1s": 1.0, "1h": 3600.0}[value]
+
+
+def test_the_publishers_linger_is_a_duration_and_linger_ms_warns(table: QueueTable):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SparkQueueDeprecationWarning)
+        with table.publisher("orders", linger=timedelta(milliseconds=20)) as publisher:
+            assert publisher.linger_s == 0.02
+    with (
+        pytest.warns(SparkQueueDeprecationWarning, match=r"publisher\(linger_ms=...\)"),
+        table.publisher("orders", linger_ms="1s") as publisher,
+    ):
+        assert publisher.linger_s == 1.0
+
+
+def test_receive_waits_a_duration_and_the_old_timeout_in_seconds_warns(table: QueueTable):
+    with table.consumer("orders", "c") as consumer:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", SparkQueueDeprecationWarning)
+            assert [m.body for m in consumer.receive(1, wait_time="30s")] == [b"a"]
+            assert [m.body for m in consumer.receive(1, wait_time=timedelta(seconds=30))] == [b"b"]
+        with pytest.warns(SparkQueueDeprecationWarning, match=r"receive\(timeout=seconds\)"):
+            assert [m.body for m in consumer.receive(1, 30)] == [b"c"]  # seconds, as before
+        started = time.monotonic()
+        with pytest.warns(SparkQueueDeprecationWarning):
+            assert consumer.receive(1, timeout=0.2) == []
+        assert 0.2 <= time.monotonic() - started < 10
+        with (
+            pytest.warns(SparkQueueDeprecationWarning),
+            pytest.raises(InvalidOptionError, match=r"^timeout must be None .* seconds >= 0"),
+        ):
+            consumer.receive(1, timeout=-1)
+        with pytest.raises(InvalidOptionError, match="timeout is the old name of wait_time"):
+            consumer.receive(1, timeout=1, wait_time="1s")
+
+
+def test_receiving_zero_messages_receives_none_at_once_as_leasing_zero_leases_none(
+    table: QueueTable,
+):
+    assert table.lease("orders", "other", max_messages=0).num_rows == 0
+    with table.consumer("orders", "c") as consumer:
+        started = time.monotonic()
+        assert consumer.receive(0) == []
+        assert consumer.receive(0, wait_time="1h") == []
+        assert time.monotonic() - started < 5
+        with pytest.raises(InvalidOptionError, match=r"^max_messages must be a whole number >= 1"):
+            next(consumer.batches(0))
+    with pytest.raises(ClientClosedError):
+        consumer.receive(0)
+
+
+def test_a_nack_delay_is_any_duration(table: QueueTable):
+    with table.consumer("orders", "c") as consumer:
+        (message,) = consumer.receive(1, wait_time="30s")
+        message.nack(delay=timedelta(hours=1))
+    stats = table.stats("orders")
+    assert (stats["scheduled"], stats["ready"]) == (1, 2)

@@ -33,7 +33,7 @@ def accepted(table: QueueTable) -> None:
     assert_type(table.publish("orders", [b"x"], on_reject="fail"), PublishResult)
     table.publish("orders", [b"x"], duplicate_window="1 hour", exclusive=True)
     assert_type(table.consumer("orders", "worker", lease_period="30s", max_prefetch=10), Consumer)
-    assert_type(table.publisher("orders", linger_ms=5, max_length=10), Publisher)
+    assert_type(table.publisher("orders", linger=5, max_length=10), Publisher)
     assert_type(table.ack("orders", [1, 2]), int)
     assert_type(table.ack("orders", np.array([1, 2])), int)
     table.cancel("orders", range(3), delay="5s")
@@ -54,7 +54,7 @@ def refused(table: QueueTable) -> None:
     table.publish("orders", [b"x"], ring_size=1.5)  # type: ignore[arg-type]
     table.consumer("orders", "worker", lease_period=1.5)  # type: ignore[arg-type]
     table.consumer("orders", "worker", max_length=3)  # type: ignore[call-arg]
-    table.publisher("orders", linger_ms=None)  # type: ignore[arg-type]
+    table.publisher("orders", linger=None)  # type: ignore[arg-type]
     table.lease("orders", max_messages="5")  # type: ignore[arg-type]
     table.extend("orders", [1], "worker", period=2.5)  # type: ignore[arg-type]
     QueueArguments(overflow="rings")  # type: ignore[arg-type]

@@ -939,7 +939,7 @@ SPECIFICATION: tuple[Argument, ...] = (
         unit="messages",
     ),
     Argument(
-        "ack_interval_ms",
+        "ack_interval",
         Duration(minimum_ms=1, optional=True),
         "the longest an acknowledgement waits for its flush; below half the lease period (an "
         "acknowledged message's lease is no longer extended)",
@@ -948,15 +948,18 @@ SPECIFICATION: tuple[Argument, ...] = (
         per_scope={"consumer": ("1 s, or a quarter of `lease_period` where shorter", "")},
     ),
     Argument(
-        "max_poll_interval_ms",
+        "idle_check_interval",
         Duration(minimum_ms=1, optional=True),
-        "the longest gap between two log checks of an idle consumer",
+        "the longest gap between two checks of the log for new messages by an idle consumer "
+        "(they start 5 ms apart and grow to it; a commit of the same process wakes it at "
+        "once). Not kafka-python's `max_poll_interval_ms`, the longest gap allowed between "
+        "two `poll()` calls",
         ("consumer",),
         unit="ms",
         per_scope={"consumer": ("25 ms local, 100 ms object store", "")},
     ),
     Argument(
-        "idle_lease_interval_ms",
+        "idle_lease_interval",
         Duration(minimum_ms=1),
         "an idle consumer leases at least this often (scheduled messages falling due, leases "
         "running out make no version)",
@@ -965,7 +968,7 @@ SPECIFICATION: tuple[Argument, ...] = (
         unit="ms",
     ),
     Argument(
-        "linger_ms",
+        "linger",
         Duration(),
         "the longest a batch's first message waits for others to share its commit",
         ("publisher",),

@@ -20,6 +20,16 @@ from spark_queue.errors import InvalidOptionError
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
+# The old names of renamed arguments, old -> new, by where they are taken.
+QUEUE_RENAMES = {"name": "queue"}  # QueueTable's calls that named their queue ``name``
+CONSUMER_RENAMES = {
+    "name": "consumer",
+    "ack_interval_ms": "ack_interval",
+    "max_poll_interval_ms": "idle_check_interval",
+    "idle_lease_interval_ms": "idle_lease_interval",
+}
+PUBLISHER_RENAMES = {"linger_ms": "linger"}
+
 Params = ParamSpec("Params")
 Result = TypeVar("Result")
 

@@ -68,9 +68,9 @@ class ConsumerOptions(TypedDict, total=False):
     max_prefetch: int
     lease_period: DurationLike
     ack_batch: int
-    ack_interval_ms: DurationLike | None
-    max_poll_interval_ms: DurationLike | None
-    idle_lease_interval_ms: DurationLike
+    ack_interval: DurationLike | None
+    idle_check_interval: DurationLike | None
+    idle_lease_interval: DurationLike
     max_deliveries: int
     max_cancels: int
     filter: str | None
@@ -80,6 +80,6 @@ class PublisherOptions(QueueArgumentKeywords, total=False):
     """The options of ``QueueTable.publisher`` (a :class:`~spark_queue.Publisher`'s): its
     own, and the queue arguments of the queue it declares on first use."""
 
-    linger_ms: DurationLike
+    linger: DurationLike
     max_batch: int
     on_reject: OnReject
