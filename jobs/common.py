@@ -197,7 +197,7 @@ def with_trigger(writer: DataStreamWriter, args: argparse.Namespace) -> DataStre
 
 def argument_type(name: str) -> Callable[[str], Any]:
     """argparse type of the argument ``name`` of the specification."""
-    return flag_type(ARGUMENTS[name].kind)
+    return flag_type(ARGUMENTS[name].kind, ARGUMENTS[name].flag)
 
 
 # A whole number >= 1, as maxMessagesPerTrigger is.

@@ -512,8 +512,8 @@ class QueueTable:
         max_messages: int | None = 100,
         max_bytes: int | None = None,
         lease_period: DurationLike | None = None,
-        max_deliveries: int = 0,
-        max_cancels: int = 0,
+        max_deliveries: int | None = None,
+        max_cancels: int | None = None,
         filter: str | None = None,
         strict_groups: bool = False,
     ) -> pa.Table:
@@ -530,8 +530,9 @@ class QueueTable:
             max_bytes: at most this many body bytes; at least one message is always taken.
             lease_period: ``30 seconds``, ``5m`` or milliseconds; None: leases never run out.
             max_deliveries: a message leased this many times is killed instead of returned
-                (0: no limit).
-            max_cancels: a message cancelled this many times is killed (0: no limit).
+                (None: the queue's limit only; a consumer's limit only lowers it).
+            max_cancels: a message cancelled this many times is killed (None: the queue's
+                limit only).
             filter: a SQL predicate over the message columns: only matching messages are
                 leased, the rest stay for others.
             strict_groups: in a queue with message groups, a group with a message leased

@@ -183,8 +183,8 @@ def test_an_argument_given_differently_by_the_object_and_a_keyword_is_refused(
             "overflow must be one of drop-head, ring, reject-publish, reject-publish-dlx; "
             "got 'rings'",
         ),
-        (QueueArguments(max_length=-5), "max_length must be a whole number >= 0, or -1"),
-        (QueueArguments(max_length=True), "max_length must be a whole number >= 0, or -1"),
+        (QueueArguments(max_length=-5), "max_length must be a whole number >= 0, or None"),
+        (QueueArguments(max_length=True), "max_length must be a whole number >= 0, or None"),
         (
             QueueArguments(overflow="ring", max_length_bytes=10),
             "overflow=ring bounds the message count only",

@@ -13,6 +13,8 @@ import pytest
 
 from spark_queue import ClientClosedError, InvalidOptionError, QueueTable, cli
 from spark_queue.model.deprecations import SparkQueueDeprecationWarning
+from spark_queue.model.policies import Policies
+from spark_queue.spark.options import parse_sink_options
 
 POLICIES = '[policy.all]\nmatch = "#"\nmax-length = 50\n'
 
@@ -244,3 +246,68 @@ def test_a_nack_delay_is_any_duration(table: QueueTable):
         message.nack(delay=timedelta(hours=1))
     stats = table.stats("orders")
     assert (stats["scheduled"], stats["ready"]) == (1, 2)
+
+
+# -- one spelling of "no limit": None (as text, none) ------------------------------------
+
+
+def test_none_is_no_limit_on_every_surface_and_minus_one_is_its_old_spelling(
+    table: QueueTable, capsys: pytest.CaptureFixture[str]
+):
+    table = QueueTable(table.path, broker="off")  # no policies: no cap
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SparkQueueDeprecationWarning)
+        assert table.alter("orders", max_length=None, max_deliveries=None).max_length is None
+        assert run_cli(capsys, "--path", table.path, "alter", "orders", "--max-length", "5")[0] == 0
+        code, out, err = run_cli(
+            capsys, "--path", table.path, "alter", "orders", "--max-length", "none"
+        )
+        assert (code, err) == (0, "") and '"max_length": null' in out
+        options = parse_sink_options(
+            {"path": "/queues", "maxlength": "None", "maxdeliveries": "none"}
+        )
+        assert options.arguments == {"max_length": None, "max_deliveries": None}
+    table.alter("orders", max_length=5)
+    with pytest.warns(SparkQueueDeprecationWarning, match=r"^max_length=-1 for none is deprecated"):
+        assert table.alter("orders", max_length=-1).max_length is None
+    code, _, err = run_cli(capsys, "--path", table.path, "alter", "orders", "--max-length=-1")
+    assert code == 0
+    assert err == (
+        "spark-queue: warning: --max-length='-1' for none is deprecated: use None (as text: none)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda t: t.lease("orders", "c", max_deliveries=0), "max_deliveries=0 for none"),
+        (lambda t: t.lease("orders", "c", max_cancels=-1), "max_cancels=-1 for none"),
+        (lambda t: t.consumer("orders", "c", max_deliveries=0).close(), "max_deliveries=0"),
+        (lambda t: t.declare("d", max_cancels=0), "max_cancels=0 for none"),
+        (lambda t: t.declare("d", max_redelivery_delay=0), "max_redelivery_delay=0 for none"),
+    ],
+)
+def test_zero_where_it_meant_no_limit_still_means_none_and_warns(table: QueueTable, call, message):
+    with pytest.warns(SparkQueueDeprecationWarning, match=message):
+        call(table)
+
+
+def test_a_duration_of_zero_that_is_no_time_at_all_is_no_old_spelling(table: QueueTable):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SparkQueueDeprecationWarning)
+        declared = table.declare("d", redelivery_delay=0, duplicate_window="0s")
+        assert (declared.redelivery_delay, declared.duplicate_window) == (None, None)
+        assert table.declare("e", max_redelivery_delay="none").max_redelivery_delay is None
+
+
+@pytest.mark.parametrize("old", ["-1", "0", '"-1"'])
+def test_a_policy_cap_of_none_is_no_cap_and_its_old_spellings_warn(old: str):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SparkQueueDeprecationWarning)
+        policy = Policies.parse(
+            '[policy.p]\nmatch = "#"\nmax-deliveries = "none"\nduplicate-window = "none"\n'
+        ).policies[0]
+    assert policy.caps == {"max_deliveries": None, "duplicate_window": None}
+    with pytest.warns(SparkQueueDeprecationWarning, match="duplicate-window="):
+        old_policy = Policies.parse(f'[policy.p]\nmatch = "#"\nduplicate-window = {old}\n')
+    assert old_policy.policies[0].caps == {"duplicate_window": None}

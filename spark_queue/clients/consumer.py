@@ -195,8 +195,8 @@ class Consumer:
         ack_interval: DurationLike | None = None,
         idle_check_interval: DurationLike | None = None,
         idle_lease_interval: DurationLike = 1000,
-        max_deliveries: int = 0,
-        max_cancels: int = 0,
+        max_deliveries: int | None = None,
+        max_cancels: int | None = None,
         filter: str | None = None,
     ) -> None:
         # Every option is checked here, by the specification's parsers (durations in its
@@ -224,8 +224,8 @@ class Consumer:
         self.name = consumer
         self._lease_options: dict[str, Any] = {
             "lease_period": lease_period_ms,
-            "max_deliveries": given["max_deliveries"] or 0,
-            "max_cancels": given["max_cancels"] or 0,
+            "max_deliveries": given["max_deliveries"],
+            "max_cancels": given["max_cancels"],
             "filter": given["filter"],
         }
         # The parts, each with its own state, all under this one lock.

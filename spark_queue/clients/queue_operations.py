@@ -33,8 +33,8 @@ class QueueOperations(Protocol):
         max_messages: int | None = ...,
         max_bytes: int | None = ...,
         lease_period: DurationLike | None = ...,
-        max_deliveries: int = ...,
-        max_cancels: int = ...,
+        max_deliveries: int | None = ...,
+        max_cancels: int | None = ...,
         filter: str | None = ...,
     ) -> pa.Table: ...
 

@@ -71,8 +71,8 @@ class ConsumerOptions(TypedDict, total=False):
     ack_interval: DurationLike | None
     idle_check_interval: DurationLike | None
     idle_lease_interval: DurationLike
-    max_deliveries: int
-    max_cancels: int
+    max_deliveries: int | None
+    max_cancels: int | None
     filter: str | None
 
 
