@@ -359,7 +359,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="check that the store keeps two writers' commits apart (conditional puts)",
     )
     vacuum = commands.add_parser(
-        "vacuum", help="delete files no current version references (after a retention)"
+        "vacuum",
+        help="list, or with --no-dry-run delete, the files no current version references "
+        "(after a retention)",
     )
     vacuum.add_argument(
         "--retention-hours",
@@ -367,7 +369,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_VACUUM_HOURS,
         help=f"keep files unreferenced for less than this ({DEFAULT_VACUUM_HOURS:g})",
     )
-    vacuum.add_argument("--dry-run", action="store_true", help="list the files, delete nothing")
+    vacuum.add_argument(
+        "--dry-run",
+        action=argparse.BooleanOptionalAction,
+        help="list the files and delete nothing (the default, as delta-rs's vacuum); "
+        "--no-dry-run deletes them",
+    )
     vacuum.add_argument(
         "--force",
         action="store_true",
@@ -747,6 +754,12 @@ def run_command(args: argparse.Namespace) -> str:
             f"compacted: {counts['dropped']} files dropped, {counts['rewritten']} rewritten "
             f"into {counts['written']}"
         )
+    if args.dry_run is None:
+        warn_deprecated(
+            "vacuum without --dry-run or --no-dry-run is a dry run, as delta-rs's vacuum: it "
+            "lists the files and deletes none; --no-dry-run deletes them"
+        )
+        args.dry_run = True
     removed = table.vacuum(
         args.retention_hours, args.dry_run, force=args.force, progress=_progress(args)
     )

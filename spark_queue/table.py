@@ -63,6 +63,8 @@ from spark_queue.model.deprecations import (
     CONSUMER_RENAMES,
     PUBLISHER_RENAMES,
     QUEUE_RENAMES,
+    VACUUM_REDEFAULTED,
+    redefaulted,
     renamed,
     warn_deprecated,
 )
@@ -452,29 +454,31 @@ class QueueTable:
                 continue
         raise QueueError(f"compaction of {self.path} lost {COMPACT_ATTEMPTS} races in a row")
 
+    @redefaulted("dry_run", 2, VACUUM_REDEFAULTED)
     def vacuum(
         self,
         retention_hours: float = DEFAULT_VACUUM_HOURS,
-        dry_run: bool = False,
+        dry_run: bool = True,
         *,
         force: bool = False,
         progress: Progress = no_progress,
     ) -> list[str]:
-        """Delete files that no current version references and that have been
-        unreferenced for ``retention_hours``. Safe while producers and consumers run; time
+        """The files that no current version references and that have been unreferenced
+        for ``retention_hours``, deleted with ``dry_run=False``: a dry run unless told
+        otherwise, as delta-rs's ``vacuum``. Safe while producers and consumers run; time
         travel to versions older than the retention stops working for the files removed
         (``docs/MAINTENANCE.md``).
 
         Args:
             retention_hours: how long a file must have been unreferenced.
-            dry_run: list the files only, deleting nothing.
+            dry_run: list the files only, deleting nothing; False deletes them.
             force: allow a retention below the table's ``delta.deletedFileRetentionDuration``
                 (1 hour on tables spark-queue creates); never below one hour, because running
                 producers and consumers read files of the version they planned on.
             progress: gets a line per step.
 
         Returns:
-            The files deleted (or, with ``dry_run``, that would be), relative and sorted.
+            The files deleted (with ``dry_run``, that would be), relative and sorted.
 
         Raises:
             InvalidOptionError: a retention below the floors above.

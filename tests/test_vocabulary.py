@@ -4,6 +4,7 @@ queue first; old spellings work for one release, each with a warning naming the 
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from datetime import timedelta
@@ -311,3 +312,55 @@ def test_a_policy_cap_of_none_is_no_cap_and_its_old_spellings_warn(old: str):
     with pytest.warns(SparkQueueDeprecationWarning, match="duplicate-window="):
         old_policy = Policies.parse(f'[policy.p]\nmatch = "#"\nduplicate-window = {old}\n')
     assert old_policy.policies[0].caps == {"duplicate_window": None}
+
+
+# -- vacuum: a dry run unless told otherwise, as delta-rs's ---------------------------------
+
+ORPHAN = "record=message/part-old.parquet"
+
+
+def orphan_file(table: QueueTable) -> Path:
+    """A file no commit mentions, a month old: what a full vacuum deletes."""
+    orphan = Path(table.path) / ORPHAN
+    orphan.parent.mkdir(exist_ok=True)
+    orphan.write_bytes(b"never committed")
+    old = time.time() - 30 * 86_400
+    os.utime(orphan, (old, old))
+    return orphan
+
+
+def test_vacuum_lists_unless_told_to_delete_and_says_so_where_dry_run_is_left_out(
+    table: QueueTable,
+):
+    orphan = orphan_file(table)
+    with pytest.warns(SparkQueueDeprecationWarning, match=r"pass dry_run=False to delete them"):
+        assert table.vacuum() == [ORPHAN]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SparkQueueDeprecationWarning)
+        assert table.vacuum(dry_run=True) == [ORPHAN]
+    assert orphan.exists()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SparkQueueDeprecationWarning)
+        assert table.vacuum(168, False) == [ORPHAN]
+    assert not orphan.exists()
+
+
+def test_the_cli_vacuum_is_a_dry_run_unless_no_dry_run(
+    table: QueueTable, capsys: pytest.CaptureFixture[str]
+):
+    orphan = orphan_file(table)
+    code, out, err = run_cli(capsys, "--path", table.path, "vacuum")
+    assert (code, out) == (0, f"{ORPHAN}\nwould remove 1 files\n")
+    assert err.startswith("spark-queue: warning: vacuum without --dry-run or --no-dry-run")
+    assert run_cli(capsys, "--path", table.path, "vacuum", "--dry-run") == (
+        0,
+        f"{ORPHAN}\nwould remove 1 files\n",
+        "",
+    )
+    assert orphan.exists()
+    assert run_cli(capsys, "--path", table.path, "vacuum", "--no-dry-run") == (
+        0,
+        f"{ORPHAN}\nremoved 1 files\n",
+        "",
+    )
+    assert not orphan.exists()

@@ -29,6 +29,11 @@ CONSUMER_RENAMES = {
     "idle_lease_interval_ms": "idle_lease_interval",
 }
 PUBLISHER_RENAMES = {"linger_ms": "linger"}
+# Defaults that changed: what a call that leaves the argument out is told, for one release.
+VACUUM_REDEFAULTED = (
+    "vacuum() without dry_run is a dry run, as delta-rs's vacuum: it lists the files and "
+    "deletes none; pass dry_run=False to delete them (dry_run=True to keep listing)"
+)
 
 Params = ParamSpec("Params")
 Result = TypeVar("Result")
@@ -64,6 +69,25 @@ def renamed(
         def call(*args: Params.args, **kwargs: Params.kwargs) -> Result:
             if renames.keys() & kwargs.keys():
                 kwargs = _new_names(where, renames, kwargs)  # type: ignore[assignment]
+            return function(*args, **kwargs)
+
+        return call
+
+    return decorate
+
+
+def redefaulted(
+    parameter: str, position: int, message: str
+) -> Callable[[Callable[Params, Result]], Callable[Params, Result]]:
+    """A decorator: a call that leaves out ``parameter`` (a keyword, or the positional
+    argument at ``position``, counting ``self``), whose default changed, is told ``message``
+    for one release."""
+
+    def decorate(function: Callable[Params, Result]) -> Callable[Params, Result]:
+        @functools.wraps(function)
+        def call(*args: Params.args, **kwargs: Params.kwargs) -> Result:
+            if parameter not in kwargs and len(args) <= position:
+                warn_deprecated(message)
             return function(*args, **kwargs)
 
         return call
