@@ -70,6 +70,7 @@ from spark_queue.model.keywords import (
     QueueArgumentKeywords,
     SeqsLike,
 )
+from spark_queue.model.messages import DataFrameLike, Rows
 from spark_queue.model.policies import Origin, Policies, Policy, Resolution
 from spark_queue.model.queue_arguments import QueueArguments, validate_arguments
 from spark_queue.model.results import PublishOutcome, PublishResult, QueueStats
@@ -117,6 +118,7 @@ __all__ = [
     "CommitConflictError",
     "Consumer",
     "ConsumerOptions",
+    "DataFrameLike",
     "DurationLike",
     "ExpirationModel",
     "InvalidInputError",
@@ -143,6 +145,7 @@ __all__ = [
     "ReadMode",
     "RejectedMessagesError",
     "Resolution",
+    "Rows",
     "Semantics",
     "SeqsLike",
     "StorageError",

@@ -11,10 +11,9 @@ fork).
 
 from __future__ import annotations
 
-import functools
 import os
-from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -63,10 +62,11 @@ from spark_queue.model.deprecations import (
     CONSUMER_RENAMES,
     PUBLISHER_RENAMES,
     QUEUE_RENAMES,
+    RELEASE_ORDER,
     VACUUM_REDEFAULTED,
+    first_is_now_keyword,
     redefaulted,
     renamed,
-    warn_deprecated,
 )
 from spark_queue.model.keywords import (
     ConsumerOptions,
@@ -76,7 +76,13 @@ from spark_queue.model.keywords import (
     SeqsLike,
     Unpack,
 )
-from spark_queue.model.messages import Bodies, as_input_table, normalise
+from spark_queue.model.messages import Bodies, Rows, as_input_table, normalise
+from spark_queue.model.operations import (
+    consumer_or_any,
+    deliveries_of,
+    idempotence,
+    results_only,
+)
 from spark_queue.model.policies import ENV_VAR, Policies, Resolution, load_policies
 from spark_queue.model.queue_arguments import (
     QueueArguments,
@@ -101,44 +107,6 @@ if TYPE_CHECKING:
     from spark_queue.clients.publisher import Publisher
 
 COMPACT_ATTEMPTS = 10
-Release = TypeVar("Release", bound=Callable[..., int])
-
-
-def _old_release_order(release: Release) -> Release:
-    """``release(consumer, queue=None)``, the old order, kept for one release: ``consumer``
-    is keyword-only now, so a call that does not name it gave it first."""
-
-    @functools.wraps(release)
-    def call(table: QueueTable, *given: Any, **keywords: Any) -> int:
-        if "consumer" in keywords or not 1 <= len(given) <= 2:
-            return release(table, *given, **keywords)
-        consumer, *queue = given
-        warn_deprecated(
-            "release(consumer, queue) is deprecated: the queue comes first and the consumer "
-            "is a keyword, release(queue, consumer=consumer)"
-        )
-        return release(table, *queue, consumer=consumer, **keywords)
-
-    return cast(Release, call)
-
-
-def _consumer_or_any(consumer: Any) -> str | None:
-    """An operation's ``consumer``: None (any consumer's leases), or a consumer name."""
-    if consumer is None:
-        return None
-    return parse_consumer_name("consumer", consumer)
-
-
-def _deliveries(seqs: np.ndarray, deliveries: Any) -> np.ndarray | None:
-    """An operation's ``deliveries``: None, or one delivery count per seq."""
-    if deliveries is None:
-        return None
-    parsed = parse_seqs("deliveries", deliveries)
-    if len(parsed) != len(seqs):
-        raise InvalidOptionError(
-            f"deliveries must give one delivery count per seq: {len(parsed)} for {len(seqs)} seqs"
-        )
-    return parsed
 
 
 class QueueTable:
@@ -191,16 +159,46 @@ class QueueTable:
 
     # -- producing -----------------------------------------------------------------------------
 
-    def publish(
+    @routed
+    def publish_outcome(
         self,
         queue: str,
-        rows: Any,
+        rows: Rows,
         *,
         producer: str | None = None,
         sequence: int | None = None,
         on_reject: OnReject = "drop",
         **arguments: Unpack[QueueArgumentKeywords],
-    ) -> PublishResult:
+    ) -> PublishOutcome:
+        """:meth:`publish`, also saying which rows were stored (``accepted[i]`` for row
+        ``i``: False where a reject policy refused it or its ``message_id`` was a duplicate),
+        as a :class:`~spark_queue.Publisher` needs to answer each message. It declares the
+        signature both take. Args and Raises: as for :meth:`publish`."""
+        parse_queue_name("queue", queue)
+        sequence = idempotence(producer, sequence)
+        on_reject = ARGUMENTS["on_reject"].parse(on_reject)
+        given = validate_arguments(arguments)
+        table = as_input_table(rows)
+        if not table.num_rows:
+            result = PublishResult(queue, [], 0, 0, 0, duplicate=False, version=None, attempts=0)
+            return PublishOutcome(result, np.zeros(0, bool))
+        # Bodies only: shaped by the group's leader, with the round's other publishes.
+        now = now_micros()
+        bodies = Bodies.of(table, now)
+        batch = PendingBatch(queue, bodies or normalise(table, 0, now, queue))
+        request = PublishRequest(
+            queue,
+            batch,
+            given,
+            producer=producer,
+            sequence=sequence,
+            on_reject=on_reject,
+            policies=self.policies,
+        )
+        return self._call(request)
+
+    publish = results_only(
+        publish_outcome,
         """Enqueue ``rows`` to ``queue`` in one Delta commit, without Spark.
 
         Concurrent calls of this process's threads go into one commit where they can
@@ -214,7 +212,8 @@ class QueueTable:
         Args:
             queue: the queue; declared on first use with ``arguments``.
             rows: a pyarrow Table or RecordBatch, a pandas DataFrame, or a list of dicts
-                (one per message), of ``bytes`` or of ``str`` (bodies). Columns: ``body``
+                (one per message), of ``bytes`` or of ``str`` (bodies): a
+                :data:`~spark_queue.Rows`. Columns: ``body``
                 (binary or string, required), ``message_id``, ``key``, ``headers``
                 (map of strings), ``priority`` (int), ``deliver_at``, ``expires_at``
                 (timestamps; naive ones are UTC).
@@ -241,53 +240,8 @@ class QueueTable:
             ArgumentMismatchError: ``arguments`` differ from the existing queue's.
             RejectedMessagesError: ``on_reject='fail'`` and a reject policy refused messages.
             CommitConflictError: every commit attempt lost to another writer.
-        """
-        return self.publish_outcome(
-            queue, rows, producer=producer, sequence=sequence, on_reject=on_reject, **arguments
-        ).result
-
-    @routed
-    def publish_outcome(
-        self,
-        queue: str,
-        rows: Any,
-        *,
-        producer: str | None = None,
-        sequence: int | None = None,
-        on_reject: OnReject = "drop",
-        **arguments: Unpack[QueueArgumentKeywords],
-    ) -> PublishOutcome:
-        """:meth:`publish`, also saying which rows were stored (``accepted[i]`` for row
-        ``i``: False where a reject policy refused it or its ``message_id`` was a duplicate),
-        as a :class:`~spark_queue.Publisher` needs to answer each message. Args and
-        Raises: as for :meth:`publish`."""
-        parse_queue_name("queue", queue)
-        if (producer is None) != (sequence is None):
-            raise InvalidOptionError("producer and sequence go together: give both or neither")
-        if producer is not None and (not isinstance(producer, str) or not producer):
-            raise InvalidOptionError(f"producer must be a non-empty string; got {producer!r}")
-        if sequence is not None:
-            sequence = parse_count("sequence", sequence)
-        on_reject = ARGUMENTS["on_reject"].parse(on_reject)
-        given = validate_arguments(arguments)
-        table = as_input_table(rows)
-        if not table.num_rows:
-            result = PublishResult(queue, [], 0, 0, 0, duplicate=False, version=None, attempts=0)
-            return PublishOutcome(result, np.zeros(0, bool))
-        # Bodies only: shaped by the group's leader, with the round's other publishes.
-        now = now_micros()
-        bodies = Bodies.of(table, now)
-        batch = PendingBatch(queue, bodies or normalise(table, 0, now, queue))
-        request = PublishRequest(
-            queue,
-            batch,
-            given,
-            producer=producer,
-            sequence=sequence,
-            on_reject=on_reject,
-            policies=self.policies,
-        )
-        return self._call(request)
+        """,
+    )
 
     def last_sequence(self, producer: str) -> int | None:
         """The last ``sequence`` committed by ``producer`` with :meth:`publish`, where a
@@ -608,8 +562,8 @@ class QueueTable:
             CommitConflictError: every commit attempt lost to another writer.
         """
         wanted = parse_seqs("seqs", seqs)
-        counts = _deliveries(wanted, deliveries)
-        consumer = _consumer_or_any(consumer)
+        counts = deliveries_of(wanted, deliveries)
+        consumer = consumer_or_any(consumer)
         planner = ack_planner(consumer)
         return self._call(
             ChangeRequest(CommitOperation.ACK, queue, planner, wanted, consumer, counts)
@@ -648,8 +602,8 @@ class QueueTable:
         """
         delay_us = None if delay is None else parse_duration_ms("delay", delay) * 1000
         wanted = parse_seqs("seqs", seqs)
-        counts = _deliveries(wanted, deliveries)
-        consumer = _consumer_or_any(consumer)
+        counts = deliveries_of(wanted, deliveries)
+        consumer = consumer_or_any(consumer)
         planner = cancel_planner(consumer, delay_us)
         return self._call(
             ChangeRequest(CommitOperation.CANCEL, queue, planner, wanted, consumer, counts)
@@ -663,7 +617,7 @@ class QueueTable:
         Args, Returns and Raises: as for :meth:`ack`.
         """
         wanted = parse_seqs("seqs", seqs)
-        consumer = _consumer_or_any(consumer)
+        consumer = consumer_or_any(consumer)
         planner = expire_planner(consumer)
         return self._call(ChangeRequest(CommitOperation.EXPIRE, queue, planner, wanted, consumer))
 
@@ -702,10 +656,10 @@ class QueueTable:
         period_ms = parse_duration_ms("period", period, minimum_ms=1)
         limits = parse_consumer_limits({"consumer": consumer}, surface="keyword")
         wanted = parse_seqs("seqs", seqs)
-        counts = _deliveries(wanted, deliveries)
+        counts = deliveries_of(wanted, deliveries)
         return self._call(ExtendRequest(queue, wanted, limits.consumer, period_ms * 1000, counts))
 
-    @_old_release_order
+    @first_is_now_keyword("consumer", RELEASE_ORDER)
     @routed
     def release(
         self, queue: str | None = None, *, consumer: str, seqs: SeqsLike | None = None

@@ -4,15 +4,17 @@ queue first; old spellings work for one release, each with a warning naming the 
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
+import typing
 import warnings
 from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
-from spark_queue import ClientClosedError, InvalidOptionError, QueueTable, cli
+from spark_queue import ClientClosedError, InvalidOptionError, PublishResult, QueueTable, Rows, cli
 from spark_queue.model.deprecations import SparkQueueDeprecationWarning
 from spark_queue.model.policies import Policies
 from spark_queue.spark.options import parse_sink_options
@@ -364,3 +366,22 @@ def test_the_cli_vacuum_is_a_dry_run_unless_no_dry_run(
         "",
     )
     assert not orphan.exists()
+
+
+# -- publish and publish_outcome: one signature, declared once -----------------------------
+
+
+def test_publish_takes_publish_outcomes_signature_and_answers_its_result(table: QueueTable):
+    publish = inspect.signature(QueueTable.publish)
+    outcome = inspect.signature(QueueTable.publish_outcome)
+    assert publish.parameters == outcome.parameters
+    assert (publish.return_annotation, outcome.return_annotation) == (
+        "PublishResult",
+        "PublishOutcome",
+    )
+    assert typing.get_type_hints(QueueTable.publish)["rows"] == Rows
+    assert QueueTable.publish.__doc__.startswith("Enqueue ``rows`` to ``queue``")
+    result = table.publish("orders", [b"d"], on_reject="fail")
+    assert isinstance(result, PublishResult) and result.seqs == [3]
+    outcome_of = table.publish_outcome("orders", [b"e"])
+    assert outcome_of.result.seqs == [4] and outcome_of.accepted.tolist() == [True]

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
 
 if TYPE_CHECKING:
-    from spark_queue.model.arguments import OnReject
-    from spark_queue.model.keywords import (
-        DurationLike,
-        QueueArgumentKeywords,
-        SeqsLike,
-        Unpack,
-    )
+    from spark_queue.model.keywords import DurationLike, SeqsLike
     from spark_queue.model.results import PublishOutcome
     from spark_queue.storage.store import QueueStore
 
@@ -21,7 +16,8 @@ if TYPE_CHECKING:
 class QueueOperations(Protocol):
     """What the clients use of a table: :class:`~spark_queue.table.QueueTable`'s
     operations, with their signatures (anything serving them, a broker's stub say, serves
-    the clients); ``store`` is read for long polling."""
+    the clients); ``store`` is read for long polling. ``publish_outcome``'s signature is
+    declared once, by ``QueueTable.publish_outcome``."""
 
     store: QueueStore
 
@@ -55,13 +51,7 @@ class QueueOperations(Protocol):
         self, queue: str | None = ..., *, consumer: str, seqs: SeqsLike | None = ...
     ) -> int: ...
 
-    def publish_outcome(
-        self,
-        queue: str,
-        rows: Any,
-        *,
-        producer: str | None = ...,
-        sequence: int | None = ...,
-        on_reject: OnReject = ...,
-        **arguments: Unpack[QueueArgumentKeywords],
-    ) -> PublishOutcome: ...
+    @property
+    def publish_outcome(self) -> Callable[..., PublishOutcome]:
+        """``QueueTable.publish_outcome``, whose signature its definition declares."""
+        ...

@@ -29,6 +29,11 @@ CONSUMER_RENAMES = {
     "idle_lease_interval_ms": "idle_lease_interval",
 }
 PUBLISHER_RENAMES = {"linger_ms": "linger"}
+# Arguments that moved: what a call in the old order is told.
+RELEASE_ORDER = (
+    "release(consumer, queue) is deprecated: the queue comes first and the consumer is a "
+    "keyword, release(queue, consumer=consumer)"
+)
 # Defaults that changed: what a call that leaves the argument out is told, for one release.
 VACUUM_REDEFAULTED = (
     "vacuum() without dry_run is a dry run, as delta-rs's vacuum: it lists the files and "
@@ -70,6 +75,27 @@ def renamed(
             if renames.keys() & kwargs.keys():
                 kwargs = _new_names(where, renames, kwargs)  # type: ignore[assignment]
             return function(*args, **kwargs)
+
+        return call
+
+    return decorate
+
+
+def first_is_now_keyword(
+    parameter: str, message: str
+) -> Callable[[Callable[Params, Result]], Callable[Params, Result]]:
+    """A decorator: ``parameter``, now keyword-only, came first in the old order; a call
+    that does not name it, and gives positional arguments, gave it first. Kept for one
+    release, telling such a call ``message``."""
+
+    def decorate(function: Callable[Params, Result]) -> Callable[Params, Result]:
+        @functools.wraps(function)
+        def call(*args: Params.args, **kwargs: Params.kwargs) -> Result:
+            if parameter in kwargs or len(args) < 2:  # args[0] is self
+                return function(*args, **kwargs)
+            warn_deprecated(message)
+            self, first, *rest = args
+            return function(self, *rest, **{parameter: first}, **kwargs)  # type: ignore[arg-type]
 
         return call
 
