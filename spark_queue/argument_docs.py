@@ -48,9 +48,12 @@ SCOPE_SURFACES = {
     "consumer": f"a keyword of [`QueueTable.consumer`]({_REFERENCE}.consumer)",
     "publisher": f"a keyword of [`QueueTable.publisher`]({_REFERENCE}.publisher)",
     "publish": f"a keyword of [`QueueTable.publish`]({_REFERENCE}.publish)",
+    "call": "an argument of every call that acts on a queue or a consumer's leases, by the "
+    "same name in the same place: `QueueTable`'s methods, the clients' and the CLI's "
+    "commands (whose first argument is `QUEUE`)",
 }
 SPARK_SCOPES = ("sink", "source", "browse")
-KEYWORD_SCOPES = ("queue", "lease", "consumer", "publisher", "publish")
+KEYWORD_SCOPES = ("queue", "lease", "consumer", "publisher", "publish", "call")
 NONE = ""  # a surface that does not take the argument: an empty cell
 
 _PAGE_HEAD = f"""# Arguments
@@ -126,8 +129,9 @@ def cli_flags() -> dict[str, list[str]]:
             if isinstance(action, argparse._SubParsersAction):
                 for name, sub in action.choices.items():
                     walk(sub, f"{prefix} {name}".strip())
-            elif prefix:
-                for flag in action.option_strings:
+            elif prefix and action.help != argparse.SUPPRESS:  # not an old spelling
+                # A positional argument as the usage line shows it: QUEUE.
+                for flag in action.option_strings or [action.dest.upper()]:
                     flags.setdefault(flag, []).append(prefix)
 
     walk(build_parser(), "")
@@ -139,11 +143,18 @@ def _flag_commands(argument: Argument, flags: dict[str, list[str]]) -> list[str]
     ``--on-reject`` (read by the specification), and the global options every command
     takes (``--path``, ``--policies``); a command's own flag of the same spelling
     (``release --queue``) is not the argument."""
-    commands = flags.get(argument.flag, [])
+    commands = flags.get(_cli_spelling(argument, flags), [])
     every = set(flags["--path"])
-    if set(commands) == every or {"queue", "publish"} & set(argument.scopes):
+    if set(commands) == every or {"queue", "publish", "call"} & set(argument.scopes):
         return commands
     return []
+
+
+def _cli_spelling(argument: Argument, flags: dict[str, list[str]]) -> str:
+    """The argument on the command line: its flag, or the positional argument (``QUEUE``)
+    a call's first argument is."""
+    positional = argument.name.upper()
+    return positional if "call" in argument.scopes and positional in flags else argument.flag
 
 
 def _keyword(argument: Argument) -> str:
@@ -160,7 +171,7 @@ def _summary_row(argument: Argument, flags: dict[str, list[str]]) -> str:
         f"[`{argument.name}`](#{argument.name})",
         _option(argument),
         _keyword(argument),
-        f"`{argument.flag}`" if _flag_commands(argument, flags) else NONE,
+        f"`{_cli_spelling(argument, flags)}`" if _flag_commands(argument, flags) else NONE,
         ", ".join(f"`{key}`" for key in argument.policy_keys) or NONE,
         argument.described(argument.scopes[0])[0],
         argument.unit or NONE,
@@ -180,10 +191,12 @@ def _section(argument: Argument, flags: dict[str, list[str]]) -> str:
     if keyword_scopes:
         spelled.append(f"Python keyword `{argument.name}` ({', '.join(keyword_scopes)})")
     commands = _flag_commands(argument, flags)
+    cli = _cli_spelling(argument, flags)
+    what = "CLI flag" if cli.startswith("--") else "CLI argument"
     if set(commands) == set(flags["--path"]):
-        spelled.append(f"CLI flag `{argument.flag}` (every command)")
+        spelled.append(f"{what} `{cli}` (every command)")
     elif commands:
-        spelled.append(f"CLI flag `{argument.flag}` ({', '.join(f'`{c}`' for c in commands)})")
+        spelled.append(f"{what} `{cli}` ({', '.join(f'`{c}`' for c in commands)})")
     lines.append("- " + "; ".join(spelled) + ".")
     default = argument.described(argument.scopes[0])[0]
     unit = f" Unit: {argument.unit}." if argument.unit else ""
@@ -222,8 +235,8 @@ def arguments_page() -> str:
     parts += [f"| {scope} | {where} |\n" for scope, where in SCOPE_SURFACES.items()]
     parts.append(
         "\n## All arguments\n\n"
-        "| argument | Spark option | Python keyword | CLI flag | policy keys | default | unit "
-        "| valid values | scopes |\n|" + "---|" * 9 + "\n"
+        "| argument | Spark option | Python keyword | CLI flag or argument | policy keys "
+        "| default | unit | valid values | scopes |\n|" + "---|" * 9 + "\n"
     )
     parts += [_summary_row(argument, flags) for argument in SPECIFICATION]
     parts.append("\n## Each argument\n")

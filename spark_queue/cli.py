@@ -318,7 +318,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     peek = commands.add_parser("peek", help="the next messages, without side effects")
     peek.add_argument("queue")
-    peek.add_argument("--limit", type=_count, default=10, help="at most this many (10)")
+    limit = ARGUMENTS["limit"]
+    peek.add_argument(
+        "--limit", type=flag_type(limit.kind, limit.flag), default=limit.default, help=limit.doc
+    )
     purge = commands.add_parser("purge", help="remove the ready and scheduled messages")
     purge.add_argument("queue")
     _long_running(purge)
@@ -331,20 +334,15 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("seqs", nargs="+", type=_seq)
         command.add_argument("--consumer")
         if name == "cancel":
-            command.add_argument(
-                "--delay",
-                type=flag_type(Duration()),
-                help="ready again after this long, e.g. '30s' (default: the queue's backoff)",
-            )
+            delay = ARGUMENTS["delay"]
+            command.add_argument("--delay", type=flag_type(delay.kind, delay.flag), help=delay.doc)
     extend = commands.add_parser("extend", help="extend a consumer's leases (slow work)")
     extend.add_argument("queue")
     extend.add_argument("seqs", nargs="+", type=_seq)
     extend.add_argument("--consumer", required=True)
+    period = ARGUMENTS["period"]
     extend.add_argument(
-        "--period",
-        required=True,
-        type=flag_type(Duration(minimum_ms=1)),
-        help="e.g. '5 minutes', '30s', 60000 (ms)",
+        "--period", required=True, type=flag_type(period.kind, period.flag), help=period.doc
     )
     release = commands.add_parser(
         "release", help="return everything a consumer holds, in one queue or in every queue"

@@ -53,8 +53,6 @@ from spark_queue.model.arguments import (
     ARGUMENTS,
     OnReject,
     parse_consumer_name,
-    parse_count,
-    parse_duration_ms,
     parse_queue_name,
     parse_seqs,
 )
@@ -600,7 +598,8 @@ class QueueTable:
                 seqs, or ``consumer`` not a consumer name.
             CommitConflictError: every commit attempt lost to another writer.
         """
-        delay_us = None if delay is None else parse_duration_ms("delay", delay) * 1000
+        delay_ms = ARGUMENTS["delay"].parse(delay)
+        delay_us = None if delay_ms is None else delay_ms * 1000
         wanted = parse_seqs("seqs", seqs)
         counts = deliveries_of(wanted, deliveries)
         consumer = consumer_or_any(consumer)
@@ -653,7 +652,7 @@ class QueueTable:
                 of seqs, or ``consumer`` not a consumer name.
             CommitConflictError: every commit attempt lost to another writer.
         """
-        period_ms = parse_duration_ms("period", period, minimum_ms=1)
+        period_ms = ARGUMENTS["period"].parse(period)
         limits = parse_consumer_limits({"consumer": consumer}, surface="keyword")
         wanted = parse_seqs("seqs", seqs)
         counts = deliveries_of(wanted, deliveries)
@@ -857,7 +856,7 @@ class QueueTable:
             QueueNotFoundError: no queue ``queue``.
             InvalidOptionError: ``limit`` is not a whole number >= 0.
         """
-        limit = parse_count("limit", limit)
+        limit = ARGUMENTS["limit"].parse(limit)
         snapshot = self._snapshot()
         self._require(snapshot, queue)
         return peek_rows(self.store, snapshot, queue, limit)

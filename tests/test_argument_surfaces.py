@@ -148,8 +148,22 @@ def surfaces(argument: Argument) -> list[tuple[str, str, object]]:
         found.append(("publisher", name, lambda t, v: t.publisher("q", **{name: v}).close()))
     if "publish" in argument.scopes:
         found.append(("publish", name, lambda t, v: t.publish("q", [{"body": b"y"}], **{name: v})))
+    if "call" in argument.scopes:
+        found += [(surface, name, call) for surface, call in CALLS.get(name, [])]
     return found
 
+
+# The calls that take a "call" argument (a queue name is checked where it is looked up).
+CALLS = {
+    "consumer": [
+        ("ack", lambda t, v: t.ack("q", [0], v)),
+        ("extend", lambda t, v: t.extend("q", [0], v, "1m")),
+        ("release", lambda t, v: t.release("q", consumer=v)),
+    ],
+    "delay": [("cancel", lambda t, v: t.cancel("q", [0], delay=v))],
+    "period": [("extend", lambda t, v: t.extend("q", [0], "c", v))],
+    "limit": [("peek", lambda t, v: t.peek("q", v))],
+}
 
 CASES = [
     pytest.param(argument, surface, spelling, call, value, id=f"{surface}-{spelling}-{value!r}")

@@ -56,9 +56,9 @@ from spark_queue.errors import (
     StorageError,
 )
 from spark_queue.model.arguments import (
+    ARGUMENTS,
     COUNT,
     POSITIVE,
-    Duration,
     parse_consumer_name,
     parse_duration_ms,
     parse_given,
@@ -74,9 +74,6 @@ DEFAULT_LEASE_PERIOD = "30 seconds"
 # first delay, doubled each time up to the last (jittered down by up to half).
 FIRST_RETRY_DELAY_SECONDS = 0.1
 MAX_RETRY_DELAY_SECONDS = 5.0
-
-# How long receive() waits for its first message: a duration, or None (until one comes).
-WAIT_TIME = Duration(optional=True)
 
 log = logging.getLogger(__name__)
 
@@ -281,7 +278,7 @@ class Consumer:
             QueueError: the background thread failed (say, the queue does not exist).
         """
         max_messages = COUNT.parse("max_messages", max_messages)
-        wait_ms = WAIT_TIME.parse("wait_time", wait_time)
+        wait_ms = ARGUMENTS["wait_time"].parse(wait_time)
         deadline = None if wait_ms is None else time.monotonic() + wait_ms / 1000
         with self._cond:
             if not max_messages:

@@ -582,8 +582,20 @@ READ_MODES: tuple[ReadMode, ...] = get_args(ReadMode)
 # alter, a sink's options, CLI flags, policies); ``sink``/``source``: an option of a Spark
 # write/read; ``lease``: a consumer's limits of ``QueueTable.lease`` and the source;
 # ``consumer``/``publisher``: a keyword of ``QueueTable.consumer()`` / ``publisher()``;
-# ``publish``: a keyword of ``QueueTable.publish``; ``browse``: an option of a batch read.
-SCOPES = ("queue", "sink", "source", "browse", "lease", "consumer", "publisher", "publish")
+# ``publish``: a keyword of ``QueueTable.publish``; ``browse``: an option of a batch read;
+# ``call``: what every call of ``QueueTable``, its clients and the CLI names the same way,
+# in the same place (the queue first, as the CLI's first argument ``QUEUE``).
+SCOPES = (
+    "queue",
+    "sink",
+    "source",
+    "browse",
+    "lease",
+    "consumer",
+    "publisher",
+    "publish",
+    "call",
+)
 
 
 def camel(snake: str) -> str:
@@ -682,10 +694,14 @@ SPECIFICATION: tuple[Argument, ...] = (
         QUEUE_OPTIONAL,
         "the queue of rows whose `queue` column is null or absent; required when there is "
         "no `queue` column",
-        ("sink", "source", "browse"),
+        ("sink", "source", "browse", "call"),
         per_scope={
             "source": ("required", "the queue to consume"),
             "browse": ("all queues", "read one queue; an unknown name is an error listing them"),
+            "call": (
+                "required",
+                "the queue a call acts on, its first argument (`release`: None, every queue)",
+            ),
         },
     ),
     Argument(
@@ -693,8 +709,15 @@ SPECIFICATION: tuple[Argument, ...] = (
         CONSUMER,
         "this consumer's name; one query per name. A fresh checkpoint starts a new session "
         "and returns what the name still held",
-        ("source", "lease"),
+        ("source", "lease", "call"),
         "default",
+        per_scope={
+            "call": (
+                "any consumer (`ack`, `cancel`, `expire`); required by `consumer`, `extend` "
+                "and `release`",
+                "the consumer whose leases a call acts on, after the queue",
+            )
+        },
     ),
     _queue(
         "max_length",
@@ -1004,6 +1027,43 @@ SPECIFICATION: tuple[Argument, ...] = (
         "messages published in one commit at most",
         ("publisher",),
         1000,
+        unit="messages",
+    ),
+    # The durations and counts of single calls, named alike wherever a call takes them.
+    Argument(
+        "delay",
+        Duration(optional=True),
+        "how long a returned message waits before it is ready again (JetStream "
+        "`NakWithDelay`): `QueueTable.cancel`, `Consumer.nack`, `Message.nack`; 0 returns it "
+        "at once whatever the queue's backoff",
+        ("call",),
+        unit="ms",
+        shown_default="the queue's redelivery backoff",
+    ),
+    Argument(
+        "period",
+        Duration(minimum_ms=1),
+        "how long from now an extended lease runs (`QueueTable.extend`; SQS "
+        "`ChangeMessageVisibility`)",
+        ("call",),
+        unit="ms",
+        shown_default="required",
+    ),
+    Argument(
+        "wait_time",
+        Duration(optional=True),
+        "how long `Consumer.receive` waits for its first message (SQS `WaitTimeSeconds`); 0 "
+        "takes only what is prefetched",
+        ("call",),
+        unit="ms",
+        shown_default="until a message comes",
+    ),
+    Argument(
+        "limit",
+        COUNT,
+        "how many messages `QueueTable.peek` shows at most",
+        ("call",),
+        10,
         unit="messages",
     ),
 )
