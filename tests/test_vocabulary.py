@@ -14,8 +14,15 @@ from pathlib import Path
 
 import pytest
 
+import spark_queue
 from spark_queue import ClientClosedError, InvalidOptionError, PublishResult, QueueTable, Rows, cli
-from spark_queue.model.deprecations import SparkQueueDeprecationWarning
+from spark_queue.model.arguments import SPECIFICATION
+from spark_queue.model.deprecations import (
+    CONSUMER_RENAMES,
+    PUBLISHER_RENAMES,
+    QUEUE_RENAMES,
+    SparkQueueDeprecationWarning,
+)
 from spark_queue.model.policies import Policies
 from spark_queue.spark.options import parse_sink_options
 
@@ -385,3 +392,38 @@ def test_publish_takes_publish_outcomes_signature_and_answers_its_result(table: 
     assert isinstance(result, PublishResult) and result.seqs == [3]
     outcome_of = table.publish_outcome("orders", [b"e"])
     assert outcome_of.result.seqs == [4] and outcome_of.accepted.tolist() == [True]
+
+
+# -- the changelog ---------------------------------------------------------------------------
+
+
+def test_the_changelogs_migration_lists_every_old_spelling_and_its_new_one():
+    text = (Path(__file__).resolve().parents[1] / "CHANGELOG.md").read_text(encoding="utf-8")
+    unreleased = text[text.index("## Unreleased") :]
+    rows = [
+        row
+        for row in unreleased[unreleased.index("### Migration") :].splitlines()
+        if row[:1] == "|"
+    ]
+
+    def listed(old: str, new: str) -> bool:
+        return any(old in row and new in row.split(old, 1)[1] for row in rows)
+
+    for renames in (QUEUE_RENAMES, CONSUMER_RENAMES, PUBLISHER_RENAMES):
+        for old, new in renames.items():
+            assert listed(f"`{old}=", f"`{new}="), (old, new)
+    assert listed("`timeout=", "`wait_time=")
+    assert listed("`release(consumer, queue=None", "`release(queue=None, *, consumer")
+    assert listed("`spark-queue release CONSUMER", "`spark-queue release [QUEUE] --consumer")
+    assert listed("`dry_run=False`: deletes", "`dry_run=True`")
+    for name, module in spark_queue._MOVED.items():
+        assert listed(f"`spark_queue.{name}`", f"`{module}.{name}`"), name
+    # Each argument whose kind takes an old spelling of "no limit", from the specification.
+    for argument in SPECIFICATION:
+        kind = argument.kind
+        old = [v for v in (-1, 0) if kind.old_spelling(v)] if hasattr(kind, "old_spelling") else []
+        for value in old:
+            assert any(f"`{argument.name}`" in row and f"`{value}`" in row for row in rows), (
+                argument.name,
+                value,
+            )
