@@ -38,6 +38,12 @@ def accepted(table: QueueTable) -> None:
     assert_type(table.ack("orders", np.array([1, 2])), int)
     table.cancel("orders", range(3), delay="5s")
     table.lease("orders", "worker", max_messages=None, lease_period=timedelta(minutes=1))
+    assert_type(table.release("orders", consumer="worker"), int)
+    assert_type(table.release(consumer="worker"), int)
+    assert_type(table.vacuum(dry_run=False), list[str])
+    with table.consumer("orders", "worker", idle_check_interval="100ms") as consumer:
+        consumer.receive(10, wait_time=timedelta(seconds=1))
+        consumer.nack(1, delay=timedelta(seconds=5))
     assert_type(table.stats("orders")["ready"], int)
     assert_type(table.stats("orders")["leased_by_consumer"], dict[str, int])
     overflow: Overflow = table.arguments("orders").overflow
@@ -59,3 +65,8 @@ def refused(table: QueueTable) -> None:
     table.extend("orders", [1], "worker", period=2.5)  # type: ignore[arg-type]
     QueueArguments(overflow="rings")  # type: ignore[arg-type]
     table.stats("orders")["redy"]  # type: ignore[misc]
+    table.release("orders")  # type: ignore[call-arg]
+    table.consumer("orders", "worker", max_poll_interval_ms=50)  # type: ignore[call-arg]
+    table.consumer("orders", "worker").receive(1, 2.0)  # type: ignore[call-arg, arg-type]
+    table.publisher("orders", linger_ms=5)  # type: ignore[call-arg]
+    table.stats(name="orders")  # type: ignore[call-arg]

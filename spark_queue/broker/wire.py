@@ -1,7 +1,7 @@
 """How a :class:`~spark_queue.QueueTable` call travels to a queue broker and back, over
 Arrow Flight (docs/BROKER.md "Wire format").
 
-- A request is one JSON object: ``{"protocol": 2, "table": <uri>, "method": <name>,
+- A request is one JSON object: ``{"protocol": 4, "table": <uri>, "method": <name>,
   "arguments": {...}}``, the call's arguments by name. ``publish`` sends it as the
   ``do_put`` descriptor's command, with ``"upload": {"rows": <n>, "bytes": <n>}`` (what
   follows it), and its messages as Arrow record batches; every other method sends it as
