@@ -149,7 +149,7 @@ def worker(target: Target, name: str, handler_s: float, seconds: float, go):
     with table.consumer(QUEUE, name) as consumer:
         while stop is None or time.time() < stop:
             try:
-                got = consumer.receive(100, timeout=3.0 if stop is None else 0.5)
+                got = consumer.receive(100, wait_time="3s" if stop is None else "500ms")
             except Exception:  # counted: the goal is none
                 errors += 1
                 continue

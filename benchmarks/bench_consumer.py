@@ -471,7 +471,7 @@ def bench_returns(spark: SparkSession, args: argparse.Namespace, work: Path) -> 
         return time.perf_counter() - started, result
 
     lease_s, first = timed(lambda: table.lease("bench", "a", max_messages=count))
-    release_s, released = timed(lambda: table.release("a", "bench"))
+    release_s, released = timed(lambda: table.release("bench", consumer="a"))
     next_s, small = timed(lambda: table.lease("bench", "b", max_messages=100))
     table.ack("bench", small["seq"].to_pylist(), "b")
     again_s, again = timed(lambda: table.lease("bench", "c", max_messages=count))

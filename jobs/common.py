@@ -57,14 +57,9 @@ from pyspark.sql.streaming.listener import (  # noqa: E402
     QueryTerminatedEvent,
 )
 
-from spark_queue import (  # noqa: E402
-    ARGUMENTS,
-    configure_s3a,
-    flag_type,
-    local_session,
-    parse_storage_flags,
-    register,
-)
+from spark_queue import configure_s3a, local_session, register  # noqa: E402
+from spark_queue.model.arguments import ARGUMENTS, flag_type  # noqa: E402
+from spark_queue.storage.location import parse_storage_flags  # noqa: E402
 
 DELTA_CONF = {
     "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
@@ -197,7 +192,7 @@ def with_trigger(writer: DataStreamWriter, args: argparse.Namespace) -> DataStre
 
 def argument_type(name: str) -> Callable[[str], Any]:
     """argparse type of the argument ``name`` of the specification."""
-    return flag_type(ARGUMENTS[name].kind)
+    return flag_type(ARGUMENTS[name].kind, ARGUMENTS[name].flag)
 
 
 # A whole number >= 1, as maxMessagesPerTrigger is.

@@ -11,8 +11,8 @@ Steps (``--steps``, run in this order; all by default):
   them, and are never delivered.
 - ``compact``: rewrite small message and removal files (``QueueTable.compact``).
 - ``vacuum``: delete the table's files no version within ``--retention-hours`` references
-  (``QueueTable.vacuum``: never another file in its folder); ``--dry-run`` lists them
-  without deleting. Time travel to versions older than the retention stops working.
+  (``QueueTable.vacuum(dry_run=False)``: never another file in its folder); ``--dry-run``
+  lists them without deleting. Time travel to versions older than the retention stops working.
 - ``stats``: one row per queue (gauges and counters), or with ``--json`` everything this run
   did as one JSON document.
 
@@ -118,6 +118,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if "compact" in args.steps:
         report["compact"] = table.compact()
     if "vacuum" in args.steps:
+        # The job deletes unless --dry-run: explicit, as QueueTable.vacuum lists by default.
         removed = table.vacuum(retention_hours=args.retention_hours, dry_run=args.dry_run)
         report["vacuum"] = {"dry_run": args.dry_run, "files": removed}
     if "stats" in args.steps:

@@ -54,7 +54,9 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from spark_queue import ARGUMENTS, InvalidOptionError, QueueStats, QueueTable, validate_arguments
+from spark_queue import InvalidOptionError, QueueStats, QueueTable
+from spark_queue.model.arguments import ARGUMENTS
+from spark_queue.model.queue_arguments import validate_arguments
 
 SOURCES = ("generate", "delta", "files")
 FORMATS = ("json", "parquet", "csv")

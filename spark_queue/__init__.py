@@ -5,9 +5,11 @@ it with :func:`register` on a session, or build a local one with :func:`local_se
 :class:`QueueTable` is the Python API of a queue table.
 
 Every public name is here (``__all__``): the table, its clients and results, the queue
-arguments (the specification, their typed keywords and choices), policies, the columns and
-counters a queue reports, storage locations and every error. The subpackages are the
-implementation; code that uses spark-queue imports from ``spark_queue`` alone.
+arguments (their typed keywords and choices), policies, the columns and counters a queue
+reports, storage locations and their check, every error and the warning of an old spelling.
+The subpackages are the implementation; code that uses spark-queue imports from
+``spark_queue`` alone. The argument specification and the helpers of the command line and
+the jobs are theirs (:mod:`spark_queue.model.arguments`, ...), not the package's API.
 
 The subpackages are layers by role, each importing only from those before it
 (``tests/test_layout.py`` holds the map):
@@ -31,6 +33,7 @@ The subpackages are layers by role, each importing only from those before it
 - :mod:`~spark_queue.cli`: the ``spark-queue`` command.
 """
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from spark_queue.clients.consumer import Consumer
@@ -55,16 +58,14 @@ from spark_queue.errors import (
     UnsupportedFormatError,
 )
 from spark_queue.model.arguments import (
-    ARGUMENTS,
     AckMode,
-    Argument,
     ExpirationModel,
     OnReject,
     Overflow,
     ReadMode,
     Semantics,
-    flag_type,
 )
+from spark_queue.model.deprecations import SparkQueueDeprecationWarning, warn_deprecated
 from spark_queue.model.keywords import (
     ConsumerOptions,
     DurationLike,
@@ -72,13 +73,14 @@ from spark_queue.model.keywords import (
     QueueArgumentKeywords,
     SeqsLike,
 )
+from spark_queue.model.messages import DataFrameLike, Rows
 from spark_queue.model.policies import Origin, Policies, Policy, Resolution
-from spark_queue.model.queue_arguments import QueueArguments, validate_arguments
+from spark_queue.model.queue_arguments import QueueArguments
 from spark_queue.model.results import PublishOutcome, PublishResult, QueueStats
 from spark_queue.model.schema import BROWSE_ARROW_SCHEMA, BROWSE_COLUMNS
 from spark_queue.rules import COUNTERS
 from spark_queue.storage.history import GAUGES
-from spark_queue.storage.location import Location, check_exclusive_commits, parse_storage_flags
+from spark_queue.storage.location import Location, check_exclusive_commits
 from spark_queue.table import QueueTable
 
 # Spark is optional (``pip install "spark-queue[spark]"``): QueueTable runs without it, so
@@ -88,9 +90,24 @@ if TYPE_CHECKING:
     from spark_queue.spark.session import configure_s3a, local_session, register, s3a_conf
 
 _SPARK_HELPERS = ("configure_s3a", "local_session", "register", "s3a_conf")
+# Names the package exported that only its command line and jobs use: still here for one
+# release, each with a warning naming the module it comes from.
+_MOVED = {
+    "ARGUMENTS": "spark_queue.model.arguments",
+    "Argument": "spark_queue.model.arguments",
+    "flag_type": "spark_queue.model.arguments",
+    "validate_arguments": "spark_queue.model.queue_arguments",
+    "parse_storage_flags": "spark_queue.storage.location",
+}
 
 
 def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        warn_deprecated(
+            f"spark_queue.{name} is deprecated: it is not part of the API; import it from "
+            f"{_MOVED[name]}"
+        )
+        return getattr(importlib.import_module(_MOVED[name]), name)
     if name in _SPARK_HELPERS:
         try:
             from spark_queue.spark import session
@@ -104,13 +121,11 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
-    "ARGUMENTS",
     "BROWSE_ARROW_SCHEMA",
     "BROWSE_COLUMNS",
     "COUNTERS",
     "GAUGES",
     "AckMode",
-    "Argument",
     "ArgumentMismatchError",
     "BrokerAuthenticationError",
     "BrokerError",
@@ -119,6 +134,7 @@ __all__ = [
     "CommitConflictError",
     "Consumer",
     "ConsumerOptions",
+    "DataFrameLike",
     "DurationLike",
     "ExpirationModel",
     "InvalidInputError",
@@ -145,17 +161,16 @@ __all__ = [
     "ReadMode",
     "RejectedMessagesError",
     "Resolution",
+    "Rows",
     "Semantics",
     "SeqsLike",
+    "SparkQueueDeprecationWarning",
     "StorageError",
     "TableNotFoundError",
     "UnsupportedFormatError",
     "check_exclusive_commits",
     "configure_s3a",
-    "flag_type",
     "local_session",
-    "parse_storage_flags",
     "register",
     "s3a_conf",
-    "validate_arguments",
 ]

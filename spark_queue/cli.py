@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from datetime import datetime, timezone
@@ -51,6 +52,7 @@ from spark_queue.model.arguments import (
     parse_queue_name,
     shown,
 )
+from spark_queue.model.deprecations import SparkQueueDeprecationWarning, warn_deprecated
 from spark_queue.model.messages import check_message
 from spark_queue.model.policies import ENV_VAR, Policies, load_policies
 from spark_queue.model.queue_arguments import ARGUMENT_NAMES, option_name, validate_arguments
@@ -316,7 +318,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     peek = commands.add_parser("peek", help="the next messages, without side effects")
     peek.add_argument("queue")
-    peek.add_argument("--limit", type=_count, default=10, help="at most this many (10)")
+    limit = ARGUMENTS["limit"]
+    peek.add_argument(
+        "--limit", type=flag_type(limit.kind, limit.flag), default=limit.default, help=limit.doc
+    )
     purge = commands.add_parser("purge", help="remove the ready and scheduled messages")
     purge.add_argument("queue")
     _long_running(purge)
@@ -329,31 +334,32 @@ def build_parser() -> argparse.ArgumentParser:
         command.add_argument("seqs", nargs="+", type=_seq)
         command.add_argument("--consumer")
         if name == "cancel":
-            command.add_argument(
-                "--delay",
-                type=flag_type(Duration()),
-                help="ready again after this long, e.g. '30s' (default: the queue's backoff)",
-            )
+            delay = ARGUMENTS["delay"]
+            command.add_argument("--delay", type=flag_type(delay.kind, delay.flag), help=delay.doc)
     extend = commands.add_parser("extend", help="extend a consumer's leases (slow work)")
     extend.add_argument("queue")
     extend.add_argument("seqs", nargs="+", type=_seq)
     extend.add_argument("--consumer", required=True)
+    period = ARGUMENTS["period"]
     extend.add_argument(
-        "--period",
-        required=True,
-        type=flag_type(Duration(minimum_ms=1)),
-        help="e.g. '5 minutes', '30s', 60000 (ms)",
+        "--period", required=True, type=flag_type(period.kind, period.flag), help=period.doc
     )
-    release = commands.add_parser("release", help="return everything a consumer holds")
-    release.add_argument("consumer")
-    release.add_argument("--queue")
+    release = commands.add_parser(
+        "release", help="return everything a consumer holds, in one queue or in every queue"
+    )
+    release.add_argument("queue", nargs="?", help="only this queue (default: every queue)")
+    release.add_argument("--consumer", help="the consumer whose leases return (required)")
+    # The old spelling, `release CONSUMER [--queue QUEUE]`, for one release.
+    release.add_argument("--queue", dest="old_queue", help=argparse.SUPPRESS)
     _long_running(commands.add_parser("compact", help="compact small files now"))
     commands.add_parser(
         "check-storage",
         help="check that the store keeps two writers' commits apart (conditional puts)",
     )
     vacuum = commands.add_parser(
-        "vacuum", help="delete files no current version references (after a retention)"
+        "vacuum",
+        help="list, or with --no-dry-run delete, the files no current version references "
+        "(after a retention)",
     )
     vacuum.add_argument(
         "--retention-hours",
@@ -361,7 +367,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_VACUUM_HOURS,
         help=f"keep files unreferenced for less than this ({DEFAULT_VACUUM_HOURS:g})",
     )
-    vacuum.add_argument("--dry-run", action="store_true", help="list the files, delete nothing")
+    vacuum.add_argument(
+        "--dry-run",
+        action=argparse.BooleanOptionalAction,
+        help="list the files and delete nothing (the default, as delta-rs's vacuum); "
+        "--no-dry-run deletes them",
+    )
     vacuum.add_argument(
         "--force",
         action="store_true",
@@ -503,6 +514,25 @@ def _check_policies(args: argparse.Namespace) -> str:
     policy = "none" if resolution.policy is None else repr(resolution.policy)
     head = f"queue {resolution.queue!r}: policy {policy} (from {policies.source})"
     return head + "\n" + _table(rows, ["argument", "value", "from"])
+
+
+def _release_target(args: argparse.Namespace) -> tuple[str | None, str]:
+    """``release``'s queue (None: every queue) and consumer: ``release [QUEUE] --consumer
+    C``, or the old ``release CONSUMER [--queue QUEUE]`` with a deprecation line."""
+    if args.consumer is None:
+        if args.queue is None:
+            raise UsageError("release needs --consumer (see spark-queue release --help)")
+        warn_deprecated(
+            "'release CONSUMER [--queue QUEUE]' is deprecated: use 'release [QUEUE] "
+            "--consumer CONSUMER'"
+        )
+        return args.old_queue, args.queue
+    if args.old_queue is None:
+        return args.queue, args.consumer
+    if args.queue is not None:
+        raise UsageError("release takes its queue once: 'release QUEUE --consumer CONSUMER'")
+    warn_deprecated("'release --queue QUEUE' is deprecated: use 'release QUEUE --consumer ...'")
+    return args.old_queue, args.consumer
 
 
 def _json_lines(path: str | None) -> list[dict[str, Any]]:
@@ -712,7 +742,8 @@ def run_command(args: argparse.Namespace) -> str:
         extended = table.extend(args.queue, args.seqs, args.consumer, args.period)
         return f"extended {extended}"
     if command == "release":
-        return f"released {table.release(args.consumer, args.queue)}"
+        queue, consumer = _release_target(args)
+        return f"released {table.release(queue, consumer=consumer)}"
     if command == "compact":
         counts = table.compact(progress=_progress(args))
         if args.json:
@@ -721,6 +752,12 @@ def run_command(args: argparse.Namespace) -> str:
             f"compacted: {counts['dropped']} files dropped, {counts['rewritten']} rewritten "
             f"into {counts['written']}"
         )
+    if args.dry_run is None:
+        warn_deprecated(
+            "vacuum without --dry-run or --no-dry-run is a dry run, as delta-rs's vacuum: it "
+            "lists the files and deletes none; --no-dry-run deletes them"
+        )
+        args.dry_run = True
     removed = table.vacuum(
         args.retention_hours, args.dry_run, force=args.force, progress=_progress(args)
     )
@@ -739,7 +776,23 @@ def run_command(args: argparse.Namespace) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command; returns the exit code (0 done, 1 refused, 2 bad usage). Errors are
-    one line on stderr, whatever raised them."""
+    one line on stderr, whatever raised them; so is each old spelling used (a
+    :class:`SparkQueueDeprecationWarning`), as ``spark-queue: warning: ...``."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", SparkQueueDeprecationWarning)
+        show = warnings.showwarning
+
+        def one_line_each(message: Any, category: type[Warning], *where: Any, **more: Any) -> None:
+            if issubclass(category, SparkQueueDeprecationWarning):
+                print(f"spark-queue: warning: {one_line(str(message))}", file=sys.stderr)
+            else:
+                show(message, category, *where, **more)
+
+        warnings.showwarning = one_line_each
+        return _run(argv)
+
+
+def _run(argv: Sequence[str] | None) -> int:
     # gRPC (under Arrow Flight) logs through absl from INFO up unless told otherwise: a TLS
     # handshake that fails, say, as raw lines before spark-queue's own. Errors only, unless
     # the user chose; gRPC reads it when it starts, at this process's first Flight call.

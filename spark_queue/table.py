@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from spark_queue.broker.client import BrokerRouter, routed
 from spark_queue.commit.enqueue import PRODUCER_APP_PREFIX, PendingBatch
@@ -54,12 +53,20 @@ from spark_queue.model.arguments import (
     ARGUMENTS,
     OnReject,
     parse_consumer_name,
-    parse_count,
-    parse_duration_ms,
     parse_queue_name,
     parse_seqs,
 )
 from spark_queue.model.declarations import check_signature
+from spark_queue.model.deprecations import (
+    CONSUMER_RENAMES,
+    PUBLISHER_RENAMES,
+    QUEUE_RENAMES,
+    RELEASE_ORDER,
+    VACUUM_REDEFAULTED,
+    first_is_now_keyword,
+    redefaulted,
+    renamed,
+)
 from spark_queue.model.keywords import (
     ConsumerOptions,
     DurationLike,
@@ -68,7 +75,13 @@ from spark_queue.model.keywords import (
     SeqsLike,
     Unpack,
 )
-from spark_queue.model.messages import Bodies, as_input_table, normalise
+from spark_queue.model.messages import Bodies, Rows, as_input_table, normalise
+from spark_queue.model.operations import (
+    consumer_or_any,
+    deliveries_of,
+    idempotence,
+    results_only,
+)
 from spark_queue.model.policies import ENV_VAR, Policies, Resolution, load_policies
 from spark_queue.model.queue_arguments import (
     QueueArguments,
@@ -78,15 +91,13 @@ from spark_queue.model.queue_arguments import (
 )
 from spark_queue.model.results import PublishOutcome, PublishResult, QueueStats
 from spark_queue.model.schema import LEASE_VERSION_KEY
-from spark_queue.rules import (
-    Leases,
-    QueueState,
-    counters_and_gauges,
-    identity_holds,
-    leased_by_consumer,
-    member,
+from spark_queue.rules import QueueState, counters_and_gauges, identity_holds, leased_by_consumer
+from spark_queue.storage.browse import (
+    delivered_rows,
+    peek_rows,
+    purgeable_seqs,
+    settled_states,
 )
-from spark_queue.storage.browse import live_rows, plan_partitions, read_partition, settled_states
 from spark_queue.storage.commit_log import CommitOperation
 from spark_queue.storage.store import QueueStore, Snapshot, now_micros, require_queue
 
@@ -95,25 +106,6 @@ if TYPE_CHECKING:
     from spark_queue.clients.publisher import Publisher
 
 COMPACT_ATTEMPTS = 10
-
-
-def _consumer_or_any(consumer: Any) -> str | None:
-    """An operation's ``consumer``: None (any consumer's leases), or a consumer name."""
-    if consumer is None:
-        return None
-    return parse_consumer_name("consumer", consumer)
-
-
-def _deliveries(seqs: np.ndarray, deliveries: Any) -> np.ndarray | None:
-    """An operation's ``deliveries``: None, or one delivery count per seq."""
-    if deliveries is None:
-        return None
-    parsed = parse_seqs("deliveries", deliveries)
-    if len(parsed) != len(seqs):
-        raise InvalidOptionError(
-            f"deliveries must give one delivery count per seq: {len(parsed)} for {len(seqs)} seqs"
-        )
-    return parsed
 
 
 class QueueTable:
@@ -166,16 +158,46 @@ class QueueTable:
 
     # -- producing -----------------------------------------------------------------------------
 
-    def publish(
+    @routed
+    def publish_outcome(
         self,
         queue: str,
-        rows: Any,
+        rows: Rows,
         *,
         producer: str | None = None,
         sequence: int | None = None,
         on_reject: OnReject = "drop",
         **arguments: Unpack[QueueArgumentKeywords],
-    ) -> PublishResult:
+    ) -> PublishOutcome:
+        """:meth:`publish`, also saying which rows were stored (``accepted[i]`` for row
+        ``i``: False where a reject policy refused it or its ``message_id`` was a duplicate),
+        as a :class:`~spark_queue.Publisher` needs to answer each message. It declares the
+        signature both take. Args and Raises: as for :meth:`publish`."""
+        parse_queue_name("queue", queue)
+        sequence = idempotence(producer, sequence)
+        on_reject = ARGUMENTS["on_reject"].parse(on_reject)
+        given = validate_arguments(arguments)
+        table = as_input_table(rows)
+        if not table.num_rows:
+            result = PublishResult(queue, [], 0, 0, 0, duplicate=False, version=None, attempts=0)
+            return PublishOutcome(result, np.zeros(0, bool))
+        # Bodies only: shaped by the group's leader, with the round's other publishes.
+        now = now_micros()
+        bodies = Bodies.of(table, now)
+        batch = PendingBatch(queue, bodies or normalise(table, 0, now, queue))
+        request = PublishRequest(
+            queue,
+            batch,
+            given,
+            producer=producer,
+            sequence=sequence,
+            on_reject=on_reject,
+            policies=self.policies,
+        )
+        return self._call(request)
+
+    publish = results_only(
+        publish_outcome,
         """Enqueue ``rows`` to ``queue`` in one Delta commit, without Spark.
 
         Concurrent calls of this process's threads go into one commit where they can
@@ -189,7 +211,8 @@ class QueueTable:
         Args:
             queue: the queue; declared on first use with ``arguments``.
             rows: a pyarrow Table or RecordBatch, a pandas DataFrame, or a list of dicts
-                (one per message), of ``bytes`` or of ``str`` (bodies). Columns: ``body``
+                (one per message), of ``bytes`` or of ``str`` (bodies): a
+                :data:`~spark_queue.Rows`. Columns: ``body``
                 (binary or string, required), ``message_id``, ``key``, ``headers``
                 (map of strings), ``priority`` (int), ``deliver_at``, ``expires_at``
                 (timestamps; naive ones are UTC).
@@ -216,53 +239,8 @@ class QueueTable:
             ArgumentMismatchError: ``arguments`` differ from the existing queue's.
             RejectedMessagesError: ``on_reject='fail'`` and a reject policy refused messages.
             CommitConflictError: every commit attempt lost to another writer.
-        """
-        return self.publish_outcome(
-            queue, rows, producer=producer, sequence=sequence, on_reject=on_reject, **arguments
-        ).result
-
-    @routed
-    def publish_outcome(
-        self,
-        queue: str,
-        rows: Any,
-        *,
-        producer: str | None = None,
-        sequence: int | None = None,
-        on_reject: OnReject = "drop",
-        **arguments: Unpack[QueueArgumentKeywords],
-    ) -> PublishOutcome:
-        """:meth:`publish`, also saying which rows were stored (``accepted[i]`` for row
-        ``i``: False where a reject policy refused it or its ``message_id`` was a duplicate),
-        as a :class:`~spark_queue.Publisher` needs to answer each message. Args and
-        Raises: as for :meth:`publish`."""
-        parse_queue_name("queue", queue)
-        if (producer is None) != (sequence is None):
-            raise InvalidOptionError("producer and sequence go together: give both or neither")
-        if producer is not None and (not isinstance(producer, str) or not producer):
-            raise InvalidOptionError(f"producer must be a non-empty string; got {producer!r}")
-        if sequence is not None:
-            sequence = parse_count("sequence", sequence)
-        on_reject = ARGUMENTS["on_reject"].parse(on_reject)
-        given = validate_arguments(arguments)
-        table = as_input_table(rows)
-        if not table.num_rows:
-            result = PublishResult(queue, [], 0, 0, 0, duplicate=False, version=None, attempts=0)
-            return PublishOutcome(result, np.zeros(0, bool))
-        # Bodies only: shaped by the group's leader, with the round's other publishes.
-        now = now_micros()
-        bodies = Bodies.of(table, now)
-        batch = PendingBatch(queue, bodies or normalise(table, 0, now, queue))
-        request = PublishRequest(
-            queue,
-            batch,
-            given,
-            producer=producer,
-            sequence=sequence,
-            on_reject=on_reject,
-            policies=self.policies,
-        )
-        return self._call(request)
+        """,
+    )
 
     def last_sequence(self, producer: str) -> int | None:
         """The last ``sequence`` committed by ``producer`` with :meth:`publish`, where a
@@ -285,20 +263,21 @@ class QueueTable:
 
     # -- declaring and changing queues -----------------------------------------------------
 
+    @renamed("declare", QUEUE_RENAMES)
     def declare(
         self,
-        name: str,
+        queue: str,
         arguments: QueueArguments | None = None,
         **keywords: Unpack[QueueArgumentKeywords],
     ) -> QueueArguments:
-        """Create ``name`` with these arguments, or check them against an existing queue.
+        """Create ``queue`` with these arguments, or check them against an existing queue.
 
         With policies, defaults fill what was not given and caps lower limits; an existing
         queue is resolved again and committed if that changes its arguments (drop-head then
         trims at once, as after :meth:`alter`).
 
         Args:
-            name: the queue's name (1 to 255 of ``A-Z a-z 0-9 _ . -``).
+            queue: the queue's name (1 to 255 of ``A-Z a-z 0-9 _ . -``).
             arguments: a :class:`QueueArguments`, which gives every argument, its defaults
                 included (so no policy default fills one; caps still apply); a table's
                 :meth:`arguments` of another queue, say.
@@ -311,30 +290,31 @@ class QueueTable:
             The queue's effective arguments.
 
         Raises:
-            InvalidOptionError: an invalid name, an unknown argument or an invalid value,
-                or a keyword that ``arguments`` gives differently.
+            InvalidOptionError: an invalid queue name, an unknown argument or an invalid
+                value, or a keyword that ``arguments`` gives differently.
             ArgumentMismatchError: an argument differs from the queue's explicit one;
                 nothing is written (use :meth:`alter`).
             PolicyError: a policy makes the arguments invalid.
             CommitConflictError: every commit attempt lost to another writer.
         """
-        parse_queue_name("name", name)
+        parse_queue_name("queue", queue)
         given = given_arguments(arguments, keywords)
 
         def work(transaction: QueueTransaction) -> QueueArguments:
-            existed = name in transaction.states
-            transaction.declare(name, given)
-            if name in transaction.touched:
+            existed = queue in transaction.states
+            transaction.declare(queue, given)
+            if queue in transaction.touched:
                 if existed:
-                    transaction.settle(name)
-                transaction.commit(operation=CommitOperation.DECLARE.on(name))
-            return transaction.states[name].arguments
+                    transaction.settle(queue)
+                transaction.commit(operation=CommitOperation.DECLARE.on(queue))
+            return transaction.states[queue].arguments
 
         return run(self.store, work, policies=self.policies)
 
+    @renamed("alter", QUEUE_RENAMES)
     def alter(
         self,
-        name: str,
+        queue: str,
         arguments: QueueArguments | None = None,
         **keywords: Unpack[QueueArgumentKeywords],
     ) -> QueueArguments:
@@ -345,7 +325,7 @@ class QueueTable:
         reject policies remove nothing and start rejecting.
 
         Args:
-            name: an existing queue.
+            queue: an existing queue.
             arguments: a :class:`QueueArguments`, all of whose arguments become the queue's
                 explicit ones.
             **keywords: queue arguments, as for :meth:`declare`; they become the queue's
@@ -355,48 +335,49 @@ class QueueTable:
             The queue's effective arguments.
 
         Raises:
-            QueueNotFoundError: no queue ``name``.
-            InvalidOptionError: an invalid name, an unknown argument or an invalid value,
-                a keyword that ``arguments`` gives differently, or arguments the queue
+            QueueNotFoundError: no queue ``queue``.
+            InvalidOptionError: an invalid queue name, an unknown argument or an invalid
+                value, a keyword that ``arguments`` gives differently, or arguments the queue
                 cannot have together once merged with its own (a byte limit on a ring).
             PolicyError: a policy makes the arguments invalid.
             CommitConflictError: every commit attempt lost to another writer.
         """
-        parse_queue_name("name", name)
+        parse_queue_name("queue", queue)
         given = given_arguments(arguments, keywords)
 
         def work(transaction: QueueTransaction) -> QueueArguments:
-            self._require(transaction.snapshot, name)
-            transaction.declare(name, given, alter=True)
-            transaction.settle(name)
-            transaction.commit(operation=CommitOperation.ALTER.on(name))
-            return transaction.states[name].arguments
+            self._require(transaction.snapshot, queue)
+            transaction.declare(queue, given, alter=True)
+            transaction.settle(queue)
+            transaction.commit(operation=CommitOperation.ALTER.on(queue))
+            return transaction.states[queue].arguments
 
         return run(self.store, work, create=False, policies=self.policies)
 
-    def purge(self, name: str, progress: Progress = no_progress) -> int:
-        """Remove every ready and scheduled message of ``name`` (outcome ``purged``);
+    @renamed("purge", QUEUE_RENAMES)
+    def purge(self, queue: str, progress: Progress = no_progress) -> int:
+        """Remove every ready and scheduled message of ``queue`` (outcome ``purged``);
         leased messages stay with their consumers.
 
         Args:
-            name: an existing queue.
+            queue: an existing queue.
             progress: gets a line per file read.
 
         Returns:
             How many messages were removed.
 
         Raises:
-            QueueNotFoundError: no queue ``name``.
+            QueueNotFoundError: no queue ``queue``.
             CommitConflictError: every commit attempt lost to another writer.
         """
 
         def work(transaction: QueueTransaction) -> int:
             snapshot = transaction.snapshot
-            self._require(snapshot, name)
-            seqs = self._purgeable(snapshot, name, transaction.now, progress)
-            count = transaction.purge(name, seqs)
-            progress(f"purging queue {name}: committing {count} removals")
-            transaction.commit(operation=CommitOperation.PURGE.on(name))
+            self._require(snapshot, queue)
+            seqs = purgeable_seqs(self.store, snapshot, queue, transaction.now, progress)
+            count = transaction.purge(queue, seqs)
+            progress(f"purging queue {queue}: committing {count} removals")
+            transaction.commit(operation=CommitOperation.PURGE.on(queue))
             return count
 
         return run(self.store, work, create=False, policies=self.policies)
@@ -426,29 +407,31 @@ class QueueTable:
                 continue
         raise QueueError(f"compaction of {self.path} lost {COMPACT_ATTEMPTS} races in a row")
 
+    @redefaulted("dry_run", 2, VACUUM_REDEFAULTED)
     def vacuum(
         self,
         retention_hours: float = DEFAULT_VACUUM_HOURS,
-        dry_run: bool = False,
+        dry_run: bool = True,
         *,
         force: bool = False,
         progress: Progress = no_progress,
     ) -> list[str]:
-        """Delete the table's files (never another in its folder) that no current version
-        references, unreferenced for ``retention_hours``. Safe while producers and consumers
-        run; time travel to versions older than the retention stops working for the files
-        removed (``docs/MAINTENANCE.md``).
+        """The table's files (never another in its folder) that no current version
+        references and that have been unreferenced for ``retention_hours``, deleted with
+        ``dry_run=False``: a dry run unless told otherwise, as delta-rs's ``vacuum``. Safe
+        while producers and consumers run; time travel to versions older than the retention
+        stops working for the files removed (``docs/MAINTENANCE.md``).
 
         Args:
             retention_hours: how long a file must have been unreferenced.
-            dry_run: list the files only, deleting nothing.
+            dry_run: list the files only, deleting nothing; False deletes them.
             force: allow a retention below the table's ``delta.deletedFileRetentionDuration``
                 (1 hour on tables spark-queue creates); never below one hour, because running
                 producers and consumers read files of the version they planned on.
             progress: gets a line per step.
 
         Returns:
-            The files deleted (or, with ``dry_run``, that would be), relative and sorted.
+            The files deleted (with ``dry_run``, that would be), relative and sorted.
 
         Raises:
             InvalidOptionError: a retention below the floors above.
@@ -486,8 +469,8 @@ class QueueTable:
         max_messages: int | None = 100,
         max_bytes: int | None = None,
         lease_period: DurationLike | None = None,
-        max_deliveries: int = 0,
-        max_cancels: int = 0,
+        max_deliveries: int | None = None,
+        max_cancels: int | None = None,
         filter: str | None = None,
         strict_groups: bool = False,
     ) -> pa.Table:
@@ -504,8 +487,9 @@ class QueueTable:
             max_bytes: at most this many body bytes; at least one message is always taken.
             lease_period: ``30 seconds``, ``5m`` or milliseconds; None: leases never run out.
             max_deliveries: a message leased this many times is killed instead of returned
-                (0: no limit).
-            max_cancels: a message cancelled this many times is killed (0: no limit).
+                (None: the queue's limit only; a consumer's limit only lowers it).
+            max_cancels: a message cancelled this many times is killed (None: the queue's
+                limit only).
             filter: a SQL predicate over the message columns: only matching messages are
                 leased, the rest stay for others.
             strict_groups: in a queue with message groups, a group with a message leased
@@ -540,7 +524,7 @@ class QueueTable:
             raise InvalidOptionError(f"strict_groups must be True or False; got {strict_groups!r}")
 
         outcome: LeaseOutcome = self._call(LeaseRequest(queue, limits, filter, strict_groups))
-        rows = self._delivered(queue, outcome.leased, outcome.view)
+        rows = delivered_rows(self.store, outcome.view, queue, outcome.leased)
         # Where a consumer's long polling starts (a lease that found nothing commits nothing).
         return rows.replace_schema_metadata({LEASE_VERSION_KEY: str(outcome.view.version)})
 
@@ -577,8 +561,8 @@ class QueueTable:
             CommitConflictError: every commit attempt lost to another writer.
         """
         wanted = parse_seqs("seqs", seqs)
-        counts = _deliveries(wanted, deliveries)
-        consumer = _consumer_or_any(consumer)
+        counts = deliveries_of(wanted, deliveries)
+        consumer = consumer_or_any(consumer)
         planner = ack_planner(consumer)
         return self._call(
             ChangeRequest(CommitOperation.ACK, queue, planner, wanted, consumer, counts)
@@ -615,10 +599,11 @@ class QueueTable:
                 seqs, or ``consumer`` not a consumer name.
             CommitConflictError: every commit attempt lost to another writer.
         """
-        delay_us = None if delay is None else parse_duration_ms("delay", delay) * 1000
+        delay_ms = ARGUMENTS["delay"].parse(delay)
+        delay_us = None if delay_ms is None else delay_ms * 1000
         wanted = parse_seqs("seqs", seqs)
-        counts = _deliveries(wanted, deliveries)
-        consumer = _consumer_or_any(consumer)
+        counts = deliveries_of(wanted, deliveries)
+        consumer = consumer_or_any(consumer)
         planner = cancel_planner(consumer, delay_us)
         return self._call(
             ChangeRequest(CommitOperation.CANCEL, queue, planner, wanted, consumer, counts)
@@ -632,7 +617,7 @@ class QueueTable:
         Args, Returns and Raises: as for :meth:`ack`.
         """
         wanted = parse_seqs("seqs", seqs)
-        consumer = _consumer_or_any(consumer)
+        consumer = consumer_or_any(consumer)
         planner = expire_planner(consumer)
         return self._call(ChangeRequest(CommitOperation.EXPIRE, queue, planner, wanted, consumer))
 
@@ -668,23 +653,27 @@ class QueueTable:
                 of seqs, or ``consumer`` not a consumer name.
             CommitConflictError: every commit attempt lost to another writer.
         """
-        period_ms = parse_duration_ms("period", period, minimum_ms=1)
+        period_ms = ARGUMENTS["period"].parse(period)
         limits = parse_consumer_limits({"consumer": consumer}, surface="keyword")
         wanted = parse_seqs("seqs", seqs)
-        counts = _deliveries(wanted, deliveries)
+        counts = deliveries_of(wanted, deliveries)
         return self._call(ExtendRequest(queue, wanted, limits.consumer, period_ms * 1000, counts))
 
+    @first_is_now_keyword("consumer", RELEASE_ORDER)
     @routed
     def release(
-        self, consumer: str, queue: str | None = None, *, seqs: SeqsLike | None = None
+        self, queue: str | None = None, *, consumer: str, seqs: SeqsLike | None = None
     ) -> int:
         """Return everything ``consumer`` holds, as a closed Artemis consumer does: ready
         at once (a release hands work over; it is not a failure, so no backoff applies and
         no cancel is counted).
 
+        ``consumer`` is a keyword: ``release("orders", consumer="worker")``, or
+        ``release(consumer="worker")`` for every queue.
+
         Args:
-            consumer: the consumer's name.
             queue: only this queue (None: every queue, in one commit).
+            consumer: the consumer's name.
             seqs: only these of its leases (a client closing hands back what it prefetched
                 while other clients of the same name keep theirs); None: all.
 
@@ -704,17 +693,18 @@ class QueueTable:
 
     # -- clients for services ----------------------------------------------------------------
 
-    def consumer(self, queue: str, name: str, **options: Unpack[ConsumerOptions]) -> Consumer:
-        """A :class:`~spark_queue.Consumer` of ``queue`` named ``name``: messages one
+    @renamed("consumer", CONSUMER_RENAMES)
+    def consumer(self, queue: str, consumer: str, **options: Unpack[ConsumerOptions]) -> Consumer:
+        """A :class:`~spark_queue.Consumer` of ``queue`` named ``consumer``: messages one
         at a time or in batches, with prefetch, batched acknowledgements, lease extension
         and long polling. Close it (or use it as a context manager) to release what it
         prefetched.
 
         Args:
             queue: an existing queue.
-            name: the consumer name its leases carry (workers may share one).
+            consumer: the consumer name its leases carry (workers may share one).
             **options: ``max_prefetch``, ``lease_period``, ``ack_batch``,
-                ``ack_interval_ms``, ``max_poll_interval_ms``, ``idle_lease_interval_ms``,
+                ``ack_interval``, ``idle_check_interval``, ``idle_lease_interval``,
                 ``max_deliveries``, ``max_cancels``, ``filter`` (see the class;
                 docs/CLIENTS.md).
 
@@ -728,17 +718,18 @@ class QueueTable:
             raise InvalidOptionError(
                 f"unknown consumer option {unknown[0]!r}; valid: {', '.join(CONSUMER_OPTIONS)}"
             )
-        return Consumer(self, queue, name, **options)
+        return Consumer(self, queue, consumer, **options)
 
+    @renamed("publisher", PUBLISHER_RENAMES)
     def publisher(self, queue: str, **options: Unpack[PublisherOptions]) -> Publisher:
         """A :class:`~spark_queue.Publisher` to ``queue``: single messages of many
-        threads, published in batches of up to ``max_batch`` after at most ``linger_ms``;
+        threads, published in batches of up to ``max_batch`` after at most ``linger``;
         ``send`` returns a future per message.
 
         Args:
             queue: the queue (declared on first use, as by :meth:`publish`).
-            **options: ``linger_ms`` (a duration a batch waits for more messages after its
-                first: milliseconds, or a number with a unit; 5 ms), ``max_batch``
+            **options: ``linger`` (a duration a batch waits for more messages after its
+                first; 5 ms), ``max_batch``
                 (messages per batch at most; 1000), ``on_reject`` and queue arguments, as
                 for :meth:`publish`.
 
@@ -756,25 +747,6 @@ class QueueTable:
         request.policies = self.policies
         return group_of(self.store.location).submit(request).result()
 
-    def _delivered(self, queue: str, leased: Leases, snapshot: Snapshot) -> pa.Table:
-        """The leased messages' rows, in delivery order, with their delivery count, read
-        from ``snapshot``, the table as the lease's commit saw it."""
-        from spark_queue.model.schema import BROWSE_ARROW_SCHEMA
-
-        schema = BROWSE_ARROW_SCHEMA
-        if not len(leased):
-            return schema.empty_table()
-        seqs = leased.seq
-        rows = self.store.read_messages(snapshot, queue, seqs)
-        # Delivery order is the lease order: put the rows in it.
-        rows = rows.take(pc.index_in(pa.array(seqs), rows["seq"]))
-        count = rows.num_rows
-        rows = rows.drop_columns(["delivery_count", "consumer"])
-        rows = rows.append_column("delivery_count", pa.array(leased.deliveries).cast(pa.int32()))
-        rows = rows.append_column("consumer", pa.array(leased.consumer, pa.string()))
-        rows = rows.append_column("state", pa.array(["leased"] * count, pa.string()))
-        return rows.select(schema.names).cast(schema)
-
     # -- looking -----------------------------------------------------------------------------
 
     def queues(self) -> list[str]:
@@ -786,34 +758,36 @@ class QueueTable:
         snapshot = self.store.snapshot()
         return sorted(snapshot.states) if snapshot is not None else []
 
-    def arguments(self, name: str) -> QueueArguments:
+    @renamed("arguments", QUEUE_RENAMES)
+    def arguments(self, queue: str) -> QueueArguments:
         """The queue's effective arguments, as stored (see :meth:`resolve` for their origin).
 
         Args:
-            name: the queue.
+            queue: the queue.
 
         Returns:
             Its :class:`QueueArguments`.
 
         Raises:
-            QueueNotFoundError: no queue ``name``.
+            QueueNotFoundError: no queue ``queue``.
         """
-        return self._require(self._snapshot(), name).arguments
+        return self._require(self._snapshot(), queue).arguments
 
+    @renamed("resolve", QUEUE_RENAMES)
     def resolve(
         self,
-        name: str,
+        queue: str,
         arguments: QueueArguments | None = None,
         **keywords: Unpack[QueueArgumentKeywords],
     ) -> Resolution:
-        """The arguments ``name`` would have if declared now, with each one's origin.
+        """The arguments ``queue`` would have if declared now, with each one's origin.
 
         Needs policies. For an existing queue its explicit arguments are used, with the
         given ones merged in (as ``alter`` would); for a new queue, only the given ones. Reads
         the table only if it exists; writes nothing.
 
         Args:
-            name: the queue.
+            queue: the queue.
             arguments: a :class:`QueueArguments`, as :meth:`declare` takes it.
             **keywords: queue arguments, snake_case, as :meth:`declare` takes them.
 
@@ -825,24 +799,25 @@ class QueueTable:
             PolicyError: no policies were given, or they make the arguments invalid.
             InvalidOptionError: an argument is unknown or has an invalid value.
         """
-        parse_queue_name("name", name)
+        parse_queue_name("queue", queue)
         given = given_arguments(arguments, keywords)
         if self.policies is None:
             raise PolicyError(
-                f"no policies to resolve {name!r} with: pass policies= or set ${ENV_VAR}"
+                f"no policies to resolve {queue!r} with: pass policies= or set ${ENV_VAR}"
             )
         snapshot = self.store.snapshot()
-        state = snapshot.states.get(name) if snapshot is not None else None
+        state = snapshot.states.get(queue) if snapshot is not None else None
         explicit = dict(state.explicit) if state is not None else {}
-        return self.policies.resolve(name, {**explicit, **given})
+        return self.policies.resolve(queue, {**explicit, **given})
 
+    @renamed("stats", QUEUE_RENAMES)
     @routed
-    def stats(self, name: str) -> QueueStats:
+    def stats(self, queue: str) -> QueueStats:
         """Gauges and counters of SEMANTICS §4, as of now (due scheduled messages
         counted as the next commit would).
 
         Args:
-            name: the queue.
+            queue: the queue.
 
         Returns:
             A :class:`~spark_queue.QueueStats`: ``ready``, ``ready_bytes``, ``leased``,
@@ -855,51 +830,37 @@ class QueueTable:
             ``dead_lettered`` counts copies sent to the dead-letter queue (``added`` there).
 
         Raises:
-            QueueNotFoundError: no queue ``name``.
+            QueueNotFoundError: no queue ``queue``.
         """
         snapshot = self._snapshot()
-        self._require(snapshot, name)
-        state = settled_states(self.store, snapshot, now_micros(), [name])[name]
+        self._require(snapshot, queue)
+        state = settled_states(self.store, snapshot, now_micros(), [queue])[queue]
         stats: dict[str, Any] = counters_and_gauges(state)
         if not identity_holds(stats):
-            raise QueueError(f"queue {name!r}: counters break the stats identity: {stats}")
+            raise QueueError(f"queue {queue!r}: counters break the stats identity: {stats}")
         stats["leased_by_consumer"] = leased_by_consumer(state)
         stats["groups_by_consumer"] = state.leases.groups_by_consumer()
         return cast(QueueStats, stats)  # every counter and gauge, by name
 
-    def peek(self, name: str, limit: int = 10) -> pa.Table:
-        """Up to ``limit`` live messages of ``name`` in delivery order; commits nothing.
+    @renamed("peek", QUEUE_RENAMES)
+    def peek(self, queue: str, limit: int = 10) -> pa.Table:
+        """Up to ``limit`` live messages of ``queue`` in delivery order; commits nothing.
 
         Args:
-            name: the queue.
+            queue: the queue.
             limit: how many messages at most.
 
         Returns:
             The messages, as the browse read returns them.
 
         Raises:
-            QueueNotFoundError: no queue ``name``.
+            QueueNotFoundError: no queue ``queue``.
             InvalidOptionError: ``limit`` is not a whole number >= 0.
         """
-        limit = parse_count("limit", limit)
+        limit = ARGUMENTS["limit"].parse(limit)
         snapshot = self._snapshot()
-        self._require(snapshot, name)
-        now = now_micros()
-        states = settled_states(self.store, snapshot, now, [name])
-        found: list[pa.Table] = []
-        remaining = limit
-        for partition in plan_partitions(self.store, snapshot, states, name, now):
-            if remaining <= 0:
-                break
-            rows = read_partition(partition)
-            ready = rows.filter(pc.equal(rows["state"], "ready"))
-            found.append(ready.slice(0, remaining))
-            remaining -= min(remaining, ready.num_rows)
-        if not found:
-            from spark_queue.model.schema import BROWSE_ARROW_SCHEMA
-
-            return BROWSE_ARROW_SCHEMA.empty_table()
-        return pa.concat_tables(found)
+        self._require(snapshot, queue)
+        return peek_rows(self.store, snapshot, queue, limit)
 
     def history(self, queue: str | None = None, versions: Iterable[int] | None = None) -> pa.Table:
         """Gauges and counters of queues after each commit, from the Delta log.
@@ -929,24 +890,8 @@ class QueueTable:
             raise TableNotFoundError(self.path)
         return snapshot
 
-    def _require(self, snapshot: Snapshot, name: str) -> QueueState:
-        return require_queue(snapshot.states, name, self.path)
-
-    def _purgeable(
-        self, snapshot: Snapshot, name: str, now: int, progress: Progress = no_progress
-    ) -> np.ndarray:
-        """Seqs of the ready and scheduled messages of ``name`` (not leased), read a file
-        at a time and only the ``seq`` column."""
-        states = settled_states(self.store, snapshot, now, [name])
-        leased = states[name].leases.seq
-        partitions = plan_partitions(self.store, snapshot, states, name, now)
-        parts = []
-        for done, partition in enumerate(partitions, 1):
-            parts.append(live_rows(partition, ["seq"])["seq"].to_numpy())
-            progress(f"purging queue {name}: {done}/{len(partitions)} file runs read")
-        seqs = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-        purgeable: np.ndarray = seqs[~member(seqs, leased)]
-        return purgeable
+    def _require(self, snapshot: Snapshot, queue: str) -> QueueState:
+        return require_queue(snapshot.states, queue, self.path)
 
 
 check_signature(QueueTable.lease, "lease", own=("strict_groups",))

@@ -114,8 +114,8 @@ def test_clients_check_their_options_when_made(table, call, named):
 @pytest.mark.parametrize(
     "call, own",
     [
-        (lambda t: t.consumer("q", "a", linger=5), "max_prefetch, lease_period"),
-        (lambda t: t.publisher("q", linger=5), "linger_ms, max_batch, on_reject"),
+        (lambda t: t.consumer("q", "a", batch_size=5), "max_prefetch, lease_period"),
+        (lambda t: t.publisher("q", batch_size=5), "linger, max_batch, on_reject"),
     ],
     ids=["consumer", "publisher"],
 )
@@ -123,5 +123,5 @@ def test_an_unknown_client_option_lists_the_clients_own_options(table, call, own
     with pytest.raises(InvalidOptionError) as refused:
         call(table)
     message = str(refused.value)
-    assert message.startswith("unknown ") and "option 'linger'; valid: " in message
+    assert message.startswith("unknown ") and "option 'batch_size'; valid: " in message
     assert own in message and "expiration_model" not in message

@@ -179,8 +179,22 @@ def surfaces(argument: Argument) -> list[tuple[str, str, object]]:
         found.append(("publisher", name, lambda t, v: t.publisher("q", **{name: v}).close()))
     if "publish" in argument.scopes:
         found.append(("publish", name, lambda t, v: t.publish("q", [{"body": b"y"}], **{name: v})))
+    if "call" in argument.scopes:
+        found += [(surface, name, call) for surface, call in CALLS.get(name, [])]
     return found
 
+
+# The calls that take a "call" argument (a queue name is checked where it is looked up).
+CALLS = {
+    "consumer": [
+        ("ack", lambda t, v: t.ack("q", [0], v)),
+        ("extend", lambda t, v: t.extend("q", [0], v, "1m")),
+        ("release", lambda t, v: t.release("q", consumer=v)),
+    ],
+    "delay": [("cancel", lambda t, v: t.cancel("q", [0], delay=v))],
+    "period": [("extend", lambda t, v: t.extend("q", [0], "c", v))],
+    "limit": [("peek", lambda t, v: t.peek("q", v))],
+}
 
 CASES = [
     pytest.param(argument, surface, spelling, call, value, id=f"{surface}-{spelling}-{value!r}")
@@ -376,8 +390,8 @@ def test_a_client_option_is_refused_when_made_or_taken_as_parsed(table, argument
     before = version(table)
     make = table.consumer if "consumer" in argument.scopes else table.publisher
     client_args = ("q", "c") if make == table.consumer else ("q",)
-    # ack_interval_ms must be below half the lease period: a long one leaves it all valid.
-    period = {"lease_period": "1000 days"} if name == "ack_interval_ms" else {}
+    # ack_interval must be below half the lease period: a long one leaves it all valid.
+    period = {"lease_period": "1000 days"} if name == "ack_interval" else {}
     made = outcome(lambda: make(*client_args, **period, **{name: value}))
     if expected[0] == "refused":
         assert made[0] == "refused" and name in made[1], (value, made)
@@ -388,7 +402,7 @@ def test_a_client_option_is_refused_when_made_or_taken_as_parsed(table, argument
     client.close()
     parsed = expected[1]
     if name in TAKEN and parsed is not None:
-        seconds = name.endswith("_ms")
+        seconds = isinstance(argument.kind, Duration)
         assert TAKEN[name](client) == (parsed / 1000 if seconds else parsed), value
 
 
@@ -397,10 +411,10 @@ def test_a_client_option_is_refused_when_made_or_taken_as_parsed(table, argument
 TAKEN = {
     "max_prefetch": lambda client: client._prefetch.max_prefetch,
     "ack_batch": lambda client: client._acks.batch_size,
-    "ack_interval_ms": lambda client: client._acks.interval_seconds,
-    "max_poll_interval_ms": lambda client: client._long_poll.max_interval_seconds,
-    "idle_lease_interval_ms": lambda client: client._long_poll.idle_lease_interval_seconds,
-    "linger_ms": lambda client: client.linger_s,
+    "ack_interval": lambda client: client._acks.interval_seconds,
+    "idle_check_interval": lambda client: client._long_poll.max_interval_seconds,
+    "idle_lease_interval": lambda client: client._long_poll.idle_lease_interval_seconds,
+    "linger": lambda client: client.linger_s,
     "max_batch": lambda client: client.max_batch,
     "on_reject": lambda client: client.on_reject,
 }

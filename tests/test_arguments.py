@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import datetime as dt
+import warnings
 
 import numpy as np
 import pytest
 
 from spark_queue.errors import InvalidOptionError
 from spark_queue.model import arguments as spec
+from spark_queue.model.deprecations import SparkQueueDeprecationWarning
 
 
 def refused(parse, label, value) -> str:
@@ -78,16 +80,32 @@ def test_a_priority_fits_an_int32(value):
 
 
 def test_limits():
-    assert spec.LIMIT.parse("maxLength", None) is None
-    assert spec.LIMIT.parse("maxLength", -1) is None
-    assert spec.LIMIT.parse("maxLength", "-1") is None
-    assert spec.LIMIT.parse("maxLength", 0) == 0
-    assert spec.LIMIT.parse("maxLength", "10") == 10
-    for bad in (-2, 2**70, 1.5, 10.0, True, "ten"):
-        assert "-1 for no limit" in refused(spec.LIMIT.parse, "maxLength", bad)
-    assert spec.DELIVERY_LIMIT.parse("maxDeliveries", 0) is None
-    assert spec.DELIVERY_LIMIT.parse("maxDeliveries", 3) == 3
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", SparkQueueDeprecationWarning)
+        assert spec.LIMIT.parse("maxLength", None) is None
+        assert spec.LIMIT.parse("maxLength", "none") is None
+        assert spec.LIMIT.parse("maxLength", " None ") is None
+        assert spec.LIMIT.parse("maxLength", 0) == 0
+        assert spec.LIMIT.parse("maxLength", "10") == 10
+        assert spec.DELIVERY_LIMIT.parse("maxDeliveries", None) is None
+        assert spec.DELIVERY_LIMIT.parse("maxDeliveries", "NONE") is None
+        assert spec.DELIVERY_LIMIT.parse("maxDeliveries", 3) == 3
+    for bad in (-2, 2**70, 1.5, 10.0, True, "ten", "nothing"):
+        message = refused(spec.LIMIT.parse, "maxLength", bad)
+        assert "or None (as text: none) for no limit" in message
     refused(spec.DELIVERY_LIMIT.parse, "maxDeliveries", 2.0)
+
+
+@pytest.mark.parametrize(
+    ("kind", "old"),
+    [(spec.LIMIT, -1), (spec.LIMIT, "-1"), (spec.DELIVERY_LIMIT, 0), (spec.DELIVERY_LIMIT, -1)],
+)
+def test_the_old_spellings_of_no_limit_still_mean_none_and_warn(kind, old):
+    with pytest.warns(SparkQueueDeprecationWarning) as warned:
+        assert kind.parse("maxLength", old) is None
+    assert [str(w.message) for w in warned] == [
+        f"maxLength={old!r} for none is deprecated: use None (as text: none)"
+    ]
 
 
 @pytest.mark.parametrize(

@@ -151,7 +151,7 @@ def test_a_release_hands_work_over_at_once(tmp_path):
     table.declare("jobs", redelivery_delay="1 hour")
     table.publish("jobs", ["a", "b"])
     table.lease("jobs", "closing")
-    assert table.release("closing", "jobs") == 2
+    assert table.release("jobs", consumer="closing") == 2
     assert table.lease("jobs", "next").column("body").to_pylist() == [b"a", b"b"]
 
 

@@ -146,7 +146,7 @@ def test_leases_acks_cancels_releases_and_extensions(table, q):
     assert table.ack(name, seqs[:1], "fast") == 1
     assert table.ack(name, seqs[:1], "fast") == 0  # acked before
     assert table.cancel(name, seqs[1:2], "fast") == 1
-    assert table.release("fast", name) == 1
+    assert table.release(name, consumer="fast") == 1
     again = table.lease(name, "slow", max_messages=2)
     assert again["delivery_count"].to_pylist() == [2, 2]  # returned, counted
     assert table.cancel(name, again["seq"].to_pylist()[:1], "slow", delay="1 hour") == 1
@@ -191,7 +191,7 @@ def test_message_groups_and_exclusive_queues(table, q):
     table.publish(exclusive, [f"m{i}" for i in range(4)])
     assert lease_bodies(table, exclusive, "first", 2) == ["m0", "m1"]
     assert lease_bodies(table, exclusive, "second") == []
-    assert table.release("first", exclusive) == 2
+    assert table.release(exclusive, consumer="first") == 2
     assert lease_bodies(table, exclusive, "second") == ["m0", "m1", "m2", "m3"]
 
 
@@ -249,7 +249,7 @@ BAD_CALLS = {  # a call on a table that has the queue "<q>.orders" (max_length 5
     "bad-delay": lambda t, q: t.cancel(f"{q}.orders", [0], delay="soon"),
     "bad-filter": lambda t, q: t.lease(f"{q}.orders", "c", filter="no_such_column = 1"),
     "bad-seqs": lambda t, q: t.ack(f"{q}.orders", ["first"]),
-    "release-unknown": lambda t, q: t.release("c", f"{q}.nope"),
+    "release-unknown": lambda t, q: t.release(f"{q}.nope", consumer="c"),
 }
 
 
@@ -286,7 +286,7 @@ def test_the_publisher_and_consumer_clients(table, q, shared):
     batched acks."""
     table.declare(f"{q}.small", max_length=3, overflow="reject-publish")
     served = shared[1].status()["served"]
-    with table.publisher(f"{q}.small", linger_ms="1h", max_batch=5) as publisher:
+    with table.publisher(f"{q}.small", linger="1h", max_batch=5) as publisher:
         futures = [publisher.send(f"s{i}") for i in range(5)]
     through_broker = table.router.mode != "off"
     assert shared[1].status()["served"] == served + through_broker  # its one batch
@@ -294,7 +294,7 @@ def test_the_publisher_and_consumer_clients(table, q, shared):
     assert seqs[3:] == [None, None] and seqs[:3] == sorted(seqs[:3])
     assert table.peek(f"{q}.small", 10)["seq"].to_pylist() == seqs[:3]
     table.declare(f"{q}.ids", duplicate_window="2 minutes")
-    with table.publisher(f"{q}.ids", linger_ms="1h", max_batch=3) as publisher:
+    with table.publisher(f"{q}.ids", linger="1h", max_batch=3) as publisher:
         sent = [("a", "1"), ("b", "1"), ("c", "2")]
         futures = [publisher.send(body, message_id=id) for body, id in sent]
     seqs = [f.result(timeout=0) for f in futures]
@@ -303,7 +303,7 @@ def test_the_publisher_and_consumer_clients(table, q, shared):
     received: list[str] = []
     with table.consumer(f"{q}.small", "w", max_prefetch=2) as consumer:
         while len(received) < 3:
-            for message in consumer.receive(max_messages=3, timeout=30):
+            for message in consumer.receive(max_messages=3, wait_time="30s"):
                 received.append(bytes(message.body).decode())
                 consumer.ack(message)
     assert received == ["s0", "s1", "s2"]

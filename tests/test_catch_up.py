@@ -87,14 +87,14 @@ def test_a_table_and_its_clients_left_behind_by_log_cleanup_see_the_present(queu
     short_log(queue_path)
     assert table.publish("q", ["here 0"]).seqs == [0]
     known = table.store.open().version()
-    consumer = table.consumer("q", "w", idle_lease_interval_ms="1h", max_poll_interval_ms=50)
+    consumer = table.consumer("q", "w", idle_lease_interval="1h", idle_check_interval=50)
     publisher = table.publisher("q")
     try:
-        (first,) = consumer.receive(1, timeout=30)
+        (first,) = consumer.receive(1, wait_time="30s")
         assert first.body == b"here 0"
         first.ack()
         consumer.flush()
-        assert consumer.receive(1, timeout=0) == []  # idle: it watches the log from here
+        assert consumer.receive(1, wait_time="0s") == []  # idle: it watches the log from here
         known = max(known, table.store.open().version())
 
         latest = publish_elsewhere(queue_path, "q", 30)
@@ -109,9 +109,9 @@ def test_a_table_and_its_clients_left_behind_by_log_cleanup_see_the_present(queu
         assert table.stats("q")["added"] == added  # the present, not the version it knew
 
         # The consumer's long poll (its lease interval an hour) wakes for them.
-        received = consumer.receive(added - 1, timeout=60)
+        received = consumer.receive(added - 1, wait_time="60s")
         while len(received) < added - 1:
-            more = consumer.receive(added - 1 - len(received), timeout=60)
+            more = consumer.receive(added - 1 - len(received), wait_time="60s")
             assert more, f"the consumer stopped at {len(received)} of {added - 1}"
             received += more
         assert [m.body for m in received[:2]] == [b"elsewhere 0", b"elsewhere 1"]

@@ -67,13 +67,13 @@ def test_cli_commands_on_a_real_queue(spark, queue_path):
     assert extended.stdout.strip() == "extended 2"
     assert cli(queue_path, "cancel", "orders", str(held[0])).stdout.strip() == "cancelled 1"
     assert cli(queue_path, "ack", "orders", str(held[1])).stdout.strip() == "acked 1"
-    assert cli(queue_path, "release", "c").stdout.strip() == "released 0"
+    assert cli(queue_path, "release", "--consumer", "c").stdout.strip() == "released 0"
     assert cli(queue_path, "alter", "orders", "--max-length", "1").returncode == 0
     assert cli(queue_path, "purge", "orders").stdout.strip() == "purged 2"
     compacted = json.loads(cli(queue_path, "compact", "--json").stdout)
     assert set(compacted) == {"dropped", "rewritten", "written"}
     assert cli(queue_path, "compact").stdout.startswith("compacted: ")
-    vacuumed = json.loads(cli(queue_path, "vacuum", "--json").stdout)
+    vacuumed = json.loads(cli(queue_path, "vacuum", "--no-dry-run", "--json").stdout)
     assert vacuumed == {"retention_hours": 168.0, "dry_run": False, "count": 0, "files": []}
     assert cli(queue_path, "vacuum", "--dry-run").stdout.strip() == "would remove 0 files"
 
@@ -96,7 +96,9 @@ def test_cli_long_operations_report_progress_on_stderr(spark, queue_path):
     ]
     assert steps[-1].startswith("spark-queue: committing: ")
     assert shown.stdout.strip() == "compacted: 0 files dropped, 3 rewritten into 1"
-    vacuum = cli(queue_path, "vacuum", "--retention-hours", "1", "--force", "--progress")
+    vacuum = cli(
+        queue_path, "vacuum", "--retention-hours", "1", "--force", "--no-dry-run", "--progress"
+    )
     assert vacuum.returncode == 0 and vacuum.stdout.strip() == "removed 0 files"
     assert vacuum.stderr.splitlines()[-1].endswith(": 0 files removed")
     purge = cli(queue_path, "purge", "jobs", "--progress", "--json")
@@ -136,17 +138,17 @@ def test_every_command_refuses_bad_arguments(queue_path, tmp_path):
         (("ack", "nope", "1"), missing),
         (("cancel", "nope", "1"), missing),
         (("extend", "nope", "1", "--consumer", "c", "--period", "1m"), missing),
-        (("release", "c", "--queue", "nope"), missing),
-        (("vacuum", "--retention-hours", "0", "--force"), "below 1 hour"),
-        (("vacuum", "--retention-hours", "12"), "below the safe floor of 24 hours"),
+        (("release", "nope", "--consumer", "c"), missing),
+        (("vacuum", "--retention-hours", "0", "--force", "--no-dry-run"), "below 1 hour"),
+        (("vacuum", "--retention-hours", "12", "--no-dry-run"), "below the safe floor of 24"),
     ):
         assert refused(cli(queue_path, *args), text), (args, cli(queue_path, *args).stderr)
     # A queue argument's flag is refused by the table's rules, its value never quoted.
     quoted = cli(queue_path, "declare", "other", "--max-length", "SECRET1", "--ring-size", "4")
     assert refused(quoted, "--max-length must be") and "SECRET" not in quoted.stderr
     nowhere = str(tmp_path / "nowhere")
-    for command in ("compact", "vacuum"):
-        assert refused(cli(nowhere, command), f"no queue table at {nowhere}")
+    for command in (["compact"], ["vacuum", "--dry-run"]):
+        assert refused(cli(nowhere, *command), f"no queue table at {nowhere}")
     # Bad usage: exit 2, argparse names the argument.
     for args, text in (
         (("peek", "orders", "--limit", "-1"), "argument --limit: must be a whole number >= 0"),
@@ -154,7 +156,7 @@ def test_every_command_refuses_bad_arguments(queue_path, tmp_path):
         (("ack", "orders"), "the following arguments are required: seqs"),
         (("ack", "orders", "first"), "argument seqs: must be a seq: a whole number from 0"),
         (("cancel", "orders", "1.5"), "argument seqs: must be a seq"),
-        (("release",), "the following arguments are required: consumer"),
+        (("release",), "release needs --consumer"),
         (("declare",), "the following arguments are required: queue"),
         (("stats", "orders", "--format", "csv"), "argument --format: must be one of table, json"),
         (("purge",), "required: queue"),
@@ -363,7 +365,7 @@ def test_the_docs_name_exactly_the_commands_that_read_the_policies_file(tmp_path
         "ack": ["orders", "0"],
         "cancel": ["orders", "0"],
         "extend": ["orders", "0", "--consumer", "c", "--period", "1s"],
-        "release": ["c"],
+        "release": ["--consumer", "c"],
         "compact": [],
         "check-storage": [],
         "vacuum": ["--dry-run"],

@@ -21,6 +21,7 @@ from spark_queue.rules import identity_holds
 from tests.object_store import new_bucket, server_options, start_s3_server
 
 PATIENCE = 60.0  # seconds a condition may take on a loaded machine before a test fails
+PATIENCE_WAIT = "60s"  # the same, as a receive's wait_time
 
 
 @pytest.fixture
@@ -40,7 +41,7 @@ def wait_until(condition: Callable[[], bool], what: str) -> None:
 def receive_all(consumer, count: int) -> list:
     taken: list = []
     while len(taken) < count:
-        got = consumer.receive(count - len(taken), timeout=PATIENCE)
+        got = consumer.receive(count - len(taken), wait_time=PATIENCE_WAIT)
         assert got, f"received {len(taken)} of {count}"
         taken += got
     return taken
@@ -84,7 +85,7 @@ def test_prefetch_never_exceeds_its_bound_and_a_slow_handler_holds_few(table):
     table.publish("q", [f"m{i}" for i in range(50)])
     with table.consumer("q", "bounded", max_prefetch=5) as consumer:
         taken = receive_all(consumer, 5)
-        assert consumer.receive(1, timeout=0.2) == []  # five in hand: no more leases
+        assert consumer.receive(1, wait_time="200ms") == []  # five in hand: no more leases
         assert table.stats("q")["leased"] == 5 and consumer.held() == 5
         taken[0].ack()
         assert len(receive_all(consumer, 1)) == 1
@@ -93,7 +94,7 @@ def test_prefetch_never_exceeds_its_bound_and_a_slow_handler_holds_few(table):
     # this loaded machine take longer than the handler's half second).
     with table.consumer("q", "slow") as consumer:
         for _ in range(6):
-            (message,) = consumer.receive(1, timeout=PATIENCE)
+            (message,) = consumer.receive(1, wait_time=PATIENCE_WAIT)
             time.sleep(0.5)  # the handler's work
             assert consumer.held() <= 3
             assert table.stats("q")["leased_by_consumer"].get("slow", 0) <= 3
@@ -103,7 +104,7 @@ def test_prefetch_never_exceeds_its_bound_and_a_slow_handler_holds_few(table):
 
 def test_acknowledgements_are_batched_and_flushed_by_count_time_and_close(table):
     table.publish("q", [f"m{i}" for i in range(5)])
-    slow = {"ack_interval_ms": "1h", "idle_lease_interval_ms": "1h", "lease_period": "3h"}
+    slow = {"ack_interval": "1h", "idle_lease_interval": "1h", "lease_period": "3h"}
     with table.consumer("q", "c", ack_batch=1000, **slow) as consumer:
         taken = receive_all(consumer, 5)
         wait_until(lambda: consumer.idle, "the consumer found the queue drained")
@@ -117,7 +118,7 @@ def test_acknowledgements_are_batched_and_flushed_by_count_time_and_close(table)
         for message in receive_all(consumer, 3):
             message.ack()
         wait_until(lambda: table.stats("q")["acked"] >= 8, "three acks were flushed")
-    with table.consumer("q", "c", ack_batch=1000, ack_interval_ms=50) as consumer:
+    with table.consumer("q", "c", ack_batch=1000, ack_interval=50) as consumer:
         for message in receive_all(consumer, 2):
             message.ack()
         wait_until(lambda: table.stats("q")["acked"] == 10, "acks were flushed by time")
@@ -128,7 +129,7 @@ def test_acknowledgements_are_batched_and_flushed_by_count_time_and_close(table)
 def test_leases_in_hand_are_extended_while_the_handler_works(table):
     table.publish("q", ["slow work"])
     with table.consumer("q", "c", lease_period="2 seconds") as consumer:
-        (message,) = consumer.receive(1, timeout=PATIENCE)
+        (message,) = consumer.receive(1, wait_time=PATIENCE_WAIT)
         time.sleep(5)  # the handler's work: two and a half lease periods
         assert table.lease("q", "other").num_rows == 0  # never redelivered meanwhile
         message.ack()
@@ -144,7 +145,7 @@ def test_nack_with_delay_and_without(table):
         second.nack(delay="1 hour")
         assert table.stats("q")["scheduled"] == 1
         first.nack(delay=0)
-        (redelivered,) = consumer.receive(1, timeout=PATIENCE)
+        (redelivered,) = consumer.receive(1, wait_time=PATIENCE_WAIT)
         assert (redelivered.body, redelivered.delivery_count) == (b"again", 2)
         redelivered.ack()
     stats = table.stats("q")
@@ -155,23 +156,26 @@ def test_nack_with_delay_and_without(table):
 def test_an_idle_consumer_polls_cheaply_and_wakes_on_a_publish(table):
     """Publishes from this process (the commit wakes it) and from another process (a new
     log entry does); while idle, with two threads waiting in ``receive``, it checks the log
-    at most every max_poll_interval_ms."""
-    with table.consumer("q", "c", max_poll_interval_ms=50) as consumer:
+    at most every idle_check_interval."""
+    with table.consumer("q", "c", idle_check_interval=50) as consumer:
         wait_until(lambda: consumer.idle, "the consumer found the queue empty")
         polls, leases, start = consumer.polls, consumer.leases, time.monotonic()
         # Idle on purpose, count what waiting costs: two receivers that find nothing must
         # not wake each other (nor the log checks) over and over.
-        receivers = [threading.Thread(target=consumer.receive, args=(1, 1.0)) for _ in "ab"]
+        receivers = [
+            threading.Thread(target=consumer.receive, args=(1,), kwargs={"wait_time": "1s"})
+            for _ in "ab"
+        ]
         for receiver in receivers:
             receiver.start()
         for receiver in receivers:
             receiver.join()
         elapsed = time.monotonic() - start
         assert consumer.polls - polls <= elapsed / 0.05 + 2
-        assert consumer.leases - leases <= elapsed / 1.0 + 1  # idle_lease_interval_ms: 1 s
+        assert consumer.leases - leases <= elapsed / 1.0 + 1  # idle_lease_interval: 1 s
         published = time.monotonic()
         table.publish("q", ["here"])
-        (message,) = consumer.receive(1, timeout=PATIENCE)
+        (message,) = consumer.receive(1, wait_time=PATIENCE_WAIT)
         in_process = time.monotonic() - published
         message.ack()
         wait_until(lambda: consumer.idle, "the consumer found the queue empty again")
@@ -180,7 +184,7 @@ def test_an_idle_consumer_polls_cheaply_and_wakes_on_a_publish(table):
         )
         subprocess.run([sys.executable, "-c", script], check=True, timeout=PATIENCE)
         published = time.monotonic()
-        (message,) = consumer.receive(1, timeout=PATIENCE)
+        (message,) = consumer.receive(1, wait_time=PATIENCE_WAIT)
         across = time.monotonic() - published
         message.ack()
     print(f"\nwake after a publish: {in_process * 1000:.0f} ms here, {across * 1000:.0f} ms across")
@@ -193,13 +197,13 @@ def test_an_idle_consumer_wakes_for_its_own_queue_only(table):
     """Commits of this process to another queue of the table do not wake an idle consumer
     into a lease; a publish to its queue does."""
     table.declare("other")
-    with table.consumer("q", "c", idle_lease_interval_ms="1h") as consumer:
+    with table.consumer("q", "c", idle_lease_interval="1h") as consumer:
         wait_until(lambda: consumer.idle, "the consumer found the queue empty")
         leases = consumer.leases
         for n in range(5):
             table.publish("other", [f"x{n}"])
         table.publish("q", ["mine"])
-        (message,) = consumer.receive(1, timeout=PATIENCE)
+        (message,) = consumer.receive(1, wait_time=PATIENCE_WAIT)
         assert message.body == b"mine"
         # The lease that got it, and perhaps the one that follows a delivery: none for
         # the other queue's commits (no idle lease is due in an hour).
@@ -217,7 +221,7 @@ def test_close_releases_what_was_prefetched_and_not_handled(table):
     assert (stats["acked"], stats["leased"], stats["ready"]) == (1, 0, 9)
     assert stats["killed"] == 0  # a release counts no cancel
     with pytest.raises(ClientClosedError):
-        consumer.receive(1, timeout=0)
+        consumer.receive(1, wait_time="0s")
     with pytest.raises(ClientClosedError):
         second.ack()
     with table.consumer("q", "d") as other:
@@ -225,7 +229,7 @@ def test_close_releases_what_was_prefetched_and_not_handled(table):
 
 
 def test_publisher_batches_by_size_and_linger_and_flushes_on_close(table):
-    publisher = table.publisher("q", linger_ms="1h", max_batch=10)
+    publisher = table.publisher("q", linger="1h", max_batch=10)
     futures = [publisher.send(f"m{i}") for i in range(25)]
     seqs = [f.result(timeout=PATIENCE) for f in futures[:20]]  # two full batches went
     assert not any(f.done() for f in futures[20:])  # the rest lingers
@@ -246,7 +250,7 @@ def test_publisher_batches_by_size_and_linger_and_flushes_on_close(table):
 
 
 def test_a_cancelled_publisher_future_is_not_published_and_the_rest_are(table):
-    publisher = table.publisher("q", linger_ms="1h", max_batch=10)
+    publisher = table.publisher("q", linger="1h", max_batch=10)
     first, second, third = (publisher.send(body) for body in ("a", "b", "c"))
     assert second.cancel()
     publisher.close()  # flushes: the batch goes without "b"
@@ -258,7 +262,7 @@ def test_a_cancelled_publisher_future_is_not_published_and_the_rest_are(table):
 
 def test_publisher_futures_of_many_threads_and_refused_messages(table):
     table.declare("small", max_length=3, overflow="reject-publish")
-    with table.publisher("small", linger_ms="1h", max_batch=5) as publisher:
+    with table.publisher("small", linger="1h", max_batch=5) as publisher:
         futures = [publisher.send(f"s{i}") for i in range(5)]
         results = [f.result(timeout=PATIENCE) for f in futures]
     assert [r is None for r in results] == [False, False, False, True, True]
@@ -266,7 +270,7 @@ def test_publisher_futures_of_many_threads_and_refused_messages(table):
 
     threads, per_thread = 8, 40
     sent: dict[int, list] = {}
-    with table.publisher("q", linger_ms=2, max_batch=64) as publisher:
+    with table.publisher("q", linger=2, max_batch=64) as publisher:
 
         def send(n: int) -> None:
             sent[n] = [publisher.send(f"t{n}-{i}") for i in range(per_thread)]
@@ -302,7 +306,7 @@ def test_threads_and_a_consumer_on_the_s3_server(s3_table, s3_options):
         for worker in workers:
             worker.start()
         while len(handled) < threads * calls:
-            for message in consumer.receive(100, timeout=PATIENCE):
+            for message in consumer.receive(100, wait_time=PATIENCE_WAIT):
                 handled.append(message.body.decode())
                 message.ack()
         for worker in workers:
@@ -362,7 +366,7 @@ def test_a_consumer_waits_out_a_store_that_stops_answering():
         table.publish("q", ["a", "b", "c", "d"])
         # Leases that outlast the outage: the messages in hand stay this consumer's.
         with table.consumer(
-            "q", "c", max_prefetch=2, idle_lease_interval_ms=200, lease_period="1 hour"
+            "q", "c", max_prefetch=2, idle_lease_interval=200, lease_period="1 hour"
         ) as consumer:
             first = receive_all(consumer, 2)
             server.send_signal(signal.SIGSTOP)
@@ -395,14 +399,14 @@ def test_a_message_whose_lease_ran_out_in_hand_is_not_delivered_twice():
         table = QueueTable(path, storage_options=options)
         table.publish("q", ["a"])
         with table.consumer(
-            "q", "c", max_prefetch=2, idle_lease_interval_ms=200, lease_period="2 seconds"
+            "q", "c", max_prefetch=2, idle_lease_interval=200, lease_period="2 seconds"
         ) as consumer:
             (message,) = receive_all(consumer, 1)
             server.send_signal(signal.SIGSTOP)
             wait_for_retries(consumer, 1)  # the outage outlasts the 2 s lease
             server.send_signal(signal.SIGCONT)
             wait_until(lambda: delivery_counts(path, options) == [2], "the message leased again")
-            assert consumer.receive(1, timeout=1.0) == []
+            assert consumer.receive(1, wait_time="1s") == []
             consumer.ack(message)
         stats = table.stats("q")
         assert (stats["acked"], stats["ready"], stats["leased"]) == (1, 0, 0)

@@ -35,7 +35,7 @@ def test_every_operation_is_recorded_as_it_reads(tmp_path):
     table.ack("q", seqs[:1], consumer="w")
     table.cancel("q", seqs[1:2], consumer="w")
     table.expire("q", seqs[2:3], consumer="w")
-    table.release("w", queue="q")
+    table.release("q", consumer="w")
     table.alter("q", max_length=10)
     table.purge("q")
     table.compact()

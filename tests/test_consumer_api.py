@@ -28,7 +28,7 @@ def test_artemis_consumer_close_example(spark, queue_path):
         assert texts(table.lease("foo", "c", max_messages=1)) == [body]
     stats = table.stats("foo")
     assert (stats["leased"], stats["ready"], stats["added"]) == (4, 0, 4)
-    assert table.release("c") == 4
+    assert table.release(consumer="c") == 4
     assert bodies(spark, queue_path, "foo") == ["B", "C", "D"]
     assert table.stats("foo")["replaced"] == 1
     assert_identity(queue_path)
@@ -158,7 +158,7 @@ def test_filter_leases_matching_messages_and_leaves_the_rest(spark, queue_path):
         ],
     )
     assert acked == 2
-    assert table.release("any") == 2
+    assert table.release(consumer="any") == 2
     assert bodies(spark, queue_path, "q") == ["u1", "u2"]
     with pytest.raises(Exception, match="filter"):
         table.lease("q", "bad", filter="no_such_column = 1")
@@ -210,7 +210,7 @@ def test_returned_messages_are_index_rows_not_state_json(spark, queue_path):
     table = QueueTable(queue_path)
     leased = table.lease("q", "c", max_messages=50)
     assert table.cancel("q", leased["seq"].to_pylist()[:30]) == 30
-    assert table.release("c") == 20
+    assert table.release(consumer="c") == 20
     delta = spark.read.format("delta").load(queue_path)
     per_record = {r["record"]: r["count"] for r in delta.groupBy("record").count().collect()}
     assert (per_record["extra"], per_record["redelivered"]) == (50, 50)

@@ -142,7 +142,7 @@ def test_the_acknowledgement_interval_defaults_to_a_second_or_a_quarter_lease_pe
     assert acknowledgement_interval_ms(None, 30_000) == DEFAULT_ACK_INTERVAL_MS == 1000
     assert acknowledgement_interval_ms(None, 2_000) == 500
     assert acknowledgement_interval_ms(4_999, 10_000) == 4_999
-    with pytest.raises(InvalidOptionError, match=r"ack_interval_ms \(5000 ms\) must be below"):
+    with pytest.raises(InvalidOptionError, match=r"ack_interval \(5000 ms\) must be below"):
         acknowledgement_interval_ms(5_000, 10_000)
 
 

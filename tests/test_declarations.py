@@ -30,7 +30,7 @@ OnReject = Literal["drop", "fail"]
 
 @dataclass
 class Publisher:
-    linger_ms: int = 5
+    linger: int = 5
     max_batch: int = 1000
     on_reject: OnReject = "drop"
 
@@ -45,7 +45,7 @@ def drifted(name: str, *fields: tuple[str, object, object], base: bool = True) -
 
 
 MissingField = drifted(
-    "MissingField", ("linger_ms", int, 5), ("on_reject", OnReject, "drop"), base=False
+    "MissingField", ("linger", int, 5), ("on_reject", OnReject, "drop"), base=False
 )
 ExtraField = drifted("ExtraField", ("max_batches", int, 1))
 OtherDefault = drifted("OtherDefault", ("max_batch", int, 100))
@@ -93,25 +93,25 @@ def test_held_fields_are_a_consumers_limits_with_their_sentinels():
 
 
 class Keywords(TypedDict, total=False):
-    linger_ms: int | str | dt.timedelta
+    linger: int | str | dt.timedelta
     max_batch: int
     on_reject: Literal["drop", "fail"]
 
 
 class DurationAsInt(TypedDict, total=False):
-    linger_ms: int
+    linger: int
     max_batch: int
     on_reject: Literal["drop", "fail"]
 
 
 class KeyMissing(TypedDict, total=False):
-    linger_ms: int | str | dt.timedelta
+    linger: int | str | dt.timedelta
     on_reject: Literal["drop", "fail"]
 
 
 def test_a_keyword_type_is_checked_as_keywords_are_typed():
     check_keywords(Keywords, "publisher")
-    with pytest.raises(DeclarationError, match=r"^DurationAsInt.linger_ms is typed int; "):
+    with pytest.raises(DeclarationError, match=r"^DurationAsInt.linger is typed int; "):
         check_keywords(DurationAsInt, "publisher")
     with pytest.raises(DeclarationError, match=r"arguments \['max_batch'\] have no key"):
         check_keywords(KeyMissing, "publisher")
@@ -121,7 +121,7 @@ def test_a_signature_is_checked_for_its_keywords_and_their_defaults():
     def publisher(
         queue: str,
         *,
-        linger_ms: int = 5,
+        linger: int = 5,
         max_batch: int = 1000,
         on_reject: Literal["drop", "fail"] = "drop",
     ) -> None: ...
@@ -129,19 +129,19 @@ def test_a_signature_is_checked_for_its_keywords_and_their_defaults():
     def lingers_longer(
         queue: str,
         *,
-        linger_ms: int | str | dt.timedelta = 50,
+        linger: int | str | dt.timedelta = 50,
         max_batch: int = 1000,
         on_reject: Literal["drop", "fail"] = "drop",
     ) -> None: ...
 
-    def stub(queue: str, *, linger_ms: int = ..., max_batch: int = ..., on_reject: str = ...):
+    def stub(queue: str, *, linger: int = ..., max_batch: int = ..., on_reject: str = ...):
         """A stub's ``...`` defaults are not checked, nor, untyped, its types."""
 
     check_signature(publisher, "publisher", typed=False)
     check_signature(stub, "publisher", typed=False)
-    with pytest.raises(DeclarationError, match=r"publisher\(linger_ms=\) is typed int; "):
+    with pytest.raises(DeclarationError, match=r"publisher\(linger=\) is typed int; "):
         check_signature(publisher, "publisher")
-    with pytest.raises(DeclarationError, match=r"lingers_longer\(linger_ms=\) defaults to 50; "):
+    with pytest.raises(DeclarationError, match=r"lingers_longer\(linger=\) defaults to 50; "):
         check_signature(lingers_longer, "publisher")
     with pytest.raises(DeclarationError, match=r"keywords \['queue'\] are no arguments"):
         check_signature(lambda queue="q", **rest: None, "publisher", typed=False)

@@ -26,7 +26,7 @@ def test_artemis_exclusive_queue_one_consumer_until_it_releases(tmp_path):
     table.ack("jobs", [0, 1], consumer="first")
     assert _bodies(table, "second") == []  # acks do not end the hold
     assert _bodies(table, "first", 1) == ["m2"]
-    assert table.release("first", "jobs") == 1
+    assert table.release("jobs", consumer="first") == 1
     assert _bodies(table, "second") == ["m2", "m3", "m4", "m5"]  # m2 back at its place
     assert _bodies(table, "first") == []  # now the second holds it
     stats = table.stats("jobs")
@@ -74,5 +74,5 @@ def test_streaming_consumers_take_turns_on_an_exclusive_queue(spark, tmp_path):
     assert consume_as("first") == sorted(f"m{i}" for i in range(30))
     table.publish("jobs", ["late"])
     assert consume_as("second") == []
-    table.release("first", "jobs")
+    table.release("jobs", consumer="first")
     assert consume_as("second") == ["late"]

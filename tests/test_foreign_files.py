@@ -279,13 +279,13 @@ def test_vacuum_deletes_the_tables_files_and_never_a_users(queue_path):
 
     assert table.vacuum(1, dry_run=True) == tables
     assert all((root / name).exists() for name in tables)
-    assert table.vacuum(1) == tables
+    assert table.vacuum(1, dry_run=False) == tables
     assert not any((root / name).exists() for name in tables)
     assert (root / staged_now).exists()  # younger than the retention: maybe a producer's
     assert {k: v for k, v in tree(root).items() if k in before} == before
     # Once more: the removals' tombstones are listed again (delta-rs lists a tombstone
     # until a checkpoint drops it, its file gone or not), still nothing else.
-    assert not any((root / name).exists() for name in table.vacuum(1))
+    assert not any((root / name).exists() for name in table.vacuum(1, dry_run=False))
     assert {k: v for k, v in tree(root).items() if k in before} == before
     assert table.stats("q")["ready"] == 2
 
@@ -299,7 +299,7 @@ def test_a_forced_vacuum_below_the_floor_deletes_removed_files_only(queue_path):
     removed = new_file(MESSAGE)
     committed_then_removed(queue_path, removed, hours_ago=2)
     stale = orphan(root, hours_old=30 * 24)
-    assert table.vacuum(1, force=True) == [removed]
+    assert table.vacuum(1, dry_run=False, force=True) == [removed]
     assert (root / stale).exists()  # no commit mentions it: below the floor, kept
     assert {k: v for k, v in tree(root).items() if k in before} == before
 
@@ -313,7 +313,8 @@ def test_the_cli_and_the_maintain_job_vacuum_none_of_a_users_files(queue_path):
                  "--retention-hours", "1", "--dry-run", "--json")  # fmt: skip
     assert job.returncode == 0, job.stderr
     assert f'"files": ["{stale}"]' in job.stdout
-    cli = python("-m", "spark_queue.cli", "--path", queue_path, "vacuum", "--retention-hours", "1")
+    cli = python("-m", "spark_queue.cli", "--path", queue_path, "vacuum", "--retention-hours", "1",
+                 "--no-dry-run")  # fmt: skip
     assert cli.returncode == 0, cli.stderr
     assert cli.stdout.splitlines() == [stale, "removed 1 files"]
     assert not (root / stale).exists()
@@ -336,7 +337,7 @@ def test_vacuum_on_s3_deletes_the_tables_removed_files_and_no_other_object(
     before = s3_objects(s3_table, s3_options)
     assert table.vacuum(1, dry_run=True) == sorted(removed)
     s3_requests.mark()
-    assert table.vacuum(1) == sorted(removed)
+    assert table.vacuum(1, dry_run=False) == sorted(removed)
     bucket, key = s3_table.split("://", 1)[1].split("/", 1)
     deletes = [t for m, t in s3_requests.since_mark(bucket) if m in ("POST", "DELETE")]
     assert deletes == [f"/{bucket}?delete"] * (len(removed) if users_objects else 1)

@@ -90,7 +90,7 @@ def test_a_group_is_free_again_when_its_leases_end(tmp_path, ending):
         table.cancel("q", seqs, "c1")
         expected = ["a1", "a2"]
     elif ending == "release":
-        table.release("c1", "q")
+        table.release("q", consumer="c1")
         expected = ["a1", "a2"]
     else:
         assert table.extend("q", seqs, "c1", 1) == 1

@@ -284,12 +284,12 @@ def test_vacuum_refuses_retentions_below_its_floors_and_deletes_nothing(queue_pa
     )
     for hours, force, message in refusals:
         with pytest.raises(InvalidOptionError, match="retention_hours") as error:
-            table.vacuum(hours, force=force)
+            table.vacuum(hours, dry_run=False, force=force)
         assert message in str(error.value)
     # A table that keeps removed files for a day has that floor.
     keep_removed_files_for_a_day(queue_path)
     with pytest.raises(InvalidOptionError, match="retention_hours") as error:
-        table.vacuum(23.5)
+        table.vacuum(23.5, dry_run=False)
     assert "below the safe floor of 24 hours" in str(error.value)
     assert data_files(queue_path) == before
 
@@ -307,9 +307,9 @@ def test_vacuum_deletes_what_no_version_needs_after_the_retention(queue_path):
     assert orphan.exists()
     # Below the floor (forced) only removed files go: never what no commit mentions, which
     # may be a running producer's staged file.
-    assert table.vacuum(1, force=True) == []  # the tombstones are younger than an hour
+    assert table.vacuum(1, False, force=True) == []  # the tombstones are younger than an hour
     assert orphan.exists()
-    assert table.vacuum() == [str(orphan.relative_to(root))]
+    assert table.vacuum(dry_run=False) == [str(orphan.relative_to(root))]
     assert not orphan.exists() and staged.exists()
     assert table.stats("q")["ready"] == 0
 
@@ -488,7 +488,8 @@ def test_maintenance_never_breaks_a_running_producer_or_consumer(spark, queue_pa
         spark,
         queue_path,
         tmp_path,
-        lambda table: table.vacuum(MIN_RETENTION_HOURS, force=True),  # the worst allowed
+        # the worst allowed
+        lambda table: table.vacuum(MIN_RETENTION_HOURS, dry_run=False, force=True),
         rounds=12,
     )
     assert len(delivered) == len(set(delivered))  # nothing twice

@@ -34,7 +34,7 @@ def test_ack_and_release_count_only_what_the_call_ended(table):
     assert table.stats("q")["leased"] == 6  # the slow lease went back in that commit
     table.lease("q", "slow", max_messages=5, lease_period=1)
     time.sleep(0.01)
-    assert table.release("fast") == 6
+    assert table.release(consumer="fast") == 6
     assert table.cancel("q", mine[:4], "fast") == 0  # acked before: nothing to end
     stats = table.stats("q")
     assert (stats["leased"], stats["acked"]) == (0, 4)

@@ -61,7 +61,7 @@ def test_queue_table_on_s3_publish_lease_ack_stats_compact_vacuum(
     table.checkpoint()
     # Object stores set a file's time on upload: every file here is younger than the floor,
     # so the listing runs and deletes nothing (tests/test_maintenance.py ages files on disk).
-    assert table.vacuum(retention_hours=1, force=True) == []
+    assert table.vacuum(retention_hours=1, dry_run=False, force=True) == []
     assert table.stats("orders") == before
     assert [bytes(b).decode() for b in table.peek("orders").column("body").to_pylist()] == [
         "r1",

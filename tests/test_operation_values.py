@@ -56,7 +56,7 @@ SEQ_OPERATIONS = {
     "cancel": lambda t, seqs: t.cancel("q", seqs),
     "expire": lambda t, seqs: t.expire("q", seqs),
     "extend": lambda t, seqs: t.extend("q", seqs, "c", "1 minute"),
-    "release": lambda t, seqs: t.release("c", "q", seqs=seqs),
+    "release": lambda t, seqs: t.release("q", consumer="c", seqs=seqs),
 }
 
 
@@ -95,9 +95,9 @@ CHANGES_THAT_END_NOTHING = {
     "ack of another consumer's": lambda t: t.ack("q", [0], "other"),
     "cancel of a seq never leased": lambda t: t.cancel("q", [7]),
     "expire of a seq never leased": lambda t: t.expire("q", [7], "c"),
-    "release of an unknown consumer": lambda t: t.release("nobody", "q"),
-    "release of an unknown consumer, every queue": lambda t: t.release("nobody"),
-    "release of seqs not held": lambda t: t.release("c", "q", seqs=[7]),
+    "release of an unknown consumer": lambda t: t.release("q", consumer="nobody"),
+    "release of an unknown consumer, every queue": lambda t: t.release(consumer="nobody"),
+    "release of seqs not held": lambda t: t.release("q", consumer="c", seqs=[7]),
     "ack of no seqs": lambda t: t.ack("q", []),
 }
 
@@ -199,8 +199,8 @@ def test_a_consumer_refuses_what_is_neither_a_message_nor_a_seq(tmp_path, settle
     table = QueueTable(str(tmp_path), broker="off")
     table.publish("q", ["a", "b"])
     with table.consumer("q", "w") as consumer:
-        held = consumer.receive(2, timeout=60)
-        held += consumer.receive(1, timeout=60)  # the first lease may prefetch one only
+        held = consumer.receive(2, wait_time="60s")
+        held += consumer.receive(1, wait_time="60s")  # the first lease may prefetch one only
         assert [m.seq for m in held] == [0, 1]
         with pytest.raises(InvalidOptionError) as error:
             getattr(consumer, settle)(value)
@@ -217,27 +217,27 @@ def test_a_consumer_refuses_what_is_neither_a_message_nor_a_seq(tmp_path, settle
     [
         ("max_messages", "x"),
         ("max_messages", -1),
-        ("max_messages", 0),
         ("max_messages", 1.5),
         ("max_messages", True),
-        ("timeout", -1),
-        ("timeout", "soon"),
-        ("timeout", float("nan")),
-        ("timeout", float("inf")),
+        ("wait_time", -1),
+        ("wait_time", "soon"),
+        ("wait_time", 1.5),
+        ("wait_time", float("nan")),
+        ("wait_time", float("inf")),
     ],
     ids=repr,
 )
-def test_receive_refuses_bad_counts_and_timeouts(tmp_path, keyword, value):
+def test_receive_refuses_bad_counts_and_waits(tmp_path, keyword, value):
     table = QueueTable(str(tmp_path), broker="off")
     table.publish("q", ["a"])
     with table.consumer("q", "w") as consumer:
         with pytest.raises(InvalidOptionError) as error:
-            consumer.receive(**{"timeout": 60, keyword: value})
+            consumer.receive(**{"wait_time": "60s", keyword: value})
         assert one_line(error, keyword)
-        assert [m.body for m in consumer.receive(1, timeout=60)] == [b"a"]
+        assert [m.body for m in consumer.receive(1, wait_time="60s")] == [b"a"]
 
 
-@pytest.mark.parametrize("option", ["prefetch", "ack_interval", "max_messages"])
+@pytest.mark.parametrize("option", ["prefetch", "ack_every", "max_messages"])
 def test_a_consumer_refuses_an_unknown_option_by_name(tmp_path, option):
     """An unknown keyword was Python's bare TypeError ("unexpected keyword argument")."""
     table = QueueTable(str(tmp_path), broker="off")
@@ -245,7 +245,7 @@ def test_a_consumer_refuses_an_unknown_option_by_name(tmp_path, option):
     before = version(table)
     with pytest.raises(InvalidOptionError) as error:
         table.consumer("q", "w", **{option: 1})
-    assert one_line(error, repr(option), "max_prefetch", "ack_interval_ms")
+    assert one_line(error, repr(option), "max_prefetch", "ack_interval")
     assert version(table) == before
 
 

@@ -52,7 +52,7 @@ def test_amps_max_cancels_in_the_queue_definition(tmp_path):
 
 @pytest.mark.parametrize(
     ("queue_limit", "consumer_limit", "cancels"),
-    [(3, 1, 1), (1, 5, 1), (2, 0, 2), (None, 2, 2)],
+    [(3, 1, 1), (1, 5, 1), (2, None, 2), (None, 2, 2)],
     ids=["consumer-lower-wins", "consumer-higher-capped", "queue-only", "consumer-only"],
 )
 def test_the_lower_of_the_queue_and_the_consumer_limit_applies(

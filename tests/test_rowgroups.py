@@ -85,7 +85,7 @@ def test_reads_through_the_caches_match_a_fresh_process(tmp_path):
         table.cancel("q", rows["seq"].to_pylist()[1::2], "c")
     cached_stats = table.stats("q")
     through_caches = table.lease("q", "d", max_messages=1000)
-    table.release("d", queue="q")
+    table.release("q", consumer="d")
     row_cache.clear()
     fresh = QueueTable(path, broker="off")
     assert fresh.stats("q")["ready"] == cached_stats["ready"]

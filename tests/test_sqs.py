@@ -740,7 +740,7 @@ def test_a_broker_killed_during_sqs_traffic_loses_nothing_it_acknowledged(tmp_pa
         worker.join(60)
     assert len(acknowledged) >= 30
     # What the kill left in flight is handed back at once, rather than after its timeout.
-    QueueTable(path, broker="off").release(CONSUMER, "durable")
+    QueueTable(path, broker="off").release("durable", consumer=CONSUMER)
     with BrokerProcess(path, *flags, log_path=tmp_path / "again.log") as again:
         c = client(sqs_url(again))
         left: list[str] = []

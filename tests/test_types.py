@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import datetime
+import importlib
 import inspect
 import pkgutil
 import re
@@ -26,6 +27,7 @@ from spark_queue import (
     QueueArguments,
     QueueStats,
     QueueTable,
+    SparkQueueDeprecationWarning,
 )
 from spark_queue.clients.consumer import CONSUMER_OPTIONS
 from spark_queue.model.arguments import ARGUMENTS, SPECIFICATION, Choice, arguments_of
@@ -183,8 +185,8 @@ def test_an_argument_given_differently_by_the_object_and_a_keyword_is_refused(
             "overflow must be one of drop-head, ring, reject-publish, reject-publish-dlx; "
             "got 'rings'",
         ),
-        (QueueArguments(max_length=-5), "max_length must be a whole number >= 0, or -1"),
-        (QueueArguments(max_length=True), "max_length must be a whole number >= 0, or -1"),
+        (QueueArguments(max_length=-5), "max_length must be a whole number >= 0, or None"),
+        (QueueArguments(max_length=True), "max_length must be a whole number >= 0, or None"),
         (
             QueueArguments(overflow="ring", max_length_bytes=10),
             "overflow=ring bounds the message count only",
@@ -259,12 +261,50 @@ def python_sources() -> list[tuple[str, ast.AST]]:
     return sources
 
 
-def test_jobs_notebooks_and_docs_import_only_the_facade():
+# What the jobs take beside the facade: the argument specification, to make their flags from
+# it, and the storage flags' parser, as the CLI does. Nothing a user calls.
+JOBS_INTERNALS = {
+    "from spark_queue.model.arguments import ...",
+    "from spark_queue.model.queue_arguments import ...",
+    "from spark_queue.storage.location import ...",
+}
+
+
+def test_notebooks_and_docs_import_only_the_facade_and_jobs_only_their_helpers_beside():
     sources = python_sources()
     assert any(name.startswith("jobs/") for name, _ in sources)
     assert any(name.startswith("notebooks/") for name, _ in sources)
-    internal = [(name, used) for name, tree in sources for used in internal_imports(tree)]
+    internal = [
+        (name, used)
+        for name, tree in sources
+        for used in internal_imports(tree)
+        if not (name.startswith("jobs/") and used in JOBS_INTERNALS)
+    ]
     assert not internal, f"internal modules used (import them from spark_queue): {internal}"
+    jobs = {
+        used
+        for name, tree in sources
+        if name.startswith("jobs/")
+        for used in internal_imports(tree)
+    }
+    assert jobs == JOBS_INTERNALS  # each allowed module is still needed
+
+
+def test_the_facade_holds_what_users_call_and_the_cli_helpers_moved_out_with_a_warning():
+    moved = {
+        "ARGUMENTS": "spark_queue.model.arguments",
+        "Argument": "spark_queue.model.arguments",
+        "flag_type": "spark_queue.model.arguments",
+        "validate_arguments": "spark_queue.model.queue_arguments",
+        "parse_storage_flags": "spark_queue.storage.location",
+    }
+    assert not set(moved) & set(spark_queue.__all__)
+    assert {"Rows", "SparkQueueDeprecationWarning", "check_exclusive_commits"} <= set(
+        spark_queue.__all__
+    )
+    for name, module in moved.items():
+        with pytest.warns(SparkQueueDeprecationWarning, match=f"import it from {module}"):
+            assert getattr(spark_queue, name) is getattr(importlib.import_module(module), name)
 
 
 def test_the_internal_import_check_finds_each_form():

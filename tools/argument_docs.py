@@ -41,13 +41,16 @@ SHOWN_DEFAULTS = {
     "path": "required",
     "max_redelivery_delay": "10 x `redeliveryDelay`",
     "policies": "`$SPARK_QUEUE_POLICIES`, else none",
+    "delay": "the queue's redelivery backoff",
+    "period": "required",
+    "wait_time": "until a message comes",
 }
 
 
 def _consumer_limit(source_doc: str) -> dict[str, tuple[str, str]]:
     """The notes of a queue limit a consumer may only lower, whose meaning to the source is
     ``source_doc``."""
-    limit_only = "0 (the queue's limit only)"
+    limit_only = "none (the queue's limit only)"
     return {
         "source": (limit_only, f"{source_doc}; with a queue limit too, the lower applies"),
         "lease": (limit_only, "as for the source"),
@@ -61,6 +64,17 @@ IN_SCOPE: dict[str, dict[str, tuple[str, str]]] = {
     "queue": {
         "source": ("required", "the queue to consume"),
         "browse": ("all queues", "read one queue; an unknown name is an error listing them"),
+        "call": (
+            "required",
+            "the queue a call acts on, its first argument (`release`: None, every queue)",
+        ),
+    },
+    "consumer": {
+        "call": (
+            "any consumer (`ack`, `cancel`, `expire`); required by `consumer`, `extend` "
+            "and `release`",
+            "the consumer whose leases a call acts on, after the queue",
+        )
     },
     "max_deliveries": _consumer_limit(
         "a message delivered this many times without an ack is killed (dead-lettered "
@@ -84,19 +98,19 @@ IN_SCOPE: dict[str, dict[str, tuple[str, str]]] = {
     "max_bytes": {"source": ("unlimited", "")},
     "max_backlog": {"source": ("unlimited", "")},
     "filter": {"consumer": ("unset", "as for `QueueTable.lease`")},
-    "ack_interval_ms": {"consumer": ("1 s, or a quarter of `lease_period` where shorter", "")},
-    "max_poll_interval_ms": {"consumer": ("25 ms local, 100 ms object store", "")},
+    "ack_interval": {"consumer": ("1 s, or a quarter of `lease_period` where shorter", "")},
+    "idle_check_interval": {"consumer": ("25 ms local, 100 ms object store", "")},
 }
 
 # What each policy cap (``Argument.policy_cap``) does.
 CAP_MEANINGS = {
-    "max_length": "cap on the ready-message count (-1: no cap)",
-    "max_length_bytes": "cap on the ready bodies' bytes (-1: no cap); not on ring queues",
-    "max_deliveries": "cap on the queue's delivery limit (0 or -1: no cap): a queue without "
+    "max_length": "cap on the ready-message count (`none`: no cap)",
+    "max_length_bytes": "cap on the ready bodies' bytes (`none`: no cap); not on ring queues",
+    "max_deliveries": "cap on the queue's delivery limit (`none`: no cap): a queue without "
     "one gets the cap",
-    "max_cancels": "cap on the queue's cancel limit (0 or -1: no cap): a queue without one "
+    "max_cancels": "cap on the queue's cancel limit (`none`: no cap): a queue without one "
     "gets the cap",
-    "duplicate_window": "the longest `duplicateWindow` a queue may have (0 or -1: no cap), "
+    "duplicate_window": "the longest `duplicateWindow` a queue may have (`none`: no cap), "
     "which bounds what de-duplication stores; a queue without a window keeps none",
 }
 
@@ -155,13 +169,12 @@ def valid_values(kind: spec.Kind[Any]) -> str:
     if isinstance(kind, spec.Count):
         return kind.valid.removeprefix("a ")
     if isinstance(kind, spec.Limit):
-        if kind.zero_is_none:
-            return "whole number > 0; 0 or -1: none"
-        return "whole number >= 0, or -1 (unlimited)"
+        return f"whole number {'> 0' if kind.zero_is_none else '>= 0'}, or `none`"
     if isinstance(kind, spec.Duration):
         low = " > 0" if kind.minimum_ms else ""
-        none = "; 0: none" if kind.zero_is_none else ""
-        return f"a duration{low}: `30s`, `5 minutes`, `1 week`, or milliseconds{none}"
+        zero = "; 0: none" if kind.zero_is_none and not kind.zero_is_old_none else ""
+        none = "; or `none`" if kind.optional or kind.zero_is_none else ""
+        return f"a duration{low}: `30s`, `5 minutes`, `1 week`, or milliseconds{zero}{none}"
     if isinstance(kind, spec.Fraction):
         return "fraction in (0, 1]"
     if isinstance(kind, spec.Choice):
@@ -183,7 +196,7 @@ def shown_default(argument: Argument) -> str:
         return SHOWN_DEFAULTS[argument.name]
     value = argument.default
     if value is None and isinstance(argument.kind, spec.Limit):
-        return "none" if argument.kind.zero_is_none else "-1 (unlimited)"
+        return "none"
     if value is None:
         return "unset"
     return _shown_value(argument, value)
@@ -228,9 +241,12 @@ SCOPE_SURFACES = {
     "consumer": f"a keyword of [`QueueTable.consumer`]({_REFERENCE}.consumer)",
     "publisher": f"a keyword of [`QueueTable.publisher`]({_REFERENCE}.publisher)",
     "publish": f"a keyword of [`QueueTable.publish`]({_REFERENCE}.publish)",
+    "call": "an argument of every call that acts on a queue or a consumer's leases, by the "
+    "same name in the same place: `QueueTable`'s methods, the clients' and the CLI's "
+    "commands (whose first argument is `QUEUE`)",
 }
 SPARK_SCOPES = ("sink", "source", "browse")
-KEYWORD_SCOPES = ("queue", "lease", "consumer", "publisher", "publish")
+KEYWORD_SCOPES = ("queue", "lease", "consumer", "publisher", "publish", "call")
 NONE = ""  # a surface that does not take the argument: an empty cell
 
 _PAGE_HEAD = f"""# Arguments
@@ -265,9 +281,8 @@ Values are checked as what they are, and refused, never rounded or clamped:
   unit, `ms`, `s`/`seconds`, `m`/`minutes`, `h`/`hours`, `d`/`days`, `w`/`weeks` (`"30s"`,
   `"1.5 s"`, `"5 minutes"`, `"1 week"`); a Python keyword also takes a `timedelta`. A
   fraction of a millisecond is refused. A duration is at most {spec.MAX_DURATION_DAYS:,} days, so
-  now plus any duration is a valid timestamp. Python keywords whose unit is not in the
-  duration's grammar say it in their name (`linger_ms`, `ack_interval_ms`: milliseconds, or a
-  number with a unit).
+  now plus any duration is a valid timestamp. No argument's name carries a unit: every
+  duration (`lease_period`, `linger`, `ack_interval`, ...) takes this one grammar.
 - **Fractions** and **multipliers** are finite numbers; **choices** any case; **bools**
   `true`/`false`, never 0 or 1.
 - A queue's arguments are also checked together once merged (with a queue's own on `alter`,
@@ -307,8 +322,9 @@ def cli_flags() -> dict[str, list[str]]:
             if isinstance(action, argparse._SubParsersAction):
                 for name, sub in action.choices.items():
                     walk(sub, f"{prefix} {name}".strip())
-            elif prefix:
-                for flag in action.option_strings:
+            elif prefix and action.help != argparse.SUPPRESS:  # not an old spelling
+                # A positional argument as the usage line shows it: QUEUE.
+                for flag in action.option_strings or [action.dest.upper()]:
                     flags.setdefault(flag, []).append(prefix)
 
     walk(build_parser(), "")
@@ -320,11 +336,18 @@ def _flag_commands(argument: Argument, flags: dict[str, list[str]]) -> list[str]
     ``--on-reject`` (read by the specification), and the global options every command
     takes (``--path``, ``--policies``); a command's own flag of the same spelling
     (``release --queue``) is not the argument."""
-    commands = flags.get(argument.flag, [])
+    commands = flags.get(_cli_spelling(argument, flags), [])
     every = set(flags["--path"])
-    if set(commands) == every or {"queue", "publish"} & set(argument.scopes):
+    if set(commands) == every or {"queue", "publish", "call"} & set(argument.scopes):
         return commands
     return []
+
+
+def _cli_spelling(argument: Argument, flags: dict[str, list[str]]) -> str:
+    """The argument on the command line: its flag, or the positional argument (``QUEUE``)
+    a call's first argument is."""
+    positional = argument.name.upper()
+    return positional if "call" in argument.scopes and positional in flags else argument.flag
 
 
 def _keyword(argument: Argument) -> str:
@@ -341,7 +364,7 @@ def _summary_row(argument: Argument, flags: dict[str, list[str]]) -> str:
         f"[`{argument.name}`](#{argument.name})",
         _option(argument),
         _keyword(argument),
-        f"`{argument.flag}`" if _flag_commands(argument, flags) else NONE,
+        f"`{_cli_spelling(argument, flags)}`" if _flag_commands(argument, flags) else NONE,
         ", ".join(f"`{key}`" for key in argument.policy_keys) or NONE,
         described(argument, argument.scopes[0])[0],
         argument.unit or NONE,
@@ -361,10 +384,12 @@ def _section(argument: Argument, flags: dict[str, list[str]]) -> str:
     if keyword_scopes:
         spelled.append(f"Python keyword `{argument.name}` ({', '.join(keyword_scopes)})")
     commands = _flag_commands(argument, flags)
+    cli = _cli_spelling(argument, flags)
+    what = "CLI flag" if cli.startswith("--") else "CLI argument"
     if set(commands) == set(flags["--path"]):
-        spelled.append(f"CLI flag `{argument.flag}` (every command)")
+        spelled.append(f"{what} `{cli}` (every command)")
     elif commands:
-        spelled.append(f"CLI flag `{argument.flag}` ({', '.join(f'`{c}`' for c in commands)})")
+        spelled.append(f"{what} `{cli}` ({', '.join(f'`{c}`' for c in commands)})")
     lines.append("- " + "; ".join(spelled) + ".")
     default = described(argument, argument.scopes[0])[0]
     unit = f" Unit: {argument.unit}." if argument.unit else ""
@@ -405,8 +430,8 @@ def arguments_page(specification: Sequence[Argument] = SPECIFICATION) -> str:
     parts += [f"| {scope} | {where} |\n" for scope, where in SCOPE_SURFACES.items()]
     parts.append(
         "\n## All arguments\n\n"
-        "| argument | Spark option | Python keyword | CLI flag | policy keys | default | unit "
-        "| valid values | scopes |\n|" + "---|" * 9 + "\n"
+        "| argument | Spark option | Python keyword | CLI flag or argument | policy keys "
+        "| default | unit | valid values | scopes |\n|" + "---|" * 9 + "\n"
     )
     parts += [_summary_row(argument, flags) for argument in specification]
     parts.append("\n## Each argument\n")

@@ -1,7 +1,7 @@
 """How a :class:`~spark_queue.QueueTable` call travels to a queue broker and back, over
 Arrow Flight (docs/BROKER.md "Wire format").
 
-- A request is one JSON object: ``{"protocol": 2, "table": <uri>, "method": <name>,
+- A request is one JSON object: ``{"protocol": 4, "table": <uri>, "method": <name>,
   "arguments": {...}}``, the call's arguments by name. ``publish`` sends it as the
   ``do_put`` descriptor's command, with ``"upload": {"rows": <n>, "bytes": <n>}`` (what
   follows it), and its messages as Arrow record batches; every other method sends it as
@@ -40,7 +40,8 @@ from spark_queue.model.results import PublishOutcome, PublishResult
 
 # 2: publish declares its upload; calls carry a proof of the token, never the token.
 # 3: a hello binds the address dialed and the broker's challenge; each call its own proof.
-PROTOCOL = 3
+# 4: stats names its queue ``queue``, as every other call does (it was ``name``).
+PROTOCOL = 4
 # The Flight header that carries a call's proof of the token (broker.sessions).
 TOKEN_HEADER = "authorization"
 # A ``do_action`` type that reports on the broker itself (id, table, requests served).

@@ -22,7 +22,7 @@ def acknowledgement_interval_ms(given_ms: float | None, lease_period_ms: int) ->
     )
     if interval_ms >= lease_period_ms / 2:
         raise InvalidOptionError(
-            f"ack_interval_ms ({interval_ms:g} ms) must be below half the "
+            f"ack_interval ({interval_ms:g} ms) must be below half the "
             f"lease_period ({lease_period_ms} ms)"
         )
     return interval_ms

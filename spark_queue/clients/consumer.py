@@ -16,6 +16,7 @@ thread-safe and a context manager; it does not survive a fork.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 import math
@@ -23,10 +24,10 @@ import random
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, cast
 
 import pyarrow as pa
 
@@ -56,6 +57,7 @@ from spark_queue.errors import (
 )
 from spark_queue.model.arguments import (
     ARGUMENTS,
+    COUNT,
     POSITIVE,
     arguments_of,
     parse_consumer_name,
@@ -64,6 +66,7 @@ from spark_queue.model.arguments import (
     parse_queue_name,
 )
 from spark_queue.model.declarations import check_signature
+from spark_queue.model.deprecations import CONSUMER_RENAMES, renamed, warn_deprecated
 from spark_queue.model.keywords import DurationLike
 from spark_queue.model.schema import LEASE_VERSION_KEY
 from spark_queue.storage.commit_log import Operation
@@ -74,6 +77,45 @@ FIRST_RETRY_DELAY_SECONDS = 0.1
 MAX_RETRY_DELAY_SECONDS = 5.0
 
 log = logging.getLogger(__name__)
+
+Receive = TypeVar("Receive", bound=Callable[..., list[Message]])
+
+
+def _old_timeout(receive: Receive) -> Receive:
+    """``receive(max_messages, timeout)``, the wait in seconds, kept for one release as the
+    old spelling of ``wait_time`` (a duration, whose bare number is milliseconds)."""
+
+    @functools.wraps(receive)
+    def call(consumer: Consumer, *given: Any, **keywords: Any) -> list[Message]:
+        if len(given) < 2 and "timeout" not in keywords:
+            return receive(consumer, *given, **keywords)
+        if "wait_time" in keywords:
+            raise InvalidOptionError(
+                "receive: timeout is the old name of wait_time; give wait_time only, not both"
+            )
+        timeout = given[1] if len(given) >= 2 else keywords.pop("timeout")
+        warn_deprecated(
+            "receive(timeout=seconds) is deprecated: use wait_time=, a duration ('5s', "
+            "a timedelta, or milliseconds)"
+        )
+        return receive(consumer, *given[:1], *given[2:], wait_time=_ms(timeout), **keywords)
+
+    return cast(Receive, call)
+
+
+def _ms(seconds: object) -> int | None:
+    """The old ``timeout``, seconds (None: no end), as whole milliseconds, rounded up."""
+    if seconds is None:
+        return None
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int | float)
+        or not 0 <= seconds < math.inf
+    ):
+        raise InvalidOptionError(
+            f"timeout must be None (wait until a message comes) or seconds >= 0; got {seconds!r}"
+        )
+    return math.ceil(seconds * 1000)
 
 
 def transient(error: BaseException) -> bool:
@@ -86,7 +128,7 @@ def transient(error: BaseException) -> bool:
 
 
 class Consumer:
-    """Messages of ``queue`` for consumer ``name``, one at a time (iterate, or
+    """Messages of ``queue`` for consumer ``consumer``, one at a time (iterate, or
     :meth:`receive`) or in batches (:meth:`batches`), with prefetch, batched
     acknowledgements, lease extension and long polling. Made by :meth:`QueueTable.consumer`.
 
@@ -103,7 +145,7 @@ class Consumer:
       ``prefetch_count``, so a slow handler holds few messages and other workers get the
       rest.
     - **Acknowledgements** are batched: flushed once ``ack_batch`` are pending, once the
-      oldest has waited ``ack_interval_ms`` (None: 1 s, or a quarter of the lease
+      oldest has waited ``ack_interval`` (None: 1 s, or a quarter of the lease
       period where shorter; it must stay below half of it, since an acknowledged message's
       lease is no longer extended), and on :meth:`flush` and :meth:`close`;
       a flush and a lease go to the table together (one commit, where the group commit can).
@@ -112,10 +154,10 @@ class Consumer:
       redelivered while it is handled, however slow the handler, as long as this process
       lives. A killed process's leases run out and their messages are delivered again.
     - **Long polling**: a consumer that finds nothing waits for a new table version (a stat
-      of the next log entry, every ``max_poll_interval_ms`` at most (None: 25 ms on a
+      of the next log entry, every ``idle_check_interval`` at most (None: 25 ms on a
       local disk, 100 ms on an object store, where each check is a request), starting at 5 ms;
       commits of this process wake it at once), and leases again at least every
-      ``idle_lease_interval_ms`` (scheduled messages falling due, leases running out
+      ``idle_lease_interval`` (scheduled messages falling due, leases running out
       make no version).
     - :meth:`close` flushes acknowledgements and releases every message prefetched or in
       hand and not acknowledged (ready at once; no delivery limit counted).
@@ -133,25 +175,26 @@ class Consumer:
     Attributes:
         table: the queue table it leases from (a :class:`QueueTable`).
         queue: the queue it consumes.
-        name: the consumer name its leases carry.
+        name: the consumer name its leases carry (``consumer``).
         leases: the lease calls it has made.
         retries: the transient failures its background thread has waited out.
     """
 
+    @renamed("Consumer", CONSUMER_RENAMES)
     def __init__(
         self,
         table: QueueOperations,
         queue: str,
-        name: str,
+        consumer: str,
         *,
         max_prefetch: int = 1000,
         lease_period: DurationLike = "30 seconds",
         ack_batch: int = 1000,
-        ack_interval_ms: DurationLike | None = None,
-        max_poll_interval_ms: DurationLike | None = None,
-        idle_lease_interval_ms: DurationLike = 1000,
-        max_deliveries: int = 0,
-        max_cancels: int = 0,
+        ack_interval: DurationLike | None = None,
+        idle_check_interval: DurationLike | None = None,
+        idle_lease_interval: DurationLike = 1000,
+        max_deliveries: int | None = None,
+        max_cancels: int | None = None,
         filter: str | None = None,
     ) -> None:
         # The options by name, as the signature (the specification's, checked at import)
@@ -162,18 +205,15 @@ class Consumer:
         # one fails when the consumer is made, never in its background thread. A consumer's
         # leases always run out: its lease period is never None.
         parse_queue_name("queue", queue)
-        parse_consumer_name("name", name)
+        parse_consumer_name("consumer", consumer)
         lease_period_ms = parse_duration_ms("lease_period", lease_period, minimum_ms=1)
         given = parse_given("consumer", {**options, "lease_period": lease_period_ms})
-        interval_ms = acknowledgement_interval_ms(given["ack_interval_ms"], lease_period_ms)
+        interval_ms = acknowledgement_interval_ms(given["ack_interval"], lease_period_ms)
         self.table = table
         self.queue = queue
-        self.name = name
-        # What each lease asks for: the options that are the lease's arguments too, none
-        # as the lease spells it (the argument's sentinel: no delivery limit is 0).
-        self._lease_options = {
-            n: ARGUMENTS[n].sentinel if given[n] is None else given[n] for n in LEASE_OPTIONS
-        }
+        self.name = consumer
+        # What each lease asks for: the options that are the lease's arguments too.
+        self._lease_options: dict[str, Any] = {n: given[n] for n in LEASE_OPTIONS}
         # The parts, each with its own state, all under this one lock.
         self._cond = threading.Condition()
         self._buffer: deque[Message] = deque()  # prefetched, not delivered yet
@@ -182,8 +222,8 @@ class Consumer:
         self._acks = PendingAcknowledgements(given["ack_batch"], interval_ms / 1000)
         self._renewals = LeaseRenewals(lease_period_ms / 1000)
         self._long_poll = LongPoll(
-            longest_poll_interval_ms(given["max_poll_interval_ms"], table) / 1000,
-            given["idle_lease_interval_ms"] / 1000,
+            longest_poll_interval_ms(given["idle_check_interval"], table) / 1000,
+            given["idle_lease_interval"] / 1000,
         )
         self._error: BaseException | None = None
         self._closed = False
@@ -192,7 +232,7 @@ class Consumer:
         self._calls = ThreadPoolExecutor(max_workers=2, thread_name_prefix="spark-queue-consumer")
         self._listening = CommitListener(table, self._wake)
         self._thread = threading.Thread(
-            target=self._run, name=f"spark-queue-consumer {queue} {name}", daemon=True
+            target=self._run, name=f"spark-queue-consumer {queue} {consumer}", daemon=True
         )
         self._thread.start()
 
@@ -203,42 +243,40 @@ class Consumer:
 
     # -- receiving ---------------------------------------------------------------------------
 
-    def receive(self, max_messages: int = 1, timeout: float | None = None) -> list[Message]:
+    @_old_timeout
+    def receive(
+        self, max_messages: int = 1, *, wait_time: DurationLike | None = None
+    ) -> list[Message]:
         """Up to ``max_messages`` messages, waiting for the first; an empty list when none
         came in time.
 
         Args:
-            max_messages: at most this many (a whole number >= 1).
-            timeout: seconds to wait for the first message; None waits until one arrives.
+            max_messages: at most this many, a whole number >= 0 (0 receives none and
+                returns at once, as ``QueueTable.lease(max_messages=0)`` leases none).
+            wait_time: how long to wait for the first message, a duration (``"20s"``,
+                ``"1.5 s"``, a ``timedelta``, or milliseconds); 0 takes only what is
+                prefetched; None waits until one arrives.
 
         Returns:
             The messages delivered, in delivery order.
 
         Raises:
-            InvalidOptionError: ``max_messages`` is not a whole number >= 1, or
-                ``timeout`` not None or a finite number of seconds >= 0.
+            InvalidOptionError: ``max_messages`` is not a whole number >= 0, or
+                ``wait_time`` not None or a duration.
             ClientClosedError: the consumer is closed.
             QueueError: the background thread failed (say, the queue does not exist).
         """
-        max_messages = POSITIVE.parse("max_messages", max_messages)
-        if timeout is not None and (
-            isinstance(timeout, bool)
-            or not isinstance(timeout, int | float)
-            or not 0 <= timeout < math.inf
-        ):
-            raise InvalidOptionError(
-                f"timeout must be None (wait until a message comes) or seconds >= 0; "
-                f"got {timeout!r}"
-            )
-        deadline = None if timeout is None else time.monotonic() + timeout
+        max_messages = COUNT.parse("max_messages", max_messages)
+        wait_ms = ARGUMENTS["wait_time"].parse(wait_time)
+        deadline = None if wait_ms is None else time.monotonic() + wait_ms / 1000
         with self._cond:
+            if not max_messages:
+                self._raise_if_stopped()
+                return []
             sizes = self._prefetch.sizes
             self._prefetch.receiver_back(time.monotonic())
             while True:
-                if self._error is not None:
-                    raise self._error
-                if self._closed:
-                    raise ClientClosedError(f"consumer {self.name!r} of {self.queue!r} is closed")
+                self._raise_if_stopped()
                 if self._buffer:
                     break
                 self._prefetch.grow_if_outrun()
@@ -260,6 +298,14 @@ class Consumer:
             self._cond.notify_all()  # the fetcher may lease more now
             return taken
 
+    def _raise_if_stopped(self) -> None:
+        """Raise the background thread's error, or :class:`ClientClosedError` once closed
+        (under the lock)."""
+        if self._error is not None:
+            raise self._error
+        if self._closed:
+            raise ClientClosedError(f"consumer {self.name!r} of {self.queue!r} is closed")
+
     def __iter__(self) -> Iterator[Message]:
         """Messages one at a time, until the consumer is closed."""
         while True:
@@ -273,8 +319,9 @@ class Consumer:
         closed.
 
         Args:
-            max_messages: at most this many in a list.
+            max_messages: at most this many in a list (a whole number >= 1).
         """
+        max_messages = POSITIVE.parse("max_messages", max_messages)
         while True:
             try:
                 yield self.receive(max_messages)
@@ -303,17 +350,18 @@ class Consumer:
             self._acks.add(seq, time.monotonic())
             self._cond.notify_all()
 
-    def nack(self, message: Message | int, delay: str | int | None = None) -> None:
+    def nack(self, message: Message | int, delay: DurationLike | None = None) -> None:
         """Return a delivered message to the queue now, counted as a cancel
         (``max_cancels``). Commits before it returns.
 
         Args:
             message: the message, or its seq.
-            delay: how long before it is ready again (``30 seconds``, ``5m``,
-                milliseconds); None: the queue's redelivery backoff.
+            delay: how long before it is ready again, a duration (``30 seconds``, ``5m``,
+                a ``timedelta``, milliseconds); None: the queue's redelivery backoff.
 
         Raises:
-            InvalidOptionError: ``message`` is neither a :class:`Message` nor a seq.
+            InvalidOptionError: ``message`` is neither a :class:`Message` nor a seq, or
+                ``delay`` not a duration.
             ClientClosedError: the consumer is closed.
         """
         seq = seq_of(message)
@@ -378,7 +426,7 @@ class Consumer:
                 self._in_hand.clear()
             try:
                 if unhandled:
-                    self.table.release(self.name, self.queue, seqs=unhandled)
+                    self.table.release(self.queue, consumer=self.name, seqs=unhandled)
             finally:
                 self._calls.shutdown()
 

@@ -11,6 +11,7 @@ import pyarrow as pa
 
 from spark_queue.errors import InvalidOptionError
 from spark_queue.model.arguments import SEQ, parse_seq, shown
+from spark_queue.model.keywords import DurationLike
 
 
 class Settler(Protocol):
@@ -19,7 +20,7 @@ class Settler(Protocol):
 
     def ack(self, message: Message | int) -> None: ...
 
-    def nack(self, message: Message | int, delay: str | int | None = None) -> None: ...
+    def nack(self, message: Message | int, delay: DurationLike | None = None) -> None: ...
 
 
 # The columns of a lease's rows that a Message carries, in its fields' order.
@@ -68,12 +69,12 @@ class Message:
         """Acknowledge it (batched: see :class:`Consumer`)."""
         self.consumer.ack(self)
 
-    def nack(self, delay: str | int | None = None) -> None:
+    def nack(self, delay: DurationLike | None = None) -> None:
         """Return it to the queue now, counted as a cancel (see :meth:`Consumer.nack`).
 
         Args:
-            delay: how long before it is ready again (``30 seconds``, ``5m``,
-                milliseconds); None: the queue's redelivery backoff.
+            delay: how long before it is ready again, a duration (``30 seconds``, ``5m``,
+                a ``timedelta``, milliseconds); None: the queue's redelivery backoff.
         """
         self.consumer.nack(self, delay)
 

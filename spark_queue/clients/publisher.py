@@ -18,6 +18,7 @@ from spark_queue.clients.queue_operations import QueueOperations
 from spark_queue.errors import ClientClosedError, InvalidOptionError
 from spark_queue.model.arguments import OnReject, arguments_of, parse_given, parse_queue_name
 from spark_queue.model.declarations import check_signature
+from spark_queue.model.deprecations import PUBLISHER_RENAMES, renamed
 from spark_queue.model.keywords import DurationLike, QueueArgumentKeywords, Unpack
 from spark_queue.model.messages import as_input_table
 from spark_queue.model.queue_arguments import validate_arguments
@@ -34,10 +35,10 @@ class _Pending:
 class Publisher:
     """Single messages of many threads, published to ``queue`` in batches, as Kafka's
     producer: a batch goes when it holds ``max_batch`` messages or its first message has
-    waited ``linger_ms``, and the next collects while it commits (the wait for a
+    waited ``linger``, and the next collects while it commits (the wait for a
     commit batches by itself under load). Once a batch lands, the next goes as soon as its
     senders are back (what was waiting plus the batch's own), within
-    :data:`GATHER_SECONDS` or ``linger_ms``, the shorter. Made by :meth:`QueueTable.publisher`.
+    :data:`GATHER_SECONDS` or ``linger``, the shorter. Made by :meth:`QueueTable.publisher`.
 
     :meth:`send` returns a future per message: its seq once the commit holding it has
     landed, None where the queue's reject policy refused it or its ``message_id`` was a
@@ -51,19 +52,20 @@ class Publisher:
     Attributes:
         table: the queue table it publishes to (a :class:`QueueTable`).
         queue: the queue it publishes to.
-        linger_s: ``linger_ms`` in seconds.
+        linger_s: ``linger`` in seconds.
         max_batch: the most messages one commit publishes.
         on_reject: ``drop`` or ``fail``, as for :meth:`QueueTable.publish`.
         arguments: the queue arguments each batch publishes with.
         batches: the batches it has published.
     """
 
+    @renamed("Publisher", PUBLISHER_RENAMES)
     def __init__(
         self,
         table: QueueOperations,
         queue: str,
         *,
-        linger_ms: DurationLike = 5,
+        linger: DurationLike = 5,
         max_batch: int = 1000,
         on_reject: OnReject = "drop",
         **arguments: Unpack[QueueArgumentKeywords],
@@ -79,12 +81,12 @@ class Publisher:
                 "docs/ARGUMENTS.md)"
             )
         given = parse_given(
-            "publisher", {"linger_ms": linger_ms, "max_batch": max_batch, "on_reject": on_reject}
+            "publisher", {"linger": linger, "max_batch": max_batch, "on_reject": on_reject}
         )
         validate_arguments(arguments)
         self.table = table
         self.queue = queue
-        self.linger_s = given["linger_ms"] / 1000
+        self.linger_s = given["linger"] / 1000
         self.max_batch = given["max_batch"]
         self.on_reject = given["on_reject"]
         self.arguments = arguments

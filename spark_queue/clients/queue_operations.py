@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol
 
 import pyarrow as pa
 
 from spark_queue.model.declarations import check_signature
 
 if TYPE_CHECKING:
-    from spark_queue.model.arguments import OnReject
-    from spark_queue.model.keywords import (
-        DurationLike,
-        QueueArgumentKeywords,
-        SeqsLike,
-        Unpack,
-    )
+    from spark_queue.model.keywords import DurationLike, SeqsLike
     from spark_queue.model.results import PublishOutcome
     from spark_queue.storage.store import QueueStore
 
@@ -23,7 +18,8 @@ if TYPE_CHECKING:
 class QueueOperations(Protocol):
     """What the clients use of a table: :class:`~spark_queue.table.QueueTable`'s
     operations, with their signatures (anything serving them, a broker's stub say, serves
-    the clients); ``store`` is read for long polling."""
+    the clients); ``store`` is read for long polling. ``publish_outcome``'s signature is
+    declared once, by ``QueueTable.publish_outcome``."""
 
     store: QueueStore
 
@@ -35,8 +31,8 @@ class QueueOperations(Protocol):
         max_messages: int | None = ...,
         max_bytes: int | None = ...,
         lease_period: DurationLike | None = ...,
-        max_deliveries: int = ...,
-        max_cancels: int = ...,
+        max_deliveries: int | None = ...,
+        max_cancels: int | None = ...,
         filter: str | None = ...,
     ) -> pa.Table: ...
 
@@ -54,19 +50,13 @@ class QueueOperations(Protocol):
     def extend(self, queue: str, seqs: SeqsLike, consumer: str, period: DurationLike) -> int: ...
 
     def release(
-        self, consumer: str, queue: str | None = ..., *, seqs: SeqsLike | None = ...
+        self, queue: str | None = ..., *, consumer: str, seqs: SeqsLike | None = ...
     ) -> int: ...
 
-    def publish_outcome(
-        self,
-        queue: str,
-        rows: Any,
-        *,
-        producer: str | None = ...,
-        sequence: int | None = ...,
-        on_reject: OnReject = ...,
-        **arguments: Unpack[QueueArgumentKeywords],
-    ) -> PublishOutcome: ...
+    @property
+    def publish_outcome(self) -> Callable[..., PublishOutcome]:
+        """``QueueTable.publish_outcome``, whose signature its definition declares."""
+        ...
 
 
 # Its lease's keywords are the specification's (a stub's types name what only type checkers

@@ -89,8 +89,20 @@ READ_MODES: tuple[ReadMode, ...] = get_args(ReadMode)
 # alter, a sink's options, CLI flags, policies); ``sink``/``source``: an option of a Spark
 # write/read; ``lease``: a consumer's limits of ``QueueTable.lease`` and the source;
 # ``consumer``/``publisher``: a keyword of ``QueueTable.consumer()`` / ``publisher()``;
-# ``publish``: a keyword of ``QueueTable.publish``; ``browse``: an option of a batch read.
-SCOPES = ("queue", "sink", "source", "browse", "lease", "consumer", "publisher", "publish")
+# ``publish``: a keyword of ``QueueTable.publish``; ``browse``: an option of a batch read;
+# ``call``: what every call of ``QueueTable``, its clients and the CLI names the same way,
+# in the same place (the queue first, as the CLI's first argument ``QUEUE``).
+SCOPES = (
+    "queue",
+    "sink",
+    "source",
+    "browse",
+    "lease",
+    "consumer",
+    "publisher",
+    "publish",
+    "call",
+)
 
 
 def camel(snake: str) -> str:
@@ -183,14 +195,14 @@ SPECIFICATION: tuple[Argument, ...] = (
         QUEUE_OPTIONAL,
         "the queue of rows whose `queue` column is null or absent; required when there is "
         "no `queue` column",
-        ("sink", "source", "browse"),
+        ("sink", "source", "browse", "call"),
     ),
     Argument(
         "consumer",
         CONSUMER,
         "this consumer's name; one query per name. A fresh checkpoint starts a new session "
         "and returns what the name still held",
-        ("source", "lease"),
+        ("source", "lease", "call"),
         "default",
     ),
     _queue(
@@ -267,7 +279,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         unit="deliveries",
         policy_cap=True,
         scopes=("queue", "sink", "source", "lease", "consumer"),
-        defaults={"lease": 0, "consumer": 0},
         sentinel=0,
     ),
     _queue(
@@ -278,7 +289,6 @@ SPECIFICATION: tuple[Argument, ...] = (
         unit="cancels",
         policy_cap=True,
         scopes=("queue", "sink", "source", "lease", "consumer"),
-        defaults={"lease": 0, "consumer": 0},
         sentinel=0,
     ),
     _queue(
@@ -306,7 +316,7 @@ SPECIFICATION: tuple[Argument, ...] = (
     ),
     _queue(
         "max_redelivery_delay",
-        Duration(zero_is_none=True),
+        Duration(zero_is_none=True, zero_is_old_none=True),
         "the longest a redelivery waits (Artemis `max-redelivery-delay`, same default)",
         unit="ms",
     ),
@@ -422,7 +432,7 @@ SPECIFICATION: tuple[Argument, ...] = (
         unit="messages",
     ),
     Argument(
-        "ack_interval_ms",
+        "ack_interval",
         Duration(minimum_ms=1, optional=True),
         "the longest an acknowledgement waits for its flush; below half the lease period (an "
         "acknowledged message's lease is no longer extended)",
@@ -430,14 +440,17 @@ SPECIFICATION: tuple[Argument, ...] = (
         unit="ms",
     ),
     Argument(
-        "max_poll_interval_ms",
+        "idle_check_interval",
         Duration(minimum_ms=1, optional=True),
-        "the longest gap between two log checks of an idle consumer",
+        "the longest gap between two checks of the log for new messages by an idle consumer "
+        "(they start 5 ms apart and grow to it; a commit of the same process wakes it at "
+        "once). Not kafka-python's `max_poll_interval_ms`, the longest gap allowed between "
+        "two `poll()` calls",
         ("consumer",),
         unit="ms",
     ),
     Argument(
-        "idle_lease_interval_ms",
+        "idle_lease_interval",
         Duration(minimum_ms=1),
         "an idle consumer leases at least this often (scheduled messages falling due, leases "
         "running out make no version)",
@@ -446,7 +459,7 @@ SPECIFICATION: tuple[Argument, ...] = (
         unit="ms",
     ),
     Argument(
-        "linger_ms",
+        "linger",
         Duration(),
         "the longest a batch's first message waits for others to share its commit",
         ("publisher",),
@@ -459,6 +472,40 @@ SPECIFICATION: tuple[Argument, ...] = (
         "messages published in one commit at most",
         ("publisher",),
         1000,
+        unit="messages",
+    ),
+    # The durations and counts of single calls, named alike wherever a call takes them.
+    Argument(
+        "delay",
+        Duration(optional=True),
+        "how long a returned message waits before it is ready again (JetStream "
+        "`NakWithDelay`): `QueueTable.cancel`, `Consumer.nack`, `Message.nack`; 0 returns it "
+        "at once whatever the queue's backoff",
+        ("call",),
+        unit="ms",
+    ),
+    Argument(
+        "period",
+        Duration(minimum_ms=1),
+        "how long from now an extended lease runs (`QueueTable.extend`; SQS "
+        "`ChangeMessageVisibility`)",
+        ("call",),
+        unit="ms",
+    ),
+    Argument(
+        "wait_time",
+        Duration(optional=True),
+        "how long `Consumer.receive` waits for its first message (SQS `WaitTimeSeconds`); 0 "
+        "takes only what is prefetched",
+        ("call",),
+        unit="ms",
+    ),
+    Argument(
+        "limit",
+        COUNT,
+        "how many messages `QueueTable.peek` shows at most",
+        ("call",),
+        10,
         unit="messages",
     ),
 )

@@ -72,11 +72,11 @@ class ConsumerOptions(TypedDict, total=False):
     max_prefetch: int
     lease_period: DurationLike
     ack_batch: int
-    ack_interval_ms: DurationLike | None
-    max_poll_interval_ms: DurationLike | None
-    idle_lease_interval_ms: DurationLike
-    max_deliveries: int
-    max_cancels: int
+    ack_interval: DurationLike | None
+    idle_check_interval: DurationLike | None
+    idle_lease_interval: DurationLike
+    max_deliveries: int | None
+    max_cancels: int | None
     filter: str | None
 
 
@@ -84,7 +84,7 @@ class PublisherOptions(QueueArgumentKeywords, total=False):
     """The options of ``QueueTable.publisher`` (a :class:`~spark_queue.Publisher`'s): its
     own, and the queue arguments of the queue it declares on first use."""
 
-    linger_ms: DurationLike
+    linger: DurationLike
     max_batch: int
     on_reject: OnReject
 

@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 
 from spark_queue.errors import InvalidOptionError
+from spark_queue.model.deprecations import warn_deprecated
 
 INT64_MAX = 2**63 - 1
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -140,6 +141,11 @@ class Kind(Generic[Parsed]):
     def convert(self, value: object) -> Parsed | _Invalid:
         raise NotImplementedError
 
+    def old_spelling(self, value: object) -> bool:
+        """Whether ``value`` is an old spelling of "none" (``-1`` for no limit), taken for
+        one release with a warning."""
+        return False
+
     def parse(self, label: str, value: object, *, quoted: bool = True) -> Parsed:
         """The parsed value, or :class:`InvalidOptionError` naming ``label`` and the valid
         values, and quoting the value unless ``quoted`` is unset (a command line's flags:
@@ -148,6 +154,10 @@ class Kind(Generic[Parsed]):
         if isinstance(parsed, _Invalid):
             got = f"; got {shown(value)}" if quoted else ""
             raise InvalidOptionError(f"{label} must be {self.valid}{got}")
+        if self.old_spelling(value):
+            warn_deprecated(
+                f"{label}={shown(value)} for none is deprecated: use None (as text: none)"
+            )
         return parsed
 
 
@@ -174,27 +184,34 @@ class Count(Kind[int]):
 
 @dataclass(frozen=True)
 class Limit(Kind[int | None]):
-    """A whole number >= 0 (an int64), or ``None`` / one of ``none`` for no limit (parsed as
-    None). With ``zero_is_none`` 0 also means no limit, and the least limit is 1."""
+    """A whole number >= 0 (an int64), or ``None`` (the text ``none``, any case) for no
+    limit, parsed as None. With ``zero_is_none`` the least limit is 1. The old spellings of
+    no limit, -1 (and 0 with ``zero_is_none``), are taken for one release with a warning."""
 
     zero_is_none: bool = False
     name = "limit"
 
     @property
     def valid(self) -> str:
-        if self.zero_is_none:
-            return "a whole number > 0, or 0 or -1 for no limit"
-        return "a whole number >= 0, or -1 for no limit"
+        low = "> 0" if self.zero_is_none else ">= 0"
+        return f"a whole number {low}, or None (as text: none) for no limit"
 
     def convert(self, value: object) -> int | _Invalid | None:
-        if value is None:
+        if value is None or _is_none_text(value):
             return None
         number = _whole(value)
         if number is None or not -1 <= number <= INT64_MAX:
             return _INVALID
-        if number == -1 or (number == 0 and self.zero_is_none):
-            return None
-        return number
+        return None if self.old_spelling(value) else number
+
+    def old_spelling(self, value: object) -> bool:
+        number = None if value is None or _is_none_text(value) else _whole(value)
+        return number == -1 or (number == 0 and self.zero_is_none)
+
+
+def _is_none_text(value: object) -> bool:
+    """The text spelling of None (no limit, unset): ``none``, any case."""
+    return isinstance(value, str) and value.strip().lower() == "none"
 
 
 @dataclass(frozen=True)
@@ -202,29 +219,37 @@ class Duration(Kind[int | None]):
     """A duration in milliseconds: a whole number (milliseconds), a ``timedelta``, or text,
     a number with a unit (``250ms``, ``1.5s``, ``5 minutes``, ``2h``, ``1 day``, ``1 week``);
     at most :data:`MAX_DURATION_MS` and at least ``minimum_ms``. With ``zero_is_none``, 0 and
-    ``None`` parse as None (no such duration)."""
+    ``None`` parse as None (no such duration: none is 0 long); with ``optional``, ``None``.
+    Where None is taken, so is the text ``none``. ``zero_is_old_none``: 0 is an old spelling
+    of None that means something else (unset), taken for one release with a warning."""
 
     minimum_ms: int = 0
     zero_is_none: bool = False
     optional: bool = False  # None is accepted, and parsed as None
+    zero_is_old_none: bool = False
     name = "duration"
 
     @property
     def valid(self) -> str:
         low = "> 0" if self.minimum_ms == 1 else f">= {self.minimum_ms} ms"
+        none = ", or None (as text: none)" if self.optional or self.zero_is_none else ""
+        zero = " (0: none)" if self.zero_is_none and not self.zero_is_old_none else ""
         return (
             f"a duration {low} and at most {MAX_DURATION_DAYS} days: a whole number of "
             "milliseconds, or a number with a unit (ms, s, m, h, d, w), e.g. '30s', "
-            "'5 minutes', '1 week'" + (" (0: none)" if self.zero_is_none else "")
+            f"'5 minutes', '1 week'{zero}{none}"
         )
 
     def convert(self, value: object) -> int | _Invalid | None:
-        if value is None and (self.optional or self.zero_is_none):
+        if (value is None or _is_none_text(value)) and (self.optional or self.zero_is_none):
             return None
         millis = duration_ms(value)
         if millis is None or not self.minimum_ms <= millis <= MAX_DURATION_MS:
             return _INVALID
         return None if millis == 0 and self.zero_is_none else millis
+
+    def old_spelling(self, value: object) -> bool:
+        return self.zero_is_old_none and duration_ms(value) == 0
 
 
 def duration_ms(value: object) -> int | None:
@@ -396,14 +421,14 @@ CONSUMER = Name(pattern=CONSUMER_NAME, rule="a name of 1 to 255 characters, no c
 # -- the kind parsers: stable names other modules call ------------------------------------
 
 
-def flag_type(kind: Kind[Parsed]) -> Callable[[str], Parsed]:
+def flag_type(kind: Kind[Parsed], flag: str = "value") -> Callable[[str], Parsed]:
     """An argparse ``type`` parsing a flag's text as ``kind``: a bad value is a usage error
     that argparse prefixes with the flag, saying the valid values and never the value (a
-    flag may carry a secret)."""
+    flag may carry a secret); a warning of an old spelling names ``flag``."""
 
     def parse(text: str) -> Parsed:
         try:
-            return kind.parse("value", text)
+            return kind.parse(flag, text)
         except InvalidOptionError:
             raise argparse.ArgumentTypeError(f"must be {kind.valid}") from None
 

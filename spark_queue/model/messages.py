@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Protocol, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -29,6 +29,33 @@ from spark_queue.model.schema import (
 
 # What a publish may carry: the sink's input columns except ``queue`` (publish names one).
 PUBLISH_COLUMNS = [name for name in INPUT_TYPES if name != "queue"]
+
+
+class DataFrameLike(Protocol):
+    """A pandas DataFrame as a type checker sees :data:`Rows` (pandas is imported only when
+    one is published): its ``columns`` and ``dtypes``, what pyarrow converts."""
+
+    @property
+    def columns(self) -> Any: ...
+
+    @property
+    def dtypes(self) -> Any: ...
+
+
+Rows: TypeAlias = (
+    pa.Table
+    | pa.RecordBatch
+    | DataFrameLike
+    | list[dict[str, Any]]
+    | list[bytes]
+    | list[str]
+    | tuple[dict[str, Any], ...]
+    | tuple[bytes, ...]
+    | tuple[str, ...]
+)
+"""The messages :meth:`~spark_queue.QueueTable.publish` takes: a pyarrow Table or
+RecordBatch or a pandas DataFrame of the message columns, or a list (or tuple) of dicts, one
+per message, keyed by column, of ``bytes`` or of ``str`` (bodies alone)."""
 
 
 def normalise(
@@ -160,7 +187,7 @@ def _as_type(column: pa.Array | pa.ChunkedArray, type: pa.DataType) -> Any:
     return column if column.type == type else column.cast(type)
 
 
-def as_input_table(rows: Any) -> pa.Table:
+def as_input_table(rows: object) -> pa.Table:
     """What :meth:`QueueTable.publish` was given, as an Arrow table of input columns.
 
     ``rows``: a pyarrow Table or RecordBatch, a pandas DataFrame, or a list of dicts (one per

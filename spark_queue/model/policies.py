@@ -29,7 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from spark_queue.errors import InvalidOptionError, PolicyError
-from spark_queue.model.arguments import ARGUMENTS, SPECIFICATION, parse_duration_ms
+from spark_queue.model.arguments import ARGUMENTS, SPECIFICATION, Duration
+from spark_queue.model.deprecations import warn_deprecated
 from spark_queue.model.queue_arguments import (
     ARGUMENT_NAMES,
     RING_COUNT_ONLY,
@@ -74,7 +75,7 @@ class Policy:
     """One ``[policy.<name>]`` table, validated.
 
     ``defaults`` and ``caps`` map snake_case queue arguments to parsed values (a cap of
-    ``None`` means the file said -1: no cap). ``index`` is the position in the file.
+    ``None`` means the file said none: no cap). ``index`` is the position in the file.
     """
 
     name: str
@@ -454,11 +455,15 @@ class Policies:
         return _resolve(queue, explicit, self.select(queue), self.source)
 
 
+WINDOW_CAP = Duration(zero_is_none=True, zero_is_old_none=True)
+
+
 def _parse_window(name: str, value: object) -> int | None:
-    """A duration cap; -1 or 0: no cap."""
+    """A duration cap; ``none``: no cap (-1 and 0, its old spellings, with a warning)."""
     if isinstance(value, int | str) and not isinstance(value, bool) and str(value) == "-1":
+        warn_deprecated(f"{name}=-1 for none is deprecated: use none")
         return None
-    return parse_duration_ms(name, value, zero_is_none=True)
+    return WINDOW_CAP.parse(name, value)
 
 
 def _resolve(

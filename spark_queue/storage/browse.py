@@ -10,6 +10,7 @@ messages in delivery order. ``read()`` runs in executor tasks and only reads Par
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -19,7 +20,7 @@ import pyarrow.compute as pc
 from spark_queue.errors import TableNotFoundError
 from spark_queue.model.schema import BROWSE_ARROW_SCHEMA, BROWSE_COLUMNS, FILE_SCHEMA
 from spark_queue.portable import Portable
-from spark_queue.rules import QueueState, below_heads, live_mask, member, plan_settle
+from spark_queue.rules import Leases, QueueState, below_heads, live_mask, member, plan_settle
 from spark_queue.storage.location import Location
 from spark_queue.storage.store import QueueStore, Snapshot, file_runs, now_micros, require_queue
 
@@ -173,3 +174,55 @@ def plan_browse(location: Location, queue: str | None) -> list[BrowsePartition]:
     found = plan_partitions(store, snapshot, states, queue, now)
     # Spark needs at least one partition; an empty one reads nothing.
     return found or [BrowsePartition(store.location, "", 0, 0, [], [], {}, [], now)]
+
+
+def peek_rows(store: QueueStore, snapshot: Snapshot, queue: str, limit: int) -> pa.Table:
+    """Up to ``limit`` ready messages of ``queue`` in delivery order, as of now (due
+    scheduled messages promoted, as the next commit would), read a file run at a time."""
+    now = now_micros()
+    states = settled_states(store, snapshot, now, [queue])
+    found: list[pa.Table] = []
+    remaining = limit
+    for partition in plan_partitions(store, snapshot, states, queue, now):
+        if remaining <= 0:
+            break
+        rows = read_partition(partition)
+        ready = rows.filter(pc.equal(rows["state"], "ready"))
+        found.append(ready.slice(0, remaining))
+        remaining -= min(remaining, ready.num_rows)
+    return pa.concat_tables(found) if found else BROWSE_ARROW_SCHEMA.empty_table()
+
+
+def purgeable_seqs(
+    store: QueueStore, snapshot: Snapshot, queue: str, now: int, progress: Callable[[str], None]
+) -> np.ndarray:
+    """Seqs of the ready and scheduled messages of ``queue`` (not leased), read a file run
+    at a time and only the ``seq`` column; ``progress`` gets a line per run."""
+    states = settled_states(store, snapshot, now, [queue])
+    leased = states[queue].leases.seq
+    partitions = plan_partitions(store, snapshot, states, queue, now)
+    parts = []
+    for done, partition in enumerate(partitions, 1):
+        parts.append(live_rows(partition, ["seq"])["seq"].to_numpy())
+        progress(f"purging queue {queue}: {done}/{len(partitions)} file runs read")
+    seqs = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    purgeable: np.ndarray = seqs[~member(seqs, leased)]
+    return purgeable
+
+
+def delivered_rows(store: QueueStore, snapshot: Snapshot, queue: str, leased: Leases) -> pa.Table:
+    """The leased messages' rows, in delivery order, with their delivery count, read from
+    ``snapshot``, the table as the lease's commit saw it."""
+    schema = BROWSE_ARROW_SCHEMA
+    if not len(leased):
+        return schema.empty_table()
+    seqs = leased.seq
+    rows = store.read_messages(snapshot, queue, seqs)
+    # Delivery order is the lease order: put the rows in it.
+    rows = rows.take(pc.index_in(pa.array(seqs), rows["seq"]))
+    count = rows.num_rows
+    rows = rows.drop_columns(["delivery_count", "consumer"])
+    rows = rows.append_column("delivery_count", pa.array(leased.deliveries).cast(pa.int32()))
+    rows = rows.append_column("consumer", pa.array(leased.consumer, pa.string()))
+    rows = rows.append_column("state", pa.array(["leased"] * count, pa.string()))
+    return rows.select(schema.names).cast(schema)

@@ -50,7 +50,7 @@ def publish(table: QueueTable, out_path: str, name: str, count: int) -> None:
     bodies = [f"{name}-{i:05d}" for i in range(count) if f"{name}-{i:05d}" not in done]
     with (
         open(out_path, "a", encoding="utf-8") as out,
-        table.publisher(QUEUE, linger_ms=5, max_batch=WINDOW) as publisher,
+        table.publisher(QUEUE, linger=5, max_batch=WINDOW) as publisher,
     ):
         for start in range(0, len(bodies), WINDOW):
             window = bodies[start : start + WINDOW]
@@ -73,7 +73,7 @@ def consume(table: QueueTable, out_path: str, name: str, stop_file: str) -> None
         ) as consumer,
     ):
         while True:
-            messages = consumer.receive(max_messages=10, timeout=0.5)
+            messages = consumer.receive(max_messages=10, wait_time="500ms")
             if messages:
                 append(
                     out,

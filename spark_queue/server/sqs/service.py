@@ -442,7 +442,7 @@ class SqsService:
 
         def delete() -> None:
             # The table keeps every queue it has had: a deleted queue is emptied and hidden.
-            self.table.release(CONSUMER, name)
+            self.table.release(name, consumer=CONSUMER)
             self.table.purge(name)
             self.settings.put(name, replace(settings, deleted=True, modified=_now_seconds()))
 
@@ -453,7 +453,7 @@ class SqsService:
         name, _ = await self._queue(request)
 
         def purge() -> None:
-            self.table.release(CONSUMER, name)  # SQS purges messages in flight too
+            self.table.release(name, consumer=CONSUMER)  # SQS purges messages in flight too
             self.table.purge(name)
 
         await self._run(purge)
