@@ -7,7 +7,12 @@ import os
 import pytest
 from pyspark.sql import functions as F
 
-from spark_queue import ArgumentMismatchError, InvalidOptionError, QueueTable
+from spark_queue import (
+    ArgumentMismatchError,
+    InvalidOptionError,
+    QueueTable,
+    SparkQueueDeprecationWarning,
+)
 from spark_queue.spark.options import (
     parse_browse_options,
     parse_sink_options,
@@ -53,12 +58,16 @@ def test_ring_size_conflicts_are_errors():
         parse_sink_options({"path": "/p", "ringsize": "3", "maxlength": "4"})
 
 
-def test_options_are_case_insensitive_and_minus_one_is_unlimited():
+def test_options_are_case_insensitive_and_none_is_unlimited():
     parsed = parse_sink_options(
-        {"PATH": "/p", "Queue": "q", "MAXLENGTH": "-1", "overflow": "Reject-Publish"}
+        {"PATH": "/p", "Queue": "q", "MAXLENGTH": "None", "overflow": "Reject-Publish"}
     )
     assert parsed.arguments == {"max_length": None, "overflow": "reject-publish"}
     assert parsed.queue == "q"
+    with pytest.warns(SparkQueueDeprecationWarning, match=r"^maxLength='-1' for none"):
+        assert parse_sink_options({"path": "/p", "maxlength": "-1"}).arguments == {
+            "max_length": None
+        }
 
 
 @pytest.mark.parametrize(("option", "value", "named"), BAD_OPTIONS[::3])
