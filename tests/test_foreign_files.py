@@ -183,6 +183,7 @@ def test_a_broker_refuses_a_users_folder_and_writes_nothing(tmp_path):
     assert tree(folder) == before
 
 
+@pytest.mark.integration  # its broker is started through a helper the reading cannot see
 def test_sqs_create_queue_on_a_folder_a_user_filled_since_the_broker_started(tmp_path):
     import boto3
     from botocore.config import Config
