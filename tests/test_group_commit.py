@@ -26,6 +26,7 @@ from spark_queue.commit.requests import ChangeRequest, LeaseRequest, PublishRequ
 from spark_queue.model.messages import Bodies, as_input_table, normalise
 from spark_queue.model.queue_arguments import parse_consumer_limits
 from spark_queue.rules import identity_holds
+from spark_queue.storage.browse import delivered_rows
 from spark_queue.storage.store import QueueStore, now_micros
 
 THREADS, CALLS = 8, 12
@@ -188,7 +189,7 @@ def test_one_round_is_one_commit_and_a_bad_request_fails_alone(table):
     assert first.version == last.version == before + 1  # one commit for the round
     assert table.store.open().version() == before + 1
     outcome = futures[4].result()  # after the round's first publish, it saw its message
-    assert texts(table._delivered("q", outcome.leased, outcome.view)) == ["a", "b", "c"]
+    assert texts(delivered_rows(table.store, outcome.view, "q", outcome.leased)) == ["a", "b", "c"]
     assert texts(table.peek("q", 10)) == ["e"]
     assert (table.stats("full")["ready"], table.stats("q")["leased"]) == (1, 3)
     assert identity_holds(table.stats("q")) and identity_holds(table.stats("full"))
@@ -208,7 +209,7 @@ def test_a_lease_reads_rows_published_in_its_own_round(table):
     # Planned as one enqueue, the two would have evicted together: each gets its own share.
     assert [f.result().result.evicted for f in futures[:2]] == [0, 1]
     outcome = futures[2].result()
-    rows = table._delivered("ring", outcome.leased, outcome.view)
+    rows = delivered_rows(table.store, outcome.view, "ring", outcome.leased)
     assert texts(rows) == ["b", "c"]
     stats = table.stats("ring")
     assert (stats["replaced"], stats["leased"]) == (1, 2) and identity_holds(stats)
