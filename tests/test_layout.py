@@ -203,3 +203,15 @@ def test_no_code_a_connect_session_reaches_touches_the_jvm():
     assert "_py_files_for_driver_workers" not in reached  # the classic path's
     touched = {name: jvm_handles_in(nodes) for name, nodes in reached.items()}
     assert {name: found for name, found in touched.items() if found} == {}
+
+
+MAX_MODULE_LINES = 900  # past this a module holds more than one concern: split it by concern
+
+
+def test_no_module_is_over_the_line_limit():
+    long = {
+        str(path.relative_to(PACKAGE.parent)): lines
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if (lines := len(path.read_text().splitlines())) > MAX_MODULE_LINES
+    }
+    assert long == {}, f"modules over {MAX_MODULE_LINES} lines: {long}"
