@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.fs as pafs
@@ -24,6 +25,7 @@ from deltalake import DeltaTable
 
 from spark_queue import QueueTable
 from spark_queue.commit.maintenance import LOG_RETENTION_VERSIONS_KEY
+from spark_queue.storage.table_view import TRUSTED_SECONDS
 from tests.brokers import BrokerProcess
 from tests.helpers import consume, output_columns, set_table_property
 
@@ -60,7 +62,9 @@ def short_log(path: str) -> None:
 
 def publish_elsewhere(path: str, queue: str, count: int) -> int:
     """``count`` publishes and more (:data:`ELSEWHERE`) in another process, past log
-    cleanup; returns the table's version after, and how many it published."""
+    cleanup; returns the table's version after, and how many it published. The log's
+    files, aged, stand for time that passed: this process's clients idle past the moment
+    for which they trust what they know (``TRUSTED_SECONDS``) as well."""
     done = subprocess.run(
         [sys.executable, "-c", ELSEWHERE, path, queue, str(count)],
         capture_output=True,
@@ -69,6 +73,7 @@ def publish_elsewhere(path: str, queue: str, count: int) -> int:
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
+    time.sleep(TRUSTED_SECONDS)
     return int(done.stdout.split()[-1])
 
 
@@ -255,11 +260,11 @@ def test_log_cleanup_stops_at_the_first_entry_it_cannot_delete(queue_path):
         table.alter("q", max_length=1000 + i)  # checkpoint 10
     blocker = Path(queue_path) / "_delta_log" / f"{4:020d}.crc"  # a folder: not deletable
     blocker.mkdir()
-    removed = cleanup_log(Location.of(queue_path), retention_hours=0)
+    removed = cleanup_log(Location.of(queue_path), retention_hours=0, min_age_seconds=0)
     assert removed == [f"{v:020d}.json" for v in range(4)]
     assert log_entry(queue_path, 4).exists() and log_entry(queue_path, 9).exists()
     blocker.rmdir()
-    removed = cleanup_log(Location.of(queue_path), retention_hours=0)
+    removed = cleanup_log(Location.of(queue_path), retention_hours=0, min_age_seconds=0)
     assert removed == [f"{v:020d}.json" for v in range(4, 10)]
     assert DeltaTable(queue_path).version() == 12
 
@@ -320,20 +325,19 @@ def test_a_running_stream_sink_left_behind_by_cleanup_enqueues_each_batch_once(
     assert table.stats("q")["added"] == published_elsewhere(queue_path, "q") == len(bodies)
 
 
-# On S3 a log file's age cannot be set: the other process runs the cleanup as if its
-# clock were past the floor, after a checkpoint.
+# On S3 a log file's age cannot be set: the other process runs the cleanup as if the
+# commits were past the floor, after a checkpoint.
 ELSEWHERE_S3 = """
-import json, sys, time
+import json, sys
 from spark_queue import QueueTable
-from spark_queue.commit.maintenance import LOG_MIN_AGE_SECONDS, cleanup_log
+from spark_queue.commit.maintenance import cleanup_log
 
 uri, options, count = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
 table = QueueTable(uri, storage_options=options, broker="off")
 for i in range(count):
     table.publish("q", [f"elsewhere {i}"])
 table.checkpoint()
-later = time.time() + 2 * LOG_MIN_AGE_SECONDS
-print(len(cleanup_log(table.store.location, 7 * 24, later, max_versions=5)))
+print(len(cleanup_log(table.store.location, 7 * 24, max_versions=5, min_age_seconds=0)))
 """
 
 
@@ -355,6 +359,7 @@ def test_a_table_on_s3_left_behind_by_log_cleanup_sees_the_present(s3_table, s3_
     )
     assert done.returncode == 0, done.stderr
     assert int(done.stdout.split()[-1]) > 0
+    time.sleep(TRUSTED_SECONDS)  # idle as long as the cleanup's floor stands for, at least
     store = table.store
     entries = store.fs.get_file_info([store.log_entry(known), store.log_entry(known + 1)])
     assert all(entry.type == pafs.FileType.NotFound for entry in entries)

@@ -377,12 +377,10 @@ def test_a_checkpoint_due_while_requests_wait_is_written_by_the_upkeep_thread(ta
     table.declare("q")
     interval = int(DeltaTable(table.path).metadata().configuration["delta.checkpointInterval"])
     store = table.store
-    delta = store.open()
-    while delta.version() < interval - 1:  # empty commits: nothing else runs after them
-        store.commit(delta, [], [])
-        delta.update_incremental()
+    while store.snapshot().version < interval - 1:  # empty commits: nothing runs after them
+        store.commit(store.snapshot(), [], [])
     planned_on = store.snapshot()
-    store.commit(delta, [], [])  # version `interval`, as if a round planned on it
+    store.commit(planned_on, [], [])  # version `interval`, as if a round planned on it
     group = CommitGroup(store.location)  # of its own: nothing else runs its upkeep
     group._upkeep(planned_on)
     group.close()  # waits for the upkeep thread
@@ -494,20 +492,17 @@ def test_the_upkeep_thread_keeps_its_table_between_jobs_and_ends_with_the_group(
     interval = int(DeltaTable(table.path).metadata().configuration["delta.checkpointInterval"])
     store = table.store
     group = CommitGroup(store.location)
-    delta = store.open()
     checkpoints = []
     for _ in range(2):
-        while (delta.version() + 1) % interval:
-            store.commit(delta, [], [])
-            delta.update_incremental()
+        while (store.snapshot().version + 1) % interval:
+            store.commit(store.snapshot(), [], [])
         planned_on = store.snapshot()
-        store.commit(delta, [], [])  # a multiple of the interval, as if a round made it
-        group._upkeep(planned_on)  # (planned_on's table is still at the version before)
-        delta.update_incremental()
+        store.commit(planned_on, [], [])  # a multiple of the interval, as if a round made it
+        group._upkeep(planned_on)
         group.settle()
-        checkpoints.append(delta.version())
+        checkpoints.append(planned_on.version + 1)
         log = os.listdir(os.path.join(table.path, "_delta_log"))
-        assert f"{delta.version():020d}.checkpoint.parquet" in log
+        assert f"{planned_on.version + 1:020d}.checkpoint.parquet" in log
     thread = group._upkeep_thread
     assert thread is not None and thread.is_alive()  # one thread did both checkpoints
     assert checkpoints[1] == checkpoints[0] + interval

@@ -47,7 +47,8 @@ def reserve(
         ArgumentMismatchError: ``queue`` exists with other arguments.
         NotAQueueTableError, StorageError: the table cannot be used.
     """
-    snapshot = store.snapshot(store.create())
+    store.create()
+    snapshot = store.snapshot()
     assert snapshot is not None
     if queue is not None:
         declaration(queue, snapshot.states.get(queue), arguments, policies)
@@ -195,7 +196,7 @@ def commit_enqueue(
     def work(transaction: QueueTransaction) -> EnqueueOutcome:
         outcome = EnqueueOutcome(transaction.snapshot, attempt=transaction.attempt)
         if app_id is not None and app_version is not None:
-            committed = transaction.snapshot.table.transaction_version(app_id)
+            committed = transaction.snapshot.transaction_version(app_id)
             if committed is not None and committed >= app_version:
                 outcome.replayed, outcome.committed = True, committed
                 return outcome

@@ -16,10 +16,13 @@ hands each caller its own result or its own error:
   what arrived meanwhile, until :data:`~spark_queue.commit.transaction.COMMIT_BUDGET` runs out: a
   call returns late rather than failing.
 
-The leader keeps its Delta table open and updates it incrementally (one log entry per
-round). The table's upkeep after a commit (checkpoints, compaction) runs in a thread of its
-own, after the callers have their answers, and rounds go on meanwhile: a caller never waits
-for it. The leader is a daemon thread that ends after :data:`IDLE_SECONDS` without requests.
+The leader plans each round on the table as this process knows it
+(:meth:`QueueStore.view`: its own commits applied in memory, nothing read back); a commit's
+conditional create finds out whether another writer committed first, and a round that
+commits nothing checks for newer log entries before answering. The table's upkeep after a
+commit (checkpoints, compaction) runs in a thread of its own, after the callers have their
+answers, and rounds go on meanwhile: a caller never waits for it. The leader is a daemon
+thread that ends after :data:`IDLE_SECONDS` without requests.
 Nothing here survives a fork (delta-rs's runtime does not either).
 """
 
@@ -70,7 +73,6 @@ IDLE_SECONDS = 30.0  # a leader with nothing to do for this long ends (a new one
 HOST_LOCK_WAIT = 5.0  # seconds a round waits for the host lock before going on without it
 COMPACTION_CHECK_ROUNDS = 8  # small files are counted every 8th round
 GATHER_SECONDS = 0.002  # a round waits this long at most for the callers of the last
-CURRENT_SECONDS = 0.01  # a table caught up this recently is planned on without a probe
 MAX_ROUND = 2048  # requests in one round, at most: a commit's size stays bounded
 
 # Told of every commit a round makes: its requests, the seconds from the round's start to
@@ -155,6 +157,11 @@ class RoundFailed(Exception):
     """A request failed while its round was planned: plan again without it."""
 
 
+class Behind(Exception):
+    """A round that commits nothing was planned on a version that is not the latest: plan
+    it again on the latest (read meanwhile)."""
+
+
 class CommitGroup:
     """The group commit of one table in this process. Thread-safe; see the module."""
 
@@ -184,7 +191,6 @@ class CommitGroup:
         self._upkeep_thread: threading.Thread | None = None
         self._closed = False
         self._expected = 0  # requests the next round gathers for (see _lead)
-        self._current_at = -float("inf")  # time.monotonic() of the last catch-up
         self._gathering = False  # the leader waits for them
 
     def listen(self, callback: Callable[[list[Operation]], None]) -> None:
@@ -241,7 +247,6 @@ class CommitGroup:
                     self._lock.wait(left)
                 self._gathering = False
                 batch = self._take(MAX_ROUND)
-            commits = self.rounds
             try:
                 rest = self._round(batch)
             except BaseException as error:  # an unexpected failure: every caller hears of it
@@ -252,19 +257,6 @@ class CommitGroup:
                 rest = []
             with self._lock:
                 self._pending.extendleft(reversed(rest))  # first in the next round
-            self._catch_up(committed=self.rounds > commits)
-
-    def _catch_up(self, committed: bool) -> None:
-        """Bring the leader's table to the latest version (the commit just made, at
-        least) while the callers just answered come back with their next requests: delta-rs
-        reads a commit, even its own, back from the log (~4 ms on a local disk, the GIL
-        released), and the next round then finds the table current. After a commit there
-        is a newer log entry for sure: no probe for it (on S3, a request a round)."""
-        try:
-            self.store.open(moved=True if committed else None)
-        except Exception:  # the next round opens the table again, and reports its error
-            return
-        self._current_at = time.monotonic()
 
     def _take(self, limit: int) -> list[Queued]:
         taken: list[Queued] = []
@@ -286,20 +278,18 @@ class CommitGroup:
             store = self.store
             units = self._units(candidates, merge)
             with self._host_lock:
-                # _catch_up updated the table after the last round; where that was a moment
-                # ago, no probe for a newer log entry (on S3, a request a round): a writer
-                # that committed since makes this attempt lose, and the next one probes.
-                current = time.monotonic() - self._current_at < CURRENT_SECONDS
-                table = store.open(moved=False if current and attempt == 1 else None)
-                if table is None and any(item.request.creates for item in candidates):
-                    table = store.create()
-                if table is None:
+                # Planned on the table as known, without a probe (on S3, a request a round):
+                # a writer that committed since makes the commit lose, and one that commits
+                # nothing checks before it answers.
+                snapshot = store.snapshot(probe=False)
+                if snapshot is None and any(item.request.creates for item in candidates):
+                    store.create()
+                    snapshot = store.snapshot(probe=False)
+                if snapshot is None:
                     error = TableNotFoundError(store.uri)
                     for item in candidates:
                         item.future.set_exception(error)
                     return []
-                snapshot = store.snapshot(table)
-                assert snapshot is not None
                 transaction = QueueTransaction(store, snapshot, attempt=attempt)
                 round = Round(transaction)
                 results: list[Any] = []
@@ -310,7 +300,9 @@ class CommitGroup:
                             operation=round.operations,
                             app_transactions=round.app_versions,
                         )
-                except (RoundFailed, Unmergeable) as error:
+                    elif not store.is_current(snapshot):
+                        raise Behind
+                except (RoundFailed, Unmergeable, Behind) as error:
                     transaction.discard()
                     discard_runs(units, store)
                     merge = merge and not isinstance(error, Unmergeable)
@@ -372,11 +364,11 @@ class CommitGroup:
         also its automatic vacuum (:func:`maintenance.auto_vacuum`: once an hour for the
         whole table, listing every file under it; a process exiting waits for one under
         way)."""
-        checkpoint = checkpoint_due(planned_on.table)
+        checkpoint = checkpoint_due(planned_on)
         # Looking for small files costs a few ms over the file list: every few rounds is
         # enough, as compaction waits for 32 of them.
         compaction = not self.rounds % COMPACTION_CHECK_ROUNDS and needs_compaction(planned_on)
-        vacuum = auto_vacuum_look_due(self.store.uri, planned_on.table)
+        vacuum = auto_vacuum_look_due(self.store.uri, planned_on)
         if checkpoint is None and not compaction and not vacuum:
             return
         with self._upkeep_signal:
@@ -485,8 +477,9 @@ class CommitGroup:
     def _plan(self, round: Round, units: list[Unit], results: list[Any]) -> int:
         """Apply units in order until one waits for this round's commit; returns how many
         requests were applied. A failing one gets its error (every request of a run the
-        same) and raises :class:`RoundFailed`; a run that cannot share out its result
-        raises :class:`Unmergeable`."""
+        same) and raises :class:`RoundFailed`, where the round was planned on the latest
+        version (else :class:`Behind`); a run that cannot share out its result raises
+        :class:`Unmergeable`."""
         from deltalake.exceptions import CommitFailedError
 
         taken = 0
@@ -499,6 +492,8 @@ class CommitGroup:
             except (CommitFailedError, Unmergeable):
                 raise
             except Exception as error:
+                if self._behind(round):  # its error may be the old version's (a new queue)
+                    raise Behind from error
                 request.discard(self.store)
                 for item in items:
                     item.request.discard(self.store)
@@ -507,6 +502,14 @@ class CommitGroup:
             results.extend(result if isinstance(request, PublishRun) else [result])
             taken += len(items)
         return taken
+
+    def _behind(self, round: Round) -> bool:
+        """Whether ``round`` was planned on a version that is not the latest (where that
+        cannot be told: no, and the error stands)."""
+        try:
+            return not self.store.is_current(round.transaction.snapshot)
+        except Exception:
+            return False
 
 
 def discard_runs(units: list[Unit], store: QueueStore) -> None:

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_queue.commit.backoff import backoff
+from spark_queue.commit.failpoints import reached
 from spark_queue.commit.maintenance import after_commit
 from spark_queue.errors import (
     ArgumentMismatchError,
@@ -59,13 +60,8 @@ from spark_queue.storage.files import (
     write_file,
 )
 from spark_queue.storage.state_rows import index_rows, repeated
-from spark_queue.storage.store import (
-    FileHeadReader,
-    QueueStore,
-    Snapshot,
-    now_micros,
-    staged_file_rows,
-)
+from spark_queue.storage.store import FileHeadReader, QueueStore, Snapshot, now_micros
+from spark_queue.storage.table_view import TableView, staged_file_rows
 
 # A commit that loses races is planned again for this long (seconds) before it fails.
 COMMIT_BUDGET = 120.0
@@ -108,6 +104,7 @@ class QueueTransaction:
     policies: Policies | None = None
     attempt: int = 1  # of :func:`run`: above 1, another writer won the earlier ones
     committed: bool = False
+    landed: TableView | None = None  # the table after the commit, once committed
     # Rows of staged files this process still holds (a publish's), by path: not read back,
     # which on an object store would cost a request per column.
     held_rows: dict[str, pa.Table] = field(default_factory=dict)
@@ -136,9 +133,8 @@ class QueueTransaction:
         if self._view is None or self._view[0] != len(self.adds):
             files = pa.concat_tables([self.snapshot.files, staged_file_rows(staged)])
             view = Snapshot(
-                self.snapshot.table, self.snapshot.version, files, self.snapshot.states,
-                self.snapshot.state_files,
-            )  # fmt: skip
+                self.snapshot.view, files, self.snapshot.states, self.snapshot.state_files
+            )
             self._view = (len(self.adds), view)
         return self._view[1]
 
@@ -508,8 +504,9 @@ class QueueTransaction:
             *index_rows(self.states).items(),
         )
         self.on_storage()  # the log never names a file that is not there
-        self.store.commit(
-            self.snapshot.table,
+        reached("commit.files-stored")
+        self.landed = self.store.commit(
+            self.snapshot,
             self.adds,
             [*self.snapshot.state_files, *self.expired_seen],
             app_id=app_id,
@@ -650,11 +647,11 @@ def run(
                 attempt -= 1  # not made
                 break
             time.sleep(pause)
-        table = store.create() if create else store.open()
-        if table is None:
+        if create:
+            store.create()
+        snapshot = store.snapshot()
+        if snapshot is None:
             raise TableNotFoundError(store.uri)
-        snapshot = store.snapshot(table)
-        assert snapshot is not None
         transaction = QueueTransaction(store, snapshot, policies=policies, attempt=attempt)
         try:
             result = work(transaction)

@@ -20,6 +20,7 @@ import pyarrow.parquet as pq
 
 from spark_queue.model.schema import FILE_SCHEMA, PARTITION, STATS_COLUMNS
 from spark_queue.storage.location import Location
+from spark_queue.storage.row_cache import hold_file
 
 # Records: the partition values of the table's files (``record=<name>``).
 MESSAGE, REMOVAL, QUEUE = "message", "removal", "queue"
@@ -98,6 +99,10 @@ def parquet_options(columns: list[str]) -> dict[str, Any]:
 
 def write_file(location: Location, record: str, rows: pa.Table, tag: str = "") -> StagedFile:
     """Write ``rows`` (:data:`FILE_SCHEMA`) as one Parquet file of partition ``record``."""
+    if location.object_store() is not None:  # encoded in memory, stored in one request
+        staged, data = encode_file(record, rows, tag)
+        upload_file(location, staged.path, data)
+        return staged
     rows = _file_rows(record, rows)
     relative = new_file(record, tag)
     fs, base = location.filesystem()
@@ -192,8 +197,18 @@ def encode_file(record: str, rows: pa.Table, tag: str = "") -> tuple[StagedFile,
 
 
 def upload_file(location: Location, relative: str, data: pa.Buffer) -> None:
-    """Store the bytes of a file :func:`encode_file` made at ``relative``."""
+    """Store the bytes of a file :func:`encode_file` made at ``relative``; a message file's
+    are kept for this process's reads (:func:`~spark_queue.storage.row_cache.hold_file`)."""
     fs, base = location.filesystem()
+    if relative.startswith(f"{PARTITION}={MESSAGE}/"):  # a lease of it reads nothing
+        hold_file(f"{base.rstrip('/')}/{relative}", data)
+    store = location.object_store()
+    if store is not None:
+        import obstore
+
+        # Arrow exposes its bytes as signed chars: viewed as unsigned, without a copy.
+        obstore.put(store, relative, memoryview(data).cast("B"))
+        return
     target = prepare_target(fs, base, relative)
     if not isinstance(fs, pafs.PyFileSystem):
         with fs.open_output_stream(target) as stream:
