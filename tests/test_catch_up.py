@@ -21,9 +21,10 @@ import time
 from pathlib import Path
 
 import pyarrow.fs as pafs
+import pytest
 from deltalake import DeltaTable
 
-from spark_queue import QueueTable
+from spark_queue import QueueTable, StorageError
 from spark_queue.commit.maintenance import LOG_RETENTION_VERSIONS_KEY
 from spark_queue.storage.table_view import TRUSTED_SECONDS
 from tests.brokers import BrokerProcess
@@ -368,3 +369,37 @@ def test_a_table_on_s3_left_behind_by_log_cleanup_sees_the_present(s3_table, s3_
     assert table.publish("q", ["after"]).seqs == [31]
     leased = table.lease("q", "w", max_messages=2)
     assert leased["body"].to_pylist() == [b"here", b"elsewhere 0"]
+
+
+def test_a_commit_held_up_while_cleanup_passed_its_version_says_its_fate_is_unknown(queue_path):
+    """A log entry created more than ``TRUSTED_SECONDS`` after it was asked for, while
+    others committed past log cleanup: it landed where cleanup had deleted the version
+    before it, and so much time passed that whether the log moved on from it cannot be
+    told. The call fails saying so (a retry with the same producer and sequence is safe);
+    the entry, in the log's past, counts for nothing, and the table goes on."""
+    from spark_queue.commit.transaction import run
+    from spark_queue.storage.store import QueueStore
+
+    QueueTable(queue_path, broker="off").declare("q")
+    short_log(queue_path)
+    store = QueueStore(queue_path)
+    entries = store.entries
+    create = entries.create
+
+    def held_up(version: int, data: bytes) -> bool:  # others commit while it is on its way
+        publish_elsewhere(queue_path, "q", 25)
+        assert not log_entry(queue_path, version - 1).exists()
+        return create(version, data)
+
+    entries.create = held_up  # type: ignore[method-assign]
+
+    def alter(transaction):
+        transaction.declare("q", {"max_length": 77}, alter=True)
+        transaction.commit(operation="ALTER q")
+
+    with pytest.raises(StorageError, match="whether it counts is unknown"):
+        run(store, alter, create=False)
+    table = QueueTable(queue_path, broker="off")
+    assert table.arguments("q").max_length is None
+    table.alter("q", max_length=77)
+    assert table.arguments("q").max_length == 77

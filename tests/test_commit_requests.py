@@ -13,10 +13,12 @@ import json
 import subprocess
 import sys
 import textwrap
+import time
 import urllib.parse
 from pathlib import Path
 
 from spark_queue import QueueTable
+from spark_queue.storage.table_view import TRUSTED_SECONDS
 from tests.object_store import RequestLog
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -74,6 +76,30 @@ def test_a_warm_publish_lease_and_ack_store_their_files_and_the_entry_and_read_n
     s3_requests.mark()  # a read reaches the present the same way
     assert table.stats("q")["ready"] == 11
     assert requests(s3_requests, s3_table) == [("GET", f"log {version + 4}")]
+
+
+def test_an_idle_table_checks_the_entry_after_its_own_and_its_own_before_it_answers(
+    s3_table: str, s3_options: dict[str, str], s3_requests: RequestLog
+) -> None:
+    """Idle longer than it trusts what it knows (``TRUSTED_SECONDS``), a table looks for
+    the next entry and, that missing, for its own (log cleanup deletes oldest first): two
+    requests before a read, and before a commit's files."""
+    table = QueueTable(s3_table, storage_options=s3_options, broker="off")
+    table.publish("q", ["one"])
+    version = table.store.view(probe=False).version
+    looks = [("GET", f"log {version + 1}"), ("HEAD", f"log {version}")]
+
+    time.sleep(TRUSTED_SECONDS)
+    s3_requests.mark()
+    assert table.stats("q")["ready"] == 1
+    assert requests(s3_requests, s3_table) == looks
+
+    time.sleep(TRUSTED_SECONDS)
+    s3_requests.mark()
+    assert table.publish("q", ["two"]).seqs == [1]
+    found = requests(s3_requests, s3_table)
+    assert found[:2] == looks
+    files_then_entry(found[2:], ["message", "queue"], version + 1)
 
 
 # Another writer: one commit per line it reads, each answered with a line once landed.
