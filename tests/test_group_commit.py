@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import random
 import threading
+import time
 from concurrent.futures import Future
 
 import numpy as np
@@ -508,3 +509,93 @@ def test_the_upkeep_thread_keeps_its_table_between_jobs_and_ends_with_the_group(
     assert checkpoints[1] == checkpoints[0] + interval
     group.close()
     assert not thread.is_alive()
+
+
+class HeldEntries:
+    """The group's log entries held back until :meth:`release`: the first ``count``
+    creates wait (each told to ``reached``), the rest go through."""
+
+    def __init__(self, group: CommitGroup, count: int = 1) -> None:
+        self.entries = group.store.entries
+        self.create = self.entries.create
+        self.count = count
+        self.reached = threading.Event()
+        self.gate = threading.Event()
+        self.entries.create = self._create  # type: ignore[method-assign]
+
+    def _create(self, version: int, data: bytes) -> bool:
+        if self.count:
+            self.count -= 1
+            self.reached.set()
+            assert self.gate.wait(60)
+        return self.create(version, data)
+
+    def release(self) -> None:
+        self.gate.set()
+
+
+def message_files(path: str) -> set[str]:
+    return {name for name in os.listdir(os.path.join(path, "record=message"))}
+
+
+def test_the_next_round_is_planned_and_stored_while_an_entry_is_on_its_way(table):
+    """While round 1's log entry is held back and more requests wait than it holds, round 2
+    is planned on the table as round 1 leaves it and its files are stored; no caller hears
+    before its entry landed, and round 2's entry follows round 1's."""
+    table.declare("q")
+    group = group_of(table.store.location)
+    held = HeldEntries(group)
+    first = group.submit(publish_request(table, "q", ["first"]))
+    assert held.reached.wait(30)
+    before = message_files(table.path)
+    with group._lock:  # both in one round
+        later = [group.submit(publish_request(table, "q", [body])) for body in ("a", "b")]
+    deadline = time.monotonic() + 30
+    while message_files(table.path) == before:  # round 2's file, stored meanwhile
+        assert time.monotonic() < deadline, "round 2 stored nothing while round 1 was held"
+        time.sleep(0.01)
+    version = table.store.view(probe=False).version
+    assert not first.done() and not any(future.done() for future in later)
+    held.release()
+    assert first.result(30).result.seqs == [0]
+    assert [future.result(30).result.seqs for future in later] == [[1], [2]]
+    assert later[0].result().result.version == first.result().result.version + 1 == version + 2
+    assert texts(table.peek("q", 10)) == ["first", "a", "b"]
+
+
+ELSEWHERE = """
+import sys
+from spark_queue import QueueTable
+QueueTable(sys.argv[1], broker="off").publish("q", ["elsewhere"])
+"""
+
+
+def test_a_round_planned_on_one_that_lost_its_race_is_planned_again(table):
+    """Round 1's entry loses to another process's commit while round 2, planned on it,
+    waits: both are planned again on the present, and each message is stored once."""
+    import subprocess
+    import sys
+
+    table.declare("q")
+    group = group_of(table.store.location)
+    held = HeldEntries(group)
+    first = group.submit(publish_request(table, "q", ["first"]))
+    assert held.reached.wait(30)
+    before = message_files(table.path)
+    with group._lock:  # both in one round
+        later = [group.submit(publish_request(table, "q", [body])) for body in ("a", "b")]
+    deadline = time.monotonic() + 30
+    while message_files(table.path) == before:  # round 2, planned on round 1, stored
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    done = subprocess.run(
+        [sys.executable, "-c", ELSEWHERE, table.path], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    held.release()
+    assert first.result(60).result.seqs == [1]
+    assert [future.result(60).result.seqs for future in later] == [[2], [3]]
+    assert first.result().result.attempts == 2
+    assert texts(table.peek("q", 10)) == ["elsewhere", "first", "a", "b"]
+    stats = table.stats("q")
+    assert stats["added"] == 4 and identity_holds(stats)

@@ -60,7 +60,13 @@ from spark_queue.storage.files import (
     write_file,
 )
 from spark_queue.storage.state_rows import index_rows, repeated
-from spark_queue.storage.store import FileHeadReader, QueueStore, Snapshot, now_micros
+from spark_queue.storage.store import (
+    FileHeadReader,
+    PreparedCommit,
+    QueueStore,
+    Snapshot,
+    now_micros,
+)
 from spark_queue.storage.table_view import TableView, staged_file_rows
 
 # A commit that loses races is planned again for this long (seconds) before it fails.
@@ -116,6 +122,7 @@ class QueueTransaction:
     early_checks: dict[str, Future[IdCheck]] = field(default_factory=dict)
     # Writes of files :meth:`stage_rows` staged, still under way.
     uploads: list[Future[None]] = field(default_factory=list)
+    _seen_files: list[str] = field(default_factory=list)  # the ids recorded, by prepare
 
     def __post_init__(self) -> None:
         self.states = {name: state.copy() for name, state in self.snapshot.states.items()}
@@ -497,35 +504,56 @@ class QueueTransaction:
         """Write removals and states and publish everything in one Delta commit of
         ``operation`` (a group commit's: several), with the application transaction
         ``(app_id, app_version)`` and ``app_transactions``."""
+        versions = dict(app_transactions or {})
+        if app_id is not None and app_version is not None:
+            versions[app_id] = app_version
+        self.publish(self.prepare(operation, versions))
+
+    def prepare(
+        self, operation: Operation | Sequence[Operation], transactions: dict[str, int]
+    ) -> PreparedCommit:
+        """The first half of :meth:`commit`: every file of the commit stored, its log entry
+        ready (:meth:`QueueStore.prepare`); :meth:`publish` creates it."""
         written = self._add_rows(
             *((SEEN, rows) for _, rows, _, _ in self.recording),
             (REMOVAL, pa.concat_tables(self.removal_rows) if self.removal_rows else None),
             (QUEUE, self._queue_rows()),
             *index_rows(self.states).items(),
         )
+        self._seen_files = [staged.path for staged in written[: len(self.recording)]]
         self.on_storage()  # the log never names a file that is not there
         reached("commit.files-stored")
-        self.landed = self.store.commit(
+        return self.store.prepare(
             self.snapshot,
             self.adds,
             [*self.snapshot.state_files, *self.expired_seen],
-            app_id=app_id,
-            app_version=app_version,
-            app_transactions=app_transactions,
-            summary=CommitSummary.of(
+            transactions,
+            CommitSummary.of(
                 operation,
                 queues=sorted(self.touched),
                 attempt=self.attempt,
                 removed=self.summary,
             ),
         )
+
+    def publish(self, prepared: PreparedCommit) -> None:
+        """The second half of :meth:`commit`: create the log entry, then remember what
+        landed (the queue states, the ids recorded) and delete what it replaced."""
+        self.landed = self.store.publish(prepared)
         self.committed = True
-        for (name, _, run, since), staged in zip(self.recording, written, strict=False):
-            dedup_window.remember(self.store, name, staged.path, run, since)
+        for (name, _, run, since), path in zip(self.recording, self._seen_files, strict=True):
+            dedup_window.remember(self.store, name, path, run, since)
         self.store.remember_states(
             [a.path for a in self.adds if a.record in STATE_RECORDS], self.states
         )
         delete_files(self.store.location, self.obsolete)
+
+    def next_snapshot(self, prepared: PreparedCommit) -> Snapshot:
+        """The table as it will be once ``prepared`` (this transaction's) lands: what the
+        next commit may be planned on before then."""
+        landed = prepared.landed
+        states = {name: state.copy() for name, state in self.states.items()}
+        return Snapshot(landed, landed.files, states, landed.state_files)
 
     def discard(self) -> None:
         """Delete the files this transaction wrote itself (not the tasks' staged files, nor
@@ -620,11 +648,15 @@ def run(
     policies: Policies | None = None,
     what: str = "the queue table",
 ) -> T:
-    """Plan ``work`` on a fresh snapshot and commit; plan again if another writer won.
+    """Plan ``work`` on the table as this process knows it and commit; plan again if
+    another writer won.
 
     ``work`` performs the operations and calls :meth:`QueueTransaction.commit`; what it
-    returns is returned. Errors that are not commit conflicts propagate, with this
-    transaction's own files deleted. ``policies`` are applied by every declare it makes.
+    returns is returned. The commit's conditional create finds out whether another writer
+    committed first; where ``work`` commits nothing or raises, the snapshot is checked to be
+    the latest first (one request), and ``work`` runs again on the latest where it was not,
+    so no answer comes from an old version. Errors that are not commit conflicts propagate,
+    with this transaction's own files deleted. ``policies`` are applied by every declare it makes.
     After a commit it runs the post-commit work (:func:`maintenance.after_commit`: a log
     checkpoint at the interval, compaction when small files piled up), whoever committed.
 
@@ -649,7 +681,7 @@ def run(
             time.sleep(pause)
         if create:
             store.create()
-        snapshot = store.snapshot()
+        snapshot = store.snapshot(probe=False)
         if snapshot is None:
             raise TableNotFoundError(store.uri)
         transaction = QueueTransaction(store, snapshot, policies=policies, attempt=attempt)
@@ -658,13 +690,31 @@ def run(
         except CommitFailedError:
             transaction.discard()
             continue
+        except Exception:
+            transaction.discard()
+            if _behind(store, snapshot):  # its error may be the old version's
+                attempt -= 1  # not a lost race: planned again on the latest at once
+                continue
+            raise
         except BaseException:
             transaction.discard()
             raise
         if transaction.committed:
             after_commit(store, snapshot)
+        elif _behind(store, snapshot):
+            attempt -= 1
+            continue
         return result
     raise CommitConflictError(
         f"could not commit to {what} in {store.uri}: another writer committed first in each "
         f"of {attempt} attempts"
     )
+
+
+def _behind(store: QueueStore, snapshot: Snapshot) -> bool:
+    """Whether ``snapshot`` is not of the table's latest version (where that cannot be
+    told: no, and what was planned on it stands)."""
+    try:
+        return not store.is_current(snapshot)
+    except Exception:
+        return False

@@ -743,29 +743,54 @@ class QueueStore:
         The commit records what it did (``summary``, :mod:`~spark_queue.storage.commit_log`),
         the application transaction ``(app_id, app_version)`` and every one of
         ``app_transactions`` (id -> version; a group commit's idempotent publishes).
+        :meth:`prepare` and :meth:`publish` are its two halves, for a caller that plans its
+        next commit while this one's log entry is on its way.
+        """
+        versions = dict(app_transactions or {})
+        if app_id is not None and app_version is not None:
+            versions[app_id] = app_version
+        return self.publish(self.prepare(snapshot, adds, removes, versions, summary))
 
-        Its log entry is created by spark-queue (:mod:`~spark_queue.storage.delta_log`): one
+    def prepare(
+        self,
+        snapshot: Snapshot,
+        adds: list[StagedFile],
+        removes: list[tuple[str, int, str]],
+        transactions: Mapping[str, int],
+        summary: CommitSummary | None,
+    ) -> PreparedCommit:
+        """A commit of ``adds``, ``removes`` and the application transactions
+        ``transactions`` (id -> version) after ``snapshot``, and the table as it will be
+        once it lands; nothing is written."""
+        view = snapshot.view
+        encoded = EMPTY_SUMMARY if summary is None else summary.encode()
+        entry = None
+        if self.entries.creates:
+            stamp = int(time.time() * 1000)
+            entry = encode_entry(adds, removes, transactions, encoded, SUMMARY_KEY, stamp)
+        landed = view.moved(adds, [path for path, _, _ in removes], transactions)
+        return PreparedCommit(view, adds, removes, dict(transactions), encoded, entry, landed)
+
+    def publish(self, prepared: PreparedCommit) -> TableView:
+        """Create the log entry of a prepared commit (:meth:`commit` says how); returns the
+        table as it is then.
+
+        The entry is created by spark-queue (:mod:`~spark_queue.storage.delta_log`): one
         conditional request, whose refusal is the lost race; where the view was last known
         current more than :data:`~spark_queue.storage.table_view.TRUSTED_SECONDS` before the
         entry landed, the entry before it is checked too (log cleanup may have deleted the
         version's entry before this one created it again, in the log's past: then it is
         deleted and the commit planned again). Where spark-queue cannot create entries on
-        the store, delta-rs commits (:meth:`_commit_through_delta_rs`).
-        """
+        the store, delta-rs commits (:meth:`_commit_through_delta_rs`)."""
         from deltalake.exceptions import CommitFailedError
 
-        stamp = int(time.time() * 1000)
-        versions = dict(app_transactions or {})
-        if app_id is not None and app_version is not None:
-            versions[app_id] = app_version
-        encoded = EMPTY_SUMMARY if summary is None else summary.encode()
-        view = snapshot.view
-        removed = [path for path, _, _ in removes]
-        if not self.entries.creates:
+        view, entry = prepared.view, prepared.entry
+        if entry is None:
             asked = time.monotonic()
-            self._commit_through_delta_rs(view, adds, removes, versions, encoded)
-            return self.known.offer(view.moved(adds, removed, versions, current_at=asked))
-        entry = encode_entry(adds, removes, versions, encoded, SUMMARY_KEY, stamp)
+            self._commit_through_delta_rs(
+                view, prepared.adds, prepared.removes, prepared.transactions, prepared.summary
+            )
+            return self.known.offer(prepared.landed.current_from(asked))
         known = self.known.view
         if known is not None and known.version == view.version:
             view = view.current_from(known.current_at)
@@ -774,13 +799,13 @@ class QueueStore:
         with self._on_storage():
             if not self.entries.create(version, entry):
                 if self._catch_up_after(view, entry):  # a retried create of its own
-                    return self.known.offer(view.moved(adds, removed, versions, current_at=asked))
+                    return self.known.offer(prepared.landed.current_from(asked))
                 raise CommitFailedError(
                     f"version {version} of {self.uri} was committed by another writer first"
                 )
             if not view.trusted(time.monotonic()) and not self.entries.exists(view.version):
                 self._stray(version, asked)
-        return self.known.offer(view.moved(adds, removed, versions, current_at=asked))
+        return self.known.offer(prepared.landed.current_from(asked))
 
     def _catch_up_after(self, view: TableView, entry: bytes) -> bool:
         """After the next entry of ``view`` was found there: whether it is ``entry`` (a
@@ -878,6 +903,20 @@ class QueueStore:
                 f"version {view.version} of {self.uri} was planned on, and log cleanup has "
                 f"deleted its log entry since: planned again on the latest ({error})"
             ) from error
+
+
+@dataclass(frozen=True)
+class PreparedCommit:
+    """A commit ready to publish (:meth:`QueueStore.prepare`): what it does, its log entry
+    (None where delta-rs commits), and the table as it will be once it lands."""
+
+    view: TableView  # planned on
+    adds: list[StagedFile]
+    removes: list[tuple[str, int, str]]
+    transactions: dict[str, int]
+    summary: str
+    entry: bytes | None
+    landed: TableView
 
 
 def _level_rows(
