@@ -71,6 +71,11 @@ class Reservation:
         self.shifted = 0  # seqs moved by renumbering, in all
 
     @property
+    def carried(self) -> dict[str, pa.Table]:
+        """The rows the tasks carried of their small files, by path: not read again."""
+        return {f.file.path: f.rows for f in self.files if f.rows is not None}
+
+    @property
     def queues(self) -> list[str]:
         return sorted({f.queue for f in self.files})
 
@@ -203,6 +208,7 @@ def commit_enqueue(
         if isinstance(batch, PendingBatch) and "message_id" in batch.rows.column_names:
             transaction.check_ids_early(batch.queue, batch.rows["message_id"])
         batch.renumber_after(store, transaction)
+        transaction.held_rows.update(batch.carried)
         before = {q: dict(transaction.states[q].counters) for q in transaction.states}
         outcome.rejected = transaction.enqueue(batch.files, arguments)
         if outcome.rejected and on_reject == "fail":

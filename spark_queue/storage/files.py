@@ -112,12 +112,20 @@ def write_file(location: Location, record: str, rows: pa.Table, tag: str = "") -
     return StagedFile(relative, size, record, file_stats(rows), rows.num_rows)
 
 
+# The columns of its rows a staged file carries to the commit, where it holds at most
+# CARRIED_ROWS rows: what planning its enqueue reads (without a request for them).
+CARRIED_COLUMNS = ("seq", "size", "priority", "deliver_at", "enqueued_at", "expires_at")
+CARRIED_ROWS = 64 * 1024
+
+
 @dataclass
 class StagedQueueFile:
-    """A message file staged for one queue."""
+    """A message file staged for one queue; ``rows``: its :data:`CARRIED_COLUMNS` (and
+    ``message_id``), where it is small."""
 
     queue: str
     file: StagedFile
+    rows: pa.Table | None = None
 
 
 class MessageFileWriter:
@@ -132,7 +140,9 @@ class MessageFileWriter:
         self.buffered: dict[str, int] = {}  # rows
         self.buffered_bytes: dict[str, int] = {}
         self.writers: dict[str, tuple[pq.ParquetWriter, pa.NativeFile, str]] = {}
-        self.parts: dict[str, list[pa.Table]] = {}  # small columns, for statistics
+        # Rows' columns carried to the commit (CARRIED_COLUMNS), or for a file of more rows
+        # those of its statistics only.
+        self.parts: dict[str, list[pa.Table]] = {}
 
     def add(self, rows: pa.Table) -> None:
         """Add message rows (as :data:`FILE_SCHEMA` types them), of one queue or several."""
@@ -154,10 +164,15 @@ class MessageFileWriter:
         self.buffered[name] = self.buffered_bytes[name] = 0
         if name not in self.writers:
             relative = new_file(MESSAGE)
-            stream = self.fs.open_output_stream(prepare_target(self.fs, self.base, relative))
+            stream = open_output(self.location, relative)
             self.writers[name] = (_parquet_writer(stream, FILE_SCHEMA), stream, relative)
         self.writers[name][0].write_table(rows, row_group_size=ROW_GROUP_ROWS)
-        self.parts.setdefault(name, []).append(rows.select(["queue", "seq", "priority"]))
+        kept = self.parts.setdefault(name, [])
+        if sum(part.num_rows for part in kept) + rows.num_rows <= CARRIED_ROWS:
+            kept.append(rows.select(["queue", *CARRIED_COLUMNS, "message_id"]))
+        else:  # too many to carry: statistics only
+            kept[:] = [part.select(["queue", "seq", "priority"]) for part in kept]
+            kept.append(rows.select(["queue", "seq", "priority"]))
 
     def close(self) -> list[StagedQueueFile]:
         """Write what is buffered and close the files; what was staged, one file a queue."""
@@ -169,11 +184,9 @@ class MessageFileWriter:
             size = stream.tell()  # not a stat: on an object store, a request
             stream.close()
             small = pa.concat_tables(self.parts[name])
-            files.append(
-                StagedQueueFile(
-                    name, StagedFile(relative, size, MESSAGE, file_stats(small), small.num_rows)
-                )
-            )
+            staged = StagedFile(relative, size, MESSAGE, file_stats(small), small.num_rows)
+            carried = small.drop_columns(["queue"]) if "size" in small.column_names else None
+            files.append(StagedQueueFile(name, staged, carried))
         return files
 
     def discard(self) -> None:
@@ -182,6 +195,45 @@ class MessageFileWriter:
             writer.close()
             stream.close()
         delete_files(self.location, [relative for _, _, relative in self.writers.values()])
+
+
+def open_output(location: Location, relative: str) -> pa.NativeFile:
+    """A stream writing the file at ``relative``: on S3 through obstore
+    (:meth:`Location.object_store`: one request for a small file, a multipart upload for a
+    large one, never a wait for ``100-continue``), else through the table's file system."""
+    store = location.object_store()
+    if store is None:
+        fs, base = location.filesystem()
+        return fs.open_output_stream(prepare_target(fs, base, relative))
+    return pa.PythonFile(_StoreWriter(store, relative), mode="w")
+
+
+class _StoreWriter:
+    """obstore's writer of one object as the Python file pyarrow writes to."""
+
+    def __init__(self, store: Any, relative: str) -> None:
+        import obstore
+
+        self._file = obstore.open_writer(store, relative)
+        self._written = 0
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")  # obstore takes unsigned bytes
+        self._file.write(view)
+        self._written += view.nbytes
+        return view.nbytes
+
+    def tell(self) -> int:
+        return self._written
+
+    def flush(self) -> None:
+        """Nothing: the writer sends what it holds when it has a part's worth, or closes."""
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._file.close()
 
 
 def encode_file(record: str, rows: pa.Table, tag: str = "") -> tuple[StagedFile, pa.Buffer]:

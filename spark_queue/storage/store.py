@@ -507,23 +507,27 @@ class QueueStore:
 
         ``size``: the file's size, where the caller knows it (the log records it). A file
         of :data:`WHOLE_READ_BYTES` or less is then read whole in one request, footer and
-        all (without ``filters``; :meth:`read_whole`), where reading its footer and then its
-        columns takes a request each; or not at all where this process holds its bytes
-        (:func:`~spark_queue.storage.row_cache.held_file`).
+        all (:meth:`read_whole`; ``filters`` as conjunctions of ``(column, op, value)``),
+        where reading its footer and then its columns takes a request each; or not at all
+        where this process holds its bytes (:func:`~spark_queue.storage.row_cache.held_file`).
         """
         path = f"{self.base.rstrip('/')}/{relative}"
-        if size is not None and size <= WHOLE_READ_BYTES and filters is None:
+        if size is not None and size <= WHOLE_READ_BYTES:
             file = pq.ParquetFile(pa.BufferReader(held_file(path) or self.read_whole(relative)))
             # One thread, and not read_table's dataset layer: a threaded read of an
             # in-memory file leaves a thread that aborts the process at its exit, in most
             # runs ("terminate called without an active exception", apache/arrow#34314).
             wanted = columns or FILE_SCHEMA.names
+            needed = [*wanted, *(c for c, _, _ in filters or [] if c not in wanted)]
             present = set(file.schema_arrow.names)
-            rows = file.read([n for n in wanted if n in present], use_threads=False)
+            rows = file.read([n for n in needed if n in present], use_threads=False)
             # As read_table(schema=FILE_SCHEMA) gives it: the columns a record's file does
             # not hold (a state file holds a few) as nulls, each in its schema type.
             held = {name: rows.column(name) for name in rows.column_names}
-            return empty_rows(held, rows.num_rows).select(wanted)
+            rows = empty_rows(held, rows.num_rows).select(needed)
+            if filters:
+                rows = rows.filter(pq.filters_to_expression(filters))
+            return rows.select(wanted)
         # One open file, its column chunks read in coalesced ranges: by path, pyarrow's
         # dataset reader would stat the file twice first (object stores: two requests each).
         with self.fs.open_input_file(path) as source:
@@ -553,23 +557,27 @@ class QueueStore:
         return DataFile(self.fs, f"{self.base.rstrip('/')}/{relative}", whole)
 
     def stream_rows(
-        self, relative: str, columns: list[str], batch_bytes: int
+        self, relative: str, columns: list[str], batch_bytes: int, *, size: int | None = None
     ) -> Iterator[pa.Table]:
         """A file's ``columns``, decoded a batch of about ``batch_bytes`` at a time: a reader
         holds one batch rather than the file, hands each on as soon as it is decoded, and
         reuses the memory of the last: decoding a whole file at once is slower, mostly in
-        fresh memory."""
-        # pre_buffer: a row group's column chunks in one coalesced read, not one each (S3)
-        file = pq.ParquetFile(
-            f"{self.base.rstrip('/')}/{relative}", filesystem=self.fs, pre_buffer=True
-        )
+        fresh memory. ``size``: the file's, where known: one of :data:`WHOLE_READ_BYTES` or
+        less is read whole in one request (:meth:`read_whole`)."""
+        path = f"{self.base.rstrip('/')}/{relative}"
+        whole = size is not None and size <= WHOLE_READ_BYTES
+        if whole:
+            data = held_file(path) or self.read_whole(relative)
+            file = pq.ParquetFile(pa.BufferReader(data))
+        else:  # pre_buffer: a row group's column chunks in one coalesced read, not one each
+            file = pq.ParquetFile(path, filesystem=self.fs, pre_buffer=True)
         metadata = file.metadata
         if not metadata.num_rows:
             return
         first = metadata.row_group(0)
         row_bytes = max(1, first.total_byte_size // max(1, first.num_rows))
-        for batch in file.iter_batches(
-            batch_size=max(1, batch_bytes // row_bytes), columns=columns
+        for batch in file.iter_batches(  # an in-memory file on one thread (see read_rows)
+            batch_size=max(1, batch_bytes // row_bytes), columns=columns, use_threads=not whole
         ):
             yield pa.Table.from_batches([batch])
 
