@@ -538,10 +538,9 @@ def message_files(path: str) -> set[str]:
     return {name for name in os.listdir(os.path.join(path, "record=message"))}
 
 
-def test_the_next_round_is_planned_and_stored_while_an_entry_is_on_its_way(table):
-    """While round 1's log entry is held back and more requests wait than it holds, round 2
-    is planned on the table as round 1 leaves it and its files are stored; no caller hears
-    before its entry landed, and round 2's entry follows round 1's."""
+def two_rounds(table: QueueTable) -> tuple[HeldEntries, Future, list[Future]]:
+    """Round 1 (publish ``first``) held back at its log entry; round 2 (``a`` and ``b``,
+    more than round 1 holds) planned on it, its message file stored meanwhile."""
     table.declare("q")
     group = group_of(table.store.location)
     held = HeldEntries(group)
@@ -551,9 +550,17 @@ def test_the_next_round_is_planned_and_stored_while_an_entry_is_on_its_way(table
     with group._lock:  # both in one round
         later = [group.submit(publish_request(table, "q", [body])) for body in ("a", "b")]
     deadline = time.monotonic() + 30
-    while message_files(table.path) == before:  # round 2's file, stored meanwhile
+    while message_files(table.path) == before:
         assert time.monotonic() < deadline, "round 2 stored nothing while round 1 was held"
         time.sleep(0.01)
+    return held, first, later
+
+
+def test_the_next_round_is_planned_and_stored_while_an_entry_is_on_its_way(table):
+    """While round 1's log entry is held back and more requests wait than it holds, round 2
+    is planned on the table as round 1 leaves it and its files are stored; no caller hears
+    before its entry landed, and round 2's entry follows round 1's."""
+    held, first, later = two_rounds(table)
     version = table.store.view(probe=False).version
     assert not first.done() and not any(future.done() for future in later)
     held.release()
@@ -576,18 +583,7 @@ def test_a_round_planned_on_one_that_lost_its_race_is_planned_again(table):
     import subprocess
     import sys
 
-    table.declare("q")
-    group = group_of(table.store.location)
-    held = HeldEntries(group)
-    first = group.submit(publish_request(table, "q", ["first"]))
-    assert held.reached.wait(30)
-    before = message_files(table.path)
-    with group._lock:  # both in one round
-        later = [group.submit(publish_request(table, "q", [body])) for body in ("a", "b")]
-    deadline = time.monotonic() + 30
-    while message_files(table.path) == before:  # round 2, planned on round 1, stored
-        assert time.monotonic() < deadline
-        time.sleep(0.01)
+    held, first, later = two_rounds(table)
     done = subprocess.run(
         [sys.executable, "-c", ELSEWHERE, table.path], capture_output=True, text=True
     )

@@ -9,6 +9,7 @@ import io
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from chispa import assert_df_equality
@@ -69,19 +70,24 @@ def test_batch_and_streaming_sink_on_s3_with_an_exactly_once_replay(
 
 
 @pytest.mark.parametrize("read_mode", READ_MODES)
+def consumer(spark: SparkSession, uri: str, options: dict[str, str], **settings: Any) -> DataFrame:
+    """A streaming read of queue ``jobs`` with the data source options ``settings``."""
+    reader = spark.readStream.format("ringqueue").option("queue", "jobs")
+    return reader.options(**settings, **storage(options)).load(uri)
+
+
 def test_streaming_consumer_on_s3(
     spark: SparkSession, s3_table: str, s3_options: dict[str, str], tmp_path: Path, read_mode: str
 ) -> None:
     table = QueueTable(s3_table, storage_options=s3_options)
     table.publish("jobs", [f"j{i}" for i in range(50)])
-    reader = (
-        spark.readStream.format("ringqueue")
-        .option("queue", "jobs")
-        .option("consumer", "s3-worker")
-        .option("maxMessagesPerTrigger", 20)
-        .option("readMode", read_mode)
-        .options(**storage(s3_options))
-        .load(s3_table)
+    reader = consumer(
+        spark,
+        s3_table,
+        s3_options,
+        consumer="s3-worker",
+        maxMessagesPerTrigger=20,
+        readMode=read_mode,
     )
     output = tmp_path / "out"
     query = (
@@ -170,15 +176,9 @@ def test_a_stream_sinks_micro_batch_commits_its_files_and_one_entry_reading_none
     landing = tmp_path / "landing"
     landing.mkdir()
     (landing / "0.json").write_text('{"body": "x0"}\n')
-    query = (
-        spark.readStream.schema("body string")
-        .json(str(landing))
-        .writeStream.format("ringqueue")
-        .option("queue", "jobs")
-        .options(**storage(s3_options))
-        .option("checkpointLocation", str(tmp_path / "checkpoint"))
-        .start(s3_table)
-    )
+    stream = spark.readStream.schema("body string").json(str(landing))
+    writer = stream.writeStream.format("ringqueue").options(queue="jobs", **storage(s3_options))
+    query = writer.option("checkpointLocation", str(tmp_path / "checkpoint")).start(s3_table)
     try:
         query.processAllAvailable()
         for batch in range(1, 4):
@@ -220,14 +220,8 @@ def test_a_stream_sources_batch_leases_in_its_files_and_one_entry_and_reads_each
     entry, then its own) come only where a batch waited past the moment it trusts."""
     table = QueueTable(s3_table, storage_options=s3_options, broker="off")
     table.publish("jobs", [f"j{i}" for i in range(8)])
-    reader = (
-        spark.readStream.format("ringqueue")
-        .option("queue", "jobs")
-        .option("consumer", "w")
-        .option("maxMessagesPerTrigger", 2)
-        .option("readMode", read_mode)
-        .options(**storage(s3_options))
-        .load(s3_table)
+    reader = consumer(
+        spark, s3_table, s3_options, consumer="w", maxMessagesPerTrigger=2, readMode=read_mode
     )
     s3_requests.mark()
     query = (

@@ -795,9 +795,7 @@ class QueueStore:
         view, entry = prepared.view, prepared.entry
         if entry is None:
             asked = time.monotonic()
-            self._commit_through_delta_rs(
-                view, prepared.adds, prepared.removes, prepared.transactions, prepared.summary
-            )
+            self._commit_through_delta_rs(prepared)
             return self.known.offer(prepared.landed.current_from(asked))
         known = self.known.view
         if known is not None and known.version == view.version:
@@ -853,16 +851,9 @@ class QueueStore:
             "counts is unknown; publish again with the same producer and sequence, or check"
         )
 
-    def _commit_through_delta_rs(
-        self,
-        view: TableView,
-        adds: list[StagedFile],
-        removes: list[tuple[str, int, str]],
-        versions: dict[str, int],
-        summary: str,
-    ) -> None:
-        """The commit through delta-rs (stores whose entries spark-queue does not create):
-        from this thread's table moved to ``view``'s version.
+    def _commit_through_delta_rs(self, prepared: PreparedCommit) -> None:
+        """A prepared commit through delta-rs (stores whose entries spark-queue does not
+        create): from this thread's table moved to the version it was planned on.
 
         delta-rs would rebase a conflicting commit onto the winner by itself; a queue
         commit was planned from the state it read, so it must be planned again instead
@@ -875,15 +866,18 @@ class QueueStore:
         from deltalake.exceptions import CommitFailedError, DeltaError
         from deltalake.transaction import AddAction, RemoveAction
 
+        view = prepared.view
         stamp = int(time.time() * 1000)
         actions: list[Any] = [
-            AddAction(f.path, f.size, {PARTITION: f.record}, stamp, True, f.stats) for f in adds
+            AddAction(f.path, f.size, {PARTITION: f.record}, stamp, True, f.stats)
+            for f in prepared.adds
         ]
         actions += [
             RemoveAction(path, True, stamp, size, {PARTITION: record})
-            for path, size, record in removes
+            for path, size, record in prepared.removes
         ]
-        transactions = [Transaction(i, v) for i, v in sorted(versions.items())] or None
+        versions = sorted(prepared.transactions.items())
+        transactions = [Transaction(i, v) for i, v in versions] or None
         try:
             table = self.table_at(view.version)
             table.create_write_transaction(
@@ -892,7 +886,7 @@ class QueueStore:
                 schema=TABLE_SCHEMA,
                 partition_by=[PARTITION],
                 commit_properties=CommitProperties(
-                    custom_metadata={SUMMARY_KEY: summary},
+                    custom_metadata={SUMMARY_KEY: prepared.summary},
                     max_commit_retries=0,
                     app_transactions=transactions,
                 ),
