@@ -59,14 +59,9 @@ from spark_queue.storage.files import (
     upload_file,
     write_file,
 )
+from spark_queue.storage.message_files import FileHeadReader
 from spark_queue.storage.state_rows import index_rows, repeated
-from spark_queue.storage.store import (
-    FileHeadReader,
-    PreparedCommit,
-    QueueStore,
-    Snapshot,
-    now_micros,
-)
+from spark_queue.storage.store import PreparedCommit, QueueStore, Snapshot, now_micros
 from spark_queue.storage.table_view import TableView, staged_file_rows
 
 # A commit that loses races is planned again for this long (seconds) before it fails.

@@ -41,7 +41,6 @@ from spark_queue.model.schema import (
     TABLE_SCHEMA,
 )
 from spark_queue.rules import (
-    HEAD_SCHEMA,
     Leases,
     MessageIndex,
     QueueState,
@@ -65,6 +64,13 @@ from spark_queue.storage.files import (
     empty_rows,
 )
 from spark_queue.storage.location import Location
+from spark_queue.storage.message_files import (
+    FIRST_HEAD_SLICE,
+    FileHeadReader,
+    MessageFiles,
+    level_rows,
+    only,
+)
 from spark_queue.storage.row_cache import DataFile, held_file
 from spark_queue.storage.state_rows import (
     MESSAGE_INDEX_COLUMNS,
@@ -84,8 +90,6 @@ from spark_queue.storage.table_view import (
 if TYPE_CHECKING:  # deltalake is imported where a table is opened
     from deltalake import DeltaTable
 
-_HEAD_READ = ("queue", "seq", "size", "priority", "deliver_at", "enqueued_at", "expires_at")
-FIRST_HEAD_SLICE = 1024  # rows of a level's first slice of a row group (then doubling)
 # Files up to this size are read whole, in one request (QueueStore.read_rows): fetching
 # columns not wanted costs less than a request more, on any object store, below it.
 WHOLE_READ_BYTES = 1024 * 1024
@@ -104,55 +108,6 @@ def require_queue(states: dict[str, QueueState], queue: str, table: str) -> Queu
     if state is None:
         raise QueueNotFoundError(queue, table, states)
     return state
-
-
-@dataclass(frozen=True)
-class MessageFiles:
-    """A snapshot's message files by ``min_seq``, with their statistics as arrays: picking
-    the files of a queue level is a few array comparisons, not a compute call per bound
-    (it runs for every lease and ack). Missing statistics bound nothing."""
-
-    files: pa.Table
-    min_seq: np.ndarray
-    max_seq: np.ndarray
-    min_priority: np.ndarray
-    max_priority: np.ndarray
-    min_queue: list[str | None]
-    max_queue: list[str | None]
-
-    @classmethod
-    def of(cls, files: pa.Table) -> MessageFiles:
-        def bound(name: str, missing: int) -> np.ndarray:
-            values: np.ndarray = files[name].cast(pa.int64()).fill_null(missing).to_numpy()
-            return values
-
-        low, high = np.iinfo(np.int64).min, np.iinfo(np.int64).max
-        return cls(
-            files,
-            bound("min_seq", low),
-            bound("max_seq", high),
-            bound("min_priority", low),
-            bound("max_priority", high),
-            files["min_queue"].to_pylist(),
-            files["max_queue"].to_pylist(),
-        )
-
-    def holding(self, queue: str, priority: int | None, from_seq: int) -> pa.Table:
-        """The files that may hold ``queue`` rows (of ``priority``) at or after ``from_seq``."""
-        mask = self.max_seq >= from_seq
-        if priority is not None:
-            mask &= (self.min_priority <= priority) & (self.max_priority >= priority)
-        mask &= np.fromiter(
-            (
-                (low is None or low <= queue) and (high is None or high >= queue)
-                for low, high in zip(self.min_queue, self.max_queue, strict=True)
-            ),
-            dtype=bool,
-            count=len(self.min_queue),
-        )
-        if mask.all():
-            return self.files
-        return self.files.take(np.flatnonzero(mask))
 
 
 @dataclass
@@ -691,7 +646,7 @@ class QueueStore:
                 continue
             if queues is not None and queues.has_min_max and not queues.min <= queue <= queues.max:
                 continue
-            if _only(queues, queue):
+            if only(queues, queue):
                 rows = source.row_group(index, wanted.names)
             else:
                 read = wanted.names + ["queue"] * ("queue" not in wanted.names)
@@ -721,7 +676,7 @@ class QueueStore:
             rows, seqs = source.derived(
                 index,
                 ("head", queue, priority),
-                functools.partial(_level_rows, source, index, queue, priority),
+                functools.partial(level_rows, source, index, queue, priority),
             )
             start = int(np.searchsorted(seqs, from_seq))
             size = FIRST_HEAD_SLICE
@@ -919,106 +874,3 @@ class PreparedCommit:
     summary: str
     entry: bytes | None
     landed: TableView
-
-
-def _level_rows(
-    source: DataFile, index: int, queue: str, priority: int
-) -> tuple[tuple[pa.Table, np.ndarray], int]:
-    """Row group ``index``'s rows of one queue level as :data:`HEAD_SCHEMA` in seq order
-    (one chunk), with their seqs as an array, and the bytes they hold."""
-    metadata = source.metadata
-    names = metadata.schema.names  # of the leaf columns, as the row groups' statistics
-    group = metadata.row_group(index)
-    # The queue is compared, never needed as text.
-    rows = source.read(index, _HEAD_READ, read_dictionary=("queue",))
-    # Files are written in seq order with one queue and level each, as a rule: then the
-    # statistics say every row is wanted, and neither a filter nor a sort runs.
-    if not (
-        _only(group.column(names.index("queue")).statistics, queue)
-        and _only(group.column(names.index("priority")).statistics, priority)
-    ):
-        rows = rows.filter(
-            pc.and_(pc.equal(rows["queue"], queue), pc.equal(rows["priority"], priority))
-        )
-    seqs = rows.column("seq").to_numpy()
-    if len(seqs) > 1 and bool((seqs[1:] < seqs[:-1]).any()):
-        rows = rows.sort_by("seq")
-    level = pa.table(
-        {
-            "seq": rows.column("seq"),
-            "size": rows.column("size"),
-            "deliver_at": rows.column("deliver_at").cast(pa.int64()),
-            "enqueued_at": rows.column("enqueued_at").cast(pa.int64()),
-            "expires_at": rows.column("expires_at").cast(pa.int64()),
-        },
-        schema=HEAD_SCHEMA,
-    ).combine_chunks()
-    seqs = level.column("seq").to_numpy()
-    return (level, seqs), level.nbytes + seqs.nbytes
-
-
-def _only(stats: Any, value: Any) -> bool:
-    """Whether row group ``stats`` say every value of the column is ``value``."""
-    return (
-        stats is not None
-        and stats.has_min_max
-        and stats.has_null_count
-        and stats.null_count == 0
-        and stats.min == value
-        and stats.max == value
-    )
-
-
-class FileHeadReader:
-    """:class:`spark_queue.rules.HeadReader` over the table's files, pruned by their stats.
-
-    Files whose seq ranges overlap (after compaction) are read together and merged, so rows
-    always come out in seq order.
-    """
-
-    def __init__(self, store: QueueStore, snapshot: Snapshot) -> None:
-        self.store = store
-        self.snapshot = snapshot
-
-    def read(self, queue: str, priority: int, from_seq: int) -> Iterator[pa.Table]:
-        files = self.snapshot.message_files(queue, priority=priority, from_seq=from_seq)
-        sizes = dict(zip(files["path"].to_pylist(), files["size"].to_pylist(), strict=True))
-        for run in file_runs(files):
-            if len(run) == 1:  # the usual case: stream it a row group at a time
-                path = run[0]
-                yield from self.store.read_head_rows(path, sizes[path], queue, priority, from_seq)
-                continue
-            parts = [
-                part
-                for path in run
-                for part in self.store.read_head_rows(path, sizes[path], queue, priority, from_seq)
-            ]
-            if parts:
-                yield pa.concat_tables(parts).sort_by("seq")
-
-    def keys(self, queue: str, seqs: np.ndarray) -> pa.Array:
-        if not len(seqs):
-            return pa.array([], pa.string())
-        rows = self.store.read_messages(self.snapshot, queue, seqs, ["seq", "key"])
-        found = rows.column("seq").to_numpy()
-        order = np.argsort(found)
-        at = order[np.searchsorted(found, seqs, sorter=order)]
-        return rows.column("key").combine_chunks().take(pa.array(at)).cast(pa.string())
-
-
-def file_runs(files: pa.Table) -> list[list[str]]:
-    """Group files (sorted by ``min_seq``) into runs whose seq ranges overlap only within a
-    run, so reading run after run, each sorted, yields rows in seq order."""
-    paths = files["path"].to_pylist()
-    lows = files["min_seq"].fill_null(0).to_pylist()
-    highs = files["max_seq"].fill_null(np.iinfo(np.int64).max).to_pylist()
-    runs: list[list[str]] = []
-    high = None
-    for path, low, top in zip(paths, lows, highs, strict=True):
-        if runs and high is not None and low <= high:
-            runs[-1].append(path)
-            high = max(high, top)
-        else:
-            runs.append([path])
-            high = top
-    return runs
