@@ -69,13 +69,13 @@ def test_batch_and_streaming_sink_on_s3_with_an_exactly_once_replay(
     assert bodies == ["b0", "b1", *(f"s{i}" for i in range(6))]
 
 
-@pytest.mark.parametrize("read_mode", READ_MODES)
 def consumer(spark: SparkSession, uri: str, options: dict[str, str], **settings: Any) -> DataFrame:
     """A streaming read of queue ``jobs`` with the data source options ``settings``."""
     reader = spark.readStream.format("ringqueue").option("queue", "jobs")
     return reader.options(**settings, **storage(options)).load(uri)
 
 
+@pytest.mark.parametrize("read_mode", READ_MODES)
 def test_streaming_consumer_on_s3(
     spark: SparkSession, s3_table: str, s3_options: dict[str, str], tmp_path: Path, read_mode: str
 ) -> None:
