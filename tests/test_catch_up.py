@@ -24,7 +24,7 @@ import pyarrow.fs as pafs
 import pytest
 from deltalake import DeltaTable
 
-from spark_queue import QueueTable, StorageError
+from spark_queue import CommitUnknownError, QueueTable, StorageError
 from spark_queue.commit.maintenance import LOG_RETENTION_VERSIONS_KEY
 from spark_queue.storage.table_view import TRUSTED_SECONDS
 from tests.brokers import BrokerProcess
@@ -403,3 +403,32 @@ def test_a_commit_held_up_while_cleanup_passed_its_version_says_its_fate_is_unkn
     assert table.publish("q", ["here"], producer="p", sequence=1).seqs == [added]
     assert table.publish("q", ["here"], producer="p", sequence=1).duplicate
     assert table.stats("q")["added"] == added + 1
+
+
+def test_a_commit_whose_check_goes_unanswered_keeps_its_entry_and_its_files(queue_path):
+    """A publish whose log entry landed more than ``TRUSTED_SECONDS`` after it was asked
+    for, and whose look at the entry before it gets no answer: it may have landed, so its
+    caller hears ``CommitUnknownError`` and nothing it wrote is deleted. It did land: the
+    same producer and sequence again is a duplicate, and its message is there."""
+    from spark_queue.commit.group import group_of
+
+    table = QueueTable(queue_path, broker="off")
+    table.declare("q")
+    entries = group_of(table.store.location).store.entries
+    create, exists = entries.create, entries.exists
+
+    def late(version: int, data: bytes) -> bool:
+        time.sleep(TRUSTED_SECONDS)
+        return create(version, data)
+
+    def unanswered(version: int) -> bool:
+        raise OSError("the store did not answer")
+
+    entries.create, entries.exists = late, unanswered  # type: ignore[method-assign]
+    try:
+        with pytest.raises(CommitUnknownError):
+            table.publish("q", ["kept"], producer="p", sequence=1)
+    finally:
+        entries.create, entries.exists = create, exists  # type: ignore[method-assign]
+    assert table.publish("q", ["kept"], producer="p", sequence=1).duplicate
+    assert table.peek("q")["body"].to_pylist() == [b"kept"]

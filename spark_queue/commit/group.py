@@ -65,7 +65,12 @@ from spark_queue.commit.requests import (
     mergeable,
 )
 from spark_queue.commit.transaction import COMMIT_BUDGET, QueueTransaction
-from spark_queue.errors import CommitConflictError, QueueError, TableNotFoundError
+from spark_queue.errors import (
+    CommitConflictError,
+    CommitUnknownError,
+    QueueError,
+    TableNotFoundError,
+)
 from spark_queue.storage.commit_log import Operation
 from spark_queue.storage.location import Location
 from spark_queue.storage.store import QueueStore, Snapshot
@@ -346,10 +351,12 @@ class CommitGroup:
                 item.request.forget(self.store)
             return "lost"
         except BaseException as error:
-            flight.round.transaction.discard()
-            discard_runs(flight.units, self.store)
+            if not isinstance(error, CommitUnknownError):  # else it may have landed: kept
+                flight.round.transaction.discard()
+                discard_runs(flight.units, self.store)
             for item in flight.applied:
-                item.request.discard(self.store)
+                if not isinstance(error, CommitUnknownError):
+                    item.request.discard(self.store)
                 item.future.set_exception(error)
             return "failed"
         self._answer(flight.applied, flight.results, flight.round, flight.snapshot)

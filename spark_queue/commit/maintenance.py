@@ -49,7 +49,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from spark_queue.commit.backoff import backoff
-from spark_queue.errors import InvalidOptionError
+from spark_queue.errors import CommitUnknownError, InvalidOptionError
 from spark_queue.model.arguments import MAX_DURATION_DAYS, POSITIVE
 from spark_queue.rules import NEVER, QueueState, below_heads, live_mask
 from spark_queue.storage.commit_log import CommitOperation, CommitSummary
@@ -211,6 +211,8 @@ def compact(
     )
     try:
         committed_from = _commit_moving_on(store, snapshot, adds, removes, summary)
+    except CommitUnknownError:  # it may have landed: its files stay
+        raise
     except BaseException:
         delete_files(store.location, [f.path for f in adds])
         raise

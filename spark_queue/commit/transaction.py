@@ -25,6 +25,7 @@ from spark_queue.commit.maintenance import after_commit
 from spark_queue.errors import (
     ArgumentMismatchError,
     CommitConflictError,
+    CommitUnknownError,
     TableNotFoundError,
 )
 from spark_queue.model.policies import Policies, resolve_without_policies
@@ -533,8 +534,14 @@ class QueueTransaction:
 
     def publish(self, prepared: PreparedCommit) -> None:
         """The second half of :meth:`commit`: create the log entry, then remember what
-        landed (the queue states, the ids recorded) and delete what it replaced."""
-        self.landed = self.store.publish(prepared)
+        landed (the queue states, the ids recorded) and delete what it replaced. Where the
+        store fails on the way (:class:`CommitUnknownError`), the commit may have landed:
+        its files stay (:meth:`discard` deletes none)."""
+        try:
+            self.landed = self.store.publish(prepared)
+        except CommitUnknownError:
+            self.written = []
+            raise
         self.committed = True
         for (name, _, run, since), path in zip(self.recording, self._seen_files, strict=True):
             dedup_window.remember(self.store, name, path, run, since)
@@ -685,9 +692,10 @@ def run(
         except CommitFailedError:
             transaction.discard()
             continue
-        except Exception:
+        except Exception as error:
             transaction.discard()
-            if _behind(store, snapshot):  # its error may be the old version's
+            if not isinstance(error, CommitUnknownError) and _behind(store, snapshot):
+                # its error may be the old version's
                 attempt -= 1  # not a lost race: planned again on the latest at once
                 continue
             raise

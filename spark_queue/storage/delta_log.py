@@ -160,7 +160,8 @@ class EntryStore:
         raise NotImplementedError
 
     def exists(self, version: int) -> bool:
-        """Whether ``version``'s entry is there (one request; an error: False)."""
+        """Whether ``version``'s entry is there (one request). Raises ``OSError`` where
+        the store cannot say."""
         raise NotImplementedError
 
     def delete(self, version: int) -> None:
@@ -203,7 +204,11 @@ class LocalEntries(EntryStore):
             return None
 
     def exists(self, version: int) -> bool:
-        return os.path.exists(self._path(version))
+        try:
+            os.stat(self._path(version))
+        except FileNotFoundError:
+            return False
+        return True
 
     def delete(self, version: int) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -241,11 +246,14 @@ class ObjectEntries(EntryStore):
 
     def exists(self, version: int) -> bool:
         import obstore
+        from obstore.exceptions import BaseError
 
         try:
             obstore.head(self.store, entry_name(version))
-        except Exception:  # missing, or the store cannot say: as missing
+        except FileNotFoundError:
             return False
+        except BaseError as error:
+            raise OSError(str(error)) from None
         return True
 
     def delete(self, version: int) -> None:
@@ -278,7 +286,7 @@ class FileEntries(EntryStore):
     def exists(self, version: int) -> bool:
         try:
             self.location.filesystem()[0].open_input_stream(self._path(version)).close()
-        except OSError:  # FileNotFoundError too
+        except FileNotFoundError:
             return False
         return True
 

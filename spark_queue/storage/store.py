@@ -28,6 +28,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from spark_queue.errors import (
+    CommitUnknownError,
     NotAQueueTableError,
     QueueNotFoundError,
     StorageError,
@@ -385,7 +386,10 @@ class QueueStore:
 
     def has_log_entry(self, version: int) -> bool:
         """Whether ``version``'s log entry is on storage (where storage cannot say: no)."""
-        return self.entries.exists(version)
+        try:
+            return self.entries.exists(version)
+        except OSError:
+            return False
 
     def _check_format(self, table: DeltaTable) -> None:
         metadata = table.metadata()
@@ -736,10 +740,25 @@ class QueueStore:
 
     def publish(self, prepared: PreparedCommit) -> TableView:
         """Create the log entry of a prepared commit (:meth:`commit` says how); returns the
-        table as it is then.
+        table as it is then. Raises ``CommitFailedError`` where another writer made the
+        version first (nothing landed), :class:`CommitUnknownError` where the store failed
+        on the way (it may have landed)."""
+        from deltalake.exceptions import CommitFailedError
 
-        The entry is created by spark-queue (:mod:`~spark_queue.storage.delta_log`): one
-        conditional request, whose refusal is the lost race; where the view was last known
+        try:
+            return self._publish(prepared)
+        except (CommitFailedError, CommitUnknownError):
+            raise
+        except Exception as error:
+            raise CommitUnknownError(
+                f"a commit of version {prepared.view.version + 1} of {self.uri} may or may "
+                f"not have landed: {error}"
+            ) from error
+
+    def _publish(self, prepared: PreparedCommit) -> TableView:
+        """:meth:`publish`. The entry is created by spark-queue
+        (:mod:`~spark_queue.storage.delta_log`): one conditional request, whose refusal is
+        the lost race; where the view was last known
         current more than :data:`~spark_queue.storage.table_view.TRUSTED_SECONDS` before the
         entry landed, the entry before it is checked too (log cleanup may have deleted the
         version's entry before this one created it again, in the log's past: then it is
@@ -800,7 +819,7 @@ class QueueStore:
                 f"version {version - 1} of {self.uri} was planned on, and log cleanup had "
                 f"deleted its log entry: planned again on the latest"
             )
-        raise StorageError(
+        raise CommitUnknownError(
             f"a commit of version {version} of {self.uri} took over {TRUSTED_SECONDS:g} s, "
             "and log cleanup has passed the version it was planned on meanwhile: whether it "
             "counts is unknown; publish again with the same producer and sequence, or check"
