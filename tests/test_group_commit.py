@@ -16,6 +16,7 @@ import pytest
 
 from spark_queue import (
     ArgumentMismatchError,
+    CommitUnknownError,
     InvalidInputError,
     QueueNotFoundError,
     QueueTable,
@@ -515,10 +516,11 @@ class HeldEntries:
     """The group's log entries held back until :meth:`release`: the first ``count``
     creates wait (each told to ``reached``), the rest go through."""
 
-    def __init__(self, group: CommitGroup, count: int = 1) -> None:
+    def __init__(self, group: CommitGroup, count: int = 1, *, fail: bool = False) -> None:
         self.entries = group.store.entries
         self.create = self.entries.create
         self.count = count
+        self.fail = fail  # the held ones fail as a store does, instead of landing
         self.reached = threading.Event()
         self.gate = threading.Event()
         self.entries.create = self._create  # type: ignore[method-assign]
@@ -528,6 +530,8 @@ class HeldEntries:
             self.count -= 1
             self.reached.set()
             assert self.gate.wait(60)
+            if self.fail:
+                raise OSError("the store did not answer")
         return self.create(version, data)
 
     def release(self) -> None:
@@ -538,12 +542,13 @@ def message_files(path: str) -> set[str]:
     return {name for name in os.listdir(os.path.join(path, "record=message"))}
 
 
-def two_rounds(table: QueueTable) -> tuple[HeldEntries, Future, list[Future]]:
-    """Round 1 (publish ``first``) held back at its log entry; round 2 (``a`` and ``b``,
-    more than round 1 holds) planned on it, its message file stored meanwhile."""
+def two_rounds(table: QueueTable, fail: bool = False) -> tuple[HeldEntries, Future, list[Future]]:
+    """Round 1 (publish ``first``) held back at its log entry (``fail``: which then fails);
+    round 2 (``a`` and ``b``, more than round 1 holds) planned on it, its message file stored
+    meanwhile."""
     table.declare("q")
     group = group_of(table.store.location)
-    held = HeldEntries(group)
+    held = HeldEntries(group, fail=fail)
     first = group.submit(publish_request(table, "q", ["first"]))
     assert held.reached.wait(30)
     before = message_files(table.path)
@@ -595,3 +600,15 @@ def test_a_round_planned_on_one_that_lost_its_race_is_planned_again(table):
     assert texts(table.peek("q", 10)) == ["elsewhere", "first", "a", "b"]
     stats = table.stats("q")
     assert stats["added"] == 4 and identity_holds(stats)
+
+
+def test_a_round_planned_on_one_whose_entry_fails_is_planned_again_without_it(table):
+    """Round 1's log entry fails (the store did not answer): its caller hears that its
+    fate is unknown, once; round 2, planned on it, is planned again on the table as it is
+    and lands."""
+    held, first, later = two_rounds(table, fail=True)
+    held.release()
+    with pytest.raises(CommitUnknownError):
+        first.result(30)
+    assert [future.result(30).result.seqs for future in later] == [[0], [1]]
+    assert texts(table.peek("q", 10)) == ["a", "b"]

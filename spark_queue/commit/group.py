@@ -446,6 +446,7 @@ class CommitGroup:
                 transaction = QueueTransaction(store, snapshot, attempt=attempt)
                 round = Round(transaction)
                 results: list[Any] = []
+                outcome, landed = "landed", previous  # of previous, where it lands here
                 self._speculating = previous is not None
                 try:
                     taken = self._plan(round, units, results)
@@ -457,10 +458,10 @@ class CommitGroup:
                     if previous is not None:
                         if prepared is None:
                             raise LandFirst  # it answers now: from the table as it is
-                        outcome = self._land(previous)
+                        outcome, landed = self._land(previous), previous
+                        previous = None
                         if outcome != "landed":
                             raise LandFirst
-                        previous = None
                     if prepared is None and not store.is_current(snapshot):
                         raise Behind
                 except LandFirst:
@@ -470,12 +471,14 @@ class CommitGroup:
                     for item in candidates:
                         item.request.forget(store)
                     attempt -= 1  # not a lost race
-                    if previous is not None and self._land(previous) == "lost":
-                        candidates[:] = [*previous.applied, *candidates]
-                        attempt, started = previous.attempt, previous.started
+                    if previous is not None:  # not landed yet
+                        outcome, landed = self._land(previous), previous
+                        previous = None
+                    if outcome == "lost" and landed is not None:  # its requests go first
+                        candidates[:] = [*landed.applied, *candidates]
+                        attempt, started = landed.attempt, landed.started
                         deadline = started + self.budget
                         lost = True
-                    previous = None
                     continue
                 except (RoundFailed, Unmergeable, Behind) as error:
                     transaction.discard()
