@@ -116,6 +116,13 @@ class StorageError(QueueError):
     """
 
 
+class CommitUnknownError(StorageError):
+    """The store failed while a commit's log entry was being created, so the commit may
+    have landed or not. Nothing it wrote was deleted (files no version names are vacuumed);
+    a publish with ``producer`` and ``sequence``, or a streaming micro-batch (by its
+    transaction), is safe to repeat."""
+
+
 class BrokerError(QueueError):
     """A queue broker (``spark-queue broker``, docs/BROKER.md) could not serve a request.
 

@@ -255,11 +255,10 @@ class QueueTable:
         Raises:
             TableNotFoundError: no queue table at the path.
         """
-        table = self.store.open()
-        if table is None:
+        snapshot = self.store.snapshot(with_states=False)
+        if snapshot is None:
             raise TableNotFoundError(self.path)
-        version: int | None = table.transaction_version(f"{PRODUCER_APP_PREFIX}{producer}")
-        return version
+        return snapshot.transaction_version(f"{PRODUCER_APP_PREFIX}{producer}")
 
     # -- declaring and changing queues -----------------------------------------------------
 

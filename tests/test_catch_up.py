@@ -17,13 +17,16 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pyarrow.fs as pafs
+import pytest
 from deltalake import DeltaTable
 
-from spark_queue import QueueTable
+from spark_queue import CommitUnknownError, QueueTable, StorageError
 from spark_queue.commit.maintenance import LOG_RETENTION_VERSIONS_KEY
+from spark_queue.storage.table_view import TRUSTED_SECONDS
 from tests.brokers import BrokerProcess
 from tests.helpers import consume, output_columns, set_table_property
 
@@ -60,7 +63,9 @@ def short_log(path: str) -> None:
 
 def publish_elsewhere(path: str, queue: str, count: int) -> int:
     """``count`` publishes and more (:data:`ELSEWHERE`) in another process, past log
-    cleanup; returns the table's version after, and how many it published."""
+    cleanup; returns the table's version after, and how many it published. The log's
+    files, aged, stand for time that passed: this process's clients idle past the moment
+    for which they trust what they know (``TRUSTED_SECONDS``) as well."""
     done = subprocess.run(
         [sys.executable, "-c", ELSEWHERE, path, queue, str(count)],
         capture_output=True,
@@ -69,6 +74,7 @@ def publish_elsewhere(path: str, queue: str, count: int) -> int:
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
+    time.sleep(TRUSTED_SECONDS)
     return int(done.stdout.split()[-1])
 
 
@@ -255,11 +261,11 @@ def test_log_cleanup_stops_at_the_first_entry_it_cannot_delete(queue_path):
         table.alter("q", max_length=1000 + i)  # checkpoint 10
     blocker = Path(queue_path) / "_delta_log" / f"{4:020d}.crc"  # a folder: not deletable
     blocker.mkdir()
-    removed = cleanup_log(Location.of(queue_path), retention_hours=0)
+    removed = cleanup_log(Location.of(queue_path), retention_hours=0, min_age_seconds=0)
     assert removed == [f"{v:020d}.json" for v in range(4)]
     assert log_entry(queue_path, 4).exists() and log_entry(queue_path, 9).exists()
     blocker.rmdir()
-    removed = cleanup_log(Location.of(queue_path), retention_hours=0)
+    removed = cleanup_log(Location.of(queue_path), retention_hours=0, min_age_seconds=0)
     assert removed == [f"{v:020d}.json" for v in range(4, 10)]
     assert DeltaTable(queue_path).version() == 12
 
@@ -320,20 +326,19 @@ def test_a_running_stream_sink_left_behind_by_cleanup_enqueues_each_batch_once(
     assert table.stats("q")["added"] == published_elsewhere(queue_path, "q") == len(bodies)
 
 
-# On S3 a log file's age cannot be set: the other process runs the cleanup as if its
-# clock were past the floor, after a checkpoint.
+# On S3 a log file's age cannot be set: the other process runs the cleanup as if the
+# commits were past the floor, after a checkpoint.
 ELSEWHERE_S3 = """
-import json, sys, time
+import json, sys
 from spark_queue import QueueTable
-from spark_queue.commit.maintenance import LOG_MIN_AGE_SECONDS, cleanup_log
+from spark_queue.commit.maintenance import cleanup_log
 
 uri, options, count = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
 table = QueueTable(uri, storage_options=options, broker="off")
 for i in range(count):
     table.publish("q", [f"elsewhere {i}"])
 table.checkpoint()
-later = time.time() + 2 * LOG_MIN_AGE_SECONDS
-print(len(cleanup_log(table.store.location, 7 * 24, later, max_versions=5)))
+print(len(cleanup_log(table.store.location, 7 * 24, max_versions=5, min_age_seconds=0)))
 """
 
 
@@ -355,6 +360,7 @@ def test_a_table_on_s3_left_behind_by_log_cleanup_sees_the_present(s3_table, s3_
     )
     assert done.returncode == 0, done.stderr
     assert int(done.stdout.split()[-1]) > 0
+    time.sleep(TRUSTED_SECONDS)  # idle as long as the cleanup's floor stands for, at least
     store = table.store
     entries = store.fs.get_file_info([store.log_entry(known), store.log_entry(known + 1)])
     assert all(entry.type == pafs.FileType.NotFound for entry in entries)
@@ -363,3 +369,66 @@ def test_a_table_on_s3_left_behind_by_log_cleanup_sees_the_present(s3_table, s3_
     assert table.publish("q", ["after"]).seqs == [31]
     leased = table.lease("q", "w", max_messages=2)
     assert leased["body"].to_pylist() == [b"here", b"elsewhere 0"]
+
+
+def test_a_commit_held_up_while_cleanup_passed_its_version_says_its_fate_is_unknown(queue_path):
+    """A log entry created more than ``TRUSTED_SECONDS`` after it was asked for, while
+    others committed past log cleanup: it landed where cleanup had deleted the version
+    before it, and so much time passed that whether the log moved on from it cannot be
+    told. The publish fails saying so; the entry, in the log's past, counts for nothing,
+    and the same producer and sequence again publish once."""
+    from spark_queue.commit.group import group_of
+
+    table = QueueTable(queue_path, broker="off")
+    table.declare("q")
+    short_log(queue_path)
+    group = group_of(table.store.location)
+    entries = group.store.entries
+    create = entries.create
+    held: list[int] = []
+
+    def held_up(version: int, data: bytes) -> bool:  # others commit while it is on its way
+        if not held:
+            held.append(version)
+            group._host_lock.__exit__()  # the other process's rounds need not wait for it
+            publish_elsewhere(queue_path, "q", 25)
+            assert not log_entry(queue_path, version - 1).exists()
+        return create(version, data)
+
+    entries.create = held_up  # type: ignore[method-assign]
+    with pytest.raises(StorageError, match="whether it counts is unknown"):
+        table.publish("q", ["here"], producer="p", sequence=1)
+    assert log_entry(queue_path, held[0]).exists()  # in the log's past
+    added = published_elsewhere(queue_path, "q")
+    assert table.publish("q", ["here"], producer="p", sequence=1).seqs == [added]
+    assert table.publish("q", ["here"], producer="p", sequence=1).duplicate
+    assert table.stats("q")["added"] == added + 1
+
+
+def test_a_commit_whose_check_goes_unanswered_keeps_its_entry_and_its_files(queue_path):
+    """A publish whose log entry landed more than ``TRUSTED_SECONDS`` after it was asked
+    for, and whose look at the entry before it gets no answer: it may have landed, so its
+    caller hears ``CommitUnknownError`` and nothing it wrote is deleted. It did land: the
+    same producer and sequence again is a duplicate, and its message is there."""
+    from spark_queue.commit.group import group_of
+
+    table = QueueTable(queue_path, broker="off")
+    table.declare("q")
+    entries = group_of(table.store.location).store.entries
+    create, exists = entries.create, entries.exists
+
+    def late(version: int, data: bytes) -> bool:
+        time.sleep(TRUSTED_SECONDS)
+        return create(version, data)
+
+    def unanswered(version: int) -> bool:
+        raise OSError("the store did not answer")
+
+    entries.create, entries.exists = late, unanswered  # type: ignore[method-assign]
+    try:
+        with pytest.raises(CommitUnknownError):
+            table.publish("q", ["kept"], producer="p", sequence=1)
+    finally:
+        entries.create, entries.exists = create, exists  # type: ignore[method-assign]
+    assert table.publish("q", ["kept"], producer="p", sequence=1).duplicate
+    assert table.peek("q")["body"].to_pylist() == [b"kept"]

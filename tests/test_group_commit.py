@@ -8,6 +8,7 @@ import multiprocessing
 import os
 import random
 import threading
+import time
 from concurrent.futures import Future
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 
 from spark_queue import (
     ArgumentMismatchError,
+    CommitUnknownError,
     InvalidInputError,
     QueueNotFoundError,
     QueueTable,
@@ -379,12 +381,10 @@ def test_a_checkpoint_due_while_requests_wait_is_written_by_the_upkeep_thread(ta
     table.declare("q")
     interval = int(DeltaTable(table.path).metadata().configuration["delta.checkpointInterval"])
     store = table.store
-    delta = store.open()
-    while delta.version() < interval - 1:  # empty commits: nothing else runs after them
-        store.commit(delta, [], [])
-        delta.update_incremental()
+    while store.snapshot().version < interval - 1:  # empty commits: nothing runs after them
+        store.commit(store.snapshot(), [], [])
     planned_on = store.snapshot()
-    store.commit(delta, [], [])  # version `interval`, as if a round planned on it
+    store.commit(planned_on, [], [])  # version `interval`, as if a round planned on it
     group = CommitGroup(store.location)  # of its own: nothing else runs its upkeep
     group._upkeep(planned_on)
     group.close()  # waits for the upkeep thread
@@ -496,22 +496,121 @@ def test_the_upkeep_thread_keeps_its_table_between_jobs_and_ends_with_the_group(
     interval = int(DeltaTable(table.path).metadata().configuration["delta.checkpointInterval"])
     store = table.store
     group = CommitGroup(store.location)
-    delta = store.open()
     checkpoints = []
     for _ in range(2):
-        while (delta.version() + 1) % interval:
-            store.commit(delta, [], [])
-            delta.update_incremental()
+        while (store.snapshot().version + 1) % interval:
+            store.commit(store.snapshot(), [], [])
         planned_on = store.snapshot()
-        store.commit(delta, [], [])  # a multiple of the interval, as if a round made it
-        group._upkeep(planned_on)  # (planned_on's table is still at the version before)
-        delta.update_incremental()
+        store.commit(planned_on, [], [])  # a multiple of the interval, as if a round made it
+        group._upkeep(planned_on)
         group.settle()
-        checkpoints.append(delta.version())
+        checkpoints.append(planned_on.version + 1)
         log = os.listdir(os.path.join(table.path, "_delta_log"))
-        assert f"{delta.version():020d}.checkpoint.parquet" in log
+        assert f"{planned_on.version + 1:020d}.checkpoint.parquet" in log
     thread = group._upkeep_thread
     assert thread is not None and thread.is_alive()  # one thread did both checkpoints
     assert checkpoints[1] == checkpoints[0] + interval
     group.close()
     assert not thread.is_alive()
+
+
+class HeldEntries:
+    """The group's log entries held back until :meth:`release`: the first ``count``
+    creates wait (each told to ``reached``), the rest go through."""
+
+    def __init__(self, group: CommitGroup, count: int = 1, *, fail: bool = False) -> None:
+        self.entries = group.store.entries
+        self.create = self.entries.create
+        self.count = count
+        self.fail = fail  # the held ones fail as a store does, instead of landing
+        self.reached = threading.Event()
+        self.gate = threading.Event()
+        self.entries.create = self._create  # type: ignore[method-assign]
+
+    def _create(self, version: int, data: bytes) -> bool:
+        if self.count:
+            self.count -= 1
+            self.reached.set()
+            assert self.gate.wait(60)
+            if self.fail:
+                raise OSError("the store did not answer")
+        return self.create(version, data)
+
+    def release(self) -> None:
+        self.gate.set()
+
+
+def message_files(path: str) -> set[str]:
+    return {name for name in os.listdir(os.path.join(path, "record=message"))}
+
+
+def two_rounds(table: QueueTable, fail: bool = False) -> tuple[HeldEntries, Future, list[Future]]:
+    """Round 1 (publish ``first``) held back at its log entry (``fail``: which then fails);
+    round 2 (``a`` and ``b``, more than round 1 holds) planned on it, its message file stored
+    meanwhile."""
+    table.declare("q")
+    group = group_of(table.store.location)
+    held = HeldEntries(group, fail=fail)
+    first = group.submit(publish_request(table, "q", ["first"]))
+    assert held.reached.wait(30)
+    before = message_files(table.path)
+    with group._lock:  # both in one round
+        later = [group.submit(publish_request(table, "q", [body])) for body in ("a", "b")]
+    deadline = time.monotonic() + 30
+    while message_files(table.path) == before:
+        assert time.monotonic() < deadline, "round 2 stored nothing while round 1 was held"
+        time.sleep(0.01)
+    return held, first, later
+
+
+def test_the_next_round_is_planned_and_stored_while_an_entry_is_on_its_way(table):
+    """While round 1's log entry is held back and more requests wait than it holds, round 2
+    is planned on the table as round 1 leaves it and its files are stored; no caller hears
+    before its entry landed, and round 2's entry follows round 1's."""
+    held, first, later = two_rounds(table)
+    version = table.store.view(probe=False).version
+    assert not first.done() and not any(future.done() for future in later)
+    held.release()
+    assert first.result(30).result.seqs == [0]
+    assert [future.result(30).result.seqs for future in later] == [[1], [2]]
+    assert later[0].result().result.version == first.result().result.version + 1 == version + 2
+    assert texts(table.peek("q", 10)) == ["first", "a", "b"]
+
+
+ELSEWHERE = """
+import sys
+from spark_queue import QueueTable
+QueueTable(sys.argv[1], broker="off").publish("q", ["elsewhere"])
+"""
+
+
+def test_a_round_planned_on_one_that_lost_its_race_is_planned_again(table):
+    """Round 1's entry loses to another process's commit while round 2, planned on it,
+    waits: both are planned again on the present, and each message is stored once."""
+    import subprocess
+    import sys
+
+    held, first, later = two_rounds(table)
+    done = subprocess.run(
+        [sys.executable, "-c", ELSEWHERE, table.path], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    held.release()
+    assert first.result(60).result.seqs == [1]
+    assert [future.result(60).result.seqs for future in later] == [[2], [3]]
+    assert first.result().result.attempts == 2
+    assert texts(table.peek("q", 10)) == ["elsewhere", "first", "a", "b"]
+    stats = table.stats("q")
+    assert stats["added"] == 4 and identity_holds(stats)
+
+
+def test_a_round_planned_on_one_whose_entry_fails_is_planned_again_without_it(table):
+    """Round 1's log entry fails (the store did not answer): its caller hears that its
+    fate is unknown, once; round 2, planned on it, is planned again on the table as it is
+    and lands."""
+    held, first, later = two_rounds(table, fail=True)
+    held.release()
+    with pytest.raises(CommitUnknownError):
+        first.result(30)
+    assert [future.result(30).result.seqs for future in later] == [[0], [1]]
+    assert texts(table.peek("q", 10)) == ["a", "b"]

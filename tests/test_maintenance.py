@@ -100,7 +100,7 @@ def test_delta_spark_reads_a_table_whose_log_starts_at_a_delta_rs_checkpoint(spa
     commits(table, 3)
     version = table.checkpoint()
     # Every commit before the checkpoint goes: readers must start from the checkpoint.
-    removed = cleanup_log(Location.of(queue_path), retention_hours=0)
+    removed = cleanup_log(Location.of(queue_path), retention_hours=0, min_age_seconds=0)
     assert f"{0:020d}.json" in removed and f"{version:020d}.json" not in removed
     assert log_files(queue_path)[0] == f"{version:020d}.checkpoint.parquet"
     set_log_retention_versions(queue_path, "1000")  # a property Delta does not know
@@ -182,12 +182,15 @@ def test_young_commits_are_never_cut_by_count(queue_path):
     commits(table, 60)  # checkpoint 50
     location = Location.of(queue_path)
     assert cleanup_log(location, retention_hours=7 * 24, max_versions=1) == []
-    # Aged past the floor they go, up to the newest checkpoint.
-    removed = cleanup_log(
-        location, retention_hours=7 * 24, max_versions=1, now=time.time() + LOG_MIN_AGE_SECONDS
-    )
+    # The floor is the store's clock against the newest commit, not the cleaner's.
+    later = time.time() + 10 * DAY
+    assert cleanup_log(location, retention_hours=0, max_versions=1, now=later) == []
+    # Older than the newest commit by the floor, they go, up to the newest checkpoint.
+    age_log(queue_path, 2 * LOG_MIN_AGE_SECONDS)
+    commits(table, 1)
+    removed = cleanup_log(location, retention_hours=7 * 24, max_versions=1)
     assert removed == [f"{v:020d}.json" for v in range(50)]
-    assert DeltaTable(queue_path).version() == 61
+    assert DeltaTable(queue_path).version() == 62
 
 
 def test_a_bad_log_retention_in_versions_is_named_and_deletes_nothing(queue_path, caplog):

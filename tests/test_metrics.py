@@ -30,6 +30,7 @@ from spark_queue.commit.group import group_of
 from spark_queue.errors import QueueNotFoundError
 from spark_queue.rules import COUNTERS
 from spark_queue.server.metrics import QueueCollector, read_queues
+from spark_queue.storage import table_view
 from tests.brokers import BrokerProcess
 
 GAUGES = ("ready", "ready_bytes", "leased", "scheduled")
@@ -221,6 +222,7 @@ def test_a_failed_read_leaves_out_the_queue_metrics_and_is_counted(tmp_path, cap
     for data in path.rglob("*.parquet"):
         if "_delta_log" not in data.parts:
             data.write_bytes(b"not parquet")
+    table_view.forget()  # what this process knows: read as another process reads it
     registry = CollectorRegistry(auto_describe=False)
     collector = QueueCollector(QueueTable(str(path), broker="off"))
     registry.register(collector)

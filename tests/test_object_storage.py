@@ -27,6 +27,7 @@ from spark_queue import (
     check_exclusive_commits,
 )
 from spark_queue.rules import identity_holds
+from spark_queue.storage import row_cache
 from spark_queue.storage.location import Location
 from tests.object_store import SECRET_KEY, RequestLog
 
@@ -245,17 +246,18 @@ def test_cli_on_s3_takes_storage_options(s3_table: str, s3_options: dict[str, st
 def test_a_small_data_file_is_read_whole_in_one_get(
     s3_table: str, s3_options: dict[str, str], s3_requests: RequestLog
 ) -> None:
-    """A data file whose size the log gives is read in one GET (after the open's HEAD):
-    the same rows as a read of its footer and then its columns."""
+    """A data file whose size the log gives is read in one GET: the same rows as a read
+    of its footer and then its columns."""
     table = QueueTable(s3_table, storage_options=s3_options, broker="off")
     table.publish("q", [f"m{i}" for i in range(100)])
     files = table.store.snapshot().message_files("q")
     path, size = files["path"][0].as_py(), files["size"][0].as_py()
     bucket = s3_table.removeprefix("s3://").split("/")[0]
+    row_cache.clear()  # the bytes this process wrote: read as another process reads them
     s3_requests.mark()
     whole = table.store.read_rows(path, ["seq", "body"], size=size)
     requests = [method for method, target in s3_requests.since_mark(bucket) if path in target]
-    assert requests == ["HEAD", "GET"]
+    assert requests == ["GET"]
     assert whole.equals(table.store.read_rows(path, ["seq", "body"]))
     assert whole.num_rows == 100
 

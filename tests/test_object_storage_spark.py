@@ -9,6 +9,7 @@ import io
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from chispa import assert_df_equality
@@ -19,7 +20,8 @@ from spark_queue.model.queue_arguments import READ_MODES
 from spark_queue.rules import identity_holds
 from spark_queue.spark.session import configure_s3a
 from tests.helpers import messages, write_batch
-from tests.object_store import SECRET_KEY
+from tests.object_store import SECRET_KEY, RequestLog
+from tests.test_commit_requests import requests
 
 pytestmark = pytest.mark.spark
 
@@ -67,20 +69,25 @@ def test_batch_and_streaming_sink_on_s3_with_an_exactly_once_replay(
     assert bodies == ["b0", "b1", *(f"s{i}" for i in range(6))]
 
 
+def consumer(spark: SparkSession, uri: str, options: dict[str, str], **settings: Any) -> DataFrame:
+    """A streaming read of queue ``jobs`` with the data source options ``settings``."""
+    reader = spark.readStream.format("ringqueue").option("queue", "jobs")
+    return reader.options(**settings, **storage(options)).load(uri)
+
+
 @pytest.mark.parametrize("read_mode", READ_MODES)
 def test_streaming_consumer_on_s3(
     spark: SparkSession, s3_table: str, s3_options: dict[str, str], tmp_path: Path, read_mode: str
 ) -> None:
     table = QueueTable(s3_table, storage_options=s3_options)
     table.publish("jobs", [f"j{i}" for i in range(50)])
-    reader = (
-        spark.readStream.format("ringqueue")
-        .option("queue", "jobs")
-        .option("consumer", "s3-worker")
-        .option("maxMessagesPerTrigger", 20)
-        .option("readMode", read_mode)
-        .options(**storage(s3_options))
-        .load(s3_table)
+    reader = consumer(
+        spark,
+        s3_table,
+        s3_options,
+        consumer="s3-worker",
+        maxMessagesPerTrigger=20,
+        readMode=read_mode,
     )
     output = tmp_path / "out"
     query = (
@@ -142,3 +149,100 @@ def test_delta_spark_reads_a_queue_table_on_s3(
     assert spark.read.format("delta").load(s3_table).count() == (
         spark.read.format("delta").load(s3a).count()
     )
+
+
+def batches(found: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    """Requests cut after each log entry's PUT: one list per commit (and what follows)."""
+    cut: list[list[tuple[str, str]]] = [[]]
+    for request in found:
+        cut[-1].append(request)
+        if request[0] == "PUT" and request[1].startswith("log "):
+            cut.append([])
+    return cut
+
+
+def test_a_stream_sinks_micro_batch_commits_its_files_and_one_entry_reading_none_back(
+    spark: SparkSession,
+    s3_table: str,
+    s3_options: dict[str, str],
+    s3_requests: RequestLog,
+    tmp_path: Path,
+) -> None:
+    """A warm micro-batch of the sink: its task stores the message file; the commit stores
+    the queue state, then the log entry, and reads neither the staged file (the task
+    carries its rows) nor any entry it wrote; planning the batch looks at the entries
+    after the last one it knew and at the state the previous commit wrote."""
+    QueueTable(s3_table, storage_options=s3_options, broker="off").declare("jobs")
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    (landing / "0.json").write_text('{"body": "x0"}\n')
+    stream = spark.readStream.schema("body string").json(str(landing))
+    writer = stream.writeStream.format("ringqueue").options(queue="jobs", **storage(s3_options))
+    query = writer.option("checkpointLocation", str(tmp_path / "checkpoint")).start(s3_table)
+    try:
+        query.processAllAvailable()
+        for batch in range(1, 4):
+            s3_requests.mark()
+            (landing / f"{batch}.json").write_text(f'{{"body": "x{batch}"}}\n')
+            query.processAllAvailable()
+            found = requests(s3_requests, s3_table)
+            entry = found[-1]
+            assert entry[0] == "PUT" and entry[1].startswith("log "), found
+            version = int(entry[1].split()[1])
+            writes = [request for request in found if request[0] == "PUT"]
+            assert writes == [("PUT", "message file"), ("PUT", "queue file"), entry], found
+            # The planner and the commit may run in two processes: each looks for itself.
+            reads = {request for request in found if request[0] != "PUT"}
+            assert reads <= {
+                ("GET", f"log {version - 1}"),
+                ("GET", f"log {version}"),
+                ("HEAD", f"log {version - 1}"),  # a look after more than TRUSTED_SECONDS
+                ("GET", "queue file"),
+            }, found
+    finally:
+        query.stop()
+    bodies = QueueTable(s3_table, storage_options=s3_options).peek("jobs", 10)["body"]
+    assert [bytes(b).decode() for b in bodies.to_pylist()] == [f"x{i}" for i in range(4)]
+
+
+@pytest.mark.parametrize("read_mode", READ_MODES)
+def test_a_stream_sources_batch_leases_in_its_files_and_one_entry_and_reads_each_file_once(
+    spark: SparkSession,
+    s3_table: str,
+    s3_options: dict[str, str],
+    s3_requests: RequestLog,
+    tmp_path: Path,
+    read_mode: str,
+) -> None:
+    """Each micro-batch of a streaming consumer, after its first: acknowledge and lease in
+    one commit (its state files, then its log entry), and read the batch's small message
+    file in one GET at most; no entry it wrote is read back. Looks at the log (the next
+    entry, then its own) come only where a batch waited past the moment it trusts."""
+    table = QueueTable(s3_table, storage_options=s3_options, broker="off")
+    table.publish("jobs", [f"j{i}" for i in range(8)])
+    reader = consumer(
+        spark, s3_table, s3_options, consumer="w", maxMessagesPerTrigger=2, readMode=read_mode
+    )
+    s3_requests.mark()
+    query = (
+        reader.writeStream.format("parquet")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start(str(tmp_path / "out"))
+    )
+    query.awaitTermination()
+    assert query.exception() is None
+    commits = batches(requests(s3_requests, s3_table))
+    first = int(commits[0][-1][1].split()[1])  # the first lease's entry, after the load
+    assert len(commits) == 1 + 5  # four batches and the one that acknowledges the last
+    for number, commit in enumerate(commits[1:-1], start=1):
+        version = first + number
+        assert commit[-1] == ("PUT", f"log {version}"), commit
+        files = sorted(what for method, what in commit[:-1] if method == "PUT")
+        assert set(files) <= {"queue file", "lease file", "removal file"}, commit
+        assert len(files) == len(set(files)) and "queue file" in files, commit
+        reads = [request for request in commit if request[0] != "PUT"]
+        looks = [("GET", f"log {version}"), ("HEAD", f"log {version - 1}")]
+        assert [r for r in reads if r not in looks] in ([], [("GET", "message file")]), commit
+    assert commits[-1] == [], commits[-1]
+    assert table.stats("jobs")["acked"] == 8

@@ -47,7 +47,8 @@ def reserve(
         ArgumentMismatchError: ``queue`` exists with other arguments.
         NotAQueueTableError, StorageError: the table cannot be used.
     """
-    snapshot = store.snapshot(store.create())
+    store.create()
+    snapshot = store.snapshot()
     assert snapshot is not None
     if queue is not None:
         declaration(queue, snapshot.states.get(queue), arguments, policies)
@@ -68,6 +69,11 @@ class Reservation:
         self.files = files
         self.written: list[str] = []
         self.shifted = 0  # seqs moved by renumbering, in all
+
+    @property
+    def carried(self) -> dict[str, pa.Table]:
+        """The rows the tasks carried of their small files, by path: not read again."""
+        return {f.file.path: f.rows for f in self.files if f.rows is not None}
 
     @property
     def queues(self) -> list[str]:
@@ -195,13 +201,14 @@ def commit_enqueue(
     def work(transaction: QueueTransaction) -> EnqueueOutcome:
         outcome = EnqueueOutcome(transaction.snapshot, attempt=transaction.attempt)
         if app_id is not None and app_version is not None:
-            committed = transaction.snapshot.table.transaction_version(app_id)
+            committed = transaction.snapshot.transaction_version(app_id)
             if committed is not None and committed >= app_version:
                 outcome.replayed, outcome.committed = True, committed
                 return outcome
         if isinstance(batch, PendingBatch) and "message_id" in batch.rows.column_names:
             transaction.check_ids_early(batch.queue, batch.rows["message_id"])
         batch.renumber_after(store, transaction)
+        transaction.held_rows.update(batch.carried)
         before = {q: dict(transaction.states[q].counters) for q in transaction.states}
         outcome.rejected = transaction.enqueue(batch.files, arguments)
         if outcome.rejected and on_reject == "fail":

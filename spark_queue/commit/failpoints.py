@@ -33,6 +33,7 @@ POINTS = frozenset(
         "source.partitions",  # offset logged, the batch not yet read or written
         "sink.staged",  # a task staged its files, nothing committed
         "sink.committed",  # enqueue committed to the table, Spark's commit log not written
+        "commit.files-stored",  # a commit's files stored, its log entry not yet created
     }
 )
 

@@ -16,10 +16,13 @@ hands each caller its own result or its own error:
   what arrived meanwhile, until :data:`~spark_queue.commit.transaction.COMMIT_BUDGET` runs out: a
   call returns late rather than failing.
 
-The leader keeps its Delta table open and updates it incrementally (one log entry per
-round). The table's upkeep after a commit (checkpoints, compaction) runs in a thread of its
-own, after the callers have their answers, and rounds go on meanwhile: a caller never waits
-for it. The leader is a daemon thread that ends after :data:`IDLE_SECONDS` without requests.
+The leader plans each round on the table as this process knows it
+(:meth:`QueueStore.view`: its own commits applied in memory, nothing read back); a commit's
+conditional create finds out whether another writer committed first, and a round that
+commits nothing checks for newer log entries before answering. The table's upkeep after a
+commit (checkpoints, compaction) runs in a thread of its own, after the callers have their
+answers, and rounds go on meanwhile: a caller never waits for it. The leader is a daemon
+thread that ends after :data:`IDLE_SECONDS` without requests.
 Nothing here survives a fork (delta-rs's runtime does not either).
 """
 
@@ -33,7 +36,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -52,6 +55,7 @@ from spark_queue.commit.maintenance import (
     needs_compaction,
 )
 from spark_queue.commit.requests import (
+    LeaseRequest,
     Outcome,
     PublishRequest,
     PublishRun,
@@ -61,16 +65,20 @@ from spark_queue.commit.requests import (
     mergeable,
 )
 from spark_queue.commit.transaction import COMMIT_BUDGET, QueueTransaction
-from spark_queue.errors import CommitConflictError, QueueError, TableNotFoundError
+from spark_queue.errors import (
+    CommitConflictError,
+    CommitUnknownError,
+    QueueError,
+    TableNotFoundError,
+)
 from spark_queue.storage.commit_log import Operation
 from spark_queue.storage.location import Location
-from spark_queue.storage.store import QueueStore
+from spark_queue.storage.store import QueueStore, Snapshot
 
 IDLE_SECONDS = 30.0  # a leader with nothing to do for this long ends (a new one starts)
 HOST_LOCK_WAIT = 5.0  # seconds a round waits for the host lock before going on without it
 COMPACTION_CHECK_ROUNDS = 8  # small files are counted every 8th round
 GATHER_SECONDS = 0.002  # a round waits this long at most for the callers of the last
-CURRENT_SECONDS = 0.01  # a table caught up this recently is planned on without a probe
 MAX_ROUND = 2048  # requests in one round, at most: a commit's size stays bounded
 
 # Told of every commit a round makes: its requests, the seconds from the round's start to
@@ -155,6 +163,31 @@ class RoundFailed(Exception):
     """A request failed while its round was planned: plan again without it."""
 
 
+class Behind(Exception):
+    """A round that commits nothing was planned on a version that is not the latest: plan
+    it again on the latest (read meanwhile)."""
+
+
+class LandFirst(Exception):
+    """A round planned on the one before it, whose log entry is still on its way, must see
+    the table as it is: that round lands (or not) first, and this one is planned again."""
+
+
+@dataclass
+class InFlight:
+    """A round whose log entry is on its way: its callers are answered once it lands."""
+
+    applied: list[Queued]  # its requests, answered with results
+    results: list[Any]
+    units: list[Unit]
+    round: Round
+    snapshot: Snapshot  # planned on
+    next: Snapshot  # the table once it lands
+    landing: Future[None]
+    started: float
+    attempt: int
+
+
 class CommitGroup:
     """The group commit of one table in this process. Thread-safe; see the module."""
 
@@ -184,8 +217,9 @@ class CommitGroup:
         self._upkeep_thread: threading.Thread | None = None
         self._closed = False
         self._expected = 0  # requests the next round gathers for (see _lead)
-        self._current_at = -float("inf")  # time.monotonic() of the last catch-up
         self._gathering = False  # the leader waits for them
+        self._entries = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spark-queue-entry")
+        self._speculating = False  # the round planned now follows one still in flight
 
     def listen(self, callback: Callable[[list[Operation]], None]) -> None:
         """Call ``callback`` with the operations of every commit of the group, after it
@@ -221,50 +255,63 @@ class CommitGroup:
     # -- the leader ------------------------------------------------------------------------
 
     def _lead(self) -> None:
+        flight: InFlight | None = None  # the round whose log entry is on its way
         while True:
             with self._lock:
-                if not self._pending and not self._closed:
+                if not self._pending and flight is None and not self._closed:
                     self._lock.wait(IDLE_SECONDS)
-                if not self._pending:
+                # A round is planned while another is in flight only where more requests
+                # wait than that one holds: callers that wait for their answer all come back
+                # when it lands, and a round of part of them would split them into cohorts
+                # that take turns, each round half as full.
+                while (
+                    flight is not None
+                    and len(self._pending) <= len(flight.applied)
+                    and not flight.landing.done()
+                    and not self._closed
+                ):
+                    self._lock.wait()  # more requests, or the landing
+                if not self._pending and flight is None:
                     self._leader = None
                     return
-                # Callers of the last round are still coming back with their next request
-                # (each needs the GIL for a moment): the round waits for them a little, as
-                # a commit costs far more than the wait. Else synchronous callers split
-                # into cohorts that take turns, each round half as full.
-                gather_until = time.monotonic() + GATHER_SECONDS
-                self._gathering = True
-                while len(self._pending) < self._expected and not self._closed:
-                    left = gather_until - time.monotonic()
-                    if left <= 0:
-                        break
-                    self._lock.wait(left)
-                self._gathering = False
-                batch = self._take(MAX_ROUND)
-            commits = self.rounds
+                # The round in flight lands first where it has landed already (its callers
+                # then join the next round) or nothing waits to be planned meanwhile.
+                landing = flight is not None and (flight.landing.done() or not self._pending)
+                batch = [] if landing else self._gather()
             try:
-                rest = self._round(batch)
+                if flight is not None and landing:
+                    rest, flight = self._finish(flight), None
+                else:
+                    rest, flight = self._round_after(batch, flight)
             except BaseException as error:  # an unexpected failure: every caller hears of it
-                for item in batch:
+                waiting = [*batch, *(flight.applied if flight is not None else [])]
+                for item in waiting:
                     if not item.future.done():
                         item.request.discard(self.store)
                         item.future.set_exception(error)
-                rest = []
+                rest, flight = [], None
             with self._lock:
                 self._pending.extendleft(reversed(rest))  # first in the next round
-            self._catch_up(committed=self.rounds > commits)
 
-    def _catch_up(self, committed: bool) -> None:
-        """Bring the leader's table to the latest version (the commit just made, at
-        least) while the callers just answered come back with their next requests: delta-rs
-        reads a commit, even its own, back from the log (~4 ms on a local disk, the GIL
-        released), and the next round then finds the table current. After a commit there
-        is a newer log entry for sure: no probe for it (on S3, a request a round)."""
-        try:
-            self.store.open(moved=True if committed else None)
-        except Exception:  # the next round opens the table again, and reports its error
-            return
-        self._current_at = time.monotonic()
+    def _gather(self) -> list[Queued]:
+        """The next round's requests (under ``_lock``). Callers of the last round are still
+        coming back with their next request (each needs the GIL for a moment): the round
+        waits for them a little, as a commit costs far more than the wait. Else synchronous
+        callers split into cohorts that take turns, each round half as full."""
+        gather_until = time.monotonic() + GATHER_SECONDS
+        self._gathering = True
+        while len(self._pending) < self._expected and not self._closed:
+            left = gather_until - time.monotonic()
+            if left <= 0:
+                break
+            self._lock.wait(left)
+        self._gathering = False
+        return self._take(MAX_ROUND)
+
+    def _wake(self, _: object) -> None:
+        """Wake the leader (a round in flight landed)."""
+        with self._lock:
+            self._lock.notify()
 
     def _take(self, limit: int) -> list[Queued]:
         taken: list[Queued] = []
@@ -274,43 +321,166 @@ class CommitGroup:
 
     def _round(self, candidates: list[Queued]) -> list[Queued]:
         """Commit a prefix of ``candidates`` (those that do not wait for it) and settle their
-        futures; returns the rest, in order."""
+        futures once its log entry landed; returns the rest, in order."""
+        rest, flight = self._round_after(candidates, None)
+        return rest if flight is None else [*self._finish(flight), *rest]
+
+    def _finish(self, flight: InFlight) -> list[Queued]:
+        """Wait for ``flight`` to land and answer its callers; where another writer won,
+        plan it again (:meth:`_round_after`, its attempts and budget going on) until it
+        lands or fails. Returns what is left for the next round."""
+        if self._land(flight) != "lost":
+            return []
+        rest, again = self._round_after(
+            flight.applied, None, attempt=flight.attempt, started=flight.started, lost=True
+        )
+        return rest if again is None else [*self._finish(again), *rest]
+
+    def _land(self, flight: InFlight) -> str:
+        """Wait for ``flight``'s log entry: ``landed`` (its callers answered, its upkeep
+        started), ``lost`` (another writer won: its files deleted, its requests to plan
+        again) or ``failed`` (its callers have the error)."""
         from deltalake.exceptions import CommitFailedError
 
-        started = time.monotonic()
+        try:
+            flight.landing.result()
+        except CommitFailedError:
+            flight.round.transaction.discard()
+            discard_runs(flight.units, self.store)
+            for item in flight.applied:
+                item.request.forget(self.store)
+            return "lost"
+        except BaseException as error:
+            if not isinstance(error, CommitUnknownError):  # else it may have landed: kept
+                flight.round.transaction.discard()
+                discard_runs(flight.units, self.store)
+            for item in flight.applied:
+                if not isinstance(error, CommitUnknownError):
+                    item.request.discard(self.store)
+                item.future.set_exception(error)
+            return "failed"
+        self._answer(flight.applied, flight.results, flight.round, flight.snapshot)
+        observer = self.observer
+        if observer is not None:
+            observer(len(flight.applied), time.monotonic() - flight.started, flight.attempt)
+        return "landed"
+
+    def _answer(
+        self, applied: list[Queued], results: list[Any], round: Round, snapshot: Snapshot
+    ) -> None:
+        """Settle the futures of a round's requests; after a commit, tell the listeners and
+        start its upkeep first (settle() sees it)."""
+        if round.transaction.committed:
+            self.rounds += 1
+            with self._listening:
+                listeners = list(self._listeners)
+            for listener in listeners:
+                listener(round.operations)
+            self._upkeep(snapshot)
+        with self._lock:  # the next round gathers for these and their callers
+            self._expected = min(MAX_ROUND, len(self._pending) + len(applied))
+        for item, result in zip(applied, results, strict=True):
+            item.future.set_result(result)
+
+    def _round_after(
+        self,
+        candidates: list[Queued],
+        previous: InFlight | None,
+        *,
+        attempt: int = 0,
+        started: float | None = None,
+        lost: bool = False,
+    ) -> tuple[list[Queued], InFlight | None]:
+        """Plan and store a round of a prefix of ``candidates`` (those that do not wait
+        for it) and send its log entry on its way; returns the rest, in order, and the
+        round in flight (None where it committed nothing, and its callers are answered).
+
+        With ``previous`` in flight, the round is planned on the table as it will be once
+        that lands, and its files are stored meanwhile: only then does it wait for
+        ``previous``, whose callers are answered, and send its own entry. Where
+        ``previous`` does not land, or the round must see the table as it is (a request
+        fails, it commits nothing, a filter or a de-duplicating round before it), it is
+        planned again on the table as it is. ``lost``: ``candidates`` lost a race before
+        (``attempt`` attempts since ``started``): wait first, then plan again."""
+        from deltalake.exceptions import CommitFailedError
+
+        started = time.monotonic() if started is None else started
         deadline = started + self.budget
-        attempt = 0
         merge = True
         while True:
+            if lost:
+                pause = backoff(attempt + 1)
+                if time.monotonic() + pause > deadline:
+                    self._conflict(candidates, attempt)
+                    return [], None
+                time.sleep(pause)
+                with self._lock:  # what arrived meanwhile joins the next attempt
+                    candidates += self._take(MAX_ROUND - len(candidates))
+                lost = False
+            if previous is not None and not _may_follow(previous, candidates):
+                if self._land(previous) == "lost":  # its requests go first, on the present
+                    candidates = [*previous.applied, *candidates]
+                    attempt, started = previous.attempt, previous.started
+                    deadline = started + self.budget
+                    lost = True
+                previous = None
+                continue
             attempt += 1
             store = self.store
             units = self._units(candidates, merge)
             with self._host_lock:
-                # _catch_up updated the table after the last round; where that was a moment
-                # ago, no probe for a newer log entry (on S3, a request a round): a writer
-                # that committed since makes this attempt lose, and the next one probes.
-                current = time.monotonic() - self._current_at < CURRENT_SECONDS
-                table = store.open(moved=False if current and attempt == 1 else None)
-                if table is None and any(item.request.creates for item in candidates):
-                    table = store.create()
-                if table is None:
+                # Planned on the table as known, without a probe (on S3, a request a round):
+                # a writer that committed since makes the commit lose, and one that commits
+                # nothing checks before it answers.
+                snapshot: Snapshot | None = previous.next if previous is not None else None
+                if snapshot is None:
+                    snapshot = store.snapshot(probe=False)
+                    if snapshot is None and any(item.request.creates for item in candidates):
+                        store.create()
+                        snapshot = store.snapshot(probe=False)
+                if snapshot is None:
                     error = TableNotFoundError(store.uri)
                     for item in candidates:
                         item.future.set_exception(error)
-                    return []
-                snapshot = store.snapshot(table)
-                assert snapshot is not None
+                    return [], None
                 transaction = QueueTransaction(store, snapshot, attempt=attempt)
                 round = Round(transaction)
                 results: list[Any] = []
+                outcome, landed = "landed", previous  # of previous, where it lands here
+                self._speculating = previous is not None
                 try:
                     taken = self._plan(round, units, results)
-                    if round.changed:
-                        transaction.commit(
-                            operation=round.operations,
-                            app_transactions=round.app_versions,
-                        )
-                except (RoundFailed, Unmergeable) as error:
+                    prepared = (
+                        transaction.prepare(round.operations, round.app_versions)
+                        if round.changed
+                        else None
+                    )
+                    if previous is not None:
+                        if prepared is None:
+                            raise LandFirst  # it answers now: from the table as it is
+                        outcome, landed = self._land(previous), previous
+                        previous = None
+                        if outcome != "landed":
+                            raise LandFirst
+                    if prepared is None and not store.is_current(snapshot):
+                        raise Behind
+                except LandFirst:
+                    transaction.discard()
+                    discard_runs(units, store)
+                    candidates[:] = [item for item in candidates if not item.future.done()]
+                    for item in candidates:
+                        item.request.forget(store)
+                    attempt -= 1  # not a lost race
+                    if previous is not None:  # not landed yet
+                        outcome, landed = self._land(previous), previous
+                        previous = None
+                    if outcome == "lost" and landed is not None:  # its requests go first
+                        candidates[:] = [*landed.applied, *candidates]
+                        attempt, started = landed.attempt, landed.started
+                        deadline = started + self.budget
+                        lost = True
+                    continue
+                except (RoundFailed, Unmergeable, Behind) as error:
                     transaction.discard()
                     discard_runs(units, store)
                     merge = merge and not isinstance(error, Unmergeable)
@@ -323,43 +493,42 @@ class CommitGroup:
                     transaction.discard()
                     discard_runs(units, store)
                     lost = True
+                    continue
                 except BaseException:
                     transaction.discard()
                     discard_runs(units, store)
                     raise
-                else:
-                    lost = False
-            if lost:
-                pause = backoff(attempt + 1)
-                if time.monotonic() + pause > deadline:
-                    conflict = CommitConflictError(
-                        f"could not commit to {store.uri}: another writer committed first in "
-                        f"each of {attempt} attempts over {self.budget:g} s"
-                    )
-                    for item in candidates:
-                        item.request.discard(store)
-                        item.future.set_exception(conflict)
-                    return []
-                time.sleep(pause)
-                with self._lock:  # what arrived meanwhile joins the next attempt
-                    candidates += self._take(MAX_ROUND - len(candidates))
-                continue
-            if transaction.committed:
-                self.rounds += 1
-                observer = self.observer
-                if observer is not None:
-                    observer(taken, time.monotonic() - started, attempt)
-                with self._listening:
-                    listeners = list(self._listeners)
-                for listener in listeners:
-                    listener(round.operations)
-            if transaction.committed:  # started before the answers: settle() sees it
-                self._upkeep(snapshot)
-            with self._lock:  # the next round gathers for these and their callers
-                self._expected = min(MAX_ROUND, len(self._pending) + taken)
-            for item, result in zip(candidates[:taken], results, strict=True):
-                item.future.set_result(result)
-            return candidates[taken:]
+                finally:
+                    self._speculating = False
+                applied = candidates[:taken]
+                if prepared is None:
+                    self._answer(applied, results, round, snapshot)
+                    return candidates[taken:], None
+                # One thread creates the group's entries, in order; the leader goes on.
+                landing = self._entries.submit(transaction.publish, prepared)
+                landing.add_done_callback(self._wake)
+                flight = InFlight(
+                    applied,
+                    results,
+                    units,
+                    round,
+                    snapshot,
+                    transaction.next_snapshot(prepared),
+                    landing,
+                    started,
+                    attempt,
+                )
+            return candidates[taken:], flight
+
+    def _conflict(self, candidates: list[Queued], attempts: int) -> None:
+        """Every attempt lost until the budget ran out: each caller hears so."""
+        conflict = CommitConflictError(
+            f"could not commit to {self.store.uri}: another writer committed first in "
+            f"each of {attempts} attempts over {self.budget:g} s"
+        )
+        for item in candidates:
+            item.request.discard(self.store)
+            item.future.set_exception(conflict)
 
     def _upkeep(self, planned_on: Any) -> None:
         """The work after a commit (:func:`maintenance.after_commit`), in a thread of its
@@ -372,11 +541,11 @@ class CommitGroup:
         also its automatic vacuum (:func:`maintenance.auto_vacuum`: once an hour for the
         whole table, listing every file under it; a process exiting waits for one under
         way)."""
-        checkpoint = checkpoint_due(planned_on.table)
+        checkpoint = checkpoint_due(planned_on)
         # Looking for small files costs a few ms over the file list: every few rounds is
         # enough, as compaction waits for 32 of them.
         compaction = not self.rounds % COMPACTION_CHECK_ROUNDS and needs_compaction(planned_on)
-        vacuum = auto_vacuum_look_due(self.store.uri, planned_on.table)
+        vacuum = auto_vacuum_look_due(self.store.uri, planned_on)
         if checkpoint is None and not compaction and not vacuum:
             return
         with self._upkeep_signal:
@@ -461,6 +630,7 @@ class CommitGroup:
             leader = self._leader
         if leader is not None:
             leader.join()
+        self._entries.shutdown()  # the leader saw every round in flight land
         with self._upkeep_signal:  # upkeep the leader started before it saw the close
             self._upkeep_signal.notify_all()
             upkeep = self._upkeep_thread
@@ -485,8 +655,9 @@ class CommitGroup:
     def _plan(self, round: Round, units: list[Unit], results: list[Any]) -> int:
         """Apply units in order until one waits for this round's commit; returns how many
         requests were applied. A failing one gets its error (every request of a run the
-        same) and raises :class:`RoundFailed`; a run that cannot share out its result
-        raises :class:`Unmergeable`."""
+        same) and raises :class:`RoundFailed`, where the round was planned on the latest
+        version (else :class:`Behind`); a run that cannot share out its result raises
+        :class:`Unmergeable`."""
         from deltalake.exceptions import CommitFailedError
 
         taken = 0
@@ -499,6 +670,10 @@ class CommitGroup:
             except (CommitFailedError, Unmergeable):
                 raise
             except Exception as error:
+                if self._speculating:  # planned on a round still on its way
+                    raise LandFirst from error
+                if self._behind(round):  # its error may be the old version's (a new queue)
+                    raise Behind from error
                 request.discard(self.store)
                 for item in items:
                     item.request.discard(self.store)
@@ -507,6 +682,26 @@ class CommitGroup:
             results.extend(result if isinstance(request, PublishRun) else [result])
             taken += len(items)
         return taken
+
+    def _behind(self, round: Round) -> bool:
+        """Whether ``round`` was planned on a version that is not the latest (where that
+        cannot be told: no, and the error stands)."""
+        try:
+            return not self.store.is_current(round.transaction.snapshot)
+        except Exception:
+            return False
+
+
+def _may_follow(previous: InFlight, candidates: list[Queued]) -> bool:
+    """Whether a round of ``candidates`` may be planned before ``previous`` lands: not
+    after a round that recorded ids (a window is read as committed), nor for a lease with
+    a filter (it runs on the committed table)."""
+    if previous.round.transaction.recording:
+        return False
+    return not any(
+        isinstance(item.request, LeaseRequest) and item.request.filter is not None
+        for item in candidates
+    )
 
 
 def discard_runs(units: list[Unit], store: QueueStore) -> None:

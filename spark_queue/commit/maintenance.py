@@ -51,7 +51,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from spark_queue.commit.backoff import backoff
-from spark_queue.errors import InvalidOptionError, StorageError
+from spark_queue.errors import CommitUnknownError, InvalidOptionError, StorageError
 from spark_queue.model.arguments import MAX_DURATION_DAYS, POSITIVE
 from spark_queue.rules import NEVER, QueueState, below_heads, live_mask
 from spark_queue.storage.commit_log import CommitOperation, CommitSummary
@@ -80,8 +80,9 @@ LOG_RETENTION_HOURS = 30 * 24.0  # Delta's delta.logRetentionDuration default
 # of a busy table's commits slows every commit (halved within 3 minutes at 60 a second).
 LOG_RETENTION_VERSIONS_KEY = "spark_queue.logRetentionVersions"
 LOG_RETENTION_VERSIONS = 500  # where the table does not set LOG_RETENTION_VERSIONS_KEY
-# A commit younger than this is never cleaned up by the count: a reader that listed the log
-# a moment before a checkpoint may still be reading the files that checkpoint supersedes.
+# A commit younger than this, against the newest by the store's clock, is never cleaned up:
+# a reader that listed the log a moment before a checkpoint may still be reading the files
+# that checkpoint supersedes, and a writer trusts its view for a moment (table_view).
 LOG_MIN_AGE_SECONDS = 10.0
 DEFAULT_VACUUM_HOURS = 168.0  # Delta's default: a week of time travel
 FILE_RETENTION_HOURS = 168.0  # Delta's delta.deletedFileRetentionDuration default
@@ -226,7 +227,9 @@ def compact(
         CommitOperation.COMPACT.on(), details={"dropped": dropped, "rewritten": rewritten}
     )
     try:
-        committed_from = _commit_moving_on(store, snapshot.table, adds, removes, summary)
+        committed_from = _commit_moving_on(store, snapshot, adds, removes, summary)
+    except CommitUnknownError:  # it may have landed: its files stay
+        raise
     except BaseException:
         delete_files(store.location, [f.path for f in adds])
         raise
@@ -236,11 +239,11 @@ def compact(
 
 def _commit_moving_on(
     store: QueueStore,
-    table: DeltaTable,
+    snapshot: Snapshot,
     adds: list[StagedFile],
     removes: list[tuple[str, int, str]],
     summary: CommitSummary,
-) -> DeltaTable:
+) -> Snapshot:
     """Commit a compaction; when another writer committed first, commit the same files on
     the newer version, as long as every file it removes is still there.
 
@@ -249,21 +252,20 @@ def _commit_moving_on(
     its own) or ends them (a row that left the queue never comes back; a leased row counts
     as live). Only a writer that removed one of its files (another compaction) makes it
     give up. Without this, a compaction that takes longer than the gap between two commits
-    never lands on a busy table. Returns the table it committed from.
+    never lands on a busy table. Returns the snapshot it committed from.
     """
     from deltalake.exceptions import CommitFailedError
 
     for attempt in range(COMPACT_MOVES):
         try:
-            store.commit(table, adds, removes, summary=summary)
-            return table
+            store.commit(snapshot, adds, removes, summary=summary)
+            return snapshot
         except CommitFailedError:
-            newer = store.open()
+            newer = store.snapshot(with_states=False)  # the commit read what it missed
             if newer is None:  # the table is gone: the commit failed
                 raise
-            table = newer
-            latest = store.snapshot(table, with_states=False)
-            present = set(latest.files["path"].to_pylist()) if latest else set()
+            snapshot = newer
+            present = set(newer.files["path"].to_pylist())
             if attempt == COMPACT_MOVES - 1 or any(path not in present for path, _, _ in removes):
                 raise
     raise AssertionError("unreachable")  # the loop returns or raises
@@ -337,33 +339,27 @@ def after_commit(store: QueueStore, planned_on: Snapshot) -> None:
     commit runs in a Python worker that may end with the call (the sink's), so that batch
     ends later by the vacuum's time, once an hour for the whole table. Never raises: the
     commit has happened."""
-    checkpoint_after(store, planned_on.table)
+    checkpoint_after(store, planned_on)
     if needs_compaction(planned_on):
         compact_if_needed(store)
-    if auto_vacuum_look_due(store.uri, planned_on.table):
+    if auto_vacuum_look_due(store.uri, planned_on):
         auto_vacuum_safely(store)
 
 
-def checkpoint_after(store: QueueStore, table: DeltaTable) -> None:
-    """After a commit made from ``table`` (which delta-rs leaves at the version before the
-    commit): checkpoint when the new version is a multiple of the checkpoint interval.
-    Never raises: the commit has happened."""
-    version = checkpoint_due(table)
+def checkpoint_after(store: QueueStore, planned_on: Snapshot) -> None:
+    """After a commit planned on ``planned_on``: checkpoint when the new version is a
+    multiple of the checkpoint interval. Never raises: the commit has happened."""
+    version = checkpoint_due(planned_on)
     if version is not None:
         checkpoint_at(store, version)
 
 
-def checkpoint_due(table: DeltaTable) -> int | None:
-    """The version to checkpoint after a commit made from ``table`` (delta-rs leaves it at
-    the version before the commit; connector commits never rebase onto a winner, so the
-    new one is the next), if it is a multiple of the checkpoint interval; else None. Never
-    raises: the commit has happened."""
-    try:
-        before = table.version()
-        interval = checkpoint_interval(table.metadata().configuration)
-    except Exception as error:  # best effort, as the checkpoint itself
-        log.warning("checkpoint interval of a table unknown, no checkpoint now: %s", error)
-        return None
+def checkpoint_due(planned_on: Snapshot) -> int | None:
+    """The version to checkpoint after a commit planned on ``planned_on`` (connector
+    commits never rebase onto a winner, so the new one is the next), if it is a multiple of
+    the checkpoint interval; else None."""
+    before = planned_on.version
+    interval = checkpoint_interval(dict(planned_on.configuration))
     return before + 1 if (before + 1) // interval > before // interval else None
 
 
@@ -434,16 +430,20 @@ def cleanup_log(
 ) -> list[str]:
     """Delete log files that only versions past the log retention need; returns them.
 
-    A commit is past the retention where it is older than ``retention_hours``, or, with
-    ``max_versions``, where it is ``max_versions`` or more versions behind the newest
-    commit and older than ``min_age_seconds`` (whichever comes first, as Kafka's retention
-    by time and by size). Delta's rule (delta PR #4146) then applies: the *cutoff commit*
-    is the newest commit past the retention; everything from the newest checkpoint at or
-    before it is kept, so every version after the cutoff can still be read (time travel),
-    and the newest checkpoint always survives. delta-rs's ``cleanup_metadata`` is not
-    used: it cuts at the latest checkpoint by file age alone and can leave a version
-    inside the retention without the checkpoint it is built from (delta-rs #3692, delta
-    #606).
+    A commit is past the retention where it is older than ``retention_hours`` (by
+    ``now``, this process's clock), or, with ``max_versions``, where it is ``max_versions``
+    or more versions behind the newest commit (whichever comes first, as Kafka's retention
+    by time and by size); either way only where it is ``min_age_seconds`` older than the
+    newest commit by the store's own clock (the times it gave the files). That floor lets a
+    writer trust, for a moment, that the version it knows is the latest
+    (:mod:`spark_queue.storage.table_view`): no clock of another host enters it.
+
+    Delta's rule (delta PR #4146) then applies: the *cutoff commit* is the newest commit
+    past the retention; everything from the newest checkpoint at or before it is kept, so
+    every version after the cutoff can still be read (time travel), and the newest
+    checkpoint always survives. delta-rs's ``cleanup_metadata`` is not used: it cuts at the
+    latest checkpoint by file age alone and can leave a version inside the retention
+    without the checkpoint it is built from (delta-rs #3692, delta #606).
     """
     fs, base = location.filesystem()
     log_dir = f"{base.rstrip('/')}/_delta_log"
@@ -466,11 +466,8 @@ def cleanup_log(
     if not commits:
         return []
     behind = max(commits) - max_versions if max_versions is not None else -1
-    old = [
-        v
-        for v, mtime in commits.items()
-        if mtime < cutoff or (v <= behind and mtime < now - min_age_seconds)
-    ]
+    floor = max(commits.values()) - min_age_seconds
+    old = [v for v, mtime in commits.items() if (mtime < cutoff or v <= behind) and mtime <= floor]
     if not old:
         return []
     keep_from = max((c for c in checkpoints if c <= max(old)), default=None)
@@ -691,18 +688,14 @@ def auto_vacuum_hours(configuration: dict[str, str]) -> float | None:
     return hours
 
 
-def auto_vacuum_look_due(uri: str, table: DeltaTable) -> bool:
-    """Whether a commit made from ``table`` (delta-rs's, at the version it was planned on)
-    should look at the table's automatic vacuum: the table sets
-    ``spark_queue.autoVacuumHours``, this process has not looked in the last
-    :data:`AUTO_VACUUM_LOOK_SECONDS`, and that version holds no claim of this hour. Free
-    where the table does not ask; else the claim's read (~0.7 ms, delta-rs scans the
-    version's application transactions) once a minute per process. Never raises: the
+def auto_vacuum_look_due(uri: str, planned_on: Snapshot) -> bool:
+    """Whether a commit planned on ``planned_on`` should look at the table's automatic
+    vacuum: the table sets ``spark_queue.autoVacuumHours``, this process has not looked in
+    the last :data:`AUTO_VACUUM_LOOK_SECONDS`, and that version holds no claim of this
+    hour. Free where the table does not ask; else the claim's read (~0.7 ms, delta-rs scans
+    the version's application transactions) once a minute per process. Never raises: the
     commit has happened."""
-    try:
-        if AUTO_VACUUM_KEY not in table.metadata().configuration:
-            return False
-    except Exception:  # the next commit looks again
+    if AUTO_VACUUM_KEY not in planned_on.configuration:
         return False
     now = time.monotonic()
     with _next_vacuum_look_lock:
@@ -710,7 +703,7 @@ def auto_vacuum_look_due(uri: str, table: DeltaTable) -> bool:
             return False
         _next_vacuum_look[uri] = now + AUTO_VACUUM_LOOK_SECONDS
     try:
-        claimed = table.transaction_version(AUTO_VACUUM_APP_ID)
+        claimed = planned_on.transaction_version(AUTO_VACUUM_APP_ID)
     except Exception:  # the next look tries again
         return False
     return claimed is None or claimed < time.time() // AUTO_VACUUM_PERIOD_SECONDS
@@ -734,16 +727,16 @@ def auto_vacuum(store: QueueStore, now: float | None = None) -> list[str] | None
 
     hour = int((time.time() if now is None else now) // AUTO_VACUUM_PERIOD_SECONDS)
     for attempt in range(AUTO_VACUUM_CLAIMS):
-        table = store.open()
-        if table is None:
+        snapshot = store.snapshot(with_states=False)
+        if snapshot is None:
             return None
-        hours = auto_vacuum_hours(table.metadata().configuration)
-        claimed = table.transaction_version(AUTO_VACUUM_APP_ID)
+        hours = auto_vacuum_hours(dict(snapshot.configuration))
+        claimed = snapshot.transaction_version(AUTO_VACUUM_APP_ID)
         if hours is None or (claimed is not None and claimed >= hour):
             return None
         try:
             store.commit(
-                table,
+                snapshot,
                 [],
                 [],
                 app_id=AUTO_VACUUM_APP_ID,

@@ -129,7 +129,7 @@ class PublishRequest(Request[PublishOutcome]):
             # (delta-rs scans the version's application transactions: ~0.7 ms a read).
             committed = round.app_versions.get(self.app_id)
             if committed is None:
-                committed = transaction.snapshot.table.transaction_version(self.app_id)
+                committed = transaction.snapshot.transaction_version(self.app_id)
             if committed is not None and committed >= self.sequence:
                 if self.sequence < committed:
                     raise InvalidInputError(
@@ -344,7 +344,9 @@ def apply_lease(
         max_backlog=max_backlog,
         below_seq=below_seq,
         remove=remove,
-        matches=None if filter is None else filter_matcher(transaction.snapshot, queue, filter),
+        matches=None
+        if filter is None
+        else filter_matcher(transaction.store, transaction.snapshot, queue, filter),
         strict_groups=strict_groups,
     )
     changed = settles(state, plan.state) if settle else bool(plan.removals)

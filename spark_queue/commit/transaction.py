@@ -20,10 +20,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_queue.commit.backoff import backoff
+from spark_queue.commit.failpoints import reached
 from spark_queue.commit.maintenance import after_commit
 from spark_queue.errors import (
     ArgumentMismatchError,
     CommitConflictError,
+    CommitUnknownError,
     TableNotFoundError,
 )
 from spark_queue.model.policies import Policies, resolve_without_policies
@@ -58,14 +60,10 @@ from spark_queue.storage.files import (
     upload_file,
     write_file,
 )
+from spark_queue.storage.message_files import FileHeadReader
 from spark_queue.storage.state_rows import index_rows, repeated
-from spark_queue.storage.store import (
-    FileHeadReader,
-    QueueStore,
-    Snapshot,
-    now_micros,
-    staged_file_rows,
-)
+from spark_queue.storage.store import QueueStore, Snapshot, now_micros
+from spark_queue.storage.table_view import PreparedCommit, TableView, staged_file_rows
 
 # A commit that loses races is planned again for this long (seconds) before it fails.
 COMMIT_BUDGET = 120.0
@@ -108,6 +106,7 @@ class QueueTransaction:
     policies: Policies | None = None
     attempt: int = 1  # of :func:`run`: above 1, another writer won the earlier ones
     committed: bool = False
+    landed: TableView | None = None  # the table after the commit, once committed
     # Rows of staged files this process still holds (a publish's), by path: not read back,
     # which on an object store would cost a request per column.
     held_rows: dict[str, pa.Table] = field(default_factory=dict)
@@ -119,6 +118,7 @@ class QueueTransaction:
     early_checks: dict[str, Future[IdCheck]] = field(default_factory=dict)
     # Writes of files :meth:`stage_rows` staged, still under way.
     uploads: list[Future[None]] = field(default_factory=list)
+    _seen_files: list[str] = field(default_factory=list)  # the ids recorded, by prepare
 
     def __post_init__(self) -> None:
         self.states = {name: state.copy() for name, state in self.snapshot.states.items()}
@@ -136,9 +136,8 @@ class QueueTransaction:
         if self._view is None or self._view[0] != len(self.adds):
             files = pa.concat_tables([self.snapshot.files, staged_file_rows(staged)])
             view = Snapshot(
-                self.snapshot.table, self.snapshot.version, files, self.snapshot.states,
-                self.snapshot.state_files,
-            )  # fmt: skip
+                self.snapshot.view, files, self.snapshot.states, self.snapshot.state_files
+            )
             self._view = (len(self.adds), view)
         return self._view[1]
 
@@ -501,34 +500,62 @@ class QueueTransaction:
         """Write removals and states and publish everything in one Delta commit of
         ``operation`` (a group commit's: several), with the application transaction
         ``(app_id, app_version)`` and ``app_transactions``."""
+        versions = dict(app_transactions or {})
+        if app_id is not None and app_version is not None:
+            versions[app_id] = app_version
+        self.publish(self.prepare(operation, versions))
+
+    def prepare(
+        self, operation: Operation | Sequence[Operation], transactions: dict[str, int]
+    ) -> PreparedCommit:
+        """The first half of :meth:`commit`: every file of the commit stored, its log entry
+        ready (:meth:`QueueStore.prepare`); :meth:`publish` creates it."""
         written = self._add_rows(
             *((SEEN, rows) for _, rows, _, _ in self.recording),
             (REMOVAL, pa.concat_tables(self.removal_rows) if self.removal_rows else None),
             (QUEUE, self._queue_rows()),
             *index_rows(self.states).items(),
         )
+        self._seen_files = [staged.path for staged in written[: len(self.recording)]]
         self.on_storage()  # the log never names a file that is not there
-        self.store.commit(
-            self.snapshot.table,
+        reached("commit.files-stored")
+        return self.store.prepare(
+            self.snapshot,
             self.adds,
             [*self.snapshot.state_files, *self.expired_seen],
-            app_id=app_id,
-            app_version=app_version,
-            app_transactions=app_transactions,
-            summary=CommitSummary.of(
+            transactions,
+            CommitSummary.of(
                 operation,
                 queues=sorted(self.touched),
                 attempt=self.attempt,
                 removed=self.summary,
             ),
         )
+
+    def publish(self, prepared: PreparedCommit) -> None:
+        """The second half of :meth:`commit`: create the log entry, then remember what
+        landed (the queue states, the ids recorded) and delete what it replaced. Where the
+        store fails on the way (:class:`CommitUnknownError`), the commit may have landed:
+        its files stay (:meth:`discard` deletes none)."""
+        try:
+            self.landed = self.store.publish(prepared)
+        except CommitUnknownError:
+            self.written = []
+            raise
         self.committed = True
-        for (name, _, run, since), staged in zip(self.recording, written, strict=False):
-            dedup_window.remember(self.store, name, staged.path, run, since)
+        for (name, _, run, since), path in zip(self.recording, self._seen_files, strict=True):
+            dedup_window.remember(self.store, name, path, run, since)
         self.store.remember_states(
             [a.path for a in self.adds if a.record in STATE_RECORDS], self.states
         )
         delete_files(self.store.location, self.obsolete)
+
+    def next_snapshot(self, prepared: PreparedCommit) -> Snapshot:
+        """The table as it will be once ``prepared`` (this transaction's) lands: what the
+        next commit may be planned on before then."""
+        landed = prepared.landed
+        states = {name: state.copy() for name, state in self.states.items()}
+        return Snapshot(landed, landed.files, states, landed.state_files)
 
     def discard(self) -> None:
         """Delete the files this transaction wrote itself (not the tasks' staged files, nor
@@ -623,11 +650,15 @@ def run(
     policies: Policies | None = None,
     what: str = "the queue table",
 ) -> T:
-    """Plan ``work`` on a fresh snapshot and commit; plan again if another writer won.
+    """Plan ``work`` on the table as this process knows it and commit; plan again if
+    another writer won.
 
     ``work`` performs the operations and calls :meth:`QueueTransaction.commit`; what it
-    returns is returned. Errors that are not commit conflicts propagate, with this
-    transaction's own files deleted. ``policies`` are applied by every declare it makes.
+    returns is returned. The commit's conditional create finds out whether another writer
+    committed first; where ``work`` commits nothing or raises, the snapshot is checked to be
+    the latest first (one request), and ``work`` runs again on the latest where it was not,
+    so no answer comes from an old version. Errors that are not commit conflicts propagate,
+    with this transaction's own files deleted. ``policies`` are applied by every declare it makes.
     After a commit it runs the post-commit work (:func:`maintenance.after_commit`: a log
     checkpoint at the interval, compaction when small files piled up), whoever committed.
 
@@ -650,24 +681,43 @@ def run(
                 attempt -= 1  # not made
                 break
             time.sleep(pause)
-        table = store.create() if create else store.open()
-        if table is None:
+        if create:
+            store.create()
+        snapshot = store.snapshot(probe=False)
+        if snapshot is None:
             raise TableNotFoundError(store.uri)
-        snapshot = store.snapshot(table)
-        assert snapshot is not None
         transaction = QueueTransaction(store, snapshot, policies=policies, attempt=attempt)
         try:
             result = work(transaction)
         except CommitFailedError:
             transaction.discard()
             continue
+        except Exception as error:
+            transaction.discard()
+            if not isinstance(error, CommitUnknownError) and _behind(store, snapshot):
+                # its error may be the old version's
+                attempt -= 1  # not a lost race: planned again on the latest at once
+                continue
+            raise
         except BaseException:
             transaction.discard()
             raise
         if transaction.committed:
             after_commit(store, snapshot)
+        elif _behind(store, snapshot):
+            attempt -= 1
+            continue
         return result
     raise CommitConflictError(
         f"could not commit to {what} in {store.uri}: another writer committed first in each "
         f"of {attempt} attempts"
     )
+
+
+def _behind(store: QueueStore, snapshot: Snapshot) -> bool:
+    """Whether ``snapshot`` is not of the table's latest version (where that cannot be
+    told: no, and what was planned on it stands)."""
+    try:
+        return not store.is_current(snapshot)
+    except Exception:
+        return False

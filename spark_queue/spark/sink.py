@@ -37,7 +37,7 @@ from pyspark.sql.datasource import (
 
 from spark_queue.commit import failpoints
 from spark_queue.commit.enqueue import Reservation, commit_enqueue, reserve
-from spark_queue.errors import InvalidInputError, QueueError
+from spark_queue.errors import CommitUnknownError, InvalidInputError, QueueError
 from spark_queue.model.messages import normalise
 from spark_queue.model.policies import load_policies
 from spark_queue.portable import Portable
@@ -150,6 +150,8 @@ class _QueueWriter(Portable):
                 app_id=app_id,
                 app_version=batch_id,
             )
+        except CommitUnknownError:  # it may have landed: its files stay
+            raise
         except BaseException:
             self._abort(messages)
             batch.discard(store)

@@ -180,6 +180,7 @@ class LeasedRange(Portable, InputPartition):
     ranges: list[list[int]]
     redelivered: list[list[int]]  # [first, last, count] where the count is not 1
     whole: list[bool]  # per path: every row is this queue's and leased here (no filter)
+    sizes: list[int | None]  # per path: its size (a small file is read in one request)
 
 
 def read_leased(partition: LeasedRange) -> Iterator[pa.Table]:
@@ -190,9 +191,9 @@ def read_leased(partition: LeasedRange) -> Iterator[pa.Table]:
     low, high = partition.ranges[0][0], partition.ranges[-1][1]
     schema = BROWSE_ARROW_SCHEMA
     runs = np.array(partition.redelivered, dtype=np.int64).reshape(-1, 3)
-    for path, whole in zip(partition.paths, partition.whole, strict=True):
+    for path, whole, size in zip(partition.paths, partition.whole, partition.sizes, strict=True):
         if whole:  # every row is wanted: no filter (a quarter of the read), streamed
-            for rows in store.stream_rows(path, STORED_COLUMNS, ARROW_BATCH_BYTES):
+            for rows in store.stream_rows(path, STORED_COLUMNS, ARROW_BATCH_BYTES, size=size):
                 seqs = rows["seq"].to_numpy()
                 yield _as_delivered(rows, seqs, partition.consumer, runs).cast(schema)
             continue
@@ -200,6 +201,7 @@ def read_leased(partition: LeasedRange) -> Iterator[pa.Table]:
             path,
             STORED_COLUMNS,
             filters=[("queue", "=", partition.queue), ("seq", ">=", low), ("seq", "<=", high)],
+            size=size,
         )
         seqs = rows["seq"].to_numpy()
         inside = np.zeros(len(seqs), dtype=bool)
@@ -443,6 +445,7 @@ class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAva
         hold its seqs."""
         ranges = end["ranges"]
         queue = self.options.queue
+        sizes = dict(zip(files["path"].to_pylist(), files["size"].to_pylist(), strict=True))
         listed = [
             (path, low, high, low is not None and high is not None and first == last == queue)
             for path, low, high, first, last in zip(
@@ -475,6 +478,7 @@ class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAva
                         task,
                         [run for run in runs if run[1] >= low and run[0] <= high],
                         [whole for _, whole in reads],
+                        [sizes[path] for path, _ in reads],
                     )
                 )
         return partitions
@@ -488,7 +492,9 @@ class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAva
         def covering(snapshot: Any) -> pa.Table:
             return files_covering(snapshot, queue, ranges)
 
-        latest = self.store.snapshot(with_states=False)  # the files are all it needs
+        # The files are all it needs, of the table as known: the version leased on, as a
+        # rule (a replay after a restart: the latest).
+        latest = self.store.snapshot(with_states=False, probe=False)
         if latest is None:
             raise TableNotFoundError(self.store.uri)
         if version is not None and version != latest.version:  # committed to since

@@ -22,7 +22,8 @@ from spark_queue.model.schema import BROWSE_ARROW_SCHEMA, BROWSE_COLUMNS, FILE_S
 from spark_queue.portable import Portable
 from spark_queue.rules import Leases, QueueState, below_heads, live_mask, member, plan_settle
 from spark_queue.storage.location import Location
-from spark_queue.storage.store import QueueStore, Snapshot, file_runs, now_micros, require_queue
+from spark_queue.storage.message_files import file_runs
+from spark_queue.storage.store import QueueStore, Snapshot, now_micros, require_queue
 
 
 @dataclass

@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from spark_queue.model.schema import FILE_SCHEMA, PARTITION, STATS_COLUMNS
 from spark_queue.storage.location import Location
+from spark_queue.storage.row_cache import hold_file
 
 # Records: the partition values of the table's files (``record=<name>``).
 MESSAGE, REMOVAL, QUEUE = "message", "removal", "queue"
@@ -117,6 +118,10 @@ def parquet_options(columns: list[str]) -> dict[str, Any]:
 
 def write_file(location: Location, record: str, rows: pa.Table, tag: str = "") -> StagedFile:
     """Write ``rows`` (:data:`FILE_SCHEMA`) as one Parquet file of partition ``record``."""
+    if location.object_store() is not None:  # encoded in memory, stored in one request
+        staged, data = encode_file(record, rows, tag)
+        upload_file(location, staged.path, data)
+        return staged
     rows = _file_rows(record, rows)
     relative = new_file(record, tag)
     fs, base = location.filesystem()
@@ -126,12 +131,20 @@ def write_file(location: Location, record: str, rows: pa.Table, tag: str = "") -
     return StagedFile(relative, size, record, file_stats(rows), rows.num_rows)
 
 
+# The columns of its rows a staged file carries to the commit, where it holds at most
+# CARRIED_ROWS rows: what planning its enqueue reads (without a request for them).
+CARRIED_COLUMNS = ("seq", "size", "priority", "deliver_at", "enqueued_at", "expires_at")
+CARRIED_ROWS = 64 * 1024
+
+
 @dataclass
 class StagedQueueFile:
-    """A message file staged for one queue."""
+    """A message file staged for one queue; ``rows``: its :data:`CARRIED_COLUMNS` (and
+    ``message_id``), where it is small."""
 
     queue: str
     file: StagedFile
+    rows: pa.Table | None = None
 
 
 class MessageFileWriter:
@@ -146,7 +159,9 @@ class MessageFileWriter:
         self.buffered: dict[str, int] = {}  # rows
         self.buffered_bytes: dict[str, int] = {}
         self.writers: dict[str, tuple[pq.ParquetWriter, pa.NativeFile, str]] = {}
-        self.parts: dict[str, list[pa.Table]] = {}  # small columns, for statistics
+        # Rows' columns carried to the commit (CARRIED_COLUMNS), or for a file of more rows
+        # those of its statistics only.
+        self.parts: dict[str, list[pa.Table]] = {}
 
     def add(self, rows: pa.Table) -> None:
         """Add message rows (as :data:`FILE_SCHEMA` types them), of one queue or several."""
@@ -168,10 +183,15 @@ class MessageFileWriter:
         self.buffered[name] = self.buffered_bytes[name] = 0
         if name not in self.writers:
             relative = new_file(MESSAGE)
-            stream = self.fs.open_output_stream(prepare_target(self.fs, self.base, relative))
+            stream = open_output(self.location, relative)
             self.writers[name] = (_parquet_writer(stream, FILE_SCHEMA), stream, relative)
         self.writers[name][0].write_table(rows, row_group_size=ROW_GROUP_ROWS)
-        self.parts.setdefault(name, []).append(rows.select(["queue", "seq", "priority"]))
+        kept = self.parts.setdefault(name, [])
+        if sum(part.num_rows for part in kept) + rows.num_rows <= CARRIED_ROWS:
+            kept.append(rows.select(["queue", *CARRIED_COLUMNS, "message_id"]))
+        else:  # too many to carry: statistics only
+            kept[:] = [part.select(["queue", "seq", "priority"]) for part in kept]
+            kept.append(rows.select(["queue", "seq", "priority"]))
 
     def close(self) -> list[StagedQueueFile]:
         """Write what is buffered and close the files; what was staged, one file a queue."""
@@ -183,11 +203,9 @@ class MessageFileWriter:
             size = stream.tell()  # not a stat: on an object store, a request
             stream.close()
             small = pa.concat_tables(self.parts[name])
-            files.append(
-                StagedQueueFile(
-                    name, StagedFile(relative, size, MESSAGE, file_stats(small), small.num_rows)
-                )
-            )
+            staged = StagedFile(relative, size, MESSAGE, file_stats(small), small.num_rows)
+            carried = small.drop_columns(["queue"]) if "size" in small.column_names else None
+            files.append(StagedQueueFile(name, staged, carried))
         return files
 
     def discard(self) -> None:
@@ -196,6 +214,45 @@ class MessageFileWriter:
             writer.close()
             stream.close()
         delete_files(self.location, [relative for _, _, relative in self.writers.values()])
+
+
+def open_output(location: Location, relative: str) -> pa.NativeFile:
+    """A stream writing the file at ``relative``: on S3 through obstore
+    (:meth:`Location.object_store`: one request for a small file, a multipart upload for a
+    large one, never a wait for ``100-continue``), else through the table's file system."""
+    store = location.object_store()
+    if store is None:
+        fs, base = location.filesystem()
+        return fs.open_output_stream(prepare_target(fs, base, relative))
+    return pa.PythonFile(_StoreWriter(store, relative), mode="w")
+
+
+class _StoreWriter:
+    """obstore's writer of one object as the Python file pyarrow writes to."""
+
+    def __init__(self, store: Any, relative: str) -> None:
+        import obstore
+
+        self._file = obstore.open_writer(store, relative)
+        self._written = 0
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")  # obstore takes unsigned bytes
+        self._file.write(view)
+        self._written += view.nbytes
+        return view.nbytes
+
+    def tell(self) -> int:
+        return self._written
+
+    def flush(self) -> None:
+        """Nothing: the writer sends what it holds when it has a part's worth, or closes."""
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._file.close()
 
 
 def encode_file(record: str, rows: pa.Table, tag: str = "") -> tuple[StagedFile, pa.Buffer]:
@@ -211,8 +268,18 @@ def encode_file(record: str, rows: pa.Table, tag: str = "") -> tuple[StagedFile,
 
 
 def upload_file(location: Location, relative: str, data: pa.Buffer) -> None:
-    """Store the bytes of a file :func:`encode_file` made at ``relative``."""
+    """Store the bytes of a file :func:`encode_file` made at ``relative``; a message file's
+    are kept for this process's reads (:func:`~spark_queue.storage.row_cache.hold_file`)."""
     fs, base = location.filesystem()
+    if relative.startswith(f"{PARTITION}={MESSAGE}/"):  # a lease of it reads nothing
+        hold_file(f"{base.rstrip('/')}/{relative}", data)
+    store = location.object_store()
+    if store is not None:
+        import obstore
+
+        # Arrow exposes its bytes as signed chars: viewed as unsigned, without a copy.
+        obstore.put(store, relative, memoryview(data).cast("B"))
+        return
     target = prepare_target(fs, base, relative)
     if not isinstance(fs, pafs.PyFileSystem):
         with fs.open_output_stream(target) as stream:

@@ -12,7 +12,7 @@ import pyarrow as pa
 from spark_queue.errors import InvalidOptionError
 from spark_queue.rules import member
 from spark_queue.storage.files import MESSAGE
-from spark_queue.storage.store import Snapshot
+from spark_queue.storage.store import QueueStore, Snapshot
 
 # What a filter may name: a message's own columns, not the table's bookkeeping ones.
 FILTER_COLUMNS = (
@@ -34,16 +34,16 @@ _SUGGESTION = re.compile(r" ?Did you mean '(?:\w+\.)?(\w+)'\?")
 
 
 def filter_matcher(
-    snapshot: Snapshot, queue: str, predicate: str
+    store: QueueStore, snapshot: Snapshot, queue: str, predicate: str
 ) -> Callable[[np.ndarray], np.ndarray]:
     """A consumer's ``filter``: which of some seqs of ``queue`` satisfy ``predicate`` (SQL
-    over the message columns, run by DataFusion on this version of the table, files
-    pruned by their seq statistics). Raises :class:`InvalidOptionError` if the predicate
-    does not parse, is more than one expression or names other columns."""
+    over the message columns, run by DataFusion on ``snapshot``'s version of the table,
+    files pruned by their seq statistics). Raises :class:`InvalidOptionError` if the
+    predicate does not parse, is more than one expression or names other columns."""
     from deltalake import QueryBuilder
 
     _check_one_expression(predicate)
-    builder = QueryBuilder().register("messages", snapshot.table)
+    builder = QueryBuilder().register("messages", store.table_at(snapshot.version))
 
     def query(where: str) -> pa.Table:
         # The predicate filters a subquery of the queue's messages and their columns only,

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow.fs as pafs
 
@@ -45,6 +45,7 @@ TABLE_SCHEMES = ("file", *sorted(OBJECT_STORE_SCHEMES))
 
 _filesystems: dict[tuple[int, str, str, tuple[tuple[str, str], ...]], pafs.FileSystem] = {}
 _filesystems_lock = threading.Lock()
+_object_stores: dict[tuple[int, str, tuple[tuple[str, str], ...]], Any] = {}
 
 
 # delta-rs reads its retry, runtime and log cache settings under these lower-case keys only
@@ -205,6 +206,51 @@ def pyarrow_s3_options(options: Mapping[str, str]) -> dict[str, Any] | None:
     return arguments
 
 
+# delta-rs's S3 keys that mean the same to obstore's S3 store (the object_store crate's
+# names), and those of its HTTP client.
+_OBSTORE_S3 = {
+    "AWS_ACCESS_KEY_ID": "access_key_id",
+    "AWS_SECRET_ACCESS_KEY": "secret_access_key",
+    "AWS_SESSION_TOKEN": "session_token",
+    "AWS_TOKEN": "session_token",
+    "AWS_REGION": "region",
+    "AWS_DEFAULT_REGION": "region",
+    "AWS_ENDPOINT_URL": "endpoint",
+    "AWS_ENDPOINT": "endpoint",
+    "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "virtual_hosted_style_request",
+    "AWS_CONDITIONAL_PUT": "conditional_put",
+}
+_OBSTORE_CLIENT = {"AWS_ALLOW_HTTP": "allow_http", "ALLOW_HTTP": "allow_http", "TIMEOUT": "timeout"}
+# Where the AWS SDK (delta-rs, pyarrow) finds credentials that object_store does not read.
+_PROFILE_VARIABLES = ("AWS_PROFILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE")
+_PROFILE_FILES = ("~/.aws/credentials", "~/.aws/config")
+
+
+def obstore_s3_arguments(
+    options: Mapping[str, str],
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """obstore's S3 ``config`` and ``client_options`` with the meaning of delta-rs's
+    ``options`` (the environment fills keys left out, as for delta-rs); None where an
+    option has no twin there, or where delta-rs would find credentials in an AWS profile,
+    which object_store does not read."""
+    config: dict[str, Any] = {}
+    client: dict[str, Any] = {}
+    for key, value in options.items():
+        if key in _OBSTORE_S3:
+            config[_OBSTORE_S3[key]] = value
+        elif key in _OBSTORE_CLIENT:
+            client[_OBSTORE_CLIENT[key]] = value.lower() == "true" if "HTTP" in key else value
+        elif key not in _LOG_ONLY_KEYS:
+            return None
+    explicit = "access_key_id" in config or os.environ.get("AWS_ACCESS_KEY_ID")
+    profiled = any(os.environ.get(name) for name in _PROFILE_VARIABLES) or any(
+        os.path.exists(os.path.expanduser(path)) for path in _PROFILE_FILES
+    )
+    if "allow_http" not in client and os.environ.get("AWS_ALLOW_HTTP"):  # as delta-rs reads
+        client["allow_http"] = os.environ["AWS_ALLOW_HTTP"].lower() == "true"
+    return None if profiled and not explicit else (config, client)
+
+
 def table_uri(path: str | os.PathLike[str]) -> str:
     """A local path made absolute; URIs (``s3://``, ``file://``, ...) unchanged.
 
@@ -295,6 +341,34 @@ class Location:
             found.append((parent, f"{self.scheme}://{parent}" if self.scheme else parent))
             path = parent
         return found
+
+    def object_store(self) -> Any | None:
+        """obstore's store of the table root (:mod:`obstore`, the object_store crate that
+        delta-rs is built on), for S3: one request per file stored, with no
+        ``Expect: 100-continue`` round trip first (pyarrow's client waits for one), and
+        conditional creates (:mod:`spark_queue.storage.delta_log`). None on other stores,
+        and where the options need delta-rs's own client
+        (:func:`obstore_s3_arguments`). One per table and options in each process."""
+        if self.scheme not in ("s3", "s3a"):
+            return None
+        arguments = obstore_s3_arguments(self.options)
+        if arguments is None:
+            return None
+        key = (os.getpid(), self.uri, tuple(sorted(self.options.items())))
+        with _filesystems_lock:
+            store = _object_stores.get(key)
+            if store is None:
+                from obstore.store import S3Store
+
+                bucket, prefix = self._bucket_and_key()
+                config, client = arguments
+                store = _object_stores[key] = S3Store(
+                    bucket,
+                    prefix=prefix or None,
+                    config=cast(Any, config),
+                    client_options=cast(Any, client),
+                )
+        return store
 
     def delete(self, relatives: Iterable[str], *, in_order: bool = False) -> int:
         """Delete files under the table root (paths relative to it); missing ones are fine.

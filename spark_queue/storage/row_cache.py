@@ -7,9 +7,14 @@ reads the same file again (a lease after a lease, a broker serving many consumer
 consumer's idle checks) can keep it instead of reading and decoding it again: on a local
 disk that is decoding time, on an object store a request or two per read.
 
-Both caches are per process, shared by every :class:`~spark_queue.storage.store.QueueStore` and
-thread, bounded (footers by count, row groups by decoded bytes), and least recently used
-first out. A file that is deleted (vacuum, a discarded attempt) is no longer listed by any
+A third cache holds the bytes of small files whole: those this process wrote (a publish's
+message file, so that a lease of it reads nothing) and those read whole in one request
+(:meth:`spark_queue.storage.store.QueueStore.read_rows`), from which a footer and row groups
+are decoded without another request.
+
+The caches are per process, shared by every :class:`~spark_queue.storage.store.QueueStore`
+and thread, bounded (footers by count, row groups and files by bytes), and least recently
+used first out. A file that is deleted (vacuum, a discarded attempt) is no longer listed by any
 snapshot, so its entries are never asked for again and simply age out.
 """
 
@@ -26,6 +31,7 @@ import pyarrow.parquet as pq
 
 FOOTERS = 4096  # footers kept, at most (a few KB each)
 ROW_GROUP_BYTES = 128 * 1024 * 1024  # decoded row groups kept, at most (Arrow buffers)
+WHOLE_FILE_BYTES = 64 * 1024 * 1024  # bytes of whole files kept, at most
 V = TypeVar("V")
 T = TypeVar("T")
 
@@ -75,15 +81,31 @@ class LeastRecentlyUsed(Generic[V]):
 
 _FOOTERS: LeastRecentlyUsed[pq.FileMetaData] = LeastRecentlyUsed(FOOTERS)
 _ROW_GROUPS: LeastRecentlyUsed[Any] = LeastRecentlyUsed(ROW_GROUP_BYTES)
+_WHOLE_FILES: LeastRecentlyUsed[pa.Buffer] = LeastRecentlyUsed(WHOLE_FILE_BYTES)
+
+
+def hold_file(uri: str, data: pa.Buffer) -> None:
+    """Keep the bytes of the whole file at ``uri`` (written or read by this process)."""
+    _WHOLE_FILES.put(uri, data, data.size)
+
+
+def held_file(uri: str) -> pa.Buffer | None:
+    """The bytes of the file at ``uri`` where they are kept."""
+    return _WHOLE_FILES.get(uri)
 
 
 class DataFile:
     """One data file of a table, read through the caches. ``uri`` is its full path on
-    ``fs``; nothing is read until asked for."""
+    ``fs``; nothing is read until asked for. ``whole``: reads the whole file in one
+    request, for a file small enough that this costs less than reading its footer and
+    then its row groups."""
 
-    def __init__(self, fs: pafs.FileSystem, uri: str) -> None:
+    def __init__(
+        self, fs: pafs.FileSystem, uri: str, whole: Callable[[], pa.Buffer] | None = None
+    ) -> None:
         self.fs = fs
         self.uri = uri
+        self.whole = whole
         self._opened: dict[tuple[str, ...], pq.ParquetFile] = {}
 
     @property
@@ -123,9 +145,13 @@ class DataFile:
         key = tuple(read_dictionary)
         opened = self._opened.get(key)
         if opened is None:
+            data = _WHOLE_FILES.get(self.uri)
+            if data is None and self.whole is not None:
+                data = self.whole()
+                hold_file(self.uri, data)
             opened = self._opened[key] = pq.ParquetFile(
-                self.uri,
-                filesystem=self.fs,
+                self.uri if data is None else pa.BufferReader(data),
+                filesystem=self.fs if data is None else None,
                 metadata=_FOOTERS.get(self.uri),  # a known footer is not read again
                 read_dictionary=list(read_dictionary) or None,
                 pre_buffer=True,  # a row group's column chunks in one coalesced read (S3)
@@ -134,6 +160,7 @@ class DataFile:
 
 
 def clear() -> None:
-    """Forget every footer and row group (tests; a process that wants its memory back)."""
+    """Forget every footer, row group and file (tests; a process that wants its memory back)."""
     _FOOTERS.clear()
     _ROW_GROUPS.clear()
+    _WHOLE_FILES.clear()

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import os
 import threading
 import time
@@ -28,7 +27,13 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from spark_queue.errors import NotAQueueTableError, QueueNotFoundError, UnsupportedFormatError
+from spark_queue.errors import (
+    CommitUnknownError,
+    NotAQueueTableError,
+    QueueNotFoundError,
+    StorageError,
+    UnsupportedFormatError,
+)
 from spark_queue.model.schema import (
     FILE_SCHEMA,
     FORMAT_DESCRIPTION,
@@ -37,7 +42,6 @@ from spark_queue.model.schema import (
     TABLE_SCHEMA,
 )
 from spark_queue.rules import (
-    HEAD_SCHEMA,
     Leases,
     MessageIndex,
     QueueState,
@@ -49,6 +53,7 @@ from spark_queue.storage.commit_log import (
     LogEntry,
     parse_log_entry,
 )
+from spark_queue.storage.delta_log import EntryStore, encode_entry, entry_store, parse_actions
 from spark_queue.storage.files import (
     EXTRA,
     MESSAGE,
@@ -56,12 +61,18 @@ from spark_queue.storage.files import (
     REDELIVERED,
     SCHEDULED,
     SEEN,
-    STATE_RECORDS,
     StagedFile,
     empty_rows,
 )
 from spark_queue.storage.location import Location
-from spark_queue.storage.row_cache import DataFile
+from spark_queue.storage.message_files import (
+    FIRST_HEAD_SLICE,
+    FileHeadReader,
+    MessageFiles,
+    level_rows,
+    only,
+)
+from spark_queue.storage.row_cache import DataFile, held_file
 from spark_queue.storage.state_rows import (
     MESSAGE_INDEX_COLUMNS,
     REDELIVERED_COLUMNS,
@@ -70,12 +81,18 @@ from spark_queue.storage.state_rows import (
     read_leases,
 )
 from spark_queue.storage.table_folder import new_table_refusal
+from spark_queue.storage.table_view import (
+    TRUSTED_SECONDS,
+    KnownTable,
+    PreparedCommit,
+    TableView,
+    flatten_files,
+    known_table,
+)
 
 if TYPE_CHECKING:  # deltalake is imported where a table is opened
     from deltalake import DeltaTable
 
-_HEAD_READ = ("queue", "seq", "size", "priority", "deliver_at", "enqueued_at", "expires_at")
-FIRST_HEAD_SLICE = 1024  # rows of a level's first slice of a row group (then doubling)
 # Files up to this size are read whole, in one request (QueueStore.read_rows): fetching
 # columns not wanted costs less than a request more, on any object store, below it.
 WHOLE_READ_BYTES = 1024 * 1024
@@ -96,65 +113,29 @@ def require_queue(states: dict[str, QueueState], queue: str, table: str) -> Queu
     return state
 
 
-@dataclass(frozen=True)
-class MessageFiles:
-    """A snapshot's message files by ``min_seq``, with their statistics as arrays: picking
-    the files of a queue level is a few array comparisons, not a compute call per bound
-    (it runs for every lease and ack). Missing statistics bound nothing."""
-
-    files: pa.Table
-    min_seq: np.ndarray
-    max_seq: np.ndarray
-    min_priority: np.ndarray
-    max_priority: np.ndarray
-    min_queue: list[str | None]
-    max_queue: list[str | None]
-
-    @classmethod
-    def of(cls, files: pa.Table) -> MessageFiles:
-        def bound(name: str, missing: int) -> np.ndarray:
-            values: np.ndarray = files[name].cast(pa.int64()).fill_null(missing).to_numpy()
-            return values
-
-        low, high = np.iinfo(np.int64).min, np.iinfo(np.int64).max
-        return cls(
-            files,
-            bound("min_seq", low),
-            bound("max_seq", high),
-            bound("min_priority", low),
-            bound("max_priority", high),
-            files["min_queue"].to_pylist(),
-            files["max_queue"].to_pylist(),
-        )
-
-    def holding(self, queue: str, priority: int | None, from_seq: int) -> pa.Table:
-        """The files that may hold ``queue`` rows (of ``priority``) at or after ``from_seq``."""
-        mask = self.max_seq >= from_seq
-        if priority is not None:
-            mask &= (self.min_priority <= priority) & (self.max_priority >= priority)
-        mask &= np.fromiter(
-            (
-                (low is None or low <= queue) and (high is None or high >= queue)
-                for low, high in zip(self.min_queue, self.max_queue, strict=True)
-            ),
-            dtype=bool,
-            count=len(self.min_queue),
-        )
-        if mask.all():
-            return self.files
-        return self.files.take(np.flatnonzero(mask))
-
-
 @dataclass
 class Snapshot:
-    """One version of a queue table: its files and its queues' states."""
+    """One version of a queue table: its files and its queues' states, from ``view``
+    (its application transactions and configuration too)."""
 
-    table: DeltaTable
-    version: int
-    files: pa.Table  # flattened add actions
+    view: TableView
+    files: pa.Table  # flattened add actions (table_view.FILE_COLUMNS)
     states: dict[str, QueueState]
     state_files: list[tuple[str, int, str]] = field(default_factory=list)  # path, size, record
     _messages: MessageFiles | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def version(self) -> int:
+        return self.view.version
+
+    @property
+    def configuration(self) -> Mapping[str, str]:
+        """The table's configuration (its properties)."""
+        return self.view.configuration
+
+    def transaction_version(self, app_id: str) -> int | None:
+        """The last version of application transaction ``app_id`` here, or None."""
+        return self.view.transaction_version(app_id)
 
     def message_files(
         self, queue: str, *, priority: int | None = None, from_seq: int = 0
@@ -162,8 +143,14 @@ class Snapshot:
         """Message files that may hold ``queue`` rows (of ``priority``) at or after a seq,
         by ``min_seq``. A file without statistics may hold anything."""
         if self._messages is None:  # every lease and ack asks: prepared once per version
-            files = self.files.filter(pc.equal(self.files["record"], MESSAGE)).sort_by("min_seq")
-            self._messages = MessageFiles.of(files)
+            shared = self.files is self.view.files
+            found = self.view.cache.get("messages") if shared else None
+            if found is None:
+                files = self.files.filter(pc.equal(self.files["record"], MESSAGE))
+                found = MessageFiles.of(files.sort_by("min_seq"))
+                if shared:
+                    self.view.cache["messages"] = found
+            self._messages = found
         return self._messages.holding(queue, priority, from_seq)
 
     def seen_files(self, queue: str) -> pa.Table:
@@ -171,57 +158,6 @@ class Snapshot:
         files = self.files.filter(pc.equal(self.files["record"], SEEN))
         files = files.filter(pc.fill_null(pc.equal(files["min_queue"], queue), False))
         return files.sort_by("modified")
-
-
-def _flatten_files(table: DeltaTable) -> pa.Table:
-    raw = pa.table(table.get_add_actions(flatten=True))
-    names = raw.column_names
-
-    def column(name: str, kind: pa.DataType, default: Any = None) -> pa.Array:
-        if name in names:
-            return raw.column(name).cast(kind)
-        return pa.array([default] * raw.num_rows, type=kind)
-
-    return pa.table(
-        {
-            "path": column("path", pa.string()),
-            "size": column("size_bytes", pa.int64()),
-            "modified": column("modification_time", pa.int64()),  # milliseconds
-            "rows": column("num_records", pa.int64()),
-            "record": column(f"partition.{PARTITION}", pa.string()),
-            "min_queue": column("min.queue", pa.string()),
-            "max_queue": column("max.queue", pa.string()),
-            "min_seq": column("min.seq", pa.int64()),
-            "max_seq": column("max.seq", pa.int64()),
-            "min_priority": column("min.priority", pa.int32()),
-            "max_priority": column("max.priority", pa.int32()),
-        }
-    )
-
-
-def staged_file_rows(staged: list[StagedFile]) -> pa.Table:
-    """Rows as :func:`_flatten_files` makes them for files not in the log yet, their
-    statistics from the JSON they will be committed with."""
-    stats = [json.loads(f.stats) for f in staged]
-
-    def bound(kind: str, column: str, of: pa.DataType) -> pa.Array:
-        return pa.array([s.get(kind, {}).get(column) for s in stats], of)
-
-    return pa.table(
-        {
-            "path": pa.array([f.path for f in staged], pa.string()),
-            "size": pa.array([f.size for f in staged], pa.int64()),
-            "modified": pa.array([int(time.time() * 1000)] * len(staged), pa.int64()),
-            "rows": pa.array([f.rows for f in staged], pa.int64()),
-            "record": pa.array([f.record for f in staged], pa.string()),
-            "min_queue": bound("minValues", "queue", pa.string()),
-            "max_queue": bound("maxValues", "queue", pa.string()),
-            "min_seq": bound("minValues", "seq", pa.int64()),
-            "max_seq": bound("maxValues", "seq", pa.int64()),
-            "min_priority": bound("minValues", "priority", pa.int32()),
-            "max_priority": bound("maxValues", "priority", pa.int32()),
-        }
-    )
 
 
 class QueueStore:
@@ -237,22 +173,30 @@ class QueueStore:
     ) -> None:
         self.location = path if isinstance(path, Location) else Location.of(path, storage_options)
         self.uri = self.location.uri
-        # The queue states of the state files this process last wrote or read. State files
-        # are new in every commit that changes a state, so the same paths mean the same
-        # states: a consumer whose last commit is still the newest reads none of them again.
-        self._known_states: tuple[frozenset[str], dict[str, QueueState]] | None = None
-        # The DeltaTable this thread last opened, brought up to date incrementally by the
-        # next open: replaying the whole log on every operation costs more than the operation
-        # (an ack at depth spent half its time there). Per thread, because a snapshot plans a
-        # commit from its table's version, which another thread's open would move.
+        # The DeltaTable this thread last opened (:meth:`open`, :meth:`table_at`: history,
+        # checkpoints, filters), brought up to date incrementally by the next open.
+        # Per thread, so that another thread's open never moves a table in use.
         self._opened = threading.local()
 
     def __getstate__(self) -> dict[str, Any]:
         # Tasks read files, never states; DeltaTables and thread-locals do not pickle.
-        return {**self.__dict__, "_known_states": None, "_opened": None}
+        return {**self.__dict__, "_opened": None, "_entries": None}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state, _opened=threading.local())
+
+    @property
+    def known(self) -> KnownTable:
+        """What this process knows of the table (shared by its stores)."""
+        return known_table(self.location)
+
+    @property
+    def entries(self) -> EntryStore:
+        """The table's log entries, as spark-queue writes and reads them."""
+        found: EntryStore | None = self.__dict__.get("_entries")
+        if found is None:
+            found = self.__dict__["_entries"] = entry_store(self.location)
+        return found
 
     @property
     def fs(self) -> pafs.FileSystem:
@@ -269,7 +213,80 @@ class QueueStore:
 
     def remember_states(self, paths: list[str], states: dict[str, QueueState]) -> None:
         """The states just committed in the state files at ``paths``."""
-        self._known_states = (frozenset(paths), {n: s.copy() for n, s in states.items()})
+        self.known.remember_states(frozenset(paths), {n: s.copy() for n, s in states.items()})
+
+    # -- the view of the table -------------------------------------------------------------
+
+    def view(self, *, probe: bool = True) -> TableView | None:
+        """The table as this process knows it (:mod:`~spark_queue.storage.table_view`), or
+        None where there is no table. ``probe``: brought to the present first, reading the
+        log entries other writers added since (one request where there are none). Else as
+        known, for a commit, whose conditional create finds out, where it was known to be
+        the latest within :data:`TRUSTED_SECONDS`; brought to the present where not (a
+        commit never lands where log cleanup has been)."""
+        view = self.known.view
+        if view is None:
+            return self._load()
+        if probe or not view.trusted(time.monotonic()):
+            return self._reach_present(view)
+        return view
+
+    def _load(self) -> TableView | None:
+        """The table's latest version through delta-rs (the newest checkpoint and the log
+        entries since), kept as this process's view; None where there is no table."""
+        from deltalake.exceptions import TableNotFoundError
+
+        started = time.monotonic()  # delta-rs lists the log: nothing newer was written before
+        try:
+            table = self.location.delta_table()
+        except TableNotFoundError:
+            return None
+        self._check_format(table)
+        return self.known.offer(TableView.of(table, started))
+
+    @contextlib.contextmanager
+    def _on_storage(self) -> Iterator[None]:
+        """Where the log's store fails: a :class:`StorageError` naming the table, its
+        endpoint and option keys (never their values)."""
+        try:
+            yield
+        except FileNotFoundError:
+            raise
+        except OSError as error:
+            raise StorageError(self.location.unreachable(error)) from None
+
+    def _reach_present(self, view: TableView) -> TableView:
+        """``view`` moved on by the log entries written after it, up to the missing one.
+
+        Where that entry is missing later than :data:`TRUSTED_SECONDS` after the view was
+        last known current, log cleanup may have deleted it: the view's own entry is
+        checked too, and where it is gone as well, the table is loaded afresh."""
+        with self._on_storage():
+            return self._read_on(view)
+
+    def _read_on(self, view: TableView) -> TableView:
+        """:meth:`_reach_present`, its errors as the store gives them."""
+        while True:
+            asked = time.monotonic()
+            data = self.entries.read(view.version + 1)
+            if data is None:
+                break
+            actions = parse_actions(data.decode("utf-8"))
+            if actions.rebuilds:
+                return self._load() or view
+            view = view.moved(
+                actions.adds, actions.removes, actions.transactions, modified=actions.modified
+            )
+        if not view.trusted(time.monotonic()) and not self.entries.exists(view.version):
+            self.known.forget()
+            return self._load() or view
+        return self.known.offer(view.current_from(asked))
+
+    def is_current(self, snapshot: Snapshot) -> bool:
+        """Whether ``snapshot`` is of the table's latest version (reading the entries
+        written since, where not)."""
+        view = self.view()
+        return view is None or view.version == snapshot.version
 
     # -- the Delta table -------------------------------------------------------------------
 
@@ -350,12 +367,8 @@ class QueueStore:
         (docs/decisions/log-retention.md).
         """
         try:
-            # Opening a stream costs one request on S3 (a HEAD; get_file_info lists too, for
-            # a folder, where the object is missing) and reads nothing yet.
-            self.fs.open_input_stream(self.log_entry(version + 1)).close()
-            return False
-        except FileNotFoundError:
-            pass
+            if self.entries.read(version + 1) is not None:  # one request on S3 (a GET)
+                return False
         except OSError:
             return False
         return self.has_log_entry(version)  # after the probe above: the order makes it sound
@@ -368,19 +381,17 @@ class QueueStore:
             FileNotFoundError: the entry is not there: not written yet, or deleted by log
                 cleanup.
         """
-        # One request on S3 where the entry is missing (a HEAD), as a rule here;
-        # get_file_info would also list, for a folder of that name.
-        with self.fs.open_input_stream(self.log_entry(version)) as stream:
-            text = stream.read().decode("utf-8")
-        return parse_log_entry(version, text, files=files)
+        data = self.entries.read(version)  # one request on S3 (a GET)
+        if data is None:
+            raise FileNotFoundError(self.log_entry(version))
+        return parse_log_entry(version, data.decode("utf-8"), files=files)
 
     def has_log_entry(self, version: int) -> bool:
         """Whether ``version``'s log entry is on storage (where storage cannot say: no)."""
         try:
-            self.fs.open_input_stream(self.log_entry(version)).close()
-        except OSError:  # FileNotFoundError too: log cleanup has passed it
+            return self.entries.exists(version)
+        except OSError:
             return False
-        return True
 
     def _check_format(self, table: DeltaTable) -> None:
         metadata = table.metadata()
@@ -393,8 +404,8 @@ class QueueStore:
                 f"{sorted(missing)}); point 'path' at an empty or new folder, or at a queue table"
             )
 
-    def create(self) -> DeltaTable:
-        """Open the table, creating an empty queue table first where there is none.
+    def create(self) -> None:
+        """Create an empty queue table where there is none.
 
         Raises:
             NotAQueueTableError: no table is there and none may be created: the folder
@@ -406,14 +417,12 @@ class QueueStore:
         from deltalake.exceptions import DeltaError
         from deltalake.transaction import create_table_with_add_actions
 
-        table = self.open()
-        if table is not None:
-            return table
+        if self.view(probe=False) is not None:
+            return
         refusal = new_table_refusal(self.location)
         if refusal is not None:
-            table = self.open()  # another writer created it since the look above
-            if table is not None:
-                return table
+            if self._load() is not None:  # another writer created it since the look above
+                return
             raise NotAQueueTableError(refusal)
         # Another writer may create it meanwhile: then open what is there.
         with contextlib.suppress(DeltaError):
@@ -428,39 +437,20 @@ class QueueStore:
                 configuration=TABLE_CONFIGURATION,
                 storage_options=self.location.delta_options(),
             )
-        table = self.open()
-        assert table is not None
-        return table
+        assert self._load() is not None
 
     def snapshot(
-        self, table: DeltaTable | None = None, *, with_states: bool = True
+        self, table: DeltaTable | None = None, *, with_states: bool = True, probe: bool = True
     ) -> Snapshot | None:
-        """Read the table's files and queue states at its current version (``with_states``
-        unset: the files only, and ``states`` is empty)."""
-        table = table if table is not None else self.open()
-        if table is None:
+        """The table's files and queue states at its latest version (:meth:`view`; with
+        ``probe`` unset, as known: see there), or at ``table``'s version. ``with_states``
+        unset: the files only, and ``states`` is empty."""
+        view = TableView.of(table, -float("inf")) if table is not None else self.view(probe=probe)
+        if view is None:
             return None
-        version = table.version()
-        flattened = getattr(self._opened, "flattened", None)
-        if flattened is not None and flattened[0] is table and flattened[1] == version:
-            # The same table at the same version: the same files (an idle consumer's poll
-            # would flatten them again ~70 times a second).
-            files, listed = flattened[2], flattened[3]
-        else:
-            files = _flatten_files(table)
-            state_files = files.filter(pc.is_in(files["record"], pa.array(STATE_RECORDS)))
-            listed = [
-                (p, s, r)
-                for p, s, r in zip(
-                    state_files["path"].to_pylist(),
-                    state_files["size"].to_pylist(),
-                    state_files["record"].to_pylist(),
-                    strict=True,
-                )
-            ]
-            self._opened.flattened = (table, version, files, listed)
+        listed = view.state_files
         states = self._read_states(listed) if with_states else {}
-        return Snapshot(table, version, files, states, listed)  # read only: shared safely
+        return Snapshot(view, view.files, states, listed)  # read only: shared safely
 
     def files_at(self, version: int) -> Snapshot | None:
         """The files (no states) of an earlier ``version``, or None where its log is gone."""
@@ -470,7 +460,8 @@ class QueueStore:
             table = self.location.delta_table(version)
         except (DeltaError, OSError):
             return None
-        return Snapshot(table, version, _flatten_files(table), {})
+        view = TableView(version, flatten_files(table), table, {}, -float("inf"))
+        return Snapshot(view, view.files, {})
 
     def all_exist(self, relatives: list[str]) -> bool:
         """Whether every one of these data files is still on storage (not vacuumed)."""
@@ -489,23 +480,27 @@ class QueueStore:
 
         ``size``: the file's size, where the caller knows it (the log records it). A file
         of :data:`WHOLE_READ_BYTES` or less is then read whole in one request, footer and
-        all (without ``filters``): on object storage an open (a HEAD) and one GET, where
-        reading its footer and then its columns takes a GET each.
+        all (:meth:`read_whole`; ``filters`` as conjunctions of ``(column, op, value)``),
+        where reading its footer and then its columns takes a request each; or not at all
+        where this process holds its bytes (:func:`~spark_queue.storage.row_cache.held_file`).
         """
         path = f"{self.base.rstrip('/')}/{relative}"
-        if size is not None and size <= WHOLE_READ_BYTES and filters is None:
-            with self.fs.open_input_stream(path) as stream:
-                file = pq.ParquetFile(pa.BufferReader(stream.read()))
+        if size is not None and size <= WHOLE_READ_BYTES:
+            file = pq.ParquetFile(pa.BufferReader(held_file(path) or self.read_whole(relative)))
             # One thread, and not read_table's dataset layer: a threaded read of an
             # in-memory file leaves a thread that aborts the process at its exit, in most
             # runs ("terminate called without an active exception", apache/arrow#34314).
             wanted = columns or FILE_SCHEMA.names
+            needed = [*wanted, *(c for c, _, _ in filters or [] if c not in wanted)]
             present = set(file.schema_arrow.names)
-            rows = file.read([n for n in wanted if n in present], use_threads=False)
+            rows = file.read([n for n in needed if n in present], use_threads=False)
             # As read_table(schema=FILE_SCHEMA) gives it: the columns a record's file does
             # not hold (a state file holds a few) as nulls, each in its schema type.
             held = {name: rows.column(name) for name in rows.column_names}
-            return empty_rows(held, rows.num_rows).select(wanted)
+            rows = empty_rows(held, rows.num_rows).select(needed)
+            if filters:
+                rows = rows.filter(pq.filters_to_expression(filters))
+            return rows.select(wanted)
         # One open file, its column chunks read in coalesced ranges: by path, pyarrow's
         # dataset reader would stat the file twice first (object stores: two requests each).
         with self.fs.open_input_file(path) as source:
@@ -513,33 +508,58 @@ class QueueStore:
                 source, columns=columns, filters=filters, schema=FILE_SCHEMA, pre_buffer=True
             )
 
+    def read_whole(self, relative: str) -> pa.Buffer:
+        """The bytes of a data file, in one request on S3 (a GET through
+        :meth:`Location.object_store`, where pyarrow's client asks for the size first)."""
+        store = self.location.object_store()
+        if store is not None:
+            import obstore
+
+            return pa.py_buffer(obstore.get(store, relative).bytes())
+        with self.fs.open_input_stream(f"{self.base.rstrip('/')}/{relative}") as stream:
+            data: pa.Buffer = stream.read_buffer()
+        return data
+
+    def data_file(self, relative: str, size: int | None = None) -> DataFile:
+        """A data file read through :mod:`~spark_queue.storage.row_cache`; one of
+        :data:`WHOLE_READ_BYTES` or less, where its ``size`` is known, read whole in one
+        request when anything of it is first needed."""
+        whole = None
+        if size is not None and size <= WHOLE_READ_BYTES:
+            whole = functools.partial(self.read_whole, relative)
+        return DataFile(self.fs, f"{self.base.rstrip('/')}/{relative}", whole)
+
     def stream_rows(
-        self, relative: str, columns: list[str], batch_bytes: int
+        self, relative: str, columns: list[str], batch_bytes: int, *, size: int | None = None
     ) -> Iterator[pa.Table]:
         """A file's ``columns``, decoded a batch of about ``batch_bytes`` at a time: a reader
         holds one batch rather than the file, hands each on as soon as it is decoded, and
         reuses the memory of the last: decoding a whole file at once is slower, mostly in
-        fresh memory."""
-        # pre_buffer: a row group's column chunks in one coalesced read, not one each (S3)
-        file = pq.ParquetFile(
-            f"{self.base.rstrip('/')}/{relative}", filesystem=self.fs, pre_buffer=True
-        )
+        fresh memory. ``size``: the file's, where known: one of :data:`WHOLE_READ_BYTES` or
+        less is read whole in one request (:meth:`read_whole`)."""
+        path = f"{self.base.rstrip('/')}/{relative}"
+        whole = size is not None and size <= WHOLE_READ_BYTES
+        if whole:
+            data = held_file(path) or self.read_whole(relative)
+            file = pq.ParquetFile(pa.BufferReader(data))
+        else:  # pre_buffer: a row group's column chunks in one coalesced read, not one each
+            file = pq.ParquetFile(path, filesystem=self.fs, pre_buffer=True)
         metadata = file.metadata
         if not metadata.num_rows:
             return
         first = metadata.row_group(0)
         row_bytes = max(1, first.total_byte_size // max(1, first.num_rows))
-        for batch in file.iter_batches(
-            batch_size=max(1, batch_bytes // row_bytes), columns=columns
+        for batch in file.iter_batches(  # an in-memory file on one thread (see read_rows)
+            batch_size=max(1, batch_bytes // row_bytes), columns=columns, use_threads=not whole
         ):
             yield pa.Table.from_batches([batch])
 
     def _read_states(self, state_files: list[tuple[str, int, str]]) -> dict[str, QueueState]:
-        known = self._known_states
-        if known is not None and known[0] == frozenset(path for path, _, _ in state_files):
-            return {name: state.copy() for name, state in known[1].items()}
-        states = self.read_state_files(state_files)
-        self._known_states = (frozenset(path for path, _, _ in state_files), states)
+        paths = frozenset(path for path, _, _ in state_files)
+        states = self.known.states(paths)
+        if states is None:
+            states = self.read_state_files(state_files)
+            self.known.remember_states(paths, states)
         return {name: state.copy() for name, state in states.items()}
 
     def read_state_files(self, state_files: list[tuple[str, int, str]]) -> dict[str, QueueState]:
@@ -601,8 +621,8 @@ class QueueStore:
         files = snapshot.message_files(queue, from_seq=low)
         files = files.filter(pc.fill_null(pc.less_equal(files["min_seq"], high), True))
         parts = []
-        for path in files["path"].to_pylist():
-            for rows in self._row_groups_between(path, queue, low, high, columns):
+        for path, size in zip(files["path"].to_pylist(), files["size"].to_pylist(), strict=True):
+            for rows in self._row_groups_between(path, size, queue, low, high, columns):
                 rows = rows.filter(pc.is_in(rows["seq"], wanted))
                 if rows.num_rows:
                     parts.append(rows)
@@ -615,13 +635,19 @@ class QueueStore:
         return pa.concat_tables(parts)
 
     def _row_groups_between(
-        self, relative: str, queue: str, low: int, high: int, columns: list[str] | None
+        self,
+        relative: str,
+        size: int | None,
+        queue: str,
+        low: int,
+        high: int,
+        columns: list[str] | None,
     ) -> Iterator[pa.Table]:
         """The row groups of a message file that may hold ``queue`` rows with seqs from
         ``low`` to ``high`` (by their statistics), as :data:`FILE_SCHEMA` (or its
         ``columns``), through :mod:`spark_queue.storage.row_cache`: consumers lease from the same
         few row groups at the head one after another, and each lease's rows are read back."""
-        source = DataFile(self.fs, f"{self.base.rstrip('/')}/{relative}")
+        source = self.data_file(relative, size)
         metadata = source.metadata
         wanted = (
             FILE_SCHEMA if columns is None else pa.schema([FILE_SCHEMA.field(c) for c in columns])
@@ -638,7 +664,7 @@ class QueueStore:
                 continue
             if queues is not None and queues.has_min_max and not queues.min <= queue <= queues.max:
                 continue
-            if _only(queues, queue):
+            if only(queues, queue):
                 rows = source.row_group(index, wanted.names)
             else:
                 read = wanted.names + ["queue"] * ("queue" not in wanted.names)
@@ -647,7 +673,7 @@ class QueueStore:
             yield rows.cast(wanted)
 
     def read_head_rows(
-        self, relative: str, queue: str, priority: int, from_seq: int
+        self, relative: str, size: int | None, queue: str, priority: int, from_seq: int
     ) -> Iterator[pa.Table]:
         """One file's rows of a queue level from a seq, as :data:`HEAD_SCHEMA`, in seq order.
 
@@ -656,8 +682,9 @@ class QueueStore:
         rows, then twice as many, ...), each only if the caller asks: a lease of ten
         messages looks at about a thousand rows, a lease of a million at a few dozen slices.
         A row group's level rows, once decoded, filtered and sorted, are kept for the next
-        read (:mod:`spark_queue.storage.row_cache`): leases after leases read the same head."""
-        source = DataFile(self.fs, f"{self.base.rstrip('/')}/{relative}")
+        read (:mod:`spark_queue.storage.row_cache`): leases after leases read the same head.
+        ``size``: the file's, where known (:meth:`data_file`)."""
+        source = self.data_file(relative, size)
         metadata = source.metadata
         seq_column = metadata.schema.names.index("seq")
         for index in range(metadata.num_row_groups):
@@ -667,7 +694,7 @@ class QueueStore:
             rows, seqs = source.derived(
                 index,
                 ("head", queue, priority),
-                functools.partial(_level_rows, source, index, queue, priority),
+                functools.partial(level_rows, source, index, queue, priority),
             )
             start = int(np.searchsorted(seqs, from_seq))
             size = FIRST_HEAD_SLICE
@@ -680,7 +707,7 @@ class QueueStore:
 
     def commit(
         self,
-        table: DeltaTable,
+        snapshot: Snapshot,
         adds: list[StagedFile],
         removes: list[tuple[str, int, str]],
         *,
@@ -688,53 +715,166 @@ class QueueStore:
         app_version: int | None = None,
         summary: CommitSummary | None = None,
         app_transactions: Mapping[str, int] | None = None,
-    ) -> None:
-        """Publish files in one Delta commit; raises ``CommitFailedError`` on a conflict.
+    ) -> TableView:
+        """Publish files in one Delta commit, the version after ``snapshot``'s; returns the
+        table as it is then (kept as this process's view: nothing is read back). Raises
+        ``CommitFailedError`` where another writer made that version first, after reading
+        what it committed (the log entries from that version on): the caller plans again.
 
         The commit records what it did (``summary``, :mod:`~spark_queue.storage.commit_log`),
         the application transaction ``(app_id, app_version)`` and every one of
         ``app_transactions`` (id -> version; a group commit's idempotent publishes).
-
-        delta-rs would rebase a conflicting commit onto the winner by itself; a queue commit
-        was planned from the state it read, so it must be planned again instead
-        (``max_commit_retries=0``).
-
-        delta-rs's own post-commit hooks are off: they raise *after* the commit is written,
-        which would make a committed batch look failed. Checkpoints, log cleanup and
-        compaction run in :func:`spark_queue.commit.maintenance.after_commit` instead (called by
-        :func:`spark_queue.commit.transaction.run` and by compaction), which never raises.
-
-        A ``table`` whose version's log entry log cleanup has deleted meanwhile (planned
-        before other writers committed more than the log keeps) is a lost race too:
-        delta-rs refuses it, writing nothing, with ``Invalid table version``, and the next
-        :meth:`open` moves on from the newest checkpoint.
+        :meth:`prepare` and :meth:`publish` are its two halves, for a caller that plans its
+        next commit while this one's log entry is on its way.
         """
+        versions = dict(app_transactions or {})
+        if app_id is not None and app_version is not None:
+            versions[app_id] = app_version
+        return self.publish(self.prepare(snapshot, adds, removes, versions, summary))
+
+    def prepare(
+        self,
+        snapshot: Snapshot,
+        adds: list[StagedFile],
+        removes: list[tuple[str, int, str]],
+        transactions: Mapping[str, int],
+        summary: CommitSummary | None,
+    ) -> PreparedCommit:
+        """A commit of ``adds``, ``removes`` and the application transactions
+        ``transactions`` (id -> version) after ``snapshot``, and the table as it will be
+        once it lands; nothing is written."""
+        view = snapshot.view
+        encoded = EMPTY_SUMMARY if summary is None else summary.encode()
+        entry = None
+        if self.entries.creates:
+            stamp = int(time.time() * 1000)
+            entry = encode_entry(adds, removes, transactions, encoded, SUMMARY_KEY, stamp)
+        landed = view.moved(adds, [path for path, _, _ in removes], transactions)
+        return PreparedCommit(view, adds, removes, dict(transactions), encoded, entry, landed)
+
+    def publish(self, prepared: PreparedCommit) -> TableView:
+        """Create the log entry of a prepared commit (:meth:`commit` says how); returns the
+        table as it is then. Raises ``CommitFailedError`` where another writer made the
+        version first (nothing landed), :class:`CommitUnknownError` where the store failed
+        on the way (it may have landed)."""
+        from deltalake.exceptions import CommitFailedError
+
+        try:
+            return self._publish(prepared)
+        except (CommitFailedError, CommitUnknownError):
+            raise
+        except Exception as error:
+            raise CommitUnknownError(
+                f"a commit of version {prepared.view.version + 1} of {self.uri} may or may "
+                f"not have landed: {error}"
+            ) from error
+
+    def _publish(self, prepared: PreparedCommit) -> TableView:
+        """:meth:`publish`. The entry is created by spark-queue
+        (:mod:`~spark_queue.storage.delta_log`): one conditional request, whose refusal is
+        the lost race; where the view was last known
+        current more than :data:`~spark_queue.storage.table_view.TRUSTED_SECONDS` before the
+        entry landed, the entry before it is checked too (log cleanup may have deleted the
+        version's entry before this one created it again, in the log's past: then it is
+        deleted and the commit planned again). Where spark-queue cannot create entries on
+        the store, delta-rs commits (:meth:`_commit_through_delta_rs`)."""
+        from deltalake.exceptions import CommitFailedError
+
+        view, entry = prepared.view, prepared.entry
+        if entry is None:
+            asked = time.monotonic()
+            self._commit_through_delta_rs(prepared)
+            return self.known.offer(prepared.landed.current_from(asked))
+        known = self.known.view
+        if known is not None and known.version == view.version:
+            view = view.current_from(known.current_at)
+        version = view.version + 1
+        asked = time.monotonic()
+        with self._on_storage():
+            if not self.entries.create(version, entry):
+                if self._catch_up_after(view, entry):  # a retried create of its own
+                    return self.known.offer(prepared.landed.current_from(asked))
+                raise CommitFailedError(
+                    f"version {version} of {self.uri} was committed by another writer first"
+                )
+            if not view.trusted(time.monotonic()) and not self.entries.exists(view.version):
+                self._stray(version, asked)
+        return self.known.offer(prepared.landed.current_from(asked))
+
+    def _catch_up_after(self, view: TableView, entry: bytes) -> bool:
+        """After the next entry of ``view`` was found there: whether it is ``entry`` (a
+        create whose first attempt landed though its answer was lost, so the store's
+        client tried again); where not, the view is moved on to the present."""
+        found = self.entries.read(view.version + 1)
+        if found == entry:
+            return True
+        if found is not None:
+            actions = parse_actions(found.decode("utf-8"))
+            if actions.rebuilds:
+                self.known.forget()
+                return False
+            view = view.moved(
+                actions.adds, actions.removes, actions.transactions, modified=actions.modified
+            )
+        self._reach_present(view)
+        return False
+
+    def _stray(self, version: int, asked: float) -> None:
+        """The entry of ``version`` this process created (asked for at ``asked``) while the
+        previous one is gone: log cleanup deleted both, so the new one is in the log's
+        past, where no reader looks, and is deleted; unless so much time passed that the
+        log may have moved on from it (then its fate is unknown)."""
+        from deltalake.exceptions import CommitFailedError
+
+        self.known.forget()
+        if time.monotonic() - asked < TRUSTED_SECONDS:
+            self.entries.delete(version)
+            raise CommitFailedError(
+                f"version {version - 1} of {self.uri} was planned on, and log cleanup had "
+                f"deleted its log entry: planned again on the latest"
+            )
+        raise CommitUnknownError(
+            f"a commit of version {version} of {self.uri} took over {TRUSTED_SECONDS:g} s, "
+            "and log cleanup has passed the version it was planned on meanwhile: whether it "
+            "counts is unknown; publish again with the same producer and sequence, or check"
+        )
+
+    def _commit_through_delta_rs(self, prepared: PreparedCommit) -> None:
+        """A prepared commit through delta-rs (stores whose entries spark-queue does not
+        create): from this thread's table moved to the version it was planned on.
+
+        delta-rs would rebase a conflicting commit onto the winner by itself; a queue
+        commit was planned from the state it read, so it must be planned again instead
+        (``max_commit_retries=0``). Its post-commit hooks are off: they raise *after* the
+        commit is written, which would make a committed batch look failed (checkpoints,
+        log cleanup and compaction run in :mod:`spark_queue.commit.maintenance`). A
+        version whose log entry log cleanup has deleted is refused by delta-rs, writing
+        nothing, with ``Invalid table version``: a lost race too."""
         from deltalake import CommitProperties, PostCommitHookProperties, Transaction
         from deltalake.exceptions import CommitFailedError, DeltaError
         from deltalake.transaction import AddAction, RemoveAction
 
+        view = prepared.view
         stamp = int(time.time() * 1000)
         actions: list[Any] = [
-            AddAction(f.path, f.size, {PARTITION: f.record}, stamp, True, f.stats) for f in adds
+            AddAction(f.path, f.size, {PARTITION: f.record}, stamp, True, f.stats)
+            for f in prepared.adds
         ]
         actions += [
             RemoveAction(path, True, stamp, size, {PARTITION: record})
-            for path, size, record in removes
+            for path, size, record in prepared.removes
         ]
-        versions = dict(app_transactions or {})
-        if app_id is not None and app_version is not None:
-            versions[app_id] = app_version
-        transactions = [Transaction(i, v) for i, v in sorted(versions.items())] or None
+        versions = sorted(prepared.transactions.items())
+        transactions = [Transaction(i, v) for i, v in versions] or None
         try:
+            table = self.table_at(view.version)
             table.create_write_transaction(
                 actions,
                 mode="append",
                 schema=TABLE_SCHEMA,
                 partition_by=[PARTITION],
                 commit_properties=CommitProperties(
-                    custom_metadata={
-                        SUMMARY_KEY: EMPTY_SUMMARY if summary is None else summary.encode()
-                    },
+                    custom_metadata={SUMMARY_KEY: prepared.summary},
                     max_commit_retries=0,
                     app_transactions=transactions,
                 ),
@@ -743,112 +883,14 @@ class QueueStore:
                 ),
             )
         except CommitFailedError:
+            self._reach_present(view)
             raise
         except DeltaError as error:
             if not str(error).startswith(PASSED_VERSION_ERROR):
                 raise
+            self.known.forget()
             raise CommitFailedError(
-                f"version {table.version()} of {self.uri} was planned on, and log cleanup has "
+                f"version {view.version} of {self.uri} was planned on, and log cleanup has "
                 f"deleted its log entry since: planned again on the latest ({error})"
             ) from error
 
-
-def _level_rows(
-    source: DataFile, index: int, queue: str, priority: int
-) -> tuple[tuple[pa.Table, np.ndarray], int]:
-    """Row group ``index``'s rows of one queue level as :data:`HEAD_SCHEMA` in seq order
-    (one chunk), with their seqs as an array, and the bytes they hold."""
-    metadata = source.metadata
-    names = metadata.schema.names  # of the leaf columns, as the row groups' statistics
-    group = metadata.row_group(index)
-    # The queue is compared, never needed as text.
-    rows = source.read(index, _HEAD_READ, read_dictionary=("queue",))
-    # Files are written in seq order with one queue and level each, as a rule: then the
-    # statistics say every row is wanted, and neither a filter nor a sort runs.
-    if not (
-        _only(group.column(names.index("queue")).statistics, queue)
-        and _only(group.column(names.index("priority")).statistics, priority)
-    ):
-        rows = rows.filter(
-            pc.and_(pc.equal(rows["queue"], queue), pc.equal(rows["priority"], priority))
-        )
-    seqs = rows.column("seq").to_numpy()
-    if len(seqs) > 1 and bool((seqs[1:] < seqs[:-1]).any()):
-        rows = rows.sort_by("seq")
-    level = pa.table(
-        {
-            "seq": rows.column("seq"),
-            "size": rows.column("size"),
-            "deliver_at": rows.column("deliver_at").cast(pa.int64()),
-            "enqueued_at": rows.column("enqueued_at").cast(pa.int64()),
-            "expires_at": rows.column("expires_at").cast(pa.int64()),
-        },
-        schema=HEAD_SCHEMA,
-    ).combine_chunks()
-    seqs = level.column("seq").to_numpy()
-    return (level, seqs), level.nbytes + seqs.nbytes
-
-
-def _only(stats: Any, value: Any) -> bool:
-    """Whether row group ``stats`` say every value of the column is ``value``."""
-    return (
-        stats is not None
-        and stats.has_min_max
-        and stats.has_null_count
-        and stats.null_count == 0
-        and stats.min == value
-        and stats.max == value
-    )
-
-
-class FileHeadReader:
-    """:class:`spark_queue.rules.HeadReader` over the table's files, pruned by their stats.
-
-    Files whose seq ranges overlap (after compaction) are read together and merged, so rows
-    always come out in seq order.
-    """
-
-    def __init__(self, store: QueueStore, snapshot: Snapshot) -> None:
-        self.store = store
-        self.snapshot = snapshot
-
-    def read(self, queue: str, priority: int, from_seq: int) -> Iterator[pa.Table]:
-        files = self.snapshot.message_files(queue, priority=priority, from_seq=from_seq)
-        for run in file_runs(files):
-            if len(run) == 1:  # the usual case: stream it a row group at a time
-                yield from self.store.read_head_rows(run[0], queue, priority, from_seq)
-                continue
-            parts = [
-                part
-                for path in run
-                for part in self.store.read_head_rows(path, queue, priority, from_seq)
-            ]
-            if parts:
-                yield pa.concat_tables(parts).sort_by("seq")
-
-    def keys(self, queue: str, seqs: np.ndarray) -> pa.Array:
-        if not len(seqs):
-            return pa.array([], pa.string())
-        rows = self.store.read_messages(self.snapshot, queue, seqs, ["seq", "key"])
-        found = rows.column("seq").to_numpy()
-        order = np.argsort(found)
-        at = order[np.searchsorted(found, seqs, sorter=order)]
-        return rows.column("key").combine_chunks().take(pa.array(at)).cast(pa.string())
-
-
-def file_runs(files: pa.Table) -> list[list[str]]:
-    """Group files (sorted by ``min_seq``) into runs whose seq ranges overlap only within a
-    run, so reading run after run, each sorted, yields rows in seq order."""
-    paths = files["path"].to_pylist()
-    lows = files["min_seq"].fill_null(0).to_pylist()
-    highs = files["max_seq"].fill_null(np.iinfo(np.int64).max).to_pylist()
-    runs: list[list[str]] = []
-    high = None
-    for path, low, top in zip(paths, lows, highs, strict=True):
-        if runs and high is not None and low <= high:
-            runs[-1].append(path)
-            high = max(high, top)
-        else:
-            runs.append([path])
-            high = top
-    return runs

@@ -1,0 +1,162 @@
+"""The requests each operation on a queue table makes on S3, counted at the server (moto's
+request log) and asserted exactly: a change that adds one fails here, without any timing.
+
+On a warm table (this process made the last commit) a commit stores the round's files and
+then creates its log entry (``_delta_log/N.json``, if absent), and reads nothing: the
+process knows what it committed. Files go up in parallel (their order in the log is free);
+the log entry comes last.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+import urllib.parse
+from pathlib import Path
+
+from spark_queue import QueueTable
+from spark_queue.storage.table_view import TRUSTED_SECONDS
+from tests.object_store import RequestLog
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def requests(log: RequestLog, uri: str) -> list[tuple[str, str]]:
+    """The requests since the mark to the table at ``uri``, as (method, what): ``log N``
+    for version N's log entry, ``<record> file`` for a data file of that record."""
+    bucket, _, root = uri.removeprefix("s3://").partition("/")
+    found = []
+    for method, target in log.since_mark(bucket):
+        path = urllib.parse.unquote(target.split("?", 1)[0]).removeprefix(f"/{bucket}/{root}/")
+        if path.startswith("_delta_log/"):
+            name = path.removeprefix("_delta_log/")
+            what = f"log {int(name[:20])}" if name[:20].isdigit() else f"log {name}"
+        elif path.startswith("record="):
+            what = f"{path.split('/', 1)[0].removeprefix('record=')} file"
+        else:
+            what = target
+        found.append((method, what))
+    return found
+
+
+def files_then_entry(found: list[tuple[str, str]], files: list[str], version: int) -> None:
+    """``found`` is a PUT of each of ``files`` (any order), then one of ``version``'s
+    log entry, and nothing else."""
+    assert sorted(found[:-1]) == sorted(("PUT", f"{record} file") for record in files), found
+    assert found[-1] == ("PUT", f"log {version}"), found
+
+
+def test_a_warm_publish_lease_and_ack_store_their_files_and_the_entry_and_read_nothing(
+    s3_table: str, s3_options: dict[str, str], s3_requests: RequestLog
+) -> None:
+    table = QueueTable(s3_table, storage_options=s3_options, broker="off")
+    table.publish("q", [f"m{i}" for i in range(20)])
+    version = table.store.view(probe=False).version
+
+    s3_requests.mark()
+    assert table.publish("q", ["one"]).seqs == [20]
+    files_then_entry(requests(s3_requests, s3_table), ["message", "queue"], version + 1)
+
+    s3_requests.mark()
+    leased = table.lease("q", "c", max_messages=10)
+    assert leased["body"].to_pylist() == [f"m{i}".encode() for i in range(10)]
+    files_then_entry(requests(s3_requests, s3_table), ["queue", "lease"], version + 2)
+
+    s3_requests.mark()
+    assert table.ack("q", leased["seq"].to_pylist(), "c") == 10
+    files_then_entry(requests(s3_requests, s3_table), ["removal", "queue"], version + 3)
+
+    s3_requests.mark()  # nothing to lease: one look for a newer entry, none found
+    assert table.lease("q", "idle", max_messages=0).num_rows == 0
+    assert requests(s3_requests, s3_table) == [("GET", f"log {version + 4}")]
+
+    s3_requests.mark()  # a read reaches the present the same way
+    assert table.stats("q")["ready"] == 11
+    assert requests(s3_requests, s3_table) == [("GET", f"log {version + 4}")]
+
+
+def test_an_idle_table_checks_the_entry_after_its_own_and_its_own_before_it_answers(
+    s3_table: str, s3_options: dict[str, str], s3_requests: RequestLog
+) -> None:
+    """Idle longer than it trusts what it knows (``TRUSTED_SECONDS``), a table looks for
+    the next entry and, that missing, for its own (log cleanup deletes oldest first): two
+    requests before a read, and before a commit's files."""
+    table = QueueTable(s3_table, storage_options=s3_options, broker="off")
+    table.publish("q", ["one"])
+    version = table.store.view(probe=False).version
+    looks = [("GET", f"log {version + 1}"), ("HEAD", f"log {version}")]
+
+    time.sleep(TRUSTED_SECONDS)
+    s3_requests.mark()
+    assert table.stats("q")["ready"] == 1
+    assert requests(s3_requests, s3_table) == looks
+
+    time.sleep(TRUSTED_SECONDS)
+    s3_requests.mark()
+    assert table.publish("q", ["two"]).seqs == [1]
+    found = requests(s3_requests, s3_table)
+    assert found[:2] == looks
+    files_then_entry(found[2:], ["message", "queue"], version + 1)
+
+
+# Another writer: one commit per line it reads, each answered with a line once landed.
+ELSEWHERE = textwrap.dedent(
+    """
+    import json, sys
+    sys.path.insert(0, {root!r})
+    from spark_queue import QueueTable
+    table = QueueTable(sys.argv[1], storage_options=json.loads(sys.argv[2]), broker="off")
+    table.declare("q")
+    print("ready", flush=True)
+    for line in sys.stdin:
+        table.publish("q", [line.strip()])
+        print("committed", flush=True)
+    """
+)
+
+
+def test_a_commit_that_loses_reads_only_the_entries_after_its_version_and_plans_again(
+    s3_table: str, s3_options: dict[str, str], s3_requests: RequestLog
+) -> None:
+    """Another process commits twice right after this one's commit: this one's next entry
+    is refused; it reads the two entries it missed, one more that is not there yet, and
+    the queue state the other wrote, and commits its publish, renumbered, on the latest."""
+    table = QueueTable(s3_table, storage_options=s3_options, broker="off")
+    table.publish("q", ["here 0"])
+    elsewhere = subprocess.Popen(
+        [sys.executable, "-c", ELSEWHERE.format(root=str(ROOT)), s3_table, json.dumps(s3_options)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert elsewhere.stdout is not None and elsewhere.stdin is not None
+        assert elsewhere.stdout.readline().strip() == "ready"
+        table.publish("q", ["here 1"])  # known current from here, for a moment
+        version = table.store.view(probe=False).version
+        for body in ("elsewhere 0", "elsewhere 1"):
+            elsewhere.stdin.write(body + "\n")
+            elsewhere.stdin.flush()
+            assert elsewhere.stdout.readline().strip() == "committed"
+
+        s3_requests.mark()
+        assert table.publish("q", ["here 2"]).seqs == [4]
+        found = requests(s3_requests, s3_table)
+    finally:
+        elsewhere.communicate(timeout=60)
+    assert [what for method, what in found if method == "GET"] == [
+        f"log {version + 1}",
+        f"log {version + 2}",
+        f"log {version + 3}",
+        "queue file",
+    ], found
+    entries = [what for method, what in found if method == "PUT" and what.startswith("log")]
+    assert entries == [f"log {version + 1}", f"log {version + 3}"], found
+    # The refused attempt's two files are deleted (the message file with its publish).
+    assert [method for method, _ in found if method not in ("GET", "PUT")] == ["POST"] * 2, found
+    assert len(found) == 4 + 6 + 2, found
+    bodies = [b.decode() for b in table.peek("q", 10)["body"].to_pylist()]
+    assert bodies == ["here 0", "here 1", "elsewhere 0", "elsewhere 1", "here 2"]
