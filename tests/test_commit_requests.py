@@ -15,10 +15,13 @@ import sys
 import textwrap
 import time
 import urllib.parse
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from spark_queue import QueueTable
 from spark_queue.storage.table_view import TRUSTED_SECONDS
+from tests.latency_proxy import LatencyProxy, RoundTrips
 from tests.object_store import RequestLog
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -160,3 +163,28 @@ def test_a_commit_that_loses_reads_only_the_entries_after_its_version_and_plans_
     assert len(found) == 4 + 6 + 2, found
     bodies = [b.decode() for b in table.peek("q", 10)["body"].to_pylist()]
     assert bodies == ["here 0", "here 1", "elsewhere 0", "elsewhere 1", "here 2"]
+
+
+def test_a_warm_publish_lease_and_ack_each_wait_for_two_requests_in_a_row(
+    proxied_s3_table: str,
+    proxied_s3_options: dict[str, str],
+    latency_proxy: LatencyProxy,
+    round_trips: Callable[[], AbstractContextManager[RoundTrips]],
+) -> None:
+    """Behind a proxy that holds each request: the round's files in parallel, then the log
+    entry, so two in a row; the idle lease's one look, one."""
+    table = QueueTable(proxied_s3_table, storage_options=proxied_s3_options, broker="off")
+    table.publish("q", [f"m{i}" for i in range(20)])
+    bucket = urllib.parse.urlsplit(proxied_s3_table).netloc
+    counted = []
+    for call in (
+        lambda: table.publish("q", ["one"]),
+        lambda: table.lease("q", "c", max_messages=10),
+        lambda: table.ack("q", list(range(10)), "c"),
+        lambda: table.lease("q", "idle", max_messages=0),
+    ):
+        latency_proxy.quiet(bucket, 0.2)
+        with round_trips() as trips:
+            call()
+        counted.append((trips.in_all, trips.in_a_row))
+    assert counted == [(3, 2), (3, 2), (3, 2), (1, 1)], counted
