@@ -28,6 +28,8 @@ import hashlib
 
 import numpy as np
 
+from spark_queue.errors import InvalidOptionError
+
 MAX_PARTITIONS = 1024
 """The most partitions a queue may have."""
 PARTITIONS_FOLDER = "_partitions"
@@ -51,7 +53,7 @@ def first_seq(partition: int) -> int:
 def partition_of(seqs: np.ndarray) -> np.ndarray:
     """The partition of each seq (int64): ``max(0, (seq >> 52) - 1023)``."""
     blocks = np.asarray(seqs, dtype=np.int64) >> PARTITION_SEQ_BITS
-    return np.maximum(0, blocks - (_FIRST_BLOCK - 1))
+    return np.asarray(np.maximum(0, blocks - (_FIRST_BLOCK - 1)), dtype=np.int64)
 
 
 def partition_folder(queue: str) -> str:
@@ -75,6 +77,20 @@ def is_partition_path(relative: str) -> bool:
     of its queues is (:func:`partition_path`)."""
     parts = relative.strip("/").split("/")
     return len(parts) == 3 and parts[0] == PARTITIONS_FOLDER and parts[2].isdigit()
+
+
+def refuse_lowering(queue: str, current: int, given: int | None) -> None:
+    """An ``alter`` of ``queue``'s ``partitions`` from ``current`` to ``given`` (None: not
+    given) is refused where it lowers them: a partition's messages would have nowhere to go.
+
+    Raises:
+        InvalidOptionError: ``given`` is below ``current``.
+    """
+    if given is not None and given < current:
+        raise InvalidOptionError(
+            f"queue {queue!r} has partitions={current}: partitions can be raised, never "
+            f"lowered; got partitions={given}"
+        )
 
 
 # -- routing -------------------------------------------------------------------------------
