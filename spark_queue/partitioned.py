@@ -42,7 +42,7 @@ from spark_queue.model.partitions import (
     first_seq,
     key_partition,
     partition_of,
-    partition_path,
+    partition_uri,
     refuse_lowering,
 )
 from spark_queue.model.policies import Policies
@@ -142,7 +142,7 @@ class Partitions:
             found = self._stores.get((queue, partition))
             if found is None:
                 root = self.store.location
-                uri = f"{root.uri.rstrip('/')}/{partition_path(queue, partition)}"
+                uri = partition_uri(root.uri, queue, partition)
                 found = QueueStore(Location(uri, root.options))
                 self._stores[(queue, partition)] = found
             return found
@@ -189,7 +189,7 @@ class Partitions:
         state = snapshot.states.get(queue) if snapshot is not None else None
         if state is None and (alter or partitions in (None, 1)):
             return  # alter: the root refuses it (no queue); declare: nothing to partition
-        if state is not None:
+        if state is not None and alter:  # a declare's other count is a mismatch
             refuse_lowering(queue, state.arguments.partitions, partitions)
         arguments = declaration(queue, state, given, policies, alter=alter)[0]
         if arguments.partitions == 1:

@@ -72,6 +72,13 @@ def partition_path(queue: str, partition: int) -> str:
     return f"{partition_folder(queue)}/{partition}"
 
 
+def partition_uri(root: str, queue: str, partition: int) -> str:
+    """The URI (or local path) of ``queue``'s partition ``partition`` (0: ``root``)."""
+    if partition == 0:
+        return root
+    return f"{root.rstrip('/')}/{partition_path(queue, partition)}"
+
+
 def is_partition_path(relative: str) -> bool:
     """Whether ``relative`` (a path below a table's root) is where a partition table of one
     of its queues is (:func:`partition_path`)."""
