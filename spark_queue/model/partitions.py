@@ -28,7 +28,7 @@ import hashlib
 
 import numpy as np
 
-from spark_queue.errors import InvalidOptionError
+from spark_queue.errors import InvalidOptionError, PartitionedQueueError
 
 MAX_PARTITIONS = 1024
 """The most partitions a queue may have."""
@@ -97,6 +97,21 @@ def refuse_lowering(queue: str, current: int, given: int | None) -> None:
         raise InvalidOptionError(
             f"queue {queue!r} has partitions={current}: partitions can be raised, never "
             f"lowered; got partitions={given}"
+        )
+
+
+def refuse_partitioned(queue: str, partitions: int, surface: str) -> None:
+    """``surface`` (the Spark source, the SQS API, ...) serves one partition only: it
+    refuses a partitioned queue, whose other partitions it would never see.
+
+    Raises:
+        PartitionedQueueError: ``partitions`` is above 1.
+    """
+    if partitions > 1:
+        raise PartitionedQueueError(
+            f"queue {queue!r} has partitions={partitions}: {surface} does not serve "
+            "partitioned queues yet (it would see partition 0 only); use QueueTable, its "
+            "consumer and its publisher"
         )
 
 
