@@ -371,3 +371,23 @@ def test_the_sqs_api_refuses_a_partitioned_queue_by_name(tmp_path):
                 sqs.receive_message(QueueUrl=f"{base}/parted")
         sqs.send_message(QueueUrl=f"{base}/plain", MessageBody="fine")
     assert QueueTable(path, broker="off").stats("parted")["added"] == 0
+
+
+@pytest.mark.spark
+def test_the_spark_sink_and_source_refuse_a_partitioned_queue_by_name(spark, tmp_path):
+    from tests.helpers import messages, write_batch
+
+    path = str(tmp_path / "queues")
+    QueueTable(path).declare("parted", partitions=2)
+    before = every_log(Path(path))
+    with pytest.raises(Exception, match="partitions=2: the Spark sink does not serve"):
+        write_batch(messages(spark, ["a"]), path, queue="parted")
+    with pytest.raises(Exception, match="partitions=3: the Spark sink does not serve"):
+        write_batch(messages(spark, ["a"]), path, queue="new", partitions=3)
+    assert every_log(Path(path)) == before
+    stream = spark.readStream.format("ringqueue").option("queue", "parted").load(path)
+    query = stream.writeStream.format("noop").option(
+        "checkpointLocation", str(tmp_path / "checkpoint")
+    ).trigger(availableNow=True).start()
+    with pytest.raises(Exception, match="partitions=2: the Spark source does not serve"):
+        query.awaitTermination()
