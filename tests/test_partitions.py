@@ -391,3 +391,16 @@ def test_the_spark_sink_and_source_refuse_a_partitioned_queue_by_name(spark, tmp
     ).trigger(availableNow=True).start()
     with pytest.raises(Exception, match="partitions=2: the Spark source does not serve"):
         query.awaitTermination()
+
+
+def test_altering_a_partitioned_queue_alters_every_partition(tmp_path):
+    path = tmp_path / "queues"
+    table = QueueTable(path)
+    table.declare("q", partitions=3, max_length=10)
+    table.alter("q", max_length=5, overflow="ring")
+    for partition in (1, 2):
+        arguments = QueueTable(path / partition_folder("q") / str(partition)).arguments("q")
+        assert (arguments.max_length, arguments.overflow, arguments.partitions) == (5, "ring", 1)
+    before = every_log(path)
+    table.declare("q")  # nothing to change: nothing written anywhere
+    assert every_log(path) == before
