@@ -277,7 +277,7 @@ def test_lowering_the_count_is_refused_and_writes_nothing(tmp_path):
 
 def test_a_partitioned_queue_takes_no_dead_letter_queue(tmp_path):
     path = tmp_path / "queues"
-    with pytest.raises(InvalidOptionError, match="partitions=2.*dead_letter_queue"):
+    with pytest.raises(InvalidOptionError, match=r"partitions=2.*dead_letter_queue"):
         QueueTable(path).declare("q", partitions=2, dead_letter_queue="dlq")
     assert not path.exists()
 
