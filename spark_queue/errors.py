@@ -102,6 +102,12 @@ class UnsupportedFormatError(QueueError):
     spark-queue does not read; the message names the version found and the one it reads."""
 
 
+class PartitionedQueueError(QueueError):
+    """A partitioned queue (``partitions`` above 1) given to what serves one partition
+    only: the Spark source and sink and the SQS API read and write the queue table they are
+    given, which holds partition 0 alone (docs/PARTITIONS.md)."""
+
+
 class PolicyError(InvalidOptionError):
     """A policies file is missing or invalid, or its policy makes a queue's arguments invalid.
 

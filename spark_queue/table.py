@@ -13,14 +13,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 import pyarrow as pa
 
 from spark_queue.broker.client import BrokerRouter, routed
-from spark_queue.commit.enqueue import PRODUCER_APP_PREFIX, PendingBatch
-from spark_queue.commit.group import group_of
+from spark_queue.commit.enqueue import PRODUCER_APP_PREFIX
 from spark_queue.commit.maintenance import (
     DEFAULT_VACUUM_HOURS,
     Progress,
@@ -35,7 +34,6 @@ from spark_queue.commit.requests import (
     LeaseOutcome,
     LeaseRequest,
     Outcome,
-    PublishRequest,
     Request,
     ack_planner,
     cancel_planner,
@@ -43,12 +41,7 @@ from spark_queue.commit.requests import (
     release_planner,
 )
 from spark_queue.commit.transaction import QueueTransaction, run
-from spark_queue.errors import (
-    InvalidOptionError,
-    PolicyError,
-    QueueError,
-    TableNotFoundError,
-)
+from spark_queue.errors import InvalidOptionError, PolicyError, QueueError, TableNotFoundError
 from spark_queue.model.arguments import (
     ARGUMENTS,
     OnReject,
@@ -75,13 +68,14 @@ from spark_queue.model.keywords import (
     SeqsLike,
     Unpack,
 )
-from spark_queue.model.messages import Bodies, Rows, as_input_table, normalise
+from spark_queue.model.messages import Rows, as_input_table
 from spark_queue.model.operations import (
     consumer_or_any,
     deliveries_of,
     idempotence,
     results_only,
 )
+from spark_queue.model.partitions import refuse_lowering
 from spark_queue.model.policies import ENV_VAR, Policies, Resolution, load_policies
 from spark_queue.model.queue_arguments import (
     QueueArguments,
@@ -91,15 +85,11 @@ from spark_queue.model.queue_arguments import (
 )
 from spark_queue.model.results import PublishOutcome, PublishResult, QueueStats
 from spark_queue.model.schema import LEASE_VERSION_KEY
-from spark_queue.rules import QueueState, counters_and_gauges, identity_holds, leased_by_consumer
-from spark_queue.storage.browse import (
-    delivered_rows,
-    peek_rows,
-    purgeable_seqs,
-    settled_states,
-)
+from spark_queue.partitioned import Partitions, publish_request, summed
+from spark_queue.rules import QueueState
+from spark_queue.storage.browse import delivered_rows, peek_rows
 from spark_queue.storage.commit_log import CommitOperation
-from spark_queue.storage.store import QueueStore, Snapshot, now_micros, require_queue
+from spark_queue.storage.store import QueueStore, Snapshot, require_queue
 
 if TYPE_CHECKING:
     from spark_queue.clients.consumer import Consumer
@@ -140,6 +130,7 @@ class QueueTable:
         policies: the policies applied, or None.
         store: the Delta table's reads and commits.
         router: where the calls run, at a broker or here.
+        partitioned: the calls on partitioned queues (docs/PARTITIONS.md).
     """
 
     def __init__(
@@ -155,6 +146,7 @@ class QueueTable:
         self.path = self.store.uri
         self.policies = load_policies(policies)
         self.router = BrokerRouter(self.store.location, broker, broker_token)
+        self.partitioned = Partitions(self.store)
 
     # -- producing -----------------------------------------------------------------------------
 
@@ -181,20 +173,17 @@ class QueueTable:
         if not table.num_rows:
             result = PublishResult(queue, [], 0, 0, 0, duplicate=False, version=None, attempts=0)
             return PublishOutcome(result, np.zeros(0, bool))
-        # Bodies only: shaped by the group's leader, with the round's other publishes.
-        now = now_micros()
-        bodies = Bodies.of(table, now)
-        batch = PendingBatch(queue, bodies or normalise(table, 0, now, queue))
-        request = PublishRequest(
-            queue,
-            batch,
-            given,
-            producer=producer,
-            sequence=sequence,
-            on_reject=on_reject,
-            policies=self.policies,
+        count = self.partitioned.count(queue)
+        if given.get("partitions", 1) > count:  # a first use declares the partitions
+            self.partitioned.prepare(queue, given, self.policies, alter=False)
+            count = given["partitions"]
+        if count > 1:
+            return self.partitioned.publish(
+                queue, table, given, count, producer, sequence, on_reject, self.policies
+            )
+        return self._call(
+            publish_request(queue, table, given, producer, sequence, on_reject, self.policies)
         )
-        return self._call(request)
 
     publish = results_only(
         publish_outcome,
@@ -255,10 +244,11 @@ class QueueTable:
         Raises:
             TableNotFoundError: no queue table at the path.
         """
-        snapshot = self.store.snapshot(with_states=False)
-        if snapshot is None:
-            raise TableNotFoundError(self.path)
-        return snapshot.transaction_version(f"{PRODUCER_APP_PREFIX}{producer}")
+        snapshot = self._snapshot()
+        own = snapshot.transaction_version(f"{PRODUCER_APP_PREFIX}{producer}")
+        queues = self.partitioned.partitioned(snapshot.states)
+        found = [own, self.partitioned.last_sequence(producer, queues)]
+        return max((f for f in found if f is not None), default=None)
 
     # -- declaring and changing queues -----------------------------------------------------
 
@@ -298,6 +288,7 @@ class QueueTable:
         """
         parse_queue_name("queue", queue)
         given = given_arguments(arguments, keywords)
+        self.partitioned.prepare(queue, given, self.policies, alter=False)
 
         def work(transaction: QueueTransaction) -> QueueArguments:
             existed = queue in transaction.states
@@ -343,9 +334,11 @@ class QueueTable:
         """
         parse_queue_name("queue", queue)
         given = given_arguments(arguments, keywords)
+        self.partitioned.prepare(queue, given, self.policies, alter=True)
 
         def work(transaction: QueueTransaction) -> QueueArguments:
-            self._require(transaction.snapshot, queue)
+            state = self._require(transaction.snapshot, queue)
+            refuse_lowering(queue, state.arguments.partitions, given.get("partitions"))
             transaction.declare(queue, given, alter=True)
             transaction.settle(queue)
             transaction.commit(operation=CommitOperation.ALTER.on(queue))
@@ -369,17 +362,7 @@ class QueueTable:
             QueueNotFoundError: no queue ``queue``.
             CommitConflictError: every commit attempt lost to another writer.
         """
-
-        def work(transaction: QueueTransaction) -> int:
-            snapshot = transaction.snapshot
-            self._require(snapshot, queue)
-            seqs = purgeable_seqs(self.store, snapshot, queue, transaction.now, progress)
-            count = transaction.purge(queue, seqs)
-            progress(f"purging queue {queue}: committing {count} removals")
-            transaction.commit(operation=CommitOperation.PURGE.on(queue))
-            return count
-
-        return run(self.store, work, create=False, policies=self.policies)
+        return self.partitioned.purge(queue, self.partitioned.count(queue), progress)
 
     def compact(self, progress: Progress = no_progress) -> dict[str, int]:
         """Compact small files now (see :mod:`spark_queue.commit.maintenance`). Safe while
@@ -522,6 +505,9 @@ class QueueTable:
         if not isinstance(strict_groups, bool):
             raise InvalidOptionError(f"strict_groups must be True or False; got {strict_groups!r}")
 
+        count = self.partitioned.count(queue)
+        if count > 1:
+            return self.partitioned.lease(queue, count, limits, filter, strict_groups)
         outcome: LeaseOutcome = self._call(LeaseRequest(queue, limits, filter, strict_groups))
         rows = delivered_rows(self.store, outcome.view, queue, outcome.leased)
         # Where a consumer's long polling starts (a lease that found nothing commits nothing).
@@ -744,7 +730,7 @@ class QueueTable:
         group`): one Delta commit with the requests of other threads queued meanwhile. Blocks
         until the commit holding it has landed; raises its own error only."""
         request.policies = self.policies
-        return group_of(self.store.location).submit(request).result()
+        return cast(Outcome, self.partitioned.submit(request))
 
     # -- looking -----------------------------------------------------------------------------
 
@@ -827,19 +813,21 @@ class QueueTable:
             ``added = acked + replaced + dropped + expired + killed + purged + ready + leased
             + scheduled`` always holds; ``rejected`` and ``duplicates`` were never added, and
             ``dead_lettered`` counts copies sent to the dead-letter queue (``added`` there).
+            A partitioned queue's are its partitions' added up (:meth:`partition_stats`).
 
         Raises:
             QueueNotFoundError: no queue ``queue``.
         """
-        snapshot = self._snapshot()
-        self._require(snapshot, queue)
-        state = settled_states(self.store, snapshot, now_micros(), [queue])[queue]
-        stats: dict[str, Any] = counters_and_gauges(state)
-        if not identity_holds(stats):
-            raise QueueError(f"queue {queue!r}: counters break the stats identity: {stats}")
-        stats["leased_by_consumer"] = leased_by_consumer(state)
-        stats["groups_by_consumer"] = state.leases.groups_by_consumer()
-        return cast(QueueStats, stats)  # every counter and gauge, by name
+        return summed(self.partition_stats(queue))
+
+    def partition_stats(self, queue: str) -> list[QueueStats]:
+        """:meth:`stats` of each partition of ``queue``, partition 0 first (one, of the
+        whole queue, where it has no partitions).
+
+        Raises:
+            QueueNotFoundError: no queue ``queue``.
+        """
+        return self.partitioned.stats(queue, self.partitioned.count(queue))
 
     @renamed("peek", QUEUE_RENAMES)
     def peek(self, queue: str, limit: int = 10) -> pa.Table:
@@ -857,6 +845,9 @@ class QueueTable:
             InvalidOptionError: ``limit`` is not a whole number >= 0.
         """
         limit = ARGUMENTS["limit"].parse(limit)
+        count = self.partitioned.count(queue)
+        if count > 1:
+            return self.partitioned.peek(queue, count, limit)
         snapshot = self._snapshot()
         self._require(snapshot, queue)
         return peek_rows(self.store, snapshot, queue, limit)

@@ -20,7 +20,7 @@ LAYERS = (
     ("spark_queue.commit",),
     ("spark_queue.broker",),  # the client side: wire, auth, sessions, discovery, client
     ("spark_queue.clients",),
-    ("spark_queue.table",),
+    ("spark_queue.table", "spark_queue.partitioned"),
     ("spark_queue.server", "spark_queue.spark"),  # the broker's servers; the data source
     ("spark_queue.cli", "spark_queue"),
 )

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import logging
 import math
 import random
@@ -40,8 +41,10 @@ from spark_queue.clients.polling import (
     CommitListener,
     LogWatch,
     LongPoll,
+    PartitionsWatch,
     longest_poll_interval_ms,
     operations_may_feed,
+    partition_location,
 )
 from spark_queue.clients.prefetch import PrefetchBound
 from spark_queue.clients.queue_operations import QueueOperations
@@ -68,7 +71,7 @@ from spark_queue.model.arguments import (
 from spark_queue.model.declarations import check_signature
 from spark_queue.model.deprecations import CONSUMER_RENAMES, renamed, warn_deprecated
 from spark_queue.model.keywords import DurationLike
-from spark_queue.model.schema import LEASE_VERSION_KEY
+from spark_queue.model.schema import LEASE_VERSION_KEY, LEASE_VERSIONS_KEY
 from spark_queue.storage.commit_log import Operation
 
 # A consumer's background thread tries again after a transient failure, waiting from the
@@ -230,7 +233,7 @@ class Consumer:
         self.leases = 0
         self.retries = 0
         self._calls = ThreadPoolExecutor(max_workers=2, thread_name_prefix="spark-queue-consumer")
-        self._listening = CommitListener(table, self._wake)
+        self._listening = [CommitListener(table, self._wake)]  # then each partition's
         self._thread = threading.Thread(
             target=self._run, name=f"spark-queue-consumer {queue} {consumer}", daemon=True
         )
@@ -416,7 +419,8 @@ class Consumer:
             self._closed = True
             self._cond.notify_all()
         self._thread.join()
-        self._listening.close()
+        for listening in self._listening:
+            listening.close()
         try:
             self.flush()
         finally:  # release what is unhandled even where the flush failed
@@ -507,7 +511,7 @@ class Consumer:
         ]
         return max(0.0, min(wait for wait in waits if wait is not None))
 
-    def _check_log(self, watch: LogWatch) -> None:
+    def _check_log(self, watch: LogWatch | PartitionsWatch) -> None:
         """An idle consumer's look at the log for a commit that may feed its queue. I/O (a
         stat; a request on an object store), so outside the lock, which receivers and this
         process's commits (``_wake``) take."""
@@ -520,7 +524,15 @@ class Consumer:
         now = time.monotonic()
         # From the version the lease planned on: a publish committed while the lease was
         # in flight still wakes the wait. Made outside the lock: it may read the log.
-        watch = None if leased.got else LogWatch(self.table, self.queue, leased.planned_on)
+        watch: LogWatch | PartitionsWatch | None = None
+        if leased.versions is not None:  # a partitioned queue: listen to and watch each
+            for partition in range(len(self._listening), len(leased.versions)):
+                where = partition_location(self.table, self.queue, partition)
+                self._listening.append(CommitListener(self.table, self._wake, where))
+            if not leased.got:
+                watch = PartitionsWatch(self.table, self.queue, leased.versions)
+        elif not leased.got:
+            watch = LogWatch(self.table, self.queue, leased.planned_on)
         with self._cond:
             self._long_poll.lease_found(leased.got, watch, now)
             self._cond.notify_all()
@@ -606,7 +618,12 @@ class Consumer:
             self._renewals.track([m.seq for m in messages], time.monotonic())
             self._prefetch.lease_returned(len(messages), want)
             self._cond.notify_all()
-        return _Leased(len(messages), None if version is None else int(version))
+        versions = (leased.schema.metadata or {}).get(LEASE_VERSIONS_KEY)
+        return _Leased(
+            len(messages),
+            None if version is None else int(version),
+            None if versions is None else json.loads(versions),
+        )
 
 
 @dataclass(frozen=True)
@@ -616,6 +633,7 @@ class _Leased:
 
     got: int
     planned_on: int | None
+    versions: list[int | None] | None = None  # each partition's, of a partitioned queue
 
 
 @dataclass

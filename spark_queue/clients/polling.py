@@ -12,7 +12,10 @@ from collections.abc import Callable, Iterable
 
 from spark_queue.clients.queue_operations import QueueOperations
 from spark_queue.commit.group import group_of
+from spark_queue.model.partitions import partition_uri
 from spark_queue.storage.commit_log import Operation
+from spark_queue.storage.location import Location
+from spark_queue.storage.store import QueueStore
 
 LOCAL_POLL_MS = 25  # between two log checks of an idle consumer, at most: local disk
 OBJECT_STORE_POLL_MS = 100  # and on an object store, where each is a request
@@ -54,8 +57,15 @@ class LogWatch:
     each), and a read of each new entry. :meth:`moved` moves the watch past every entry it
     reads; a commit that is not the connector's may be anything, so it feeds."""
 
-    def __init__(self, table: QueueOperations, queue: str, version: int | None) -> None:
-        store = table.store
+    def __init__(
+        self,
+        table: QueueOperations,
+        queue: str,
+        version: int | None,
+        store: QueueStore | None = None,
+    ) -> None:
+        """``store``: the table watched, where not ``table``'s (a partition's)."""
+        store = store or table.store
         if version is None:  # a table object that does not say: load the log (no cache,
             # so that this thread holds no delta-rs object the interpreter's exit would meet)
             version = store.location.delta_table().version()
@@ -83,12 +93,38 @@ class LogWatch:
                 return True
 
 
+def partition_location(table: QueueOperations, queue: str, partition: int) -> Location:
+    """Where partition ``partition`` of ``table``'s ``queue`` is (docs/PARTITIONS.md)."""
+    root = table.store.location
+    return Location(partition_uri(root.uri, queue, partition), root.options)
+
+
+class PartitionsWatch:
+    """A :class:`LogWatch` of every partition of a partitioned queue, from the versions a
+    lease planned on (None: a partition's latest now): moved where any one moved."""
+
+    def __init__(self, table: QueueOperations, queue: str, versions: list[int | None]) -> None:
+        self.watches = [
+            LogWatch(table, queue, version, QueueStore(partition_location(table, queue, k)))
+            for k, version in enumerate(versions)
+        ]
+
+    def moved(self) -> bool:
+        return any([watch.moved() for watch in self.watches])  # each moves past what it read
+
+
 class CommitListener:
     """Calls ``callback`` with the operations of every commit this process makes to
     ``table`` (on the committing thread, after the commit landed), until :meth:`close`."""
 
-    def __init__(self, table: QueueOperations, callback: Callable[[list[Operation]], None]) -> None:
-        self._group = group_of(table.store.location)
+    def __init__(
+        self,
+        table: QueueOperations,
+        callback: Callable[[list[Operation]], None],
+        location: Location | None = None,
+    ) -> None:
+        """``location``: the table listened to, where not ``table``'s (a partition's)."""
+        self._group = group_of(location or table.store.location)
         self._callback = callback
         self._group.listen(callback)
 
@@ -119,7 +155,8 @@ class LongPoll:
         self.max_interval_seconds = max_interval_seconds
         self.idle_lease_interval_seconds = idle_lease_interval_seconds
         self.idle_since: float | None = None  # when a lease last found nothing; None: not idle
-        self.watch: LogWatch | None = None  # the log, from the version that lease planned on
+        # The log, from the version that lease planned on (each partition's, partitioned).
+        self.watch: LogWatch | PartitionsWatch | None = None
         self.interval_seconds = FIRST_POLL_INTERVAL_SECONDS  # the next wait between checks
         self.check_at = 0.0  # time.monotonic() of the next log check, while idle
         self.woken = False
@@ -143,7 +180,7 @@ class LongPoll:
             or now - self.idle_since >= self.idle_lease_interval_seconds
         )
 
-    def log_check(self, now: float) -> LogWatch | None:
+    def log_check(self, now: float) -> LogWatch | PartitionsWatch | None:
         """The watch to read at ``now`` where a log check is due (counted), else None."""
         if self.watch is None or self.idle_since is None or self.woken or now < self.check_at:
             return None
@@ -157,7 +194,7 @@ class LongPoll:
         self.interval_seconds = min(self.interval_seconds * 2, self.max_interval_seconds)
         self.check_at = now + self.interval_seconds
 
-    def lease_found(self, got: int, watch: LogWatch | None, now: float) -> None:
+    def lease_found(self, got: int, watch: LogWatch | PartitionsWatch | None, now: float) -> None:
         """A lease ended at ``now`` with ``got`` messages; when it got none, ``watch``
         watches the log from the version it planned on (a publish committed while it was
         in flight still wakes the wait)."""

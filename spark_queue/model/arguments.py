@@ -62,6 +62,9 @@ from spark_queue.model.kinds import parse_queue_name as parse_queue_name
 from spark_queue.model.kinds import parse_seq as parse_seq
 from spark_queue.model.kinds import parse_seqs as parse_seqs
 from spark_queue.model.kinds import shown as shown
+from spark_queue.model.partitions import MAX_PARTITIONS
+
+PARTITIONS = Count(minimum=1, maximum=MAX_PARTITIONS)
 
 # The values of each choice: a Literal type, what a type checker accepts, and the tuple of
 # its values that the choice's parser accepts (in any case), derived from it.
@@ -336,6 +339,16 @@ SPECIFICATION: tuple[Argument, ...] = (
         "again, and is counted `duplicates`",
         unit="ms",
         policy_cap=True,
+    ),
+    Argument(
+        "partitions",
+        PARTITIONS,
+        "the queue's partitions, each a queue table of its own that takes a share of its "
+        "messages (by `key`) and of its commits: docs/PARTITIONS.md. `alter` raises it, "
+        "never lowers it; limits hold per partition",
+        ("queue", "sink"),
+        1,
+        unit="partitions",
     ),
     Argument(
         "policies",

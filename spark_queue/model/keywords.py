@@ -64,6 +64,7 @@ class QueueArgumentKeywords(TypedDict, total=False):
     max_redelivery_delay: DurationLike | None
     message_groups: bool
     duplicate_window: DurationLike | None
+    partitions: int
 
 
 class ConsumerOptions(TypedDict, total=False):

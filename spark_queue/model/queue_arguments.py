@@ -57,12 +57,17 @@ class QueueArguments:
     max_redelivery_delay: int | None = None
     message_groups: bool = False
     duplicate_window: int | None = None
+    partitions: int = 1
 
     def to_dict(self) -> dict[str, Any]:
-        """The arguments by name, as stored with the queue."""
+        """The arguments by name, as stored with the queue; ``partitions`` only where
+        above 1, so a queue of one partition is stored as before partitions existed."""
         # Every field is a scalar: no deep copy (dataclasses.asdict's) is needed, and a
         # commit writes each queue's arguments with its state.
-        return {name: getattr(self, name) for name in ARGUMENT_NAMES}
+        found = {name: getattr(self, name) for name in ARGUMENT_NAMES}
+        if self.partitions == 1:
+            del found["partitions"]
+        return found
 
     def to_json(self) -> str:
         """The arguments as one JSON object (:meth:`to_dict`'s)."""
@@ -202,10 +207,17 @@ def check_effective(
         InvalidOptionError: a ring with a byte limit; the message names both arguments.
     """
     values = arguments if isinstance(arguments, Mapping) else arguments.to_dict()
+    whose = f"queue {queue!r}: " if queue else ""
+    # A partition's dead letters would go to a queue of its own table, which no reader of
+    # the queue's table sees.
+    if (values.get("partitions") or 1) > 1 and values.get("dead_letter_queue") is not None:
+        raise InvalidOptionError(
+            f"{whose}a queue of {spell('partitions', surface)}={values['partitions']} takes no "
+            f"{spell('dead_letter_queue', surface)}: dead-lettering is not partitioned yet"
+        )
     # A ring bounds the count only (it replaces the oldest message, one for one), so it
     # takes no byte limit.
     if values.get("overflow") == "ring" and values.get("max_length_bytes") is not None:
-        whose = f"queue {queue!r}: " if queue else ""
         raise InvalidOptionError(
             f"{whose}{RING_COUNT_ONLY}; {spell('max_length_bytes', surface)}="
             f"{values['max_length_bytes']} needs {spell('overflow', surface)}=drop-head or a "

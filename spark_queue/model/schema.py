@@ -182,3 +182,6 @@ BROWSE_COLUMNS = BROWSE_ARROW_SCHEMA.names
 # planned on: where a consumer's long polling starts (a lease that found nothing commits
 # nothing, so the table stays at that version until someone else commits).
 LEASE_VERSION_KEY = b"spark_queue.version"
+# And a lease of a partitioned queue: each partition's version (a JSON list, partition 0
+# first; null for a partition the lease did not reach), each where its log is watched.
+LEASE_VERSIONS_KEY = b"spark_queue.versions"

@@ -39,6 +39,7 @@ from spark_queue.commit import failpoints
 from spark_queue.commit.enqueue import Reservation, commit_enqueue, reserve
 from spark_queue.errors import CommitUnknownError, InvalidInputError, QueueError
 from spark_queue.model.messages import normalise
+from spark_queue.model.partitions import refuse_partitioned
 from spark_queue.model.policies import load_policies
 from spark_queue.portable import Portable
 from spark_queue.spark.options import SinkOptions
@@ -94,7 +95,15 @@ class _QueueWriter(Portable):
 
     def _reserve(self) -> int:
         options = self.options
-        return reserve(QueueStore(self.location), options.queue, options.arguments, self.policies)
+        store = QueueStore(self.location)
+        base = reserve(store, options.queue, options.arguments, self.policies)
+        if options.queue is not None:
+            snapshot = store.snapshot(probe=False)  # as reserve just read it
+            state = snapshot.states.get(options.queue) if snapshot is not None else None
+            stored = state.arguments.partitions if state is not None else 1
+            given = options.arguments.get("partitions", 1)
+            refuse_partitioned(options.queue, max(stored, given), "the Spark sink")
+        return base
 
     # -- tasks ------------------------------------------------------------------------------
 

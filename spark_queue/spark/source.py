@@ -55,6 +55,7 @@ from spark_queue.commit import failpoints
 from spark_queue.commit.requests import Planner, ack_planner, apply_lease, release_planner
 from spark_queue.commit.transaction import QueueTransaction, run
 from spark_queue.errors import TableNotFoundError, UnsupportedFormatError
+from spark_queue.model.partitions import refuse_partitioned
 from spark_queue.model.schema import BROWSE_ARROW_SCHEMA, BROWSE_COLUMNS
 from spark_queue.portable import Portable
 from spark_queue.rules import Leases, ascending, is_ascending
@@ -515,7 +516,9 @@ class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAva
     # -- helpers -------------------------------------------------------------------------------
 
     def _require(self, states: dict[str, Any]) -> Any:
-        return require_queue(states, self.options.queue, self.store.uri)
+        state = require_queue(states, self.options.queue, self.store.uri)
+        refuse_partitioned(self.options.queue, state.arguments.partitions, "the Spark source")
+        return state
 
 
 class DriverReadStreamReader(Portable, SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):

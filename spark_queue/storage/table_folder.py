@@ -9,7 +9,9 @@ folder it takes for a new table must hold nothing of anyone else's.
   another writer is creating this moment). A hidden folder (``.git``) is someone's content.
 - **Inside a Delta table** means: a folder above it, up to the filesystem's root or the
   bucket's, holds a ``_delta_log``: a queue table in ``record=queue/`` of another, or in any
-  folder of any Delta table, would be that table's files to its own vacuum.
+  folder of any Delta table, would be that table's files to its own vacuum. A queue table's
+  own partition tables (:func:`~spark_queue.model.partitions.partition_path`) are the
+  exception: they are in its hidden folder ``_partitions``, which Delta's vacuums skip.
 
 On an object store a folder is a prefix: it is empty where no object's key starts with it.
 A look costs one listing of the folder and one existence check per folder above it, made
@@ -21,6 +23,7 @@ from __future__ import annotations
 import pyarrow.fs as pafs
 
 from spark_queue.errors import StorageError
+from spark_queue.model.partitions import is_partition_path
 from spark_queue.storage.location import Location
 
 LOG_FOLDER = "_delta_log"
@@ -47,6 +50,8 @@ def _refusal(location: Location) -> str | None:
     fs, base = location.filesystem()
     for path, uri in location.parents():
         if _exists(fs, f"{path}/{LOG_FOLDER}" if path else LOG_FOLDER):
+            if is_partition_path(location.uri[len(uri) :]):
+                break  # a partition table of the queue table at ``uri``
             return (
                 f"path {location.uri} is inside the Delta table at {uri}: give a folder "
                 f"outside every Delta table"

@@ -301,6 +301,15 @@ class SqsService:
         settings = self.settings.get(name)
         if not self._exists(name) or (settings is not None and settings.deleted):
             raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
+        partitions = self.table.partitioned.count(name)
+        if partitions > 1:  # refused each time: kept off the known names' fast path
+            with self._known_lock:
+                self._known.discard(name)
+            raise SqsError(
+                "UnsupportedOperation",
+                f"queue {name} has partitions={partitions}: the SQS API does not serve "
+                "partitioned queues yet",
+            )
         return settings if settings is not None else SqsOnly()
 
     async def _queue(self, request: Mapping[str, Any]) -> tuple[str, SqsOnly]:

@@ -1,0 +1,451 @@
+"""A ``QueueTable``'s calls on partitioned queues (``partitions`` above 1; the layout, seqs
+and routing are :mod:`spark_queue.model.partitions`'s): :class:`Partitions` routes each call
+to the partition tables it concerns, commits each partition that a call touches (through
+that table's group commit, the partitions at once) and puts their answers together.
+
+A queue of one partition never gets here beyond a look at its count: every call on it
+runs as on a queue table without partitions.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import itertools
+import json
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import replace
+from typing import Any, TypeVar, cast
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_queue.commit.enqueue import PRODUCER_APP_PREFIX, PendingBatch
+from spark_queue.commit.group import group_of
+from spark_queue.commit.maintenance import Progress
+from spark_queue.commit.requests import (
+    ChangeRequest,
+    ExtendRequest,
+    LeaseRequest,
+    PublishRequest,
+    Request,
+)
+from spark_queue.commit.transaction import QueueTransaction, declaration, run
+from spark_queue.errors import QueueError, TableNotFoundError
+from spark_queue.model.messages import Bodies, normalise
+from spark_queue.model.partitions import (
+    ROOT_SEQ_LIMIT,
+    first_seq,
+    key_partition,
+    partition_of,
+    partition_uri,
+    refuse_lowering,
+)
+from spark_queue.model.policies import Policies
+from spark_queue.model.queue_arguments import ConsumerLimits, QueueArguments
+from spark_queue.model.results import PublishOutcome, PublishResult, QueueStats
+from spark_queue.model.schema import LEASE_VERSION_KEY, LEASE_VERSIONS_KEY
+from spark_queue.rules import counters_and_gauges, identity_holds, leased_by_consumer
+from spark_queue.storage.browse import (
+    delivered_rows,
+    peek_rows,
+    purgeable_seqs,
+    settled_states,
+)
+from spark_queue.storage.commit_log import CommitOperation
+from spark_queue.storage.location import Location
+from spark_queue.storage.store import QueueStore, now_micros, require_queue
+
+COUNT_SECONDS = 1.0
+"""How long a queue's partition count, once read, is taken as it is: raising it reaches a
+producer or consumer of this process within this long (a count is never lowered)."""
+
+T = TypeVar("T")
+
+
+def publish_request(
+    queue: str,
+    rows: pa.Table,
+    given: dict[str, Any],
+    producer: str | None,
+    sequence: int | None,
+    on_reject: str,
+    policies: Policies | None,
+) -> PublishRequest:
+    """A publish of ``rows`` (input columns) to one table's ``queue``: bodies only are
+    shaped by the group's leader, with the round's other publishes."""
+    now = now_micros()
+    batch = PendingBatch(queue, Bodies.of(rows, now) or normalise(rows, 0, now, queue))
+    return PublishRequest(
+        queue,
+        batch,
+        given,
+        producer=producer,
+        sequence=sequence,
+        on_reject=on_reject,
+        policies=policies,
+    )
+
+
+def table_stats(store: QueueStore, queue: str) -> QueueStats:
+    """One table's ``stats`` of ``queue`` (``QueueTable.stats``)."""
+    snapshot = store.snapshot()
+    if snapshot is None:
+        raise TableNotFoundError(store.uri)
+    require_queue(snapshot.states, queue, store.uri)
+    state = settled_states(store, snapshot, now_micros(), [queue])[queue]
+    stats: dict[str, Any] = counters_and_gauges(state)
+    if not identity_holds(stats):
+        raise QueueError(f"queue {queue!r}: counters break the stats identity: {stats}")
+    stats["leased_by_consumer"] = leased_by_consumer(state)
+    stats["groups_by_consumer"] = state.leases.groups_by_consumer()
+    return cast(QueueStats, stats)  # every counter and gauge, by name
+
+
+def summed(parts: list[QueueStats]) -> QueueStats:
+    """Partitions' stats as the queue's: counts and gauges added up, and each consumer's
+    leases and groups added up over the partitions."""
+    total: dict[str, Any] = {}
+    for part in parts:
+        for name, value in part.items():
+            if isinstance(value, dict):
+                into = total.setdefault(name, {})
+                for consumer, count in value.items():
+                    into[consumer] = into.get(consumer, 0) + count
+            else:
+                total[name] = total.get(name, 0) + value
+    return cast(QueueStats, total)
+
+
+class Partitions:
+    """The partitioned queues of the queue table at ``store`` (the root), for its
+    ``QueueTable``. Thread-safe."""
+
+    def __init__(self, store: QueueStore) -> None:
+        self.store = store
+        self._lock = threading.Lock()
+        self._counts: dict[str, tuple[int, float]] = {}  # queue -> (count, when read)
+        self._stores: dict[tuple[str, int], QueueStore] = {}
+        self._turns: dict[str, itertools.count[int]] = {}  # queue -> rotation (sticky, lease)
+
+    # -- where -----------------------------------------------------------------------------
+
+    def store_of(self, queue: str, partition: int) -> QueueStore:
+        """The table of ``queue``'s partition ``partition`` (0: the root)."""
+        if partition == 0:
+            return self.store
+        with self._lock:
+            found = self._stores.get((queue, partition))
+            if found is None:
+                root = self.store.location
+                uri = partition_uri(root.uri, queue, partition)
+                found = QueueStore(Location(uri, root.options))
+                self._stores[(queue, partition)] = found
+            return found
+
+    def count(self, queue: str, *, fresh: bool = False) -> int:
+        """``queue``'s partitions as the root table says (1 where it has no such queue, or
+        no table): read again after :data:`COUNT_SECONDS`, or now where ``fresh``."""
+        now = time.monotonic()
+        with self._lock:
+            known = self._counts.get(queue)
+        if known is not None and not fresh and now - known[1] < COUNT_SECONDS:
+            return known[0]
+        snapshot = self.store.snapshot(probe=fresh)
+        state = snapshot.states.get(queue) if snapshot is not None else None
+        found = state.arguments.partitions if state is not None else 1
+        with self._lock:
+            self._counts[queue] = (found, now)
+        return found
+
+    def partitioned(self, snapshot_states: dict[str, Any]) -> dict[str, int]:
+        """The partitioned queues of a root's states, with their counts."""
+        return {
+            name: state.arguments.partitions
+            for name, state in snapshot_states.items()
+            if state.arguments.partitions > 1
+        }
+
+    def _turn(self, queue: str) -> int:
+        with self._lock:
+            return next(self._turns.setdefault(queue, itertools.count()))
+
+    # -- declaring -------------------------------------------------------------------------
+
+    def prepare(
+        self, queue: str, given: dict[str, Any], policies: Policies | None, *, alter: bool
+    ) -> None:
+        """Before the root commits a declare or alter of ``queue``: a raise of its count
+        refused where it would lower it, and the tables of every partition past 0 declared
+        (or altered) with the arguments the root will have, ``partitions`` aside. A crash
+        before the root's commit leaves tables no reader looks for, which the next declare
+        takes as they are."""
+        partitions = given.get("partitions")
+        snapshot = self.store.snapshot()
+        state = snapshot.states.get(queue) if snapshot is not None else None
+        if state is None and (alter or partitions in (None, 1)):
+            return  # alter: the root refuses it (no queue); declare: nothing to partition
+        if state is not None and alter:  # a declare's other count is a mismatch
+            refuse_lowering(queue, state.arguments.partitions, partitions)
+        arguments = declaration(queue, state, given, policies, alter=alter)[0]
+        if arguments.partitions == 1:
+            return
+        self.store.create()  # the root first: its folder then holds the partitions' folder
+        each = replace(arguments, partitions=1)
+        futures = [
+            self._in_thread(functools.partial(self._declare_partition, queue, k, each))
+            for k in range(1, arguments.partitions)
+        ]
+        _results(futures)
+        with self._lock:
+            self._counts.pop(queue, None)
+
+    def _declare_partition(self, queue: str, partition: int, arguments: QueueArguments) -> None:
+        def work(transaction: QueueTransaction) -> None:
+            state = transaction.states.get(queue)
+            if state is not None and state.arguments == arguments:
+                return
+            if state is None:  # the partition's first seq: its seqs name it
+                transaction.next_seq = max(transaction.next_seq, first_seq(partition))
+            transaction.declare(queue, arguments.to_dict(), alter=True)
+            if state is not None:
+                transaction.settle(queue)
+            transaction.commit(operation=CommitOperation.DECLARE.on(queue))
+
+        run(self.store_of(queue, partition), work, what=f"partition {partition} of {queue!r}")
+
+    @staticmethod
+    def _in_thread(call: Callable[[], T]) -> Future[T]:
+        future: Future[T] = Future()
+
+        def target() -> None:
+            try:
+                future.set_result(call())
+            except BaseException as error:
+                future.set_exception(error)
+
+        threading.Thread(target=target, daemon=True, name="spark-queue-partition").start()
+        return future
+
+    # -- producing -------------------------------------------------------------------------
+
+    def publish(
+        self,
+        queue: str,
+        rows: pa.Table,
+        given: dict[str, Any],
+        count: int,
+        producer: str | None,
+        sequence: int | None,
+        on_reject: str,
+        policies: Policies | None,
+    ) -> PublishOutcome:
+        """``rows`` to ``queue``'s ``count`` partitions: a row with a key to its key's
+        partition; rows without one to the producer's (an idempotent producer's retry goes
+        where its first try went), else all to the next partition in turn (sticky)."""
+        targets = self.targets(queue, rows, count, producer)
+        parts: list[tuple[np.ndarray, Future[PublishOutcome]]] = []
+        for partition in np.unique(targets).tolist():
+            at = np.flatnonzero(targets == partition)
+            # The root records the count; a partition's own queue has one partition.
+            own = given if partition == 0 else {k: v for k, v in given.items() if k != "partitions"}
+            request = publish_request(
+                queue,
+                rows.take(at),
+                own,
+                producer,
+                sequence,
+                on_reject,
+                policies if partition == 0 else None,
+            )
+            store = self.store_of(queue, partition)
+            parts.append((at, group_of(store.location).submit(request)))
+        outcomes = _results([future for _, future in parts])
+        accepted = np.zeros(rows.num_rows, dtype=bool)
+        seqs = np.zeros(rows.num_rows, dtype=np.int64)
+        for (at, _), outcome in zip(parts, outcomes, strict=True):
+            accepted[at] = outcome.accepted
+            seqs[at[outcome.accepted]] = outcome.result.seqs
+        results = [outcome.result for outcome in outcomes]
+        versions = {r.version for r in results if r.version is not None}
+        result = PublishResult(
+            queue,
+            seqs[accepted].tolist(),
+            sum(r.rejected for r in results),
+            sum(r.evicted for r in results),
+            sum(r.dead_lettered for r in results),
+            duplicate=all(r.duplicate for r in results),
+            # One commit's version; several partitions' versions are of several tables.
+            version=versions.pop() if len(results) == 1 and versions else None,
+            attempts=max(r.attempts for r in results),
+            duplicates=sum(r.duplicates for r in results),
+        )
+        return PublishOutcome(result, accepted)
+
+    def targets(self, queue: str, rows: pa.Table, count: int, producer: str | None) -> np.ndarray:
+        """The partition of each row (see :meth:`publish`)."""
+        if producer is not None:
+            keyless = key_partition(producer, count)
+        else:
+            keyless = self._turn(queue) % count
+        targets = np.full(rows.num_rows, keyless, dtype=np.int64)
+        if "key" in rows.column_names and rows["key"].null_count < rows.num_rows:
+            encoded = pc.dictionary_encode(rows["key"]).combine_chunks()
+            by_key = np.array(
+                [key_partition(key, count) for key in encoded.dictionary.to_pylist()],
+                dtype=np.int64,
+            )
+            keyed = encoded.indices.is_valid().to_numpy(zero_copy_only=False)
+            indices = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False)
+            targets[keyed] = by_key[indices[keyed]]
+        return targets
+
+    def last_sequence(self, producer: str, queues: dict[str, int]) -> int | None:
+        """The last sequence ``producer`` committed to any partition of ``queues`` (the
+        root's own is the caller's)."""
+        found = []
+        for queue, count in queues.items():
+            for partition in range(1, count):
+                snapshot = self.store_of(queue, partition).snapshot(with_states=False)
+                if snapshot is not None:
+                    found.append(snapshot.transaction_version(f"{PRODUCER_APP_PREFIX}{producer}"))
+        return max((f for f in found if f is not None), default=None)
+
+    # -- consuming -------------------------------------------------------------------------
+
+    def lease(
+        self,
+        queue: str,
+        count: int,
+        limits: ConsumerLimits,
+        filter: str | None,
+        strict_groups: bool,
+    ) -> pa.Table:
+        """Up to ``limits.max_messages`` of ``queue``'s messages, from its partitions in turn
+        from a partition that moves by one each call (so none waits behind another for
+        long): each partition's messages in its delivery order. The schema's metadata holds
+        each partition's version the lease planned on (:data:`LEASE_VERSIONS_KEY`), where
+        an idle consumer watches for commits."""
+        start = self._turn(f"lease {queue}")
+        found: list[pa.Table] = []
+        versions: list[int | None] = [None] * count
+        messages, body_bytes = limits.max_messages, limits.max_bytes
+        for step in range(count):
+            partition = (start + step) % count
+            if step and (messages == 0 or (body_bytes is not None and body_bytes <= 0)):
+                break
+            store = self.store_of(queue, partition)
+            asked = replace(limits, max_messages=messages, max_bytes=body_bytes)
+            request = LeaseRequest(queue, asked, filter, strict_groups)
+            outcome = group_of(store.location).submit(request).result()
+            rows = delivered_rows(store, outcome.view, queue, outcome.leased)
+            versions[partition] = outcome.view.version
+            found.append(rows.replace_schema_metadata(None))
+            if messages is not None:
+                messages -= rows.num_rows
+            if body_bytes is not None and rows.num_rows:
+                body_bytes -= int(pc.sum(pc.binary_length(rows["body"])).as_py())
+        leased = pa.concat_tables(found)
+        metadata = {LEASE_VERSIONS_KEY: json.dumps(versions).encode()}
+        if versions[0] is not None:
+            metadata[LEASE_VERSION_KEY] = str(versions[0]).encode()
+        return leased.replace_schema_metadata(metadata)
+
+    def submit(self, request: Request[Any]) -> Any:
+        """A request of ``QueueTable._call``: one with seqs, to the partitions its seqs
+        name; a release of every lease, to every partition; anything else to the root."""
+        root = group_of(self.store.location)
+        if isinstance(request, ChangeRequest | ExtendRequest):
+            seqs = request.seqs
+            if seqs is not None and len(seqs) and int(seqs.max()) >= ROOT_SEQ_LIMIT:
+                return self._by_seqs(request, seqs)
+            if seqs is None:  # a release: every partition of its queue (or every queue)
+                return self._everywhere(request)
+        return root.submit(request).result()
+
+    def _by_seqs(self, request: ChangeRequest | ExtendRequest, seqs: np.ndarray) -> int:
+        """Seqs to their partitions, each a request to its table, all at once; seqs of a
+        partition the queue does not have are no lease of it, and ignored."""
+        owners = partition_of(seqs)
+        count = self.count(request.queue, fresh=True) if request.queue is not None else 1
+        futures = []
+        for partition in np.unique(owners).tolist():
+            if partition >= count:
+                continue
+            mask = owners == partition
+            part = copy.copy(request)
+            part.seqs = seqs[mask]
+            if request.deliveries is not None:
+                part.deliveries = request.deliveries[mask]
+            store = self.store_of(request.queue or "", partition)
+            futures.append(group_of(store.location).submit(part))
+        return sum(_results(futures))
+
+    def _everywhere(self, request: ChangeRequest | ExtendRequest) -> int:
+        root = group_of(self.store.location).submit(request)
+        if request.queue is not None:
+            queues = {request.queue: self.count(request.queue)}
+        else:
+            snapshot = self.store.snapshot()
+            queues = self.partitioned(snapshot.states) if snapshot is not None else {}
+        futures = [root]
+        for queue, count in queues.items():
+            for partition in range(1, count):
+                part = copy.copy(request)
+                futures.append(group_of(self.store_of(queue, partition).location).submit(part))
+        return sum(_results(futures))
+
+    # -- the whole queue -------------------------------------------------------------------
+
+    def stats(self, queue: str, count: int) -> list[QueueStats]:
+        """Each partition's stats, partition 0 first."""
+        return [table_stats(self.store_of(queue, k), queue) for k in range(count)]
+
+    def peek(self, queue: str, count: int, limit: int) -> pa.Table:
+        """Up to ``limit`` ready messages of ``queue`` over its partitions: by priority,
+        then by when they were enqueued (each partition's own order within)."""
+        found = []
+        for partition in range(count):
+            store = self.store_of(queue, partition)
+            snapshot = store.snapshot()
+            if snapshot is None:
+                raise TableNotFoundError(store.uri)
+            require_queue(snapshot.states, queue, store.uri)
+            found.append(peek_rows(store, snapshot, queue, limit))
+        merged = pa.concat_tables(found)
+        order = merged.sort_by(
+            [("priority", "descending"), ("enqueued_at", "ascending"), ("seq", "ascending")]
+        )
+        return order.slice(0, limit)
+
+    def purge(self, queue: str, count: int, progress: Progress) -> int:
+        """Purge every partition of ``queue`` (a commit each)."""
+        return sum(purge_table(self.store_of(queue, k), queue, progress) for k in range(count))
+
+
+def purge_table(
+    store: QueueStore, queue: str, progress: Progress, policies: Policies | None = None
+) -> int:
+    """One table's purge of ``queue`` (``QueueTable.purge``)."""
+
+    def work(transaction: QueueTransaction) -> int:
+        snapshot = transaction.snapshot
+        require_queue(snapshot.states, queue, store.uri)
+        seqs = purgeable_seqs(store, snapshot, queue, transaction.now, progress)
+        count = transaction.purge(queue, seqs)
+        progress(f"purging queue {queue}: committing {count} removals")
+        transaction.commit(operation=CommitOperation.PURGE.on(queue))
+        return count
+
+    return run(store, work, create=False, policies=policies)
+
+
+def _results(futures: list[Future[T]]) -> list[T]:
+    """Every future's result once all are done; the first error raised after."""
+    for future in futures:
+        future.exception()
+    return [future.result() for future in futures]
