@@ -374,7 +374,7 @@ def test_the_sqs_api_refuses_a_partitioned_queue_by_name(tmp_path):
 
 
 @pytest.mark.spark
-def test_the_spark_sink_and_source_refuse_a_partitioned_queue_by_name(spark, tmp_path):
+def test_the_spark_sink_refuses_a_partitioned_queue_by_name(spark, tmp_path):
     from tests.helpers import messages, write_batch
 
     path = str(tmp_path / "queues")
@@ -385,22 +385,3 @@ def test_the_spark_sink_and_source_refuse_a_partitioned_queue_by_name(spark, tmp
     with pytest.raises(Exception, match="partitions=3: the Spark sink does not serve"):
         write_batch(messages(spark, ["a"]), path, queue="new", partitions=3)
     assert every_log(Path(path)) == before
-    stream = spark.readStream.format("ringqueue").option("queue", "parted").load(path)
-    query = stream.writeStream.format("noop").option(
-        "checkpointLocation", str(tmp_path / "checkpoint")
-    ).trigger(availableNow=True).start()
-    with pytest.raises(Exception, match="partitions=2: the Spark source does not serve"):
-        query.awaitTermination()
-
-
-def test_altering_a_partitioned_queue_alters_every_partition(tmp_path):
-    path = tmp_path / "queues"
-    table = QueueTable(path)
-    table.declare("q", partitions=3, max_length=10)
-    table.alter("q", max_length=5, overflow="ring")
-    for partition in (1, 2):
-        arguments = QueueTable(path / partition_folder("q") / str(partition)).arguments("q")
-        assert (arguments.max_length, arguments.overflow, arguments.partitions) == (5, "ring", 1)
-    before = every_log(path)
-    table.declare("q")  # nothing to change: nothing written anywhere
-    assert every_log(path) == before
