@@ -11,6 +11,7 @@ from collections import Counter
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
@@ -200,3 +201,29 @@ def test_a_restarted_query_replays_its_logged_batch_and_acknowledges_it_once(tmp
     assert sorted(every) == sorted(KEYS[:20])
     stats = table.stats("q")
     assert (stats["acked"], stats["leased"], stats["ready"]) == (20, 0, 0)
+
+
+@pytest.mark.parametrize("queue", ["q", None])
+def test_a_browse_read_returns_the_whole_partitioned_queue(tmp_path, queue):
+    """``spark.read.format("ringqueue")``'s reader (without Spark): every partition's
+    messages, leased ones with their state; each seq names its partition."""
+    from spark_queue.spark.datasource import BrowseReader
+    from spark_queue.spark.options import parse_browse_options
+
+    path = str(tmp_path / "queues")
+    table = QueueTable(path, broker="off")
+    table.declare("q", partitions=3)
+    table.publish("q", keyed(KEYS))
+    table.publish("other", ["x"])
+    leased = table.lease("q", "c", max_messages=5)["seq"].to_pylist()
+    given = {"path": path} if queue is None else {"path": path, "queue": queue}
+    reader = BrowseReader(parse_browse_options(given))
+    rows = pa.Table.from_batches(
+        [b for p in reader.partitions() for b in reader.read(p)], BROWSE_ARROW_SCHEMA
+    )
+    mine = rows.filter(pc.equal(rows["queue"], "q"))
+    assert sorted(mine["key"].to_pylist()) == sorted(KEYS)
+    states = dict(zip(mine["seq"].to_pylist(), mine["state"].to_pylist(), strict=True))
+    assert sorted(s for s, state in states.items() if state == "leased") == sorted(leased)
+    assert set(partition_of(np.array(list(states)))) == {0, 1, 2}
+    assert rows.num_rows == len(KEYS) + (queue is None)
