@@ -155,8 +155,13 @@ class Partitions:
             known = self._counts.get(queue)
         if known is not None and not fresh and now - known[1] < COUNT_SECONDS:
             return known[0]
-        snapshot = self.store.snapshot(probe=fresh)
+        # A queue this process has not read a count of, or that its view of the root lacks,
+        # is looked up in the present: another process may have just declared it.
+        snapshot = self.store.snapshot(probe=fresh or known is None)
         state = snapshot.states.get(queue) if snapshot is not None else None
+        if state is None and not (fresh or known is None):
+            snapshot = self.store.snapshot(probe=True)
+            state = snapshot.states.get(queue) if snapshot is not None else None
         found = state.arguments.partitions if state is not None else 1
         with self._lock:
             self._counts[queue] = (found, now)
