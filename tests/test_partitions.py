@@ -12,7 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-import botocore.exceptions
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -29,8 +28,6 @@ from spark_queue.model.partitions import (
     partition_of,
 )
 from spark_queue.spark.options import parse_sink_options
-from tests.brokers import BrokerProcess
-from tests.test_sqs import client, sqs_url
 
 # Kafka's own test values (clients' UtilsTest.testMurmur2).
 KAFKA_MURMUR2 = {
@@ -357,20 +354,6 @@ def test_a_partitioned_queue_on_s3(s3_table, s3_options):
     uri = f"{s3_table}/{partition_folder('q')}/1"
     rows = DeltaTable(uri, storage_options=s3_options).to_pyarrow_table()
     assert rows.num_rows
-
-
-def test_the_sqs_api_refuses_a_partitioned_queue_by_name(tmp_path):
-    path = str(tmp_path / "queues")
-    QueueTable(path, broker="off").declare("parted", partitions=2)
-    QueueTable(path, broker="off").declare("plain")
-    with BrokerProcess(path, "--sqs", "127.0.0.1:0", log_path=tmp_path / "broker.log") as broker:
-        sqs = client(sqs_url(broker))
-        base = sqs_url(broker).rstrip("/")
-        for _ in range(2):  # refused again, not served from what the first call learnt
-            with pytest.raises(botocore.exceptions.ClientError, match="partitions=2"):
-                sqs.receive_message(QueueUrl=f"{base}/parted")
-        sqs.send_message(QueueUrl=f"{base}/plain", MessageBody="fine")
-    assert QueueTable(path, broker="off").stats("parted")["added"] == 0
 
 
 @pytest.mark.spark
