@@ -127,10 +127,20 @@ class Partitions:
 
     def __init__(self, store: QueueStore) -> None:
         self.store = store
+        self._fresh_caches()
+
+    def _fresh_caches(self) -> None:
         self._lock = threading.Lock()
         self._counts: dict[str, tuple[int, float]] = {}  # queue -> (count, when read)
         self._stores: dict[tuple[str, int], QueueStore] = {}
         self._turns: dict[str, itertools.count[int]] = {}  # queue -> rotation (sticky, lease)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"store": self.store}  # a QueueTable pickles; its copy reads counts anew
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.store = state["store"]
+        self._fresh_caches()
 
     # -- where -----------------------------------------------------------------------------
 

@@ -552,16 +552,6 @@ class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAva
         self._initial: dict | None = None
         self._turn = 0  # the partition a bound's remainder goes to first, batch by batch
 
-    def __getstate__(self) -> dict[str, Any]:
-        # A copy (an executor's, a replay's) reads the tables anew: a lock is this
-        # process's only.
-        return {k: v for k, v in self.__dict__.items() if k not in ("layout", "tables")}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self.layout = Partitions(self.root)
-        self.tables = {}
-
     def table(self, partition: int) -> TableStreamReader:
         """The reader of ``partition``'s table (0: the root)."""
         found = self.tables.get(partition)
