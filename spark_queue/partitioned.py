@@ -159,19 +159,18 @@ class Partitions:
 
     def count(self, queue: str, *, fresh: bool = False) -> int:
         """``queue``'s partitions as the root table says (1 where it has no such queue, or
-        no table): read again after :data:`COUNT_SECONDS`, or now where ``fresh``."""
+        no table): read again, from the present, after :data:`COUNT_SECONDS`, or now where
+        ``fresh``."""
         now = time.monotonic()
         with self._lock:
             known = self._counts.get(queue)
         if known is not None and not fresh and now - known[1] < COUNT_SECONDS:
             return known[0]
-        # A queue this process has not read a count of, or that its view of the root lacks,
-        # is looked up in the present: another process may have just declared it.
-        snapshot = self.store.snapshot(probe=fresh or known is None)
+        # In the present (one look at the log where nothing is new): the count another
+        # process just declared or raised, never a view of the root up to
+        # TRUSTED_SECONDS old.
+        snapshot = self.store.snapshot(probe=True)
         state = snapshot.states.get(queue) if snapshot is not None else None
-        if state is None and not (fresh or known is None):
-            snapshot = self.store.snapshot(probe=True)
-            state = snapshot.states.get(queue) if snapshot is not None else None
         found = state.arguments.partitions if state is not None else 1
         with self._lock:
             self._counts[queue] = (found, now)
