@@ -54,6 +54,7 @@ from spark_queue.model.arguments import (
 )
 from spark_queue.model.deprecations import SparkQueueDeprecationWarning, warn_deprecated
 from spark_queue.model.messages import check_message
+from spark_queue.model.partitions import partition_of
 from spark_queue.model.policies import ENV_VAR, Policies, load_policies
 from spark_queue.model.queue_arguments import ARGUMENT_NAMES, option_name, validate_arguments
 from spark_queue.rules import COUNTERS
@@ -317,6 +318,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="one JSON object per line (--format json)",
     )
     peek = commands.add_parser("peek", help="the next messages, without side effects")
+    for command in (stats, peek):
+        command.add_argument(
+            "--per-partition",
+            action="store_true",
+            help="a partitioned queue's detail: a row per partition (stats), each message's "
+            "partition (peek)",
+        )
     peek.add_argument("queue")
     limit = ARGUMENTS["limit"]
     peek.add_argument(
@@ -714,21 +722,38 @@ def run_command(args: argparse.Namespace) -> str:
         if args.queue is None and table.store.open() is None:
             raise TableNotFoundError(args.path)
         if args.format == "prometheus":
+            if args.per_partition:
+                raise InvalidOptionError(
+                    "--per-partition shows --format table or json; the Prometheus format "
+                    "sums a partitioned queue's partitions"
+                )
             exposition = _metrics("--format prometheus").queue_exposition(table, args.queue)
             return str(exposition).rstrip("\n")
         names = [args.queue] if args.queue else table.queues()
-        rows = [{"queue": n, **table.stats(n)} for n in names]
+        columns = ["queue", "ready", "ready_bytes", "leased", "scheduled", *COUNTERS]
+        if args.per_partition:
+            rows = [
+                {"queue": n, "partition": k, **part}
+                for n in names
+                for k, part in enumerate(table.partition_stats(n))
+            ]
+            columns.insert(1, "partition")
+        else:
+            rows = [{"queue": n, **table.stats(n)} for n in names]
         if args.format == "json":
             return "\n".join(json.dumps(row) for row in rows)
-        columns = ["queue", "ready", "ready_bytes", "leased", "scheduled", *COUNTERS]
         return _table(rows, columns)
     if command == "peek":
-        rows = table.peek(args.queue, args.limit).to_pylist()
-        for row in rows:
+        peeked = table.peek(args.queue, args.limit)
+        rows = peeked.to_pylist()
+        partitions = partition_of(peeked["seq"].to_numpy()).tolist()
+        for row, partition in zip(rows, partitions, strict=True):
             row["body"] = _escaped(bytes(row["body"]).decode("utf-8", errors="surrogateescape"))
             if row["message_id"] is not None:
                 row["message_id"] = _escaped(row["message_id"])
-        return _table(rows, ["seq", "priority", "enqueued_at", "message_id", "body"])
+            row["partition"] = partition
+        columns = ["seq", "priority", "enqueued_at", "message_id", "body"]
+        return _table(rows, ["partition", *columns] if args.per_partition else columns)
     if command == "purge":
         purged = table.purge(args.queue, progress=_progress(args))
         return (

@@ -127,10 +127,20 @@ class Partitions:
 
     def __init__(self, store: QueueStore) -> None:
         self.store = store
+        self._fresh_caches()
+
+    def _fresh_caches(self) -> None:
         self._lock = threading.Lock()
         self._counts: dict[str, tuple[int, float]] = {}  # queue -> (count, when read)
         self._stores: dict[tuple[str, int], QueueStore] = {}
         self._turns: dict[str, itertools.count[int]] = {}  # queue -> rotation (sticky, lease)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"store": self.store}  # a QueueTable pickles; its copy reads counts anew
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.store = state["store"]
+        self._fresh_caches()
 
     # -- where -----------------------------------------------------------------------------
 
@@ -149,13 +159,17 @@ class Partitions:
 
     def count(self, queue: str, *, fresh: bool = False) -> int:
         """``queue``'s partitions as the root table says (1 where it has no such queue, or
-        no table): read again after :data:`COUNT_SECONDS`, or now where ``fresh``."""
+        no table): read again, from the present, after :data:`COUNT_SECONDS`, or now where
+        ``fresh``."""
         now = time.monotonic()
         with self._lock:
             known = self._counts.get(queue)
         if known is not None and not fresh and now - known[1] < COUNT_SECONDS:
             return known[0]
-        snapshot = self.store.snapshot(probe=fresh)
+        # In the present (one look at the log where nothing is new): the count another
+        # process just declared or raised, never a view of the root up to
+        # TRUSTED_SECONDS old.
+        snapshot = self.store.snapshot(probe=True)
         state = snapshot.states.get(queue) if snapshot is not None else None
         found = state.arguments.partitions if state is not None else 1
         with self._lock:

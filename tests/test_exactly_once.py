@@ -289,3 +289,67 @@ def test_a_fresh_checkpoint_returns_what_the_consumer_name_held(spark, consumer_
     stats = QueueTable(str(queue_path)).stats("orders")
     assert (stats["acked"], stats["leased"], stats["ready"]) == (MESSAGES, 0, 0)
     assert_identity(str(queue_path))
+
+
+# -- the consumer of a partitioned queue -------------------------------------------------------
+
+PARTITIONS = 4
+# (failpoint, batch whose commit log entry to remove, (offset log, commit log) after it all)
+PARTITIONED_WINDOWS = {
+    # Killed between two partitions' lease commits of batch 0: some partitions hold leases
+    # no offset names.
+    "batch0-some-partitions-leased": ("source.lease-planned:2", None, (None, None)),
+    "batch0-offset-logged-not-written": ("source.partitions:1", None, (0, None)),
+    "batch1-leased-offset-not-logged": ("source.lease-committed:2", None, (0, 0)),
+    "batch1-written-no-commit-log": ("source.latest-offset:3", 1, (1, 0)),
+}
+
+
+def fill_partitioned_queue(queue_path: Path) -> list[str]:
+    """Keyed messages over the partitions of a queue of :data:`PARTITIONS`."""
+    expected = [f"msg-{i:03d}" for i in range(MESSAGES)]
+    table = QueueTable(str(queue_path), broker="off")
+    table.declare("orders", partitions=PARTITIONS)
+    table.publish(
+        "orders", [{"body": b, "key": f"customer-{i % 12}"} for i, b in enumerate(expected)]
+    )
+    assert all(s["added"] for s in table.partition_stats("orders"))  # every partition has some
+    return expected
+
+
+@pytest.fixture(scope="module")
+def partitioned_crashes(spark, tmp_path_factory: pytest.TempPathFactory) -> Iterator[CrashRuns]:
+    """The partitioned consumer cases' drivers, each on its own queue."""
+
+    def prepare(folder: Path) -> tuple[list[str], tuple[Any, ...]]:
+        expected = fill_partitioned_queue(folder / "queues")
+        return expected, (folder / "queues", folder / "out", folder / "chk", PER_BATCH)
+
+    failpoints = {window: point for window, (point, *_) in PARTITIONED_WINDOWS.items()}
+    runs = CrashRuns(CONSUMER, failpoints, prepare, tmp_path_factory)
+    yield runs
+    runs.close()
+
+
+@pytest.mark.parametrize("window", PARTITIONED_WINDOWS)
+def test_a_consumer_of_a_partitioned_queue_killed_delivers_each_message_once(
+    spark, partitioned_crashes, window
+):
+    _, forget, in_logs = PARTITIONED_WINDOWS[window]
+    run = partitioned_crashes.take(window)
+    expected, args = run.expected, run.args
+    queue_path, output, checkpoint, _ = args
+    run.crash()
+    if forget is not None:
+        forget_commit(checkpoint, forget)
+    assert logged(checkpoint) == in_logs
+
+    restart(spark, CONSUMER, *args)
+    copies = Counter(delivered(output))
+    assert [body for body, count in copies.items() if count > 1] == []  # no duplicates
+    assert sorted(copies) == expected  # nothing lost
+    table = QueueTable(str(queue_path))
+    for stats in table.partition_stats("orders"):  # each partition acknowledged its own
+        assert (stats["acked"], stats["leased"], stats["ready"]) == (stats["added"], 0, 0)
+    assert table.stats("orders")["acked"] == MESSAGES
+    assert_identity(str(queue_path))

@@ -12,7 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-import botocore.exceptions
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -29,8 +28,6 @@ from spark_queue.model.partitions import (
     partition_of,
 )
 from spark_queue.spark.options import parse_sink_options
-from tests.brokers import BrokerProcess
-from tests.test_sqs import client, sqs_url
 
 # Kafka's own test values (clients' UtilsTest.testMurmur2).
 KAFKA_MURMUR2 = {
@@ -359,22 +356,8 @@ def test_a_partitioned_queue_on_s3(s3_table, s3_options):
     assert rows.num_rows
 
 
-def test_the_sqs_api_refuses_a_partitioned_queue_by_name(tmp_path):
-    path = str(tmp_path / "queues")
-    QueueTable(path, broker="off").declare("parted", partitions=2)
-    QueueTable(path, broker="off").declare("plain")
-    with BrokerProcess(path, "--sqs", "127.0.0.1:0", log_path=tmp_path / "broker.log") as broker:
-        sqs = client(sqs_url(broker))
-        base = sqs_url(broker).rstrip("/")
-        for _ in range(2):  # refused again, not served from what the first call learnt
-            with pytest.raises(botocore.exceptions.ClientError, match="partitions=2"):
-                sqs.receive_message(QueueUrl=f"{base}/parted")
-        sqs.send_message(QueueUrl=f"{base}/plain", MessageBody="fine")
-    assert QueueTable(path, broker="off").stats("parted")["added"] == 0
-
-
 @pytest.mark.spark
-def test_the_spark_sink_and_source_refuse_a_partitioned_queue_by_name(spark, tmp_path):
+def test_the_spark_sink_refuses_a_partitioned_queue_by_name(spark, tmp_path):
     from tests.helpers import messages, write_batch
 
     path = str(tmp_path / "queues")
@@ -385,22 +368,3 @@ def test_the_spark_sink_and_source_refuse_a_partitioned_queue_by_name(spark, tmp
     with pytest.raises(Exception, match="partitions=3: the Spark sink does not serve"):
         write_batch(messages(spark, ["a"]), path, queue="new", partitions=3)
     assert every_log(Path(path)) == before
-    stream = spark.readStream.format("ringqueue").option("queue", "parted").load(path)
-    query = stream.writeStream.format("noop").option(
-        "checkpointLocation", str(tmp_path / "checkpoint")
-    ).trigger(availableNow=True).start()
-    with pytest.raises(Exception, match="partitions=2: the Spark source does not serve"):
-        query.awaitTermination()
-
-
-def test_altering_a_partitioned_queue_alters_every_partition(tmp_path):
-    path = tmp_path / "queues"
-    table = QueueTable(path)
-    table.declare("q", partitions=3, max_length=10)
-    table.alter("q", max_length=5, overflow="ring")
-    for partition in (1, 2):
-        arguments = QueueTable(path / partition_folder("q") / str(partition)).arguments("q")
-        assert (arguments.max_length, arguments.overflow, arguments.partitions) == (5, "ring", 1)
-    before = every_log(path)
-    table.declare("q")  # nothing to change: nothing written anywhere
-    assert every_log(path) == before

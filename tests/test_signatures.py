@@ -172,7 +172,7 @@ def test_each_call_argument_is_taken_by_name_where_the_calls_take_it():
 # -- the command line -------------------------------------------------------------------
 
 GLOBAL = {"--path", "--policies", "--broker", "--storage-option", "-h", "--help"}
-OUTPUT = {"--json", "--progress", "--quiet", "--format", "--file"}
+OUTPUT = {"--json", "--progress", "--quiet", "--format", "--file", "--per-partition"}
 
 
 def commands() -> dict[str, list[argparse.Action]]:

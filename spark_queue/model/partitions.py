@@ -101,8 +101,8 @@ def refuse_lowering(queue: str, current: int, given: int | None) -> None:
 
 
 def refuse_partitioned(queue: str, partitions: int, surface: str) -> None:
-    """``surface`` (the Spark source, the SQS API, ...) serves one partition only: it
-    refuses a partitioned queue, whose other partitions it would never see.
+    """``surface`` (the Spark sink) serves one partition only: it refuses a partitioned
+    queue, whose other partitions it would never see.
 
     Raises:
         PartitionedQueueError: ``partitions`` is above 1.

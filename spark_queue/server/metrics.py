@@ -43,6 +43,7 @@ from prometheus_client.registry import Collector
 from spark_queue.broker.discovery import refuse_unguarded
 from spark_queue.broker.wire import ROUTED_METHODS
 from spark_queue.commit.group import group_of
+from spark_queue.errors import TableNotFoundError
 from spark_queue.rules import COUNTERS, QueueState, counters_and_gauges
 from spark_queue.rules.change import HeadReader, LevelCursor
 from spark_queue.storage.browse import settled_states
@@ -98,7 +99,8 @@ class QueueReading:
 def read_queues(table: QueueTable, queue: str | None = None) -> QueueReading | None:
     """Every queue of ``table`` (or ``queue`` only) from one snapshot, as ``stats`` reads
     each (due scheduled messages and run-out leases counted as the next commit would);
-    None: no table yet.
+    None: no table yet. A partitioned queue's are its partitions' added up (each from its
+    table's latest version), its oldest ready message the oldest of theirs.
 
     Raises:
         QueueNotFoundError: no queue ``queue``.
@@ -116,8 +118,25 @@ def read_queues(table: QueueTable, queue: str | None = None) -> QueueReading | N
     for name, state in sorted(states.items()):
         stats[name] = counters_and_gauges(state)
         enqueued_at = oldest_ready_enqueued_at(store, snapshot, state, now)
+        for partition in range(1, state.arguments.partitions):  # a partitioned queue: summed
+            part, oldest = _partition_reading(table, name, partition, now)
+            stats[name] = {k: stats[name][k] + part[k] for k in stats[name]}
+            enqueued_at = min((t for t in (enqueued_at, oldest) if t is not None), default=None)
         ages[name] = 0.0 if enqueued_at is None else max(0, now - enqueued_at) / 1e6
     return QueueReading(snapshot.version, stats, ages)
+
+
+def _partition_reading(
+    table: QueueTable, queue: str, partition: int, now: int
+) -> tuple[dict[str, int], int | None]:
+    """The counters and gauges of ``queue``'s partition table ``partition``, and the
+    ``enqueued_at`` of its oldest ready message (None: none)."""
+    store = table.partitioned.store_of(queue, partition)
+    snapshot = store.snapshot()
+    if snapshot is None:
+        raise TableNotFoundError(store.uri)
+    state = settled_states(store, snapshot, now, [queue])[queue]
+    return counters_and_gauges(state), oldest_ready_enqueued_at(store, snapshot, state, now)
 
 
 def oldest_ready_enqueued_at(

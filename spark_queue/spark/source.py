@@ -31,10 +31,11 @@ batch as it leases it, and only a replay after a restart reads in an executor ta
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from itertools import pairwise
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -55,8 +56,8 @@ from spark_queue.commit import failpoints
 from spark_queue.commit.requests import Planner, ack_planner, apply_lease, release_planner
 from spark_queue.commit.transaction import QueueTransaction, run
 from spark_queue.errors import TableNotFoundError, UnsupportedFormatError
-from spark_queue.model.partitions import refuse_partitioned
 from spark_queue.model.schema import BROWSE_ARROW_SCHEMA, BROWSE_COLUMNS
+from spark_queue.partitioned import Partitions
 from spark_queue.portable import Portable
 from spark_queue.rules import Leases, ascending, is_ascending
 from spark_queue.spark.options import SourceOptions
@@ -75,6 +76,9 @@ DRIVER_BATCH_BYTES = 64 * 1024 * 1024
 # What a read takes from the message files; delivery counts, consumer and state are the
 # lease's, not the stored ones.
 STORED_COLUMNS = [c for c in BROWSE_COLUMNS if c not in ("delivery_count", "consumer", "state")]
+MAX_THREADS = 16  # a partitioned queue's tables committed to or read at once, at most
+
+T = TypeVar("T")
 
 
 def by_seq(seqs: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -249,20 +253,18 @@ def _as_delivered(rows: pa.Table, seqs: np.ndarray, consumer: str, runs: np.ndar
     return rows.select(BROWSE_COLUMNS)
 
 
-class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """A consumer of one queue: ``spark.readStream.format("ringqueue")``.
+class TableStreamReader(Portable):
+    """The source's consumer of its queue in one queue table: the root's, or one partition
+    table of a partitioned queue (:class:`RingQueueStreamReader` holds one per partition).
 
-    Made from the options in a driver-side Python worker that keeps it for the whole query
-    run: ``initialOffset``, ``latestOffset`` (acknowledge and lease, one commit) and
-    ``partitions`` run there. ``read`` runs in executor tasks on a pickled copy and takes
-    everything from its :class:`LeasedRange`. The protocol, window by window, is the module
-    docstring's."""
+    Its offsets are the format every query of a queue without partitions logs: a session,
+    the last lease id, and the leased seqs as ranges. The protocol, window by window, is the
+    module docstring's."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, store: QueueStore | None = None) -> None:
         self.options = options
-        self.store = QueueStore(options.path, options.storage)
+        self.store = store if store is not None else QueueStore(options.path, options.storage)
         self._stop_below: int | None = None  # AvailableNow: what existed when it started
-        self._default_limit: Any = None
         self._initial: dict | None = None
         # The snapshot the last lease was planned on: its message files hold the batch (a
         # lease adds none, and files a later compaction drops stay until a vacuum).
@@ -315,48 +317,23 @@ class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAva
             self._initial = self._offset(first, first)
         return self._initial
 
-    def getDefaultReadLimit(self) -> Any:
-        if self.options.max_messages is not None:
-            self._default_limit = ReadMaxRows(self.options.max_messages)
-        elif self.options.max_bytes is not None:
-            self._default_limit = ReadMaxBytes(self.options.max_bytes)
-        else:
-            self._default_limit = ReadAllAvailable()
-        return self._default_limit
-
-    def prepareForTriggerAvailableNow(self) -> None:
+    def stop_at_present(self) -> None:
+        """AvailableNow: lease nothing enqueued after now."""
         snapshot = self.store.snapshot()
         state = snapshot.states.get(self.options.queue) if snapshot else None
         self._stop_below = state.next_seq if state is not None else 0
 
-    def _bounds(self, limit: Any) -> tuple[int | None, int | None]:
-        """Messages and bytes a batch may take under Spark's ``limit``."""
-        options = self.options
-        unbounded = isinstance(limit, ReadAllAvailable) and not isinstance(
-            self._default_limit, ReadAllAvailable
-        )  # Trigger.Once: read everything
-        max_messages = None if unbounded else options.max_messages
-        max_bytes = None if unbounded else options.max_bytes
-        if isinstance(limit, ReadMaxRows):
-            max_messages = limit.max_rows
-        elif isinstance(limit, ReadMaxBytes):
-            max_bytes = limit.max_bytes
-        return max_messages, max_bytes
-
-    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
-        """Acknowledge what Spark committed (up to ``start``) and lease the next batch; the
-        first call of a new query returns what the consumer name held first."""
-        assert start is not None, "Spark 4.2 passes the start offset"
+    def advance(self, start: dict, max_messages: int | None, max_bytes: int | None) -> dict:
+        """Acknowledge what Spark committed (up to ``start``) and lease the next batch of at
+        most ``max_messages`` (0: acknowledge only) and ``max_bytes``; ``start`` itself
+        where nothing was leased."""
         check_offset(start, self.options.queue)
-        failpoints.reached("source.latest-offset")
         lease_id, leased, version = self._advance(
-            start["session"], start["lease"], is_initial(start), *self._bounds(limit)
+            start["session"], start["lease"], is_initial(start), max_messages, max_bytes
         )
         if not len(leased):
             return start
-        offset = self._offset(lease_id, start["session"], leased, version)
-        failpoints.reached("source.lease-committed")
-        return offset
+        return self._offset(lease_id, start["session"], leased, version)
 
     def _advance(
         self,
@@ -400,7 +377,9 @@ class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAva
                 & (leases.lease_id > through)
                 & (leases.until > transaction.now)
             )
-            if len(unlogged) and (max_messages is not None or max_bytes is not None):
+            if max_messages == 0:  # this partition's turn to sit a bounded batch out
+                leased = Leases()
+            elif len(unlogged) and (max_messages is not None or max_bytes is not None):
                 leased = unlogged  # one batch, whatever bounds it was leased under
             else:
                 delivered, applied = apply_lease(
@@ -427,19 +406,23 @@ class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAva
 
         return run(self.store, work, create=False)
 
-    def reportLatestOffset(self) -> dict | None:
-        return None
-
     # -- reading a batch -----------------------------------------------------------------------
 
-    def partitions(self, start: dict, end: dict) -> list[LeasedRange]:
+    def batch_partitions(self, start: dict, end: dict) -> list[LeasedRange]:
+        """The read tasks of the batch that ends at ``end`` (none where it is ``start``)."""
         # ``end`` alone says what the batch is: on a replay of batch 0, ``start`` is a new
         # ``initialOffset``, which may already count the batch's own lease.
         check_offset(end, self.options.queue)
         if end == start or not end.get("ranges"):
             return []
-        failpoints.reached("source.partitions")
         return self.partitions_over(end, self._files_of(end["ranges"], end.get("table_version")))
+
+    def planned_partitions(self, end: dict) -> list[LeasedRange]:
+        """The read tasks of the batch :meth:`advance` just leased, over the files of the
+        snapshot it was planned on (no second update of the table)."""
+        return self.partitions_over(
+            end, files_covering(self.planned_on, self.options.queue, end["ranges"])
+        )
 
     def partitions_over(self, end: dict, files: pa.Table) -> list[LeasedRange]:
         """The read tasks of the batch ``end`` names, over the message ``files`` that may
@@ -506,19 +489,207 @@ class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAva
                     return files
         return covering(latest)
 
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _require(self, states: dict[str, Any]) -> Any:
+        return require_queue(states, self.options.queue, self.store.uri)
+
+
+def per_partition(offset: dict) -> dict[int, dict]:
+    """Each partition's offset in ``offset``: a partitioned queue's offset holds them by
+    partition number; any other is partition 0's (the root's)."""
+    if "partitions" not in offset:
+        return {0: offset}
+    return {int(k): part for k, part in offset["partitions"].items()}
+
+
+def shares(total: int | None, count: int, turn: int) -> list[int | None]:
+    """A batch's bound ``total`` (None: none) shared among ``count`` partitions: equal
+    shares, the remainder one each to the partitions from ``turn`` on (turn by turn, so a
+    bound below the count leaves no partition out for long)."""
+    if total is None:
+        return [None] * count
+    each, rest = divmod(total, count)
+    return [each + ((k - turn) % count < rest) for k in range(count)]
+
+
+def in_parallel(work: Callable[[int], T], partitions: Iterable[int]) -> dict[int, T]:
+    """``work(k)`` for every partition ``k`` at once, in threads (each a table's requests
+    and commits); the first error raised once all are done."""
+    chosen = list(partitions)
+    if len(chosen) <= 1:
+        return {k: work(k) for k in chosen}
+    with ThreadPoolExecutor(max_workers=min(len(chosen), MAX_THREADS)) as pool:
+        futures = {k: pool.submit(work, k) for k in chosen}
+    return {k: future.result() for k, future in futures.items()}
+
+
+class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """A consumer of one queue: ``spark.readStream.format("ringqueue")``.
+
+    Made from the options in a driver-side Python worker that keeps it for the whole query
+    run: ``initialOffset``, ``latestOffset`` (acknowledge and lease, one commit a table) and
+    ``partitions`` run there. ``read`` runs in executor tasks on a pickled copy and takes
+    everything from its :class:`LeasedRange`. The protocol, window by window, is the module
+    docstring's.
+
+    A queue without partitions is one :class:`TableStreamReader`'s, whose offsets Spark
+    logs as they are. A partitioned queue is read from every partition at once: each has
+    its own :class:`TableStreamReader` and offset, committed to its own table, and the
+    query's offset holds them under ``partitions``, by partition number. A batch's bounds
+    are shared among the partitions (:func:`shares`). A partition the queue gained after an
+    offset was logged starts from its initial offset; a query whose queue is partitioned
+    after it started (its offsets then are the root's) reads every partition from then on.
+    """
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self.root = QueueStore(options.path, options.storage)
+        self.layout = Partitions(self.root)
+        self.tables: dict[int, TableStreamReader] = {}
+        self._served: int | None = None  # AvailableNow: the partitions there when it started
+        self._default_limit: Any = None
+        self._initial: dict | None = None
+        self._turn = 0  # the partition a bound's remainder goes to first, batch by batch
+
+    def table(self, partition: int) -> TableStreamReader:
+        """The reader of ``partition``'s table (0: the root)."""
+        found = self.tables.get(partition)
+        if found is None:
+            store = self.layout.store_of(self.options.queue, partition)
+            found = self.tables[partition] = TableStreamReader(self.options, store)
+        return found
+
+    def _joined(self, parts: dict[int, dict]) -> dict:
+        return {
+            "version": OFFSET_VERSION,
+            "queue": self.options.queue,
+            "consumer": self.options.consumer,
+            "partitions": {str(k): parts[k] for k in sorted(parts)},
+        }
+
+    def _count(self, *, fresh: bool = False) -> int:
+        if self._served is not None:
+            return self._served
+        return self.layout.count(self.options.queue, fresh=fresh)
+
+    # -- offsets -----------------------------------------------------------------------------
+
+    def initialOffset(self) -> dict:
+        """Where a new query starts (:meth:`TableStreamReader.initialOffset`, for each
+        partition); worked out once and kept, as Spark calls it more than once."""
+        if self._initial is None:
+            count = self._count(fresh=True)
+            if count == 1:
+                self._initial = self.table(0).initialOffset()
+            else:
+                self._initial = self._joined(
+                    in_parallel(lambda k: self.table(k).initialOffset(), range(count))
+                )
+        return self._initial
+
+    def getDefaultReadLimit(self) -> Any:
+        if self.options.max_messages is not None:
+            self._default_limit = ReadMaxRows(self.options.max_messages)
+        elif self.options.max_bytes is not None:
+            self._default_limit = ReadMaxBytes(self.options.max_bytes)
+        else:
+            self._default_limit = ReadAllAvailable()
+        return self._default_limit
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        count = self._count(fresh=True)
+        in_parallel(lambda k: self.table(k).stop_at_present(), range(count))
+        self._served = count
+
+    def _bounds(self, limit: Any) -> tuple[int | None, int | None]:
+        """Messages and bytes a batch may take under Spark's ``limit``."""
+        options = self.options
+        unbounded = isinstance(limit, ReadAllAvailable) and not isinstance(
+            self._default_limit, ReadAllAvailable
+        )  # Trigger.Once: read everything
+        max_messages = None if unbounded else options.max_messages
+        max_bytes = None if unbounded else options.max_bytes
+        if isinstance(limit, ReadMaxRows):
+            max_messages = limit.max_rows
+        elif isinstance(limit, ReadMaxBytes):
+            max_bytes = limit.max_bytes
+        return max_messages, max_bytes
+
+    def latestOffset(self, start: dict | None = None, limit: Any = None) -> dict:
+        """Acknowledge what Spark committed (up to ``start``) and lease the next batch; the
+        first call of a new query returns what the consumer name held first."""
+        assert start is not None, "Spark 4.2 passes the start offset"
+        check_offset(start, self.options.queue)
+        failpoints.reached("source.latest-offset")
+        max_messages, max_bytes = self._bounds(limit)
+        count = self._count()
+        if count == 1 and "partitions" not in start:
+            end = self.table(0).advance(start, max_messages, max_bytes)
+        else:
+            end = self._advance_partitions(start, count, max_messages, max_bytes)
+        if end != start:
+            failpoints.reached("source.lease-committed")
+        return end
+
+    def _advance_partitions(
+        self, start: dict, count: int, max_messages: int | None, max_bytes: int | None
+    ) -> dict:
+        """Every partition's :meth:`TableStreamReader.advance` at once, each within its
+        share of the bounds; ``start`` where none leased anything."""
+        starts = per_partition(start)
+        begins = {k: starts.get(k) or self.table(k).initialOffset() for k in range(count)}
+        messages = shares(max_messages, count, self._turn)
+        if max_bytes is not None:  # each share takes a message at least, as the whole does
+            max_bytes = max(1, max_bytes // count)
+        self._turn += 1
+        ends = in_parallel(
+            lambda k: self.table(k).advance(begins[k], messages[k], max_bytes), range(count)
+        )
+        # A bound below the count sat partitions out (each acknowledged only): where those
+        # that leased found nothing, the others take their turns now, so a batch finds
+        # nothing only where every partition has nothing.
+        waiting = [k for k in range(count) if messages[k] == 0]
+        while waiting and all(ends[k] == begins[k] for k in ends):
+            turn, waiting = waiting[: max_messages or 1], waiting[max_messages or 1 :]
+            ends |= in_parallel(lambda k: self.table(k).advance(begins[k], 1, max_bytes), turn)
+        if all(ends[k] == begins[k] for k in ends):
+            return start
+        return self._joined({**starts, **ends})
+
+    def reportLatestOffset(self) -> dict | None:
+        return None
+
+    # -- reading a batch -----------------------------------------------------------------------
+
+    def partitions(self, start: dict, end: dict) -> list[LeasedRange]:
+        check_offset(end, self.options.queue)
+        check_offset(start, self.options.queue)
+        tasks = self._batch(per_partition(start), per_partition(end))
+        if tasks:
+            failpoints.reached("source.partitions")
+        return [task for k in sorted(tasks) for task in tasks[k]]
+
+    def _batch(self, starts: dict[int, dict], ends: dict[int, dict]) -> dict[int, list]:
+        """The read tasks of each partition whose offset moved from ``starts`` to ``ends``."""
+        moved = [k for k, end in ends.items() if end != starts.get(k) and end.get("ranges")]
+        return in_parallel(
+            lambda k: self.table(k).batch_partitions(starts.get(k, {}), ends[k]), moved
+        )
+
+    def planned_partitions(self, start: dict, end: dict) -> list[LeasedRange]:
+        """The read tasks of the batch :meth:`latestOffset` just leased from ``start`` to
+        ``end``, over the files of the snapshots it was planned on."""
+        starts, ends = per_partition(start), per_partition(end)
+        moved = [k for k, part in ends.items() if part != starts.get(k) and part.get("ranges")]
+        return [task for k in moved for task in self.table(k).planned_partitions(ends[k])]
+
     def read(self, partition: LeasedRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         for rows in read_leased(partition):
             yield from arrow_batches(rows)
 
     def commit(self, end: dict) -> None:
         """Not used: acknowledgement happens in the next ``latestOffset`` (module doc)."""
-
-    # -- helpers -------------------------------------------------------------------------------
-
-    def _require(self, states: dict[str, Any]) -> Any:
-        state = require_queue(states, self.options.queue, self.store.uri)
-        refuse_partitioned(self.options.queue, state.arguments.partitions, "the Spark source")
-        return state
 
 
 class DriverReadStreamReader(Portable, SimpleDataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -555,11 +726,9 @@ class DriverReadStreamReader(Portable, SimpleDataSourceStreamReader, SupportsTri
         end = leases.latestOffset(start, self._limit)
         if end == start:
             return iter(()), start
-        # The files of the snapshot the lease was planned on: no second update of the table.
-        files = files_covering(leases.planned_on, leases.options.queue, end["ranges"])
         # A list's iterator: PySpark copies it to hand the batch over (a generator would not
         # copy).
-        return iter(self._batches(leases.partitions_over(end, files))), end
+        return iter(self._batches(leases.planned_partitions(start, end))), end
 
     def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[pa.RecordBatch]:
         return iter(self._batches(self.leases.partitions(start, end)))

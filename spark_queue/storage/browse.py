@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_queue.errors import TableNotFoundError
+from spark_queue.model.partitions import partition_uri
 from spark_queue.model.schema import BROWSE_ARROW_SCHEMA, BROWSE_COLUMNS, FILE_SCHEMA
 from spark_queue.portable import Portable
 from spark_queue.rules import Leases, QueueState, below_heads, live_mask, member, plan_settle
@@ -159,7 +160,8 @@ def read_partition(partition: BrowsePartition) -> pa.Table:
 
 
 def plan_browse(location: Location, queue: str | None) -> list[BrowsePartition]:
-    """The partitions of a browse read of ``queue`` (None: every queue), settled now.
+    """The partitions of a browse read of ``queue`` (None: every queue), settled now: a
+    partitioned queue's over each of its partition tables, partition 0 first.
 
     Raises:
         TableNotFoundError: no queue table at ``location``.
@@ -173,8 +175,21 @@ def plan_browse(location: Location, queue: str | None) -> list[BrowsePartition]:
     only = [queue] if queue in snapshot.states else None  # else the error lists them all
     states = settled_states(store, snapshot, now, only)
     found = plan_partitions(store, snapshot, states, queue, now)
+    for name in [queue] if queue is not None else sorted(states):
+        for partition in range(1, states[name].arguments.partitions):
+            found.extend(_partition_plan(location, name, partition, now))
     # Spark needs at least one partition; an empty one reads nothing.
     return found or [BrowsePartition(store.location, "", 0, 0, [], [], {}, [], now)]
+
+
+def _partition_plan(root: Location, queue: str, partition: int, now: int) -> list[BrowsePartition]:
+    """The partitions of a browse read of ``queue``'s partition table ``partition``."""
+    store = QueueStore(Location(partition_uri(root.uri, queue, partition), root.options))
+    snapshot = store.snapshot()
+    if snapshot is None:
+        raise TableNotFoundError(store.uri)
+    states = settled_states(store, snapshot, now, [queue])
+    return plan_partitions(store, snapshot, states, queue, now)
 
 
 def peek_rows(store: QueueStore, snapshot: Snapshot, queue: str, limit: int) -> pa.Table:

@@ -27,6 +27,7 @@ import base64
 import concurrent.futures
 import functools
 import hashlib
+import json
 import logging
 import ssl
 import threading
@@ -45,6 +46,7 @@ from spark_queue.errors import (
     QueueError,
     QueueNotFoundError,
 )
+from spark_queue.model.schema import LEASE_VERSION_KEY, LEASE_VERSIONS_KEY
 from spark_queue.server.sqs import handles, http, shapes, signing
 from spark_queue.server.sqs.attributes import (
     SqsOnly,
@@ -190,7 +192,8 @@ class SqsService:
         self._known: set[str] = set()  # queues seen in the table (never removed from it)
         self._known_lock = threading.Lock()
         self._events: dict[str, asyncio.Event] = {}
-        self._log_checks: dict[int, tuple[float, bool]] = {}  # version: (checked at, found)
+        # (table, version): (checked at, found)
+        self._log_checks: dict[tuple[str, int], tuple[float, bool]] = {}
         self.stopping = False  # once set, long polls answer at once with what they have
         self.actions: dict[str, Callable[[dict[str, Any], str], Any]] = {
             "CreateQueue": self.create_queue,
@@ -301,15 +304,6 @@ class SqsService:
         settings = self.settings.get(name)
         if not self._exists(name) or (settings is not None and settings.deleted):
             raise SqsError("QueueDoesNotExist", "The specified queue does not exist.")
-        partitions = self.table.partitioned.count(name)
-        if partitions > 1:  # refused each time: kept off the known names' fast path
-            with self._known_lock:
-                self._known.discard(name)
-            raise SqsError(
-                "UnsupportedOperation",
-                f"queue {name} has partitions={partitions}: the SQS API does not serve "
-                "partitioned queues yet",
-            )
         return settings if settings is not None else SqsOnly()
 
     async def _queue(self, request: Mapping[str, Any]) -> tuple[str, SqsOnly]:
@@ -610,9 +604,7 @@ class SqsService:
             )
             if rows.num_rows or time.monotonic() >= deadline or self.stopping:
                 break
-            metadata = rows.schema.metadata or {}
-            version = metadata.get(b"spark_queue.version")
-            await self._idle(name, int(version) if version else None, deadline)
+            await self._idle(name, self._watched(name, rows.schema.metadata or {}), deadline)
         if not rows.num_rows:
             return {}  # as SQS answers: no Messages member at all
         received_at = int(time.time() * 1000)
@@ -625,12 +617,25 @@ class SqsService:
             messages.append(incoming(row, name, system, attributes, received_at, handle))
         return {"Messages": messages}
 
-    async def _idle(self, name: str, version: int | None, deadline: float) -> None:
-        """Wait until a send to ``name`` through this broker, a new table version, a
+    def _watched(self, name: str, metadata: Mapping[bytes, bytes]) -> list[tuple[Any, int]]:
+        """The log entries whose arrival ends an idle wait on ``name`` after a lease that
+        found nothing (its metadata): each table's next version (every partition's, of a
+        partitioned queue)."""
+        versions = metadata.get(LEASE_VERSIONS_KEY)
+        if versions is not None:
+            return [
+                (self.table.partitioned.store_of(name, partition), version + 1)
+                for partition, version in enumerate(json.loads(versions))
+                if version is not None
+            ]
+        version = metadata.get(LEASE_VERSION_KEY)
+        return [(self.table.store, int(version) + 1)] if version else []
+
+    async def _idle(self, name: str, watched: list[tuple[Any, int]], deadline: float) -> None:
+        """Wait until a send to ``name`` through this broker, a ``watched`` log entry, a
         settle interval or ``deadline``, whichever comes first; commits nothing."""
         event = self._events.setdefault(name, asyncio.Event())
         until = min(deadline, time.monotonic() + SETTLE_SECONDS)
-        store = self.table.store
         while True:
             left = until - time.monotonic()
             if left <= 0:
@@ -640,20 +645,21 @@ class SqsService:
                 return
             except asyncio.TimeoutError:
                 pass
-            if version is not None and await self._logged(store, version + 1):
-                return
+            for store, version in watched:
+                if await self._logged(store, version):
+                    return
 
     async def _logged(self, store: Any, version: int) -> bool:
         """Whether ``version`` is in the table's log: one check a poll interval for all the
         polls that wait on it (many idle receivers make one request, not one each)."""
         now = time.monotonic()
-        checked = self._log_checks.get(version)
+        checked = self._log_checks.get((store.uri, version))
         if checked is not None and (checked[1] or now - checked[0] < self.poll_seconds):
             return checked[1]
         found = bool(await self._run(store.has_log_entry, version))
         if len(self._log_checks) > 64:
             self._log_checks.clear()
-        self._log_checks[version] = (now, found)
+        self._log_checks[(store.uri, version)] = (now, found)
         return found
 
     # -- settling ------------------------------------------------------------------------------
