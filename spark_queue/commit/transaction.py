@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
@@ -71,6 +71,8 @@ _CHECKS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="spark-queue-ids"
 # Writes of a commit's files; shared, since starting threads for every commit cost more than
 # a small commit's writes (about 1.5 ms of 15).
 _WRITES = ThreadPoolExecutor(max_workers=8, thread_name_prefix="spark-queue-writes")
+# The built-in value of every queue argument (a declare compares given ones with them).
+BUILT_IN = QueueArguments().to_dict()
 INCOMING_COLUMNS = ["seq", "size", "priority", "deliver_at", "enqueued_at", "expires_at"]
 T = TypeVar("T")
 # What checking incoming message ids against a queue's window finds: the ids' two hashes,
@@ -589,11 +591,10 @@ def declaration(
         return resolution.arguments, explicit, resolution.policy
     explicit = dict(state.explicit)
     if not alter:
-        built_in = asdict(QueueArguments())
         differ = [
-            (k, explicit.get(k, built_in[k]), v)
+            (k, explicit.get(k, BUILT_IN[k]), v)
             for k, v in given.items()
-            if explicit.get(k, built_in[k]) != v
+            if explicit.get(k, BUILT_IN[k]) != v
         ]
         if differ:
             shown = "; ".join(

@@ -174,13 +174,19 @@ class TableView:
             files = files.filter(pc.invert(pc.is_in(files["path"], pa.array(list(removed)))))
         if adds:
             files = pa.concat_tables([files, staged_file_rows(adds, modified)])
+        cache: dict[str, Any] = {}
+        listed = self.cache.get("state_files")
+        if listed is not None:  # moved on as the files are, not filtered from them again
+            cache["state_files"] = [entry for entry in listed if entry[0] not in removed] + [
+                (f.path, f.size, f.record) for f in adds if f.record in STATE_RECORDS
+            ]
         return replace(
             self,
             version=self.version + 1,
             files=files,
             transactions={**self.transactions, **transactions},
             current_at=self.current_at if current_at is None else current_at,
-            cache={},
+            cache=cache,
         )
 
     def current_from(self, current_at: float) -> TableView:
