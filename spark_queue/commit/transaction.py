@@ -73,6 +73,7 @@ _CHECKS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="spark-queue-ids"
 _WRITES = ThreadPoolExecutor(max_workers=8, thread_name_prefix="spark-queue-writes")
 # The built-in value of every queue argument (a declare compares given ones with them).
 BUILT_IN = QueueArguments().to_dict()
+WRITE_HERE_BYTES = 1024 * 1024  # see stage_rows
 INCOMING_COLUMNS = ["seq", "size", "priority", "deliver_at", "enqueued_at", "expires_at"]
 T = TypeVar("T")
 # What checking incoming message ids against a queue's window finds: the ids' two hashes,
@@ -453,7 +454,11 @@ class QueueTransaction:
         of the file from storage, and the commit, wait for it (:meth:`on_storage`); whoever
         deletes the file waits for the returned write first."""
         staged, data = encode_file(record, rows)
-        upload = _WRITES.submit(upload_file, self.store.location, staged.path, data)
+        # A small file's write to a local disk costs less than handing it to a thread and
+        # back; a large one's goes on while the commit is planned.
+        here = not self.store.entries.remote and data.size <= WRITE_HERE_BYTES
+        run = run_here if here else _WRITES.submit
+        upload = run(upload_file, self.store.location, staged.path, data)
         self.uploads.append(upload)
         return staged, upload
 
@@ -470,7 +475,9 @@ class QueueTransaction:
         are written at once: pyarrow releases the GIL while it encodes, and a large batch's
         removal rows and lease index are a million rows each."""
         writes = [(record, rows) for record, rows in parts if rows is not None and rows.num_rows]
-        futures = [_WRITES.submit(write_file, self.store.location, *write) for write in writes]
+        # One write alone is not handed to a thread: the commit waits for it all the same.
+        run = _WRITES.submit if len(writes) > 1 else run_here
+        futures = [run(write_file, self.store.location, *write) for write in writes]
         wait(futures)
         staged = [future.result() for future in futures if future.exception() is None]
         self.written.extend(staged)  # discarded on failure, whichever part failed
@@ -563,6 +570,17 @@ class QueueTransaction:
         """Delete the files this transaction wrote itself (not the tasks' staged files, nor
         those of :meth:`stage_rows`, whose owners delete them once written)."""
         delete_files(self.store.location, [f.path for f in self.written])
+
+
+def run_here(function: Callable[..., T], *args: Any) -> Future[T]:
+    """``function(*args)`` run in this thread, as the future a thread pool's worker gives:
+    where it would wait for the answer at once, a thread costs two handoffs for nothing."""
+    done: Future[T] = Future()
+    try:
+        done.set_result(function(*args))
+    except BaseException as error:  # the caller's, from the future, as from a worker
+        done.set_exception(error)
+    return done
 
 
 def declaration(
