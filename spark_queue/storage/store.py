@@ -753,8 +753,7 @@ class QueueStore:
         if self.entries.creates:
             stamp = int(time.time() * 1000)
             entry = encode_entry(adds, removes, transactions, encoded, SUMMARY_KEY, stamp)
-        landed = view.moved(adds, [path for path, _, _ in removes], transactions)
-        return PreparedCommit(view, adds, removes, dict(transactions), encoded, entry, landed)
+        return PreparedCommit(view, adds, removes, dict(transactions), encoded, entry)
 
     def publish(self, prepared: PreparedCommit) -> TableView:
         """Create the log entry of a prepared commit (:meth:`commit` says how); returns the
