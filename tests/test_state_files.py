@@ -123,7 +123,7 @@ def test_the_state_files_of_a_view_moved_on_are_those_of_the_table_read_afresh(t
     table.publish("jobs", ["a", "b"])
     known = table.store.view(probe=False)
     assert known is not None
-    known.state_files  # listed: each view moved on from it lists its own from the commit
+    assert known.state_files  # listed: each view moved on lists its own from its commit
     table.publish("jobs", ["c"])
     table.lease("jobs", "w", max_messages=2)  # a lease index joins the queue states
     moved = table.store.view(probe=False)
