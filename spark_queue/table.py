@@ -75,7 +75,7 @@ from spark_queue.model.keywords import (
     SeqsLike,
     Unpack,
 )
-from spark_queue.model.messages import Bodies, Rows, as_input_table, normalise
+from spark_queue.model.messages import Bodies, Rows, normalise, publish_input
 from spark_queue.model.operations import (
     consumer_or_any,
     deliveries_of,
@@ -177,14 +177,14 @@ class QueueTable:
         sequence = idempotence(producer, sequence)
         on_reject = ARGUMENTS["on_reject"].parse(on_reject)
         given = validate_arguments(arguments)
-        table = as_input_table(rows)
-        if not table.num_rows:
-            result = PublishResult(queue, [], 0, 0, 0, duplicate=False, version=None, attempts=0)
-            return PublishOutcome(result, np.zeros(0, bool))
         # Bodies only: shaped by the group's leader, with the round's other publishes.
         now = now_micros()
-        bodies = Bodies.of(table, now)
-        batch = PendingBatch(queue, bodies or normalise(table, 0, now, queue))
+        taken = publish_input(rows, now)
+        if not taken.num_rows:
+            result = PublishResult(queue, [], 0, 0, 0, duplicate=False, version=None, attempts=0)
+            return PublishOutcome(result, np.zeros(0, bool))
+        shaped = taken if isinstance(taken, Bodies) else normalise(taken, 0, now, queue)
+        batch = PendingBatch(queue, shaped)
         request = PublishRequest(
             queue,
             batch,
