@@ -14,6 +14,11 @@ and through a queue broker (one group commit for every client), side by side.
   one ``Publisher``; with ``broker`` among ``--via``, also the floor of the processes' row:
   the same calls to an idle broker, a Flight server that answers each publish as a broker
   does without doing anything (what 32 processes' calls cost before any queue work);
+- **versus** (only when asked for: ``--only versus``; direct only): P threads of one process
+  making single-message ``publish`` calls on a local table, and beside them, in turn,
+  ``--repeats`` times, P threads publishing to RabbitMQ (``--rabbitmq``; durable queue,
+  persistent messages, publisher confirms: ``benchmarks/rabbitmq.py``), skipped with one
+  line where no RabbitMQ answers or ``pika`` is missing; ``publishers`` has the same row;
 - **latency**: a consumer process waiting on an idle queue, another process publishing one
   message every 0.2 s: time from the publish call's return (and from the call) to the
   message in the handler.
@@ -56,6 +61,7 @@ from typing import Any
 
 from common import fill, median, percentile
 from pyarrow.fs import FileSelector
+from rabbitmq import DEFAULT_URL, rabbitmq_row
 
 QUEUE = "q"
 WARM_UP = "warm-up"  # each publishing client's first publish, outside the measure
@@ -383,17 +389,23 @@ def version_of(target: Target) -> int:
     return Target(target.path, target.options, "off").table().store.open().version()
 
 
-def bench_publishers(serve, count, seconds, vias):
+def publish_threads_row(target: Target, via: str, count: int, seconds: float) -> str:
+    """``count`` threads of this process making one-message publishes (its group commit)."""
+    results, before = run_threads(
+        count,
+        lambda n, go: publish_loop(target, f"t{n}", seconds, go),
+        lambda: version_of(target),
+    )
+    return publish_row("`publish`, threads", via, target, results, before, seconds)
+
+
+def bench_publishers(serve, count, seconds, vias, rabbitmq):
     print("\n| single-message publish calls | P | via | msg/s | errors | commits |")
     print("|---|---|---|---|---|---|")
-    # Threads of one process: its group commit.
+    # Threads of one process: its group commit; beside them, a durable broker's clients.
     for via, target in serve("publish-threads", 0):
-        results, before = run_threads(
-            count,
-            lambda n, go, target=target: publish_loop(target, f"t{n}", seconds, go),
-            lambda target=target: version_of(target),
-        )
-        print(publish_row("`publish`, threads", via, target, results, before, seconds))
+        print(publish_threads_row(target, via, count, seconds))
+    print(rabbitmq_row(rabbitmq, count, seconds), flush=True)
     # Processes: a group commit each (direct), or the broker's for all.
     for via, target in serve("publish-processes", 0):
         arguments = [(target, f"p{n}", seconds) for n in range(count)]
@@ -414,6 +426,19 @@ def bench_publishers(serve, count, seconds, vias):
             )
         label = "`Publisher.send(...).result()`, threads"
         print(publish_row(label, via, target, results, before, seconds, warm_up=1))
+
+
+def bench_versus(path_of, options, count, seconds, repeats, rabbitmq):
+    """Threads' one-message publishes on a table of their own (direct), and to RabbitMQ,
+    in turn."""
+    print("\n| single-message publish calls | P | via | msg/s | errors | commits |")
+    print("|---|---|---|---|---|---|")
+    for repeat in range(repeats):
+        path = path_of(f"versus-{repeat}")
+        fill(path, 0, queue=QUEUE, storage_options=options)
+        target = Target(path, options, "off")
+        print(publish_threads_row(target, "direct", count, seconds), flush=True)
+        print(rabbitmq_row(rabbitmq, count, seconds), flush=True)
 
 
 def latency_consumer(target: Target, count: int, ready, out):
@@ -582,6 +607,8 @@ def main() -> None:
     parser.add_argument("--handler-ms", type=int, default=50)
     parser.add_argument("--publishers", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--repeats", type=int, default=3, help="of the versus measure")
+    parser.add_argument("--rabbitmq", default=DEFAULT_URL, help="RabbitMQ's AMQP URL")
     parser.add_argument("--latency-messages", type=int, default=50)
     parser.add_argument("--sustained-seconds", type=float, default=180.0)
     parser.add_argument("--window", type=float, default=20.0)
@@ -624,7 +651,11 @@ def main() -> None:
         if "slow" in args.only:
             bench_slow(serve, args.slow_workers, args.handler_ms, args.seconds)
         if "publishers" in args.only:
-            bench_publishers(serve, args.publishers, args.seconds, args.via)
+            bench_publishers(serve, args.publishers, args.seconds, args.via, args.rabbitmq)
+        if "versus" in args.only:
+            bench_versus(
+                path_of, options, args.publishers, args.seconds, args.repeats, args.rabbitmq
+            )
         if "latency" in args.only:
             bench_latency(serve, args.latency_messages)
         if "sustained" in args.only:

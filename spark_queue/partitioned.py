@@ -58,7 +58,7 @@ from spark_queue.storage.browse import (
 )
 from spark_queue.storage.commit_log import CommitOperation
 from spark_queue.storage.location import Location
-from spark_queue.storage.store import QueueStore, now_micros, require_queue
+from spark_queue.storage.store import QueueStore, Snapshot, now_micros, require_queue
 
 COUNT_SECONDS = 1.0
 """How long a queue's partition count, once read, is taken as it is: raising it reaches a
@@ -69,17 +69,22 @@ T = TypeVar("T")
 
 def publish_request(
     queue: str,
-    rows: pa.Table,
+    rows: Bodies | pa.Table,
+    enqueued_at: int,
     given: dict[str, Any],
     producer: str | None,
     sequence: int | None,
     on_reject: str,
     policies: Policies | None,
+    *,
+    whole: bool = False,
 ) -> PublishRequest:
-    """A publish of ``rows`` (input columns) to one table's ``queue``: bodies only are
-    shaped by the group's leader, with the round's other publishes."""
-    now = now_micros()
-    batch = PendingBatch(queue, Bodies.of(rows, now) or normalise(rows, 0, now, queue))
+    """A publish of ``rows`` (:func:`~spark_queue.model.messages.publish_input`'s, or a
+    table of input columns) to one table's ``queue``: bodies only are shaped by the group's
+    leader, with the round's other publishes."""
+    if isinstance(rows, pa.Table):
+        rows = Bodies.of(rows, enqueued_at) or normalise(rows, 0, enqueued_at, queue)
+    batch = PendingBatch(queue, rows)
     return PublishRequest(
         queue,
         batch,
@@ -88,12 +93,14 @@ def publish_request(
         sequence=sequence,
         on_reject=on_reject,
         policies=policies,
+        whole=whole,
     )
 
 
-def table_stats(store: QueueStore, queue: str) -> QueueStats:
-    """One table's ``stats`` of ``queue`` (``QueueTable.stats``)."""
-    snapshot = store.snapshot()
+def table_stats(store: QueueStore, queue: str, snapshot: Snapshot | None = None) -> QueueStats:
+    """One table's ``stats`` of ``queue`` (``QueueTable.stats``), from ``snapshot`` where
+    given (the present, just read), else from the present."""
+    snapshot = snapshot or store.snapshot()
     if snapshot is None:
         raise TableNotFoundError(store.uri)
     require_queue(snapshot.states, queue, store.uri)
@@ -104,6 +111,12 @@ def table_stats(store: QueueStore, queue: str) -> QueueStats:
     stats["leased_by_consumer"] = leased_by_consumer(state)
     stats["groups_by_consumer"] = state.leases.groups_by_consumer()
     return cast(QueueStats, stats)  # every counter and gauge, by name
+
+
+def partitions_in(root: Snapshot, queue: str) -> int:
+    """``queue``'s partitions as ``root`` (the root table's snapshot) records them."""
+    state = root.states.get(queue)
+    return state.arguments.partitions if state is not None else 1
 
 
 def summed(parts: list[QueueStats]) -> QueueStats:
@@ -166,10 +179,11 @@ class Partitions:
             known = self._counts.get(queue)
         if known is not None and not fresh and now - known[1] < COUNT_SECONDS:
             return known[0]
-        # In the present (one look at the log where nothing is new): the count another
-        # process just declared or raised, never a view of the root up to
-        # TRUSTED_SECONDS old.
-        snapshot = self.store.snapshot(probe=True)
+        # The process's view of the root, which the root's next commit reads anyway: no
+        # request of its own on a warm table. A publish routed as for one partition is
+        # checked by its commit (QueuePartitioned), so a count another process just
+        # declared is never missed; a raise reaches routing within TRUSTED_SECONDS.
+        snapshot = self.store.snapshot(probe=fresh)
         state = snapshot.states.get(queue) if snapshot is not None else None
         found = state.arguments.partitions if state is not None else 1
         with self._lock:
@@ -270,6 +284,7 @@ class Partitions:
             request = publish_request(
                 queue,
                 rows.take(at),
+                now_micros(),
                 own,
                 producer,
                 sequence,
@@ -415,21 +430,26 @@ class Partitions:
 
     # -- the whole queue -------------------------------------------------------------------
 
-    def stats(self, queue: str, count: int) -> list[QueueStats]:
-        """Each partition's stats, partition 0 first."""
-        return [table_stats(self.store_of(queue, k), queue) for k in range(count)]
+    def stats(self, queue: str, root: Snapshot) -> list[QueueStats]:
+        """Each partition's stats, partition 0 first (``root``: the root in the present)."""
+        return [table_stats(self.store, queue, root)] + [
+            table_stats(self.store_of(queue, k), queue)
+            for k in range(1, partitions_in(root, queue))
+        ]
 
-    def peek(self, queue: str, count: int, limit: int) -> pa.Table:
+    def peek(self, queue: str, root: Snapshot, limit: int) -> pa.Table:
         """Up to ``limit`` ready messages of ``queue`` over its partitions: by priority,
         then by when they were enqueued (each partition's own order within)."""
         found = []
-        for partition in range(count):
+        for partition in range(partitions_in(root, queue)):
             store = self.store_of(queue, partition)
-            snapshot = store.snapshot()
+            snapshot = root if partition == 0 else store.snapshot()
             if snapshot is None:
                 raise TableNotFoundError(store.uri)
             require_queue(snapshot.states, queue, store.uri)
             found.append(peek_rows(store, snapshot, queue, limit))
+        if len(found) == 1:  # one table's own delivery order
+            return found[0]
         merged = pa.concat_tables(found)
         order = merged.sort_by(
             [("priority", "descending"), ("enqueued_at", "ascending"), ("seq", "ascending")]

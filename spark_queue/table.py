@@ -34,6 +34,7 @@ from spark_queue.commit.requests import (
     LeaseOutcome,
     LeaseRequest,
     Outcome,
+    QueuePartitioned,
     Request,
     ack_planner,
     cancel_planner,
@@ -68,7 +69,7 @@ from spark_queue.model.keywords import (
     SeqsLike,
     Unpack,
 )
-from spark_queue.model.messages import Rows, as_input_table
+from spark_queue.model.messages import Rows, as_input_table, publish_input
 from spark_queue.model.operations import (
     consumer_or_any,
     deliveries_of,
@@ -87,9 +88,9 @@ from spark_queue.model.results import PublishOutcome, PublishResult, QueueStats
 from spark_queue.model.schema import LEASE_VERSION_KEY
 from spark_queue.partitioned import Partitions, publish_request, summed
 from spark_queue.rules import QueueState
-from spark_queue.storage.browse import delivered_rows, peek_rows
+from spark_queue.storage.browse import delivered_rows
 from spark_queue.storage.commit_log import CommitOperation
-from spark_queue.storage.store import QueueStore, Snapshot, require_queue
+from spark_queue.storage.store import QueueStore, Snapshot, now_micros, require_queue
 
 if TYPE_CHECKING:
     from spark_queue.clients.consumer import Consumer
@@ -169,20 +170,26 @@ class QueueTable:
         sequence = idempotence(producer, sequence)
         on_reject = ARGUMENTS["on_reject"].parse(on_reject)
         given = validate_arguments(arguments)
-        table = as_input_table(rows)
-        if not table.num_rows:
+        now = now_micros()
+        taken = publish_input(rows, now)
+        if not taken.num_rows:
             result = PublishResult(queue, [], 0, 0, 0, duplicate=False, version=None, attempts=0)
             return PublishOutcome(result, np.zeros(0, bool))
         count = self.partitioned.count(queue)
         if given.get("partitions", 1) > count:  # a first use declares the partitions
             self.partitioned.prepare(queue, given, self.policies, alter=False)
             count = given["partitions"]
-        if count > 1:
-            return self.partitioned.publish(
-                queue, table, given, count, producer, sequence, on_reject, self.policies
+        if count == 1:
+            request = publish_request(
+                queue, taken, now, given, producer, sequence, on_reject, self.policies, whole=True
             )
-        return self._call(
-            publish_request(queue, table, given, producer, sequence, on_reject, self.policies)
+            try:
+                return self._call(request)
+            except QueuePartitioned:  # declared partitioned since this process looked
+                count = self.partitioned.count(queue, fresh=True)
+        table = as_input_table(rows)  # routed by key: the input columns as a table
+        return self.partitioned.publish(
+            queue, table, given, count, producer, sequence, on_reject, self.policies
         )
 
     publish = results_only(
@@ -362,7 +369,7 @@ class QueueTable:
             QueueNotFoundError: no queue ``queue``.
             CommitConflictError: every commit attempt lost to another writer.
         """
-        return self.partitioned.purge(queue, self.partitioned.count(queue), progress)
+        return self.partitioned.purge(queue, self.partitioned.count(queue, fresh=True), progress)
 
     def compact(self, progress: Progress = no_progress) -> dict[str, int]:
         """Compact small files now (see :mod:`spark_queue.commit.maintenance`). Safe while
@@ -827,7 +834,9 @@ class QueueTable:
         Raises:
             QueueNotFoundError: no queue ``queue``.
         """
-        return self.partitioned.stats(queue, self.partitioned.count(queue))
+        snapshot = self._snapshot()
+        self._require(snapshot, queue)
+        return self.partitioned.stats(queue, snapshot)
 
     @renamed("peek", QUEUE_RENAMES)
     def peek(self, queue: str, limit: int = 10) -> pa.Table:
@@ -845,12 +854,9 @@ class QueueTable:
             InvalidOptionError: ``limit`` is not a whole number >= 0.
         """
         limit = ARGUMENTS["limit"].parse(limit)
-        count = self.partitioned.count(queue)
-        if count > 1:
-            return self.partitioned.peek(queue, count, limit)
         snapshot = self._snapshot()
         self._require(snapshot, queue)
-        return peek_rows(self.store, snapshot, queue, limit)
+        return self.partitioned.peek(queue, snapshot, limit)
 
     def history(self, queue: str | None = None, versions: Iterable[int] | None = None) -> pa.Table:
         """Gauges and counters of queues after each commit, from the Delta log.

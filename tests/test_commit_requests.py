@@ -20,6 +20,7 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 
 from spark_queue import QueueTable
+from spark_queue.commit.enqueue import reserve
 from spark_queue.storage.table_view import TRUSTED_SECONDS
 from tests.latency_proxy import LatencyProxy, RoundTrips
 from tests.object_store import RequestLog
@@ -188,3 +189,44 @@ def test_a_warm_publish_lease_and_ack_each_wait_for_two_requests_in_a_row(
             call()
         counted.append((trips.in_all, trips.in_a_row))
     assert counted == [(3, 2), (3, 2), (3, 2), (1, 1)], counted
+
+
+def test_a_reservation_after_another_processs_commit_waits_for_two_requests_in_a_row(
+    proxied_s3_table: str,
+    proxied_s3_options: dict[str, str],
+    s3_options: dict[str, str],
+    round_trips: Callable[[], AbstractContextManager[RoundTrips]],
+) -> None:
+    """The sink's planner reserves a batch's seqs where the last commit was made by another
+    process (its commit runs in one): the entry after the one it knows and the next read at
+    once, then the queue state that entry names, read while the entry it moved to is
+    looked at (the planner looked last longer ago than it trusts)."""
+    table = QueueTable(proxied_s3_table, storage_options=proxied_s3_options, broker="off")
+    table.publish("q", ["here"])
+    elsewhere = subprocess.Popen(  # straight to the server: its requests are not counted
+        [
+            sys.executable,
+            "-c",
+            ELSEWHERE.format(root=str(ROOT)),
+            proxied_s3_table,
+            json.dumps(s3_options),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert elsewhere.stdout is not None and elsewhere.stdin is not None
+        assert elsewhere.stdout.readline().strip() == "ready"
+        elsewhere.stdin.write("elsewhere\n")
+        elsewhere.stdin.flush()
+        assert elsewhere.stdout.readline().strip() == "committed"
+    finally:
+        elsewhere.communicate(timeout=60)
+    time.sleep(TRUSTED_SECONDS)
+    with round_trips() as trips:
+        base = reserve(table.store, "q", {}, None)
+    assert base == 2
+    assert (trips.in_all, trips.in_a_row, trips.by_method) == (4, 2, {"GET": 3, "HEAD": 1}), str(
+        trips
+    )

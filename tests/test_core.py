@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from spark_queue.model.queue_arguments import ConsumerLimits, QueueArguments
 from spark_queue.rules import (
     HEAD_SCHEMA,
+    Level,
     QueuePlan,
     QueueState,
     identity_holds,
@@ -617,3 +618,29 @@ def test_delivery_counts_travel_as_runs():
     counts = source.delivery_counts(seqs, np.array(runs, dtype=np.int64).reshape(-1, 3))
     assert counts.tolist() == deliveries.tolist()
     assert source.delivery_counts(seqs, np.zeros((0, 3), np.int64)).tolist() == [1] * 8
+
+
+def test_a_copied_state_is_the_same_and_changes_apart_from_it():
+    state = QueueState(
+        QUEUE,
+        QueueArguments(max_length=5),
+        levels={0: Level(head=3, ready=2, ready_bytes=20), 4: Level(head=7)},
+        holes={4, 5},
+        consumers={"c": {"last_lease": 2}},
+        next_seq=9,
+        explicit={"max_length": 5},
+        policy="p",
+    )
+    state.counters["added"] = 9
+    before = state.to_json()
+    copy = state.copy()
+    assert copy == state and copy.to_json() == before
+    copy.counters["added"] += 1
+    copy.levels[0].head += 1
+    copy.levels[1] = Level()
+    copy.holes.add(6)
+    copy.consumers["c"]["last_lease"] = 3
+    copy.consumers["d"] = {}
+    copy.explicit["overflow"] = "ring"
+    copy.next_seq = 10
+    assert state.to_json() == before

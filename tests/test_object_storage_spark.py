@@ -8,6 +8,7 @@ import contextlib
 import io
 import json
 import shutil
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from spark_queue.model.queue_arguments import READ_MODES
 from spark_queue.rules import identity_holds
 from spark_queue.spark.session import configure_s3a
 from tests.helpers import messages, write_batch
+from tests.latency_proxy import LatencyProxy, in_a_row
 from tests.object_store import SECRET_KEY, RequestLog
 from tests.test_commit_requests import requests
 
@@ -203,6 +205,57 @@ def test_a_stream_sinks_micro_batch_commits_its_files_and_one_entry_reading_none
         query.stop()
     bodies = QueueTable(s3_table, storage_options=s3_options).peek("jobs", 10)["body"]
     assert [bytes(b).decode() for b in bodies.to_pylist()] == [f"x{i}" for i in range(4)]
+
+
+def test_a_stream_sinks_micro_batch_plans_in_two_requests_in_a_row_and_commits_in_two(
+    spark: SparkSession,
+    proxied_s3_table: str,
+    proxied_s3_options: dict[str, str],
+    latency_proxy: LatencyProxy,
+    tmp_path: Path,
+) -> None:
+    """Behind a proxy that holds each request: a warm micro-batch's planning (the
+    reservation of its seqs, where the commit before it was made by another process) reads
+    the next two log entries at once, then the queue state they name, looking meanwhile at
+    the entry it moved to where it looked last too long ago; its task stores the message
+    file; its commit stores the queue state, then the log entry, after two looks of its own
+    where it committed last too long ago."""
+    QueueTable(proxied_s3_table, storage_options=proxied_s3_options, broker="off").declare("j")
+    bucket = urllib.parse.urlsplit(proxied_s3_table).netloc
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    (landing / "0.json").write_text('{"body": "x0"}\n')
+    stream = spark.readStream.schema("body string").json(str(landing))
+    writer = stream.writeStream.format("ringqueue").options(
+        queue="j", **storage(proxied_s3_options)
+    )
+    query = writer.option("checkpointLocation", str(tmp_path / "checkpoint")).start(
+        proxied_s3_table
+    )
+    try:
+        query.processAllAvailable()
+        for batch in range(1, 4):
+            latency_proxy.quiet(bucket, 0.3)
+            (landing / f"{batch}.json").write_text(f'{{"body": "x{batch}"}}\n')
+            with latency_proxy.counting(bucket) as trips:
+                query.processAllAvailable()
+            found = sorted(trips.requests, key=lambda r: r.start)
+            task = [r for r in found if r.method == "PUT" and "record%3Dmessage" in r.target]
+            assert len(task) == 1, str(trips)
+            planning = [r for r in found if r.end <= task[0].start]
+            commit = [r for r in found if r.start >= task[0].end]
+            assert len(planning) + len(commit) + 1 == len(found), str(trips)
+            looked = any(r.method == "HEAD" for r in planning)
+            assert (len(planning), in_a_row(planning)) == (3 + looked, 2), str(trips)
+            assert [r.method for r in planning].count("GET") == 3, str(trips)
+            looks = [r for r in commit if r.method != "PUT"]
+            assert [r.method for r in looks] in ([], ["GET", "HEAD"]), str(trips)
+            assert [r.method for r in commit if r.method == "PUT"] == ["PUT"] * 2, str(trips)
+            assert in_a_row(commit) == 2 + len(looks), str(trips)
+    finally:
+        query.stop()
+    bodies = QueueTable(proxied_s3_table, storage_options=proxied_s3_options).peek("j", 10)
+    assert [bytes(b).decode() for b in bodies["body"].to_pylist()] == [f"x{i}" for i in range(4)]
 
 
 @pytest.mark.parametrize("read_mode", READ_MODES)

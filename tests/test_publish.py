@@ -19,7 +19,7 @@ from spark_queue import (
     QueueTable,
 )
 from spark_queue.commit.enqueue import Reservation, commit_enqueue, reserve
-from spark_queue.model.messages import normalise
+from spark_queue.model.messages import Bodies, normalise
 from spark_queue.rules import identity_holds
 from spark_queue.storage.commit_log import CommitOperation
 from spark_queue.storage.files import MESSAGE, MessageFileWriter, StagedQueueFile, write_file
@@ -54,6 +54,33 @@ def test_every_kind_of_rows_is_enqueued_in_order(table, rows):
     assert (result.seqs, result.rejected, result.duplicate) == ([0, 1], 0, False)
     assert bodies(table, "orders") == ["a", "b"]
     assert table.stats("orders")["added"] == 2
+
+
+def test_bodies_given_as_lists_and_as_arrow_are_shaped_together_in_order():
+    """A round's publishes of lists of bodies (kept as bytes, no Arrow array per call)
+    and of Arrow bodies are shaped together: each body in order, with its own publish's
+    time."""
+    parts = [
+        Bodies.of_values([b"a", b"b"], 1),
+        Bodies.of(pa.table({"body": ["c"]}), 2),
+        Bodies.of_values(("d", "\u00e9"), 3),
+        Bodies.of_values([b"f"], 4),
+    ]
+    assert all(part is not None for part in parts)
+    rows = Bodies.concat(parts).normalised("q")
+    assert rows["body"].to_pylist() == [b"a", b"b", b"c", b"d", "\u00e9".encode(), b"f"]
+    assert rows["enqueued_at"].cast(pa.int64()).to_pylist() == [1, 1, 2, 3, 3, 4]
+    assert rows["seq"].to_pylist() == list(range(6))
+    assert rows["size"].to_pylist() == [1, 1, 1, 1, 2, 1]
+
+
+@pytest.mark.parametrize(
+    "values",
+    [[], ["a", b"b"], ["\ud800"], [bytearray(b"x")], [{"body": "a"}], pa.table({"body": ["a"]})],
+    ids=["empty", "mixed", "lone-surrogate", "bytearray", "dicts", "arrow"],
+)
+def test_only_lists_of_bytes_or_of_utf8_str_are_kept_as_values(values):
+    assert Bodies.of_values(values, 1) is None  # publish reads them as before
 
 
 def test_the_sinks_columns_are_stored(table):

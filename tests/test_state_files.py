@@ -116,3 +116,21 @@ def test_a_state_of_another_format_version_is_refused_by_name(tmp_path, stored):
         assert (published.returncode, published.stdout) == (1, "")
         assert published.stderr == f"spark-queue: {message}\n"
         assert QueueStore(str(path)).open().version() == version
+
+
+def test_the_state_files_of_a_view_moved_on_are_those_of_the_table_read_afresh(tmp_path):
+    table = QueueTable(str(tmp_path / "queues"))
+    table.publish("jobs", ["a", "b"])
+    known = table.store.view(probe=False)
+    assert known is not None
+    assert known.state_files  # listed: each view moved on lists its own from its commit
+    table.publish("jobs", ["c"])
+    table.lease("jobs", "w", max_messages=2)  # a lease index joins the queue states
+    moved = table.store.view(probe=False)
+    assert moved is not None and moved.version == known.version + 2
+    assert "state_files" in moved.cache  # moved on, not listed from the files
+    table_view.forget()
+    fresh = QueueStore(table.path).view(probe=False)
+    assert fresh is not None and fresh.version == moved.version
+    assert sorted(moved.state_files) == sorted(fresh.state_files)
+    assert {record for _, _, record in moved.state_files} == {"queue", "lease"}

@@ -47,8 +47,10 @@ def reserve(
         ArgumentMismatchError: ``queue`` exists with other arguments.
         NotAQueueTableError, StorageError: the table cannot be used.
     """
-    store.create()
-    snapshot = store.snapshot()
+    snapshot = store.following()  # the commit may run in another process: it made the last
+    if snapshot is None:
+        store.create()
+        snapshot = store.snapshot(probe=False)
     assert snapshot is not None
     if queue is not None:
         declaration(queue, snapshot.states.get(queue), arguments, policies)

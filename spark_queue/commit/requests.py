@@ -84,9 +84,16 @@ def queue_state(transaction: QueueTransaction, queue: str) -> QueueState:
     return require_queue(transaction.states, queue, transaction.store.uri)
 
 
+class QueuePartitioned(Exception):
+    """A publish routed to a queue of one partition found it partitioned when its commit
+    was planned (another process declared or raised its partitions since this one looked):
+    nothing of it was committed, and its caller routes it again."""
+
+
 class PublishRequest(Request[PublishOutcome]):
     """:meth:`QueueTable.publish`: one queue's rows, maybe an idempotent (producer,
-    sequence) pair."""
+    sequence) pair. ``whole``: the rows are the whole queue's, routed as for a queue of
+    one partition, which the commit checks against the queue's state."""
 
     creates = True
 
@@ -100,8 +107,10 @@ class PublishRequest(Request[PublishOutcome]):
         sequence: int | None,
         on_reject: str,
         policies: Policies | None,
+        whole: bool = False,
     ) -> None:
         self.queue = queue
+        self.whole = whole
         self.batch = batch
         self.arguments = arguments
         self.producer = producer
@@ -123,6 +132,9 @@ class PublishRequest(Request[PublishOutcome]):
     def apply(self, round: Round) -> PublishOutcome:
         transaction = round.transaction
         rows = self.batch.num_rows
+        state = transaction.states.get(self.queue)
+        if self.whole and state is not None and state.arguments.partitions > 1:
+            raise QueuePartitioned(self.queue)
         if self.app_id is not None:
             assert self.sequence is not None
             # This round's own publishes of the producer first; the table's only where none

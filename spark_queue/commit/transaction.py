@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import numpy as np
@@ -29,7 +29,12 @@ from spark_queue.errors import (
     TableNotFoundError,
 )
 from spark_queue.model.policies import Policies, resolve_without_policies
-from spark_queue.model.queue_arguments import QueueArguments, check_effective, option_name
+from spark_queue.model.queue_arguments import (
+    ARGUMENT_NAMES,
+    QueueArguments,
+    check_effective,
+    option_name,
+)
 from spark_queue.model.schema import UTC_MICROS
 from spark_queue.rules import (
     Level,
@@ -71,6 +76,10 @@ _CHECKS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="spark-queue-ids"
 # Writes of a commit's files; shared, since starting threads for every commit cost more than
 # a small commit's writes (about 1.5 ms of 15).
 _WRITES = ThreadPoolExecutor(max_workers=8, thread_name_prefix="spark-queue-writes")
+# The built-in value of every queue argument (a declare compares given ones with them),
+# ``partitions`` too, which a queue's stored arguments leave out where it is 1.
+BUILT_IN = {name: getattr(QueueArguments(), name) for name in ARGUMENT_NAMES}
+WRITE_HERE_BYTES = 1024 * 1024  # see stage_rows
 INCOMING_COLUMNS = ["seq", "size", "priority", "deliver_at", "enqueued_at", "expires_at"]
 T = TypeVar("T")
 # What checking incoming message ids against a queue's window finds: the ids' two hashes,
@@ -451,7 +460,11 @@ class QueueTransaction:
         of the file from storage, and the commit, wait for it (:meth:`on_storage`); whoever
         deletes the file waits for the returned write first."""
         staged, data = encode_file(record, rows)
-        upload = _WRITES.submit(upload_file, self.store.location, staged.path, data)
+        # A small file's write to a local disk costs less than handing it to a thread and
+        # back; a large one's goes on while the commit is planned.
+        here = not self.store.entries.remote and data.size <= WRITE_HERE_BYTES
+        run = run_here if here else _WRITES.submit
+        upload = run(upload_file, self.store.location, staged.path, data)
         self.uploads.append(upload)
         return staged, upload
 
@@ -468,7 +481,9 @@ class QueueTransaction:
         are written at once: pyarrow releases the GIL while it encodes, and a large batch's
         removal rows and lease index are a million rows each."""
         writes = [(record, rows) for record, rows in parts if rows is not None and rows.num_rows]
-        futures = [_WRITES.submit(write_file, self.store.location, *write) for write in writes]
+        # One write alone is not handed to a thread: the commit waits for it all the same.
+        run = _WRITES.submit if len(writes) > 1 else run_here
+        futures = [run(write_file, self.store.location, *write) for write in writes]
         wait(futures)
         staged = [future.result() for future in futures if future.exception() is None]
         self.written.extend(staged)  # discarded on failure, whichever part failed
@@ -563,6 +578,17 @@ class QueueTransaction:
         delete_files(self.store.location, [f.path for f in self.written])
 
 
+def run_here(function: Callable[..., T], *args: Any) -> Future[T]:
+    """``function(*args)`` run in this thread, as the future a thread pool's worker gives:
+    where it would wait for the answer at once, a thread costs two handoffs for nothing."""
+    done: Future[T] = Future()
+    try:
+        done.set_result(function(*args))
+    except BaseException as error:  # the caller's, from the future, as from a worker
+        done.set_exception(error)
+    return done
+
+
 def declaration(
     name: str,
     state: QueueState | None,
@@ -589,11 +615,10 @@ def declaration(
         return resolution.arguments, explicit, resolution.policy
     explicit = dict(state.explicit)
     if not alter:
-        built_in = asdict(QueueArguments())
         differ = [
-            (k, explicit.get(k, built_in[k]), v)
+            (k, explicit.get(k, BUILT_IN[k]), v)
             for k, v in given.items()
-            if explicit.get(k, built_in[k]) != v
+            if explicit.get(k, BUILT_IN[k]) != v
         ]
         if differ:
             shown = "; ".join(

@@ -143,10 +143,30 @@ class Bodies:
     (shaping costs ~70 us a call, most of it fixed, and 32 callers pay it in turn under the
     GIL)."""
 
-    def __init__(self, arrays: list[pa.Array], stamps: list[tuple[int, int]]) -> None:
-        self.arrays = arrays  # binary or string, no nulls
+    def __init__(self, arrays: list[pa.Array | list[bytes]], stamps: list[tuple[int, int]]) -> None:
+        # Arrow arrays (binary or string, no nulls), or lists of bytes (:meth:`of_values`).
+        self.arrays = arrays
         self.stamps = stamps  # (enqueued_at, rows), in row order
         self.num_rows = sum(rows for _, rows in stamps)
+
+    @classmethod
+    def of_values(cls, values: object, enqueued_at: int) -> Bodies | None:
+        """A list (or tuple) of bytes, or of str, as bodies, no Arrow array made for it:
+        the leader makes one for the round's (~20 us a call less, in the caller's thread);
+        None for anything else, and for a str that is not UTF-8 (:func:`as_input_table`
+        names its row)."""
+        if not isinstance(values, list | tuple) or not values:
+            return None
+        if all(type(value) is bytes for value in values):
+            data = list(values)
+        elif all(type(value) is str for value in values):
+            try:
+                data = [value.encode() for value in values]
+            except UnicodeEncodeError:
+                return None
+        else:
+            return None
+        return cls([data], [(enqueued_at, len(data))])
 
     @classmethod
     def of(cls, table: pa.Table, enqueued_at: int) -> Bodies | None:
@@ -169,11 +189,34 @@ class Bodies:
     def normalised(self, queue: str) -> pa.Table:
         """The stored rows (:func:`normalise`), numbered from 0, each with its own
         publish's ``enqueued_at``."""
-        binary = [_as_binary(array) for array in self.arrays]
+        binary: list[pa.Array] = []
+        values: list[bytes] = []  # of neighbouring lists: one Arrow array for them all
+        for part in self.arrays:
+            if isinstance(part, list):
+                values += part
+                continue
+            if values:
+                binary.append(pa.array(values, pa.binary()))
+                values = []
+            binary.append(_as_binary(part))
+        if values:
+            binary.append(pa.array(values, pa.binary()))
         body = binary[0] if len(binary) == 1 else pa.concat_arrays(binary)
         times, counts = zip(*self.stamps, strict=True)
         enqueued_at = times[0] if len(times) == 1 else np.repeat(times, counts)
         return normalise(pa.table({"body": body}), 0, enqueued_at, queue)
+
+
+def publish_input(rows: object, enqueued_at: int) -> Bodies | pa.Table:
+    """What :meth:`QueueTable.publish` was given: :class:`Bodies` where it is bodies only
+    (a list of bytes or of str, or a table of one ``body`` column without nulls), for the
+    group commit's leader to shape; else :func:`as_input_table`'s table, which raises for
+    what publish does not take."""
+    bodies = Bodies.of_values(rows, enqueued_at)
+    if bodies is not None:
+        return bodies
+    table = as_input_table(rows)
+    return Bodies.of(table, enqueued_at) or table
 
 
 def _as_binary(array: pa.Array) -> pa.Array:

@@ -144,13 +144,24 @@ class QueueState:
         )
 
     def copy(self) -> QueueState:
-        return QueueState.from_json(
-            self.name,
-            self.to_json(),
-            self.scheduled,
-            self.leases,
-            self.extras,
-            self.redelivered,
+        """A copy whose changes leave this state as it is; the indexes, which are never
+        changed in place, are shared. Built field by field: a commit copies every state of
+        the table a few times, and a round trip through :meth:`to_json` costs ~0.1 ms a
+        queue."""
+        return QueueState(
+            name=self.name,
+            arguments=self.arguments,  # frozen
+            counters=dict(self.counters),
+            levels={p: Level(v.head, v.ready, v.ready_bytes) for p, v in self.levels.items()},
+            holes=set(self.holes),
+            extras=self.extras,
+            scheduled=self.scheduled,
+            leases=self.leases,
+            redelivered=self.redelivered,
+            consumers={c: dict(entry) for c, entry in self.consumers.items()},
+            next_seq=self.next_seq,
+            explicit=dict(self.explicit),  # scalars
+            policy=self.policy,
         )
 
     def expiry(self, enqueued_at: np.ndarray, expires_at: np.ndarray) -> np.ndarray:

@@ -149,6 +149,10 @@ class EntryStore:
     reads and deletes them."""
 
     creates = True
+    # Whether each request is a round trip (an object store), where a caller that can go on
+    # meanwhile sends it from another thread; a local disk answers a small write in
+    # microseconds, less than handing it to a thread and back.
+    remote = True
 
     def create(self, version: int, data: bytes) -> bool:
         """Create ``version``'s entry with ``data``; False where it exists (nothing
@@ -174,6 +178,8 @@ def entry_name(version: int) -> str:
 
 class LocalEntries(EntryStore):
     """Entries on a local (or shared) disk."""
+
+    remote = False
 
     def __init__(self, root: str) -> None:
         self.folder = os.path.join(root, LOG_FOLDER)

@@ -13,8 +13,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_queue.model.schema import FILE_SCHEMA, UTC_MICROS
-from spark_queue.rules import INDEX_INTS, NEVER, NO_TIME, Leases, QueueState, Redelivered
-from spark_queue.storage.files import EXTRA, LEASE, REDELIVERED, SCHEDULED, record_rows
+from spark_queue.rules import (
+    INDEX_INTS,
+    NEVER,
+    NO_TIME,
+    Leases,
+    MessageIndex,
+    QueueState,
+    Redelivered,
+)
+from spark_queue.storage.files import EXTRA, LEASE, QUEUE, REDELIVERED, SCHEDULED, record_rows
 
 # Index columns <-> columnar index arrays: (array, column, value when null).
 # The scheduled and extras indexes (MessageIndex):
@@ -169,3 +177,44 @@ def _index_table(
 def _no_rows(columns: tuple[tuple[str, str, int], ...]) -> pa.Table:
     """No index rows of ``columns``, built once (as :func:`_no_leases`)."""
     return _columnar_table([], columns)
+
+
+def states_of(files: list[tuple[str, pa.Table]]) -> dict[str, QueueState]:
+    """The queue states held by state files' rows, given as (record, rows): the ``queue``
+    rows' JSON with every index record of the same queue joined in.
+
+    Raises:
+        UnsupportedFormatError: a state is of another format version.
+    """
+    queue_rows: list[pa.Table] = []
+    scheduled: dict[str, list[MessageIndex]] = {}
+    leases: dict[str, list[Leases]] = {}
+    extras: dict[str, list[MessageIndex]] = {}
+    redelivered: dict[str, list[dict[str, np.ndarray]]] = {}
+    for record, rows in files:
+        if record == QUEUE:
+            queue_rows.append(rows)
+        elif record in (SCHEDULED, EXTRA):
+            found = scheduled if record == SCHEDULED else extras
+            for queue, (_, arrays) in read_columnar(rows, MESSAGE_INDEX_COLUMNS).items():
+                found.setdefault(queue, []).append(MessageIndex(**arrays))
+        elif record == REDELIVERED:
+            for queue, (_, arrays) in read_columnar(rows, REDELIVERED_COLUMNS).items():
+                redelivered.setdefault(queue, []).append(arrays)
+        else:
+            for queue, held in read_leases(rows).items():
+                leases.setdefault(queue, []).append(held)
+    states: dict[str, QueueState] = {}
+    for rows in queue_rows:
+        for name, text in zip(
+            rows.column("queue").to_pylist(), rows.column("queue_state").to_pylist(), strict=True
+        ):
+            states[name] = QueueState.from_json(
+                name,
+                text,
+                MessageIndex.concat(scheduled.get(name, [])),
+                Leases.concat(leases.get(name, [])),
+                MessageIndex.concat(extras.get(name, [])),
+                join_redelivered(redelivered[name]) if name in redelivered else None,
+            )
+    return states

@@ -18,6 +18,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -41,11 +42,7 @@ from spark_queue.model.schema import (
     TABLE_CONFIGURATION,
     TABLE_SCHEMA,
 )
-from spark_queue.rules import (
-    Leases,
-    MessageIndex,
-    QueueState,
-)
+from spark_queue.rules import QueueState
 from spark_queue.storage.commit_log import (
     EMPTY_SUMMARY,
     SUMMARY_KEY,
@@ -54,16 +51,7 @@ from spark_queue.storage.commit_log import (
     parse_log_entry,
 )
 from spark_queue.storage.delta_log import EntryStore, encode_entry, entry_store, parse_actions
-from spark_queue.storage.files import (
-    EXTRA,
-    MESSAGE,
-    QUEUE,
-    REDELIVERED,
-    SCHEDULED,
-    SEEN,
-    StagedFile,
-    empty_rows,
-)
+from spark_queue.storage.files import MESSAGE, QUEUE, SEEN, StagedFile, empty_rows
 from spark_queue.storage.location import Location
 from spark_queue.storage.message_files import (
     FIRST_HEAD_SLICE,
@@ -73,13 +61,7 @@ from spark_queue.storage.message_files import (
     only,
 )
 from spark_queue.storage.row_cache import DataFile, held_file
-from spark_queue.storage.state_rows import (
-    MESSAGE_INDEX_COLUMNS,
-    REDELIVERED_COLUMNS,
-    join_redelivered,
-    read_columnar,
-    read_leases,
-)
+from spark_queue.storage.state_rows import states_of
 from spark_queue.storage.table_folder import new_table_refusal
 from spark_queue.storage.table_view import (
     TRUSTED_SECONDS,
@@ -99,6 +81,9 @@ WHOLE_READ_BYTES = 1024 * 1024
 # delta-rs's refusal of a commit from a table whose version's log entry is gone (1.6.6:
 # ``Invalid table version: N``; it writes nothing): see QueueStore.commit.
 PASSED_VERSION_ERROR = "Invalid table version"
+# Reads sent together (state files, log entries read ahead, a look at an entry): on an
+# object store each is a round trip, which the others need not wait for.
+_READS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="spark-queue-reads")
 
 
 def now_micros() -> int:
@@ -266,21 +251,65 @@ class QueueStore:
 
     def _read_on(self, view: TableView) -> TableView:
         """:meth:`_reach_present`, its errors as the store gives them."""
+        moved, asked = self._entries_after(view, 1)
+        if moved is None:
+            return self._load() or view
+        if not moved.trusted(time.monotonic()) and not self.entries.exists(moved.version):
+            self.known.forget()
+            return self._load() or moved
+        return self.known.offer(moved.current_from(asked))
+
+    def _entries_after(self, view: TableView, ahead: int) -> tuple[TableView | None, float]:
+        """``view`` moved on by the log entries written after it, up to the first missing
+        one, read ``ahead`` at a time (sent together), and when the missing one was asked
+        for; None where an entry changes what only delta-rs reads (load the table afresh)."""
         while True:
             asked = time.monotonic()
-            data = self.entries.read(view.version + 1)
-            if data is None:
-                break
-            actions = parse_actions(data.decode("utf-8"))
-            if actions.rebuilds:
-                return self._load() or view
-            view = view.moved(
-                actions.adds, actions.removes, actions.transactions, modified=actions.modified
+            versions = range(view.version + 1, view.version + 1 + ahead)
+            found = (
+                _READS.map(self.entries.read, versions)
+                if ahead > 1
+                else [self.entries.read(versions[0])]
             )
-        if not view.trusted(time.monotonic()) and not self.entries.exists(view.version):
-            self.known.forget()
-            return self._load() or view
-        return self.known.offer(view.current_from(asked))
+            for data in found:
+                if data is None:
+                    return view, asked
+                actions = parse_actions(data.decode("utf-8"))
+                if actions.rebuilds:
+                    return None, asked
+                view = view.moved(
+                    actions.adds, actions.removes, actions.transactions, modified=actions.modified
+                )
+
+    def following(self) -> Snapshot | None:
+        """The table's latest version and its queue states (:meth:`snapshot`), for a process
+        that plans on commits another process makes (the sink's reservation, whose commit
+        runs in another): the next two log entries read at once, then the state files they
+        name, read while the view's own entry is looked at where the view was known current
+        too long ago (:meth:`_reach_present` says why). Two requests in a row where one
+        commit came since, where :meth:`snapshot` waits for three or more."""
+        known = self.known.view
+        if known is None:
+            return self.snapshot()
+        with self._on_storage():
+            view, asked = self._entries_after(known, 2)
+            if view is None:
+                return self.snapshot() if self._load() is not None else None
+            look = (
+                None
+                if view.trusted(time.monotonic())
+                else _READS.submit(self.entries.exists, view.version)
+            )
+            try:
+                states = self._read_states(view.state_files)
+            except Exception:
+                if look is None or look.result():
+                    raise
+            if look is not None and not look.result():  # log cleanup passed the view
+                self.known.forget()
+                return self.snapshot()
+        self.known.offer(view.current_from(asked))
+        return Snapshot(view, view.files, states, view.state_files)
 
     def is_current(self, snapshot: Snapshot) -> bool:
         """Whether ``snapshot`` is of the table's latest version (reading the entries
@@ -563,47 +592,22 @@ class QueueStore:
         return {name: state.copy() for name, state in states.items()}
 
     def read_state_files(self, state_files: list[tuple[str, int, str]]) -> dict[str, QueueState]:
-        queue_rows: list[pa.Table] = []
-        scheduled: dict[str, list[MessageIndex]] = {}
-        leases: dict[str, list[Leases]] = {}
-        extras: dict[str, list[MessageIndex]] = {}
-        redelivered: dict[str, list[dict[str, np.ndarray]]] = {}
-        for path, size, record in state_files:
-            if record == QUEUE:
-                queue_rows.append(self.read_rows(path, ["queue", "queue_state"], size=size))
-            elif record in (SCHEDULED, EXTRA):
-                found = scheduled if record == SCHEDULED else extras
-                for queue, (_, arrays) in read_columnar(
-                    self.read_rows(path, size=size), MESSAGE_INDEX_COLUMNS
-                ).items():
-                    found.setdefault(queue, []).append(MessageIndex(**arrays))
-            elif record == REDELIVERED:
-                for queue, (_, arrays) in read_columnar(
-                    self.read_rows(path, size=size), REDELIVERED_COLUMNS
-                ).items():
-                    redelivered.setdefault(queue, []).append(arrays)
-            else:
-                for queue, held in read_leases(self.read_rows(path, size=size)).items():
-                    leases.setdefault(queue, []).append(held)
-        states: dict[str, QueueState] = {}
-        for rows in queue_rows:
-            for name, text in zip(
-                rows.column("queue").to_pylist(),
-                rows.column("queue_state").to_pylist(),
-                strict=True,
-            ):
-                try:
-                    states[name] = QueueState.from_json(
-                        name,
-                        text,
-                        MessageIndex.concat(scheduled.get(name, [])),
-                        Leases.concat(leases.get(name, [])),
-                        MessageIndex.concat(extras.get(name, [])),
-                        join_redelivered(redelivered[name]) if name in redelivered else None,
-                    )
-                except UnsupportedFormatError as error:
-                    raise UnsupportedFormatError(f"{self.uri}: {error}") from None
-        return states
+        """The queue states in ``state_files`` (path, size, record), the files read at
+        once: on an object store, one request in a row."""
+
+        def rows(file: tuple[str, int, str]) -> tuple[str, pa.Table]:
+            path, size, record = file
+            columns = ["queue", "queue_state"] if record == QUEUE else None
+            return record, self.read_rows(path, columns, size=size)
+
+        if len(state_files) > 1:
+            read = list(_READS.map(rows, state_files))
+        else:
+            read = [rows(file) for file in state_files]
+        try:
+            return states_of(read)
+        except UnsupportedFormatError as error:
+            raise UnsupportedFormatError(f"{self.uri}: {error}") from None
 
     # -- reading messages ------------------------------------------------------------------
 
@@ -749,8 +753,7 @@ class QueueStore:
         if self.entries.creates:
             stamp = int(time.time() * 1000)
             entry = encode_entry(adds, removes, transactions, encoded, SUMMARY_KEY, stamp)
-        landed = view.moved(adds, [path for path, _, _ in removes], transactions)
-        return PreparedCommit(view, adds, removes, dict(transactions), encoded, entry, landed)
+        return PreparedCommit(view, adds, removes, dict(transactions), encoded, entry)
 
     def publish(self, prepared: PreparedCommit) -> TableView:
         """Create the log entry of a prepared commit (:meth:`commit` says how); returns the
@@ -893,4 +896,3 @@ class QueueStore:
                 f"version {view.version} of {self.uri} was planned on, and log cleanup has "
                 f"deleted its log entry since: planned again on the latest ({error})"
             ) from error
-

@@ -21,6 +21,7 @@ checked as well (cleanup deletes oldest first).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
@@ -74,7 +75,7 @@ def flatten_files(table: DeltaTable) -> pa.Table:
             for name, (source, kind) in _FILE_FIELDS.items()
         },
         schema=FILE_COLUMNS,
-    )
+    ).combine_chunks()  # one chunk a column, as moved() keeps it
 
 
 def staged_file_rows(staged: list[StagedFile], modified: list[int] | None = None) -> pa.Table:
@@ -173,14 +174,22 @@ class TableView:
         if removed:
             files = files.filter(pc.invert(pc.is_in(files["path"], pa.array(list(removed)))))
         if adds:
-            files = pa.concat_tables([files, staged_file_rows(adds, modified)])
+            # One chunk a column: every commit adds one, and a filter over a table of many
+            # chunks costs ~20 us a chunk (~1 ms a commit after 40 commits), over one ~40 us.
+            files = pa.concat_tables([files, staged_file_rows(adds, modified)]).combine_chunks()
+        cache: dict[str, Any] = {}
+        listed = self.cache.get("state_files")
+        if listed is not None:  # moved on as the files are, not filtered from them again
+            cache["state_files"] = [entry for entry in listed if entry[0] not in removed] + [
+                (f.path, f.size, f.record) for f in adds if f.record in STATE_RECORDS
+            ]
         return replace(
             self,
             version=self.version + 1,
             files=files,
             transactions={**self.transactions, **transactions},
             current_at=self.current_at if current_at is None else current_at,
-            cache={},
+            cache=cache,
         )
 
     def current_from(self, current_at: float) -> TableView:
@@ -270,4 +279,9 @@ class PreparedCommit:
     transactions: dict[str, int]
     summary: str
     entry: bytes | None
-    landed: TableView
+
+    @functools.cached_property
+    def landed(self) -> TableView:
+        """The table once the commit lands: made when first asked for, so that a group
+        commit makes it while the entry's request is on its way, not before sending it."""
+        return self.view.moved(self.adds, [path for path, _, _ in self.removes], self.transactions)
