@@ -368,3 +368,39 @@ def test_the_spark_sink_refuses_a_partitioned_queue_by_name(spark, tmp_path):
     with pytest.raises(Exception, match="partitions=3: the Spark sink does not serve"):
         write_batch(messages(spark, ["a"]), path, queue="new", partitions=3)
     assert every_log(Path(path)) == before
+
+
+def test_a_table_whose_seqs_are_used_up_refuses_the_commit_and_writes_nothing(tmp_path):
+    """A root's seqs stay below ROOT_SEQ_LIMIT, a partition's in its own block: past it a
+    seq would name another partition, so the commit is refused and nothing is written."""
+    from spark_queue.commit.transaction import run
+    from spark_queue.errors import QueueError
+    from spark_queue.storage.commit_log import CommitOperation
+    from spark_queue.model.partitions import (
+        ROOT_SEQ_LIMIT,
+        check_seqs_left,
+        first_seq,
+        partition_path,
+        table_partition,
+    )
+
+    table = QueueTable(tmp_path / "queues")
+
+    def near_the_end(transaction):
+        transaction.next_seq = ROOT_SEQ_LIMIT - 1
+        transaction.declare("q", {})
+        transaction.commit(operation=CommitOperation.DECLARE.on("q"))
+
+    run(table.store, near_the_end)
+    assert table.publish("q", ["last"]).seqs == [ROOT_SEQ_LIMIT - 1]
+    version = DeltaTable(str(tmp_path / "queues")).version()
+    with pytest.raises(QueueError, match="used its seqs up"):
+        table.publish("q", ["one too many"])
+    assert DeltaTable(str(tmp_path / "queues")).version() == version
+
+    # A partition table's block ends where the next partition's begins.
+    check_seqs_left("t", 1, first_seq(2) - 1)
+    with pytest.raises(QueueError, match="partition 1's seqs end below"):
+        check_seqs_left("t", 1, first_seq(2))
+    assert table_partition(str(tmp_path / "queues" / partition_path("p", 3))) == 3
+    assert table_partition(str(tmp_path / "queues")) == 0

@@ -28,6 +28,7 @@ from spark_queue.errors import (
     CommitUnknownError,
     TableNotFoundError,
 )
+from spark_queue.model.partitions import check_seqs_left, table_partition
 from spark_queue.model.policies import Policies, resolve_without_policies
 from spark_queue.model.queue_arguments import (
     ARGUMENT_NAMES,
@@ -195,7 +196,13 @@ class QueueTransaction:
         for arrivals in incoming.values():  # dead letters are numbered after every arrival
             if arrivals.num_rows:
                 self.next_seq = max(self.next_seq, pc.max(arrivals["seq"]).as_py() + 1)
+        self._check_seqs_left()
         return self._apply(incoming, by_queue)
+
+    def _check_seqs_left(self) -> None:
+        if self.next_seq:
+            uri = self.store.location.uri
+            check_seqs_left(uri, table_partition(uri), self.next_seq - 1)
 
     def settle(self, name: str) -> None:
         """Apply ``name``'s limits now (after ``alter``) and promote due scheduled messages."""
@@ -396,6 +403,7 @@ class QueueTransaction:
         count = originals.num_rows
         new_seqs = np.arange(self.next_seq, self.next_seq + count, dtype=np.int64)
         self.next_seq += count
+        self._check_seqs_left()
         moved = {
             "queue": pa.array([target] * count, pa.string()),
             "seq": new_seqs,

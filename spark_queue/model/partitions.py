@@ -28,7 +28,7 @@ import hashlib
 
 import numpy as np
 
-from spark_queue.errors import InvalidOptionError, PartitionedQueueError
+from spark_queue.errors import InvalidOptionError, PartitionedQueueError, QueueError
 
 MAX_PARTITIONS = 1024
 """The most partitions a queue may have."""
@@ -84,6 +84,31 @@ def is_partition_path(relative: str) -> bool:
     of its queues is (:func:`partition_path`)."""
     parts = relative.strip("/").split("/")
     return len(parts) == 3 and parts[0] == PARTITIONS_FOLDER and parts[2].isdigit()
+
+
+def table_partition(uri: str) -> int:
+    """The partition a table at ``uri`` keeps: ``k`` where ``uri`` ends in a partition
+    table's path (:func:`partition_path`), else 0 (a root table)."""
+    parts = uri.rstrip("/").split("/")
+    if len(parts) >= 3 and parts[-3] == PARTITIONS_FOLDER and parts[-1].isdigit():
+        return int(parts[-1])
+    return 0
+
+
+def check_seqs_left(uri: str, partition: int, highest: int) -> None:
+    """A commit numbering messages up to ``highest`` in the table at ``uri``, which keeps
+    ``partition``, is refused where ``highest`` leaves that partition's seqs: a seq must
+    name the partition it is in (:func:`partition_of`).
+
+    Raises:
+        QueueError: the table's seqs are used up.
+    """
+    if int(partition_of(np.array([highest]))[0]) != partition:
+        end = ROOT_SEQ_LIMIT if partition == 0 else first_seq(partition + 1)
+        raise QueueError(
+            f"queue table {uri} has used its seqs up: partition {partition}'s seqs end "
+            f"below {end}, and this commit numbers a message {highest}; nothing was committed"
+        )
 
 
 def refuse_lowering(queue: str, current: int, given: int | None) -> None:
