@@ -29,7 +29,7 @@ def test_the_owner_is_stable_and_independent_of_the_order_brokers_are_listed_in(
     assert rendezvous_order("orders", 3, brokers)[0] == first[3]
 
 
-def test_the_weight_is_pinned_across_processes():
+def test_the_weight_is_blake2b_so_every_process_agrees():
     """BLAKE2b of the three, not Python's ``hash`` (salted per process): every client of a
     table computes the same owners."""
     assert weight("orders", 0, "b1") == int.from_bytes(

@@ -7,7 +7,8 @@ Every ``QueueTable`` has a :class:`BrokerRouter`. Its methods marked :func:`rout
 - ``broker="off"``: here, always (what the broker's own table does);
 - ``broker="auto"`` (the default, or ``$SPARK_QUEUE_BROKER``): at the live broker the table
   records (:mod:`spark_queue.broker.discovery`), looked up at most every 2 seconds; with none,
-  here;
+  here. Where several are live, a partitioned queue's calls are split by partition, each
+  share at the broker that serves its partition (:mod:`spark_queue.broker.spread`);
 - ``broker="host:port"``: at that broker (``"tls://host:port"``: over TLS).
 
 A broker that cannot be reached (refused, stopped, killed, timed out) is skipped for a few
