@@ -12,7 +12,6 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -35,8 +34,9 @@ from spark_queue.commit.requests import (
     Request,
 )
 from spark_queue.commit.transaction import QueueTransaction, declaration, run
-from spark_queue.errors import QueueError, TableNotFoundError
+from spark_queue.errors import PartitionedQueueError, QueueError, TableNotFoundError
 from spark_queue.model.messages import Bodies, normalise
+from spark_queue.model.partition_calls import lease_in_turn, merged_outcome, scoped_partition
 from spark_queue.model.partitions import (
     ROOT_SEQ_LIMIT,
     first_seq,
@@ -47,8 +47,7 @@ from spark_queue.model.partitions import (
 )
 from spark_queue.model.policies import Policies
 from spark_queue.model.queue_arguments import ConsumerLimits, QueueArguments
-from spark_queue.model.results import PublishOutcome, PublishResult, QueueStats
-from spark_queue.model.schema import LEASE_VERSION_KEY, LEASE_VERSIONS_KEY
+from spark_queue.model.results import PublishOutcome, QueueStats
 from spark_queue.rules import counters_and_gauges, identity_holds, leased_by_consumer
 from spark_queue.storage.browse import (
     delivered_rows,
@@ -190,6 +189,20 @@ class Partitions:
             self._counts[queue] = (found, now)
         return found
 
+    def require_partition(self, queue: str, partition: int) -> None:
+        """That ``queue`` has a partition ``partition`` (its count read again where the one
+        known says no: a count raised elsewhere a moment ago).
+
+        Raises:
+            PartitionedQueueError: it has not.
+        """
+        if partition < self.count(queue) or partition < self.count(queue, fresh=True):
+            return
+        raise PartitionedQueueError(
+            f"queue {queue!r} has partitions={self.count(queue)}: it has no partition "
+            f"{partition}; nothing was done"
+        )
+
     def partitioned(self, snapshot_states: dict[str, Any]) -> dict[str, int]:
         """The partitioned queues of a root's states, with their counts."""
         return {
@@ -198,7 +211,9 @@ class Partitions:
             if state.arguments.partitions > 1
         }
 
-    def _turn(self, queue: str) -> int:
+    def turn(self, queue: str) -> int:
+        """The next of ``queue``'s turns in this process (0, 1, 2, ...): which partition a
+        sticky publish or a lease starts from (``lease <queue>`` for a lease's)."""
         with self._lock:
             return next(self._turns.setdefault(queue, itertools.count()))
 
@@ -294,33 +309,20 @@ class Partitions:
             store = self.store_of(queue, partition)
             parts.append((at, group_of(store.location).submit(request)))
         outcomes = _results([future for _, future in parts])
-        accepted = np.zeros(rows.num_rows, dtype=bool)
-        seqs = np.zeros(rows.num_rows, dtype=np.int64)
-        for (at, _), outcome in zip(parts, outcomes, strict=True):
-            accepted[at] = outcome.accepted
-            seqs[at[outcome.accepted]] = outcome.result.seqs
-        results = [outcome.result for outcome in outcomes]
-        versions = {r.version for r in results if r.version is not None}
-        result = PublishResult(
-            queue,
-            seqs[accepted].tolist(),
-            sum(r.rejected for r in results),
-            sum(r.evicted for r in results),
-            sum(r.dead_lettered for r in results),
-            duplicate=all(r.duplicate for r in results),
-            # One commit's version; several partitions' versions are of several tables.
-            version=versions.pop() if len(results) == 1 and versions else None,
-            attempts=max(r.attempts for r in results),
-            duplicates=sum(r.duplicates for r in results),
-        )
-        return PublishOutcome(result, accepted)
+        shares = [(at, outcome) for (at, _), outcome in zip(parts, outcomes, strict=True)]
+        return merged_outcome(queue, rows.num_rows, shares)
 
     def targets(self, queue: str, rows: pa.Table, count: int, producer: str | None) -> np.ndarray:
-        """The partition of each row (see :meth:`publish`)."""
+        """The partition of each row (see :meth:`publish`): all of them the one
+        :func:`one_partition` scopes the call to, where it does."""
+        scoped = scoped_partition()
+        if scoped is not None:
+            self.require_partition(queue, scoped)
+            return np.full(rows.num_rows, scoped, dtype=np.int64)
         if producer is not None:
             keyless = key_partition(producer, count)
         else:
-            keyless = self._turn(queue) % count
+            keyless = self.turn(queue) % count
         targets = np.full(rows.num_rows, keyless, dtype=np.int64)
         if "key" in rows.column_names and rows["key"].null_count < rows.num_rows:
             encoded = pc.dictionary_encode(rows["key"]).combine_chunks()
@@ -359,30 +361,25 @@ class Partitions:
         long): each partition's messages in its delivery order. The schema's metadata holds
         each partition's version the lease planned on (:data:`LEASE_VERSIONS_KEY`), where
         an idle consumer watches for commits."""
-        start = self._turn(f"lease {queue}")
-        found: list[pa.Table] = []
-        versions: list[int | None] = [None] * count
-        messages, body_bytes = limits.max_messages, limits.max_bytes
-        for step in range(count):
-            partition = (start + step) % count
-            if step and (messages == 0 or (body_bytes is not None and body_bytes <= 0)):
-                break
+        scoped = scoped_partition()
+        if scoped is not None:
+            self.require_partition(queue, scoped)
+            count, order = max(count, scoped + 1), [scoped]
+        else:
+            start = self.turn(f"lease {queue}")
+            order = [(start + step) % count for step in range(count)]
+
+        def lease_share(
+            partition: int, messages: int | None, body_bytes: int | None
+        ) -> tuple[pa.Table, int | None]:
             store = self.store_of(queue, partition)
             asked = replace(limits, max_messages=messages, max_bytes=body_bytes)
             request = LeaseRequest(queue, asked, filter, strict_groups)
             outcome = group_of(store.location).submit(request).result()
             rows = delivered_rows(store, outcome.view, queue, outcome.leased)
-            versions[partition] = outcome.view.version
-            found.append(rows.replace_schema_metadata(None))
-            if messages is not None:
-                messages -= rows.num_rows
-            if body_bytes is not None and rows.num_rows:
-                body_bytes -= int(pc.sum(pc.binary_length(rows["body"])).as_py())
-        leased = pa.concat_tables(found)
-        metadata = {LEASE_VERSIONS_KEY: json.dumps(versions).encode()}
-        if versions[0] is not None:
-            metadata[LEASE_VERSION_KEY] = str(versions[0]).encode()
-        return leased.replace_schema_metadata(metadata)
+            return rows, outcome.view.version
+
+        return lease_in_turn(count, order, limits.max_messages, limits.max_bytes, lease_share)
 
     def submit(self, request: Request[Any]) -> Any:
         """A request of ``QueueTable._call``: one with seqs, to the partitions its seqs

@@ -7,7 +7,8 @@ Every ``QueueTable`` has a :class:`BrokerRouter`. Its methods marked :func:`rout
 - ``broker="off"``: here, always (what the broker's own table does);
 - ``broker="auto"`` (the default, or ``$SPARK_QUEUE_BROKER``): at the live broker the table
   records (:mod:`spark_queue.broker.discovery`), looked up at most every 2 seconds; with none,
-  here;
+  here. Where several are live, a partitioned queue's calls are split by partition, each
+  share at the broker that serves its partition (:mod:`spark_queue.broker.spread`);
 - ``broker="host:port"``: at that broker (``"tls://host:port"``: over TLS).
 
 A broker that cannot be reached (refused, stopped, killed, timed out) is skipped for a few
@@ -29,6 +30,7 @@ channel) serves concurrent calls. Not fork-safe, like the rest of ``QueueTable``
 from __future__ import annotations
 
 import functools
+import inspect
 import json
 import logging
 import os
@@ -41,8 +43,9 @@ from typing import Any, ParamSpec, TypeVar, cast
 import pyarrow as pa
 
 from spark_queue.broker.auth import check_token, new_nonce, token_key
-from spark_queue.broker.discovery import BrokerRecord, is_loopback, live_broker
+from spark_queue.broker.discovery import BrokerRecord, is_loopback, live_brokers
 from spark_queue.broker.sessions import HELLO_ACTION, ClientSession, hello_body, open_session
+from spark_queue.broker.spread import NOT_SPREAD, SPREAD_METHODS, spread_call
 from spark_queue.broker.wire import (
     ROUTED_METHODS,
     STATUS_ACTION,
@@ -62,6 +65,7 @@ from spark_queue.errors import (
 )
 from spark_queue.model.arguments import parse_seqs
 from spark_queue.model.messages import as_input_table
+from spark_queue.model.partition_calls import one_partition
 from spark_queue.model.queue_arguments import check_queue_name
 from spark_queue.storage.location import Location
 
@@ -83,6 +87,7 @@ CALL_TIMEOUT_SECONDS = 120.0
 PUBLISH_BATCH_ROWS = 4096
 
 T = TypeVar("T")
+Route = tuple[str, "BrokerClient", "int | None"]  # a broker's key, client and request limit
 log = logging.getLogger(__name__)
 
 
@@ -328,11 +333,12 @@ def _short(error: Exception) -> str:
 
 
 def wire_request(
-    table: str, method: str, arguments: dict[str, Any]
+    table: str, method: str, arguments: dict[str, Any], partition: int | None = None
 ) -> tuple[bytes, pa.Table | None]:
     """A call's bound arguments as the request that carries them (encoded once: a
     one-message publish is a small request, where encoding is a good part of a client's
-    work), and publish's rows as Arrow.
+    work), and publish's rows as Arrow; ``partition``: the one partition of the queue it
+    runs on.
 
     Raises:
         QueueError, TypeError, ValueError: a value the request cannot carry as the table
@@ -349,7 +355,7 @@ def wire_request(
         upload = {"rows": rows.num_rows, "bytes": rows.nbytes}
     if given.get("seqs") is not None:
         given["seqs"] = parse_seqs("seqs", given["seqs"]).tolist()
-    return encode_request(table, method, given, upload), rows
+    return encode_request(table, method, given, upload, partition), rows
 
 
 class BrokerRouter:
@@ -377,7 +383,7 @@ class BrokerRouter:
         """Start with no clients and nothing looked up or skipped."""
         self._lock = threading.Lock()
         self._clients: dict[str, BrokerClient] = {}
-        self._found: tuple[float, Any] | None = None  # (when looked up, record or None)
+        self._found: tuple[float, list[BrokerRecord]] | None = None  # (when, live records)
         self._skipped: dict[str, float] = {}  # broker id or address -> when to try again
         self._distrusted: set[str] = set()  # ids of the records ignored (warned of once)
 
@@ -427,31 +433,43 @@ class BrokerRouter:
             )
         return trusted
 
-    def current(self) -> tuple[str, BrokerClient, int | None] | None:
-        """The broker a call goes to now: its key (id or address), its client and its
-        request size limit where known; None: run here."""
-        if self.mode == OFF:
-            return None
+    def live(self) -> list[BrokerRecord]:
+        """In ``auto``, the live brokers the table records that this client trusts and is
+        not skipping, the first started first (looked up at most every
+        :data:`DISCOVERY_SECONDS`); else none."""
+        if self.mode != AUTO:
+            return []
         now = time.monotonic()
         with self._lock:
-            if self.mode != AUTO:
-                if self._skipped.get(self.mode, 0.0) > now:
-                    return None
-                return self.mode, self._client(self.mode), None
             if self._found is None or now - self._found[0] > DISCOVERY_SECONDS:
                 skipped = {key for key, until in self._skipped.items() if until > now}
                 try:
-                    record = live_broker(self.location, skipped, self._trusts)
+                    records = live_brokers(self.location, skipped, self._trusts)
                 except Exception as error:
                     # Best effort: a lookup that fails, whatever the store raised, means a
                     # direct call, which reports the store's error itself.
                     log.debug("broker lookup in %s failed: %s", self.location.uri, error)
-                    record = None
-                self._found = (now, record)
-            record = self._found[1]
-            if record is None or self._skipped.get(record.id, 0.0) > now:
-                return None
-            address = f"{TLS_PREFIX}{record.address}" if record.tls else record.address
+                    records = []
+                self._found = (now, records)
+            return [r for r in self._found[1] if self._skipped.get(r.id, 0.0) <= now]
+
+    def current(self) -> Route | None:
+        """The broker a call goes to now (a partitioned queue's shares aside: :meth:`call`):
+        its key (id or address), its client and its request size limit where known; None:
+        run here."""
+        if self.mode == OFF:
+            return None
+        if self.mode != AUTO:
+            with self._lock:
+                if self._skipped.get(self.mode, 0.0) > time.monotonic():
+                    return None
+                return self.mode, self._client(self.mode), None
+        records = self.live()
+        return self._route(records[0]) if records else None
+
+    def _route(self, record: BrokerRecord) -> Route:
+        address = f"{TLS_PREFIX}{record.address}" if record.tls else record.address
+        with self._lock:
             return record.id, self._client(address, record.id), record.max_request_bytes
 
     def address(self) -> str | None:
@@ -482,22 +500,65 @@ class BrokerRouter:
         args: tuple[Any, ...],
         kwargs: dict[str, Any],
     ) -> T:
-        """``method(table, *args, **kwargs)``, at the current broker or here."""
+        """``method(table, *args, **kwargs)``, at the current broker or here; a partitioned
+        queue's shares, where several brokers are live, each at its partition's broker
+        (:mod:`spark_queue.broker.spread`)."""
+        if method_name in SPREAD_METHODS:
+            records = self.live()
+            if len(records) > 1:
+                spread = spread_call(self, records, method_name, method, table, args, kwargs)
+                if spread is not NOT_SPREAD:
+                    return cast(T, spread)
         route = self.current()
         if route is None:
             return method(table, *args, **kwargs)
-        key, client, limit = route
         # Only the arguments given: the broker's method fills in its own defaults.
-        bound = signature_of(method).bind(table, *args, **kwargs)
+        return self.send(
+            route, method_name, method, signature_of(method).bind(table, *args, **kwargs)
+        )
+
+    def send_share(
+        self,
+        record: BrokerRecord,
+        method_name: str,
+        method: Callable[..., T],
+        table: Any,
+        bound: inspect.BoundArguments,
+        partition: int | None,
+    ) -> T:
+        """A share of a call on a partitioned queue, at ``record``'s broker (on
+        ``partition`` where given), else here (:meth:`send`)."""
+        return self.send(self._route(record), method_name, method, bound, partition)
+
+    def send(
+        self,
+        route: Route,
+        method_name: str,
+        method: Callable[..., T],
+        bound: inspect.BoundArguments,
+        partition: int | None = None,
+    ) -> T:
+        """``method`` with ``bound`` (its ``self`` the table) at the broker of ``route``,
+        on ``partition`` of the queue where given; here where the broker is not to be used
+        for it (too large for it, or arguments the request cannot carry) or cannot be
+        reached (then it is skipped for :data:`RETRY_AFTER_SECONDS`)."""
+        key, client, limit = route
+
+        def here() -> T:
+            if partition is None:
+                return method(*bound.args, **bound.kwargs)
+            with one_partition(partition):
+                return method(*bound.args, **bound.kwargs)
+
         arguments = {k: v for k, v in bound.arguments.items() if k != "self"}
         try:
-            request, rows = wire_request(client.table, method_name, arguments)
+            request, rows = wire_request(client.table, method_name, arguments, partition)
         except (QueueError, TypeError, ValueError):
-            return method(table, *args, **kwargs)  # the table raises its own error
+            return here()  # the table raises its own error
         # What the broker weighs against its limit: the request and the rows.
         size = len(request) + (rows.nbytes if rows is not None else 0)
         if limit is not None and size > limit:
-            return method(table, *args, **kwargs)  # too large for the broker: no gain there
+            return here()  # too large for the broker: no gain there
         try:
             # The broker ran the method: its result, decoded as the method returns it.
             return cast(T, client.call(method_name, request, rows))
@@ -508,11 +569,11 @@ class BrokerRouter:
             # address cannot prove it holds the token: nothing was sent to it.
             log.warning("%s; committing directly for %.0f s", error, RETRY_AFTER_SECONDS)
             self._skip(key)
-            return method(table, *args, **kwargs)
+            return here()
         except BrokerUnreachable as error:
             log.warning("%s; committing directly for %.0f s", error, RETRY_AFTER_SECONDS)
             self._skip(key)
-            return method(table, *args, **kwargs)
+            return here()
 
 
 Params = ParamSpec("Params")

@@ -171,23 +171,25 @@ def read_records(location: Location) -> list[BrokerRecord]:
     return records
 
 
-def live_broker(
+def live_brokers(
     location: Location,
     skipped: Collection[str] = (),
     trusted: Callable[[BrokerRecord], bool] = lambda record: True,
-) -> BrokerRecord | None:
-    """The broker clients of the table use now: of the live records of this protocol whose
-    id is not in ``skipped`` and that the client ``trusted``, the one that started first
-    (ties: by id), so that every client picks the same broker and a second broker stands
-    by. Records the client does not trust are left out before the choice: a forged record
-    that claims an earlier start hides no genuine broker."""
+) -> list[BrokerRecord]:
+    """The brokers clients of the table may use now: the live records of this protocol
+    whose id is not in ``skipped`` and that the client ``trusted``, the first started first
+    (ties: by id). A queue without partitions goes to the first, so that every client picks
+    the same broker and a second one stands by; a partitioned queue's partitions are
+    spread over them all (:mod:`spark_queue.model.assignment`). Records the client does not
+    trust are left out before anything is chosen from them: a forged record that claims an
+    earlier start hides no genuine broker."""
     now = time.time()
     live = [
         r
         for r in read_records(location)
         if r.protocol == PROTOCOL and r.live(now) and r.id not in skipped and trusted(r)
     ]
-    return min(live, key=lambda r: (r.started_at, r.id), default=None)
+    return sorted(live, key=lambda r: (r.started_at, r.id))
 
 
 def remove_stale_records(location: Location) -> int:

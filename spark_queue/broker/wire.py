@@ -1,11 +1,14 @@
 """How a :class:`~spark_queue.QueueTable` call travels to a queue broker and back, over
 Arrow Flight (docs/BROKER.md "Wire format").
 
-- A request is one JSON object: ``{"protocol": 4, "table": <uri>, "method": <name>,
-  "arguments": {...}}``, the call's arguments by name. ``publish`` sends it as the
-  ``do_put`` descriptor's command, with ``"upload": {"rows": <n>, "bytes": <n>}`` (what
-  follows it), and its messages as Arrow record batches; every other method sends it as
-  the body of a ``do_action`` whose type is the method's name.
+- A request is one JSON object: ``{"protocol": 5, "table": <uri>, "method": <name>,
+  "arguments": {...}}``, the call's arguments by name. A ``publish`` or ``lease`` of a
+  partitioned queue may add ``"partition": <k>``: the call then runs on that partition
+  only (every row published to it; leased from it alone), as a client sends each
+  partition's share to the broker that serves it (:mod:`spark_queue.broker.spread`).
+  ``publish`` sends it as the ``do_put`` descriptor's command, with ``"upload": {"rows":
+  <n>, "bytes": <n>}`` (what follows it), and its messages as Arrow record batches; every
+  other method sends it as the body of a ``do_action`` whose type is the method's name.
 - A result: ``lease`` answers with its messages as one Arrow IPC stream; ``publish`` with
   the :class:`PublishResult` as JSON (``do_put``'s metadata), plus ``"rows"`` (how many
   came) and ``"not_stored"`` (the indices of those not stored: refused by a reject policy,
@@ -36,12 +39,16 @@ import pyarrow as pa
 
 from spark_queue import errors
 from spark_queue.errors import BrokerRequestError, QueueError
+from spark_queue.model.partitions import MAX_PARTITIONS
 from spark_queue.model.results import PublishOutcome, PublishResult
 
 # 2: publish declares its upload; calls carry a proof of the token, never the token.
 # 3: a hello binds the address dialed and the broker's challenge; each call its own proof.
 # 4: stats names its queue ``queue``, as every other call does (it was ``name``).
-PROTOCOL = 4
+# 5: publish and lease may name one partition of a partitioned queue (``partition``).
+PROTOCOL = 5
+# The methods whose request may name one partition of its queue.
+PARTITION_METHODS = ("publish", "lease")
 # The Flight header that carries a call's proof of the token (broker.sessions).
 TOKEN_HEADER = "authorization"
 # A ``do_action`` type that reports on the broker itself (id, table, requests served).
@@ -82,10 +89,15 @@ def _resolved(path: str) -> str:
 
 
 def encode_request(
-    table: str, method: str, arguments: Mapping[str, Any], upload: Mapping[str, int] | None = None
+    table: str,
+    method: str,
+    arguments: Mapping[str, Any],
+    upload: Mapping[str, int] | None = None,
+    partition: int | None = None,
 ) -> bytes:
     """The request for ``method`` with ``arguments`` (JSON values, numpy scalars taken as
-    Python ones) on ``table``; ``upload``: publish's ``{"rows": n, "bytes": n}``.
+    Python ones) on ``table``; ``upload``: publish's ``{"rows": n, "bytes": n}``;
+    ``partition``: the one partition of the queue the call runs on (publish and lease).
 
     Raises:
         TypeError, ValueError: an argument is not a JSON value, or not a finite number (the
@@ -95,6 +107,8 @@ def encode_request(
     request = {"protocol": PROTOCOL, "table": table, "method": method, "arguments": dict(arguments)}
     if upload is not None:
         request["upload"] = dict(upload)
+    if partition is not None:
+        request["partition"] = partition
     return json.dumps(
         request,
         default=_json_value,
@@ -109,9 +123,10 @@ def _json_value(value: Any) -> Any:
     raise TypeError(f"{type(value).__name__} is not a JSON value")
 
 
-def decode_request(body: bytes, table: str) -> tuple[str, dict[str, Any], Any]:
-    """The method, arguments and upload (what a publish declares of its messages, checked by
-    :func:`checked_upload`; None where not given) of a request to the broker of ``table``.
+def decode_request(body: bytes, table: str) -> tuple[str, dict[str, Any], Any, int | None]:
+    """The method, arguments, upload (what a publish declares of its messages, checked by
+    :func:`checked_upload`; None where not given) and partition (None: the whole queue) of a
+    request to the broker of ``table``.
 
     Raises:
         BrokerRequestError: the body is not a request of this protocol for this table, or
@@ -148,7 +163,19 @@ def decode_request(body: bytes, table: str) -> tuple[str, dict[str, Any], Any]:
         raise BrokerRequestError(f"malformed request: {method} takes no argument 'rows'/'self'")
     if method == "publish" and not isinstance(arguments.get("arguments", {}), dict):
         raise BrokerRequestError("malformed request: publish's 'arguments' is not an object")
-    return method, arguments, request.get("upload")
+    partition = request.get("partition")
+    if partition is not None and not (
+        method in PARTITION_METHODS
+        and type(partition) is int
+        and 0 <= partition < MAX_PARTITIONS
+        and isinstance(arguments.get("queue"), str)
+    ):
+        raise BrokerRequestError(
+            f"malformed request: 'partition' names a partition (0 to {MAX_PARTITIONS - 1}) "
+            f"of a publish's or lease's queue; got {trimmed(repr(partition), 100)} for "
+            f"{method}"
+        )
+    return method, arguments, request.get("upload"), partition
 
 
 def checked_upload(upload: Any) -> tuple[int, int]:

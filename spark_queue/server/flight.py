@@ -75,6 +75,7 @@ from spark_queue.errors import (
     NotAQueueTableError,
     StorageError,
 )
+from spark_queue.model.partition_calls import one_partition
 from spark_queue.model.policies import Policies
 from spark_queue.server.sqs.limits import HttpLimits
 from spark_queue.storage.location import scrubbed
@@ -300,6 +301,9 @@ class QueueBroker(flight.FlightServerBase):
             "unauthenticated": 0,
             "in_flight": 0,
         }
+        # Requests on one partition (a client's share for the partition's broker), by queue
+        # and partition.
+        self._partitions_served: dict[str, dict[int, int]] = {}
         self._stopping = False
         self._last_answered = -float("inf")  # time.monotonic() when a request last ended
         self.observe: Observer = _unobserved
@@ -475,14 +479,14 @@ class QueueBroker(flight.FlightServerBase):
         try:
             if len(body) > self.max_request_bytes:
                 raise self._too_large(len(body))
-            method, arguments, declared = decode_request(body, self.table.path)
+            method, arguments, declared, partition = decode_request(body, self.table.path)
             if method != kind or (method == "publish") != (upload is not None):
                 raise BrokerRequestError(
                     f"malformed request: a {kind} request names the method {method!r} (publish "
                     f"goes by do_put, every other method by do_action)"
                 )
             rows = None if upload is None else upload(checked_upload(declared), len(body))
-            result = self._call(method, arguments, rows)
+            result = self._call(method, arguments, rows, partition)
             answer = encode_result(method, result)
         except Exception as error:
             failure = self._failure(kind, error, time.perf_counter() - started)
@@ -516,8 +520,12 @@ class QueueBroker(flight.FlightServerBase):
             trimmed(message, MAX_STATUS_MESSAGE_BYTES), extra_info=payload
         )
 
-    def _call(self, method: str, arguments: dict[str, Any], rows: pa.Table | None) -> Any:
-        """``self.table.<method>(**arguments)``; publish's rows from the stream."""
+    def _call(
+        self, method: str, arguments: dict[str, Any], rows: pa.Table | None, partition: int | None
+    ) -> Any:
+        """``self.table.<method>(**arguments)``; publish's rows from the stream; on one
+        partition of the queue where the request names it (whether or not another broker
+        owns it: served here, just not batched with that broker's commits)."""
         if rows is not None:
             named = dict(arguments)
             queue_arguments = named.pop("arguments", {})
@@ -535,7 +543,15 @@ class QueueBroker(flight.FlightServerBase):
             signature_of(call).bind(**named)
         except TypeError as error:
             raise BrokerRequestError(f"malformed request: {method}: {error}") from None
-        return call(**named)
+        if partition is None:
+            return call(**named)
+        queue = named["queue"]
+        self.table.partitioned.require_partition(queue, partition)
+        with self._counts_lock:
+            served = self._partitions_served.setdefault(queue, {})
+            served[partition] = served.get(partition, 0) + 1
+        with one_partition(partition):
+            return call(**named)
 
     def _count(self, what: str, by: int = 1) -> None:
         with self._counts_lock:
@@ -581,12 +597,14 @@ class QueueBroker(flight.FlightServerBase):
         with self._counts_lock:
             counts = dict(self._counts)
             stopping = self._stopping
+            by_partition = {q: dict(served) for q, served in self._partitions_served.items()}
         return {
             "id": self.id,
             "table": self.table.path,
             "started_at": self.started_at,
             "max_request_bytes": self.max_request_bytes,
             "stopping": stopping,
+            "partitions_served": by_partition,
             **counts,
         }
 
