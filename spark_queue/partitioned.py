@@ -61,7 +61,8 @@ from spark_queue.storage.store import QueueStore, Snapshot, now_micros, require_
 
 COUNT_SECONDS = 1.0
 """How long a queue's partition count, once read, is taken as it is: raising it reaches a
-producer or consumer of this process within this long (a count is never lowered)."""
+producer or consumer of this process within this long and the view's ``TRUSTED_SECONDS``
+(a count is never lowered)."""
 
 T = TypeVar("T")
 
@@ -171,8 +172,8 @@ class Partitions:
 
     def count(self, queue: str, *, fresh: bool = False) -> int:
         """``queue``'s partitions as the root table says (1 where it has no such queue, or
-        no table): read again, from the present, after :data:`COUNT_SECONDS`, or now where
-        ``fresh``."""
+        no table): read again after :data:`COUNT_SECONDS` from the root as this process
+        knows it, or from the present where ``fresh``."""
         now = time.monotonic()
         with self._lock:
             known = self._counts.get(queue)

@@ -27,7 +27,9 @@ from spark_queue.model.partitions import (
     partition_folder,
     partition_of,
 )
+from spark_queue.partitioned import COUNT_SECONDS
 from spark_queue.spark.options import parse_sink_options
+from spark_queue.storage.table_view import TRUSTED_SECONDS
 
 # Kafka's own test values (clients' UtilsTest.testMurmur2).
 KAFKA_MURMUR2 = {
@@ -334,7 +336,7 @@ def test_a_table_idle_while_another_process_raised_the_count_reaches_the_present
     assert table.lease("q", "c").num_rows == 0  # the count is cached
     key = next(f"k{i}" for i in range(100) if key_partition(f"k{i}", 3) == 2)
     subprocess.run([sys.executable, "-c", RAISE_ELSEWHERE, str(path), key], check=True)
-    time.sleep(1.1)  # past the count's trusted time
+    time.sleep(COUNT_SECONDS + TRUSTED_SECONDS + 0.1)  # past the count's and the view's trust
     assert table.lease("q", "c")["body"].to_pylist() == [b"new"]
     assert len(table.partition_stats("q")) == 3
 
@@ -375,7 +377,6 @@ def test_a_table_whose_seqs_are_used_up_refuses_the_commit_and_writes_nothing(tm
     seq would name another partition, so the commit is refused and nothing is written."""
     from spark_queue.commit.transaction import run
     from spark_queue.errors import QueueError
-    from spark_queue.storage.commit_log import CommitOperation
     from spark_queue.model.partitions import (
         ROOT_SEQ_LIMIT,
         check_seqs_left,
@@ -383,6 +384,7 @@ def test_a_table_whose_seqs_are_used_up_refuses_the_commit_and_writes_nothing(tm
         partition_path,
         table_partition,
     )
+    from spark_queue.storage.commit_log import CommitOperation
 
     table = QueueTable(tmp_path / "queues")
 
