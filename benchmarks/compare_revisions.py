@@ -186,7 +186,7 @@ BENCHMARKS: dict[str, Benchmark] = {
     ),
     "consumer": Benchmark(
         "bench_consumer.py",
-        ("--sections", "throughput", "--messages", "1000000", "--repeats", "1"),
+        ("--sections", "throughput", "--messages", "1000000", "--repeats", "2"),
         spark=True,
         takes_out=True,
         figures=consumer_figures,
