@@ -24,6 +24,9 @@ from tests.brokers import BrokerProcess, wait_until
 pytestmark = pytest.mark.integration
 
 PARTITIONS = 4
+# Long enough that no lease runs out on a client that holds it, on a loaded machine too; short
+# enough that a delivery the kill lost comes back within the test.
+LEASE_PERIOD = "12 seconds"
 
 
 def split_queue(ids: list[str]) -> tuple[str, dict[int, str]]:
@@ -140,7 +143,7 @@ def test_a_killed_broker_s_partitions_move_and_nothing_is_lost(tmp_path, seed):
         def consume(name: str) -> None:
             while True:
                 leased = retried(
-                    table.lease, queue, name, max_messages=lease_messages, lease_period="4 seconds"
+                    table.lease, queue, name, max_messages=lease_messages, lease_period=LEASE_PERIOD
                 )
                 if not leased.num_rows:
                     if stop_consuming.is_set():

@@ -231,7 +231,7 @@ def test_a_running_stream_source_left_behind_by_cleanup_delivers_each_message_on
         (1, b"before 1"),
         (2, b"before 2"),
     ]
-    known = reader.store.open().version()
+    known = reader.root.open().version()
 
     publish_elsewhere(queue_path, "q", 30)  # between two triggers
     assert not log_entry(queue_path, known).exists()

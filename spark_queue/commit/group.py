@@ -407,6 +407,7 @@ class CommitGroup:
         started = time.monotonic() if started is None else started
         deadline = started + self.budget
         merge = True
+        present = False  # whether the next plan must read the table's present first
         while True:
             if lost:
                 pause = backoff(attempt + 1)
@@ -417,6 +418,7 @@ class CommitGroup:
                 with self._lock:  # what arrived meanwhile joins the next attempt
                     candidates += self._take(MAX_ROUND - len(candidates))
                 lost = False
+                present = True
             if previous is not None and not _may_follow(previous, candidates):
                 if self._land(previous) == "lost":  # its requests go first, on the present
                     candidates = [*previous.applied, *candidates]
@@ -431,10 +433,12 @@ class CommitGroup:
             with self._host_lock:
                 # Planned on the table as known, without a probe (on S3, a request a round):
                 # a writer that committed since makes the commit lose, and one that commits
-                # nothing checks before it answers.
+                # nothing checks before it answers. After a lost race and its pause, on the
+                # present: the writers that won kept committing during the pause.
                 snapshot: Snapshot | None = previous.next if previous is not None else None
                 if snapshot is None:
-                    snapshot = store.snapshot(probe=False)
+                    snapshot = store.snapshot(probe=present)
+                    present = False
                     if snapshot is None and any(item.request.creates for item in candidates):
                         store.create()
                         snapshot = store.snapshot(probe=False)

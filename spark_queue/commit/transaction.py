@@ -716,7 +716,10 @@ def run(
             time.sleep(pause)
         if create:
             store.create()
-        snapshot = store.snapshot(probe=False)
+        # A first attempt plans on the table as known (its create finds out); after a lost
+        # race and the pause, on the present: other writers committed during the pause, and
+        # planning on the table as it was when the race was lost would lose again.
+        snapshot = store.snapshot(probe=attempt > 1)
         if snapshot is None:
             raise TableNotFoundError(store.uri)
         transaction = QueueTransaction(store, snapshot, policies=policies, attempt=attempt)
