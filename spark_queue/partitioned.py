@@ -184,8 +184,7 @@ class Partitions:
         # checked by its commit (QueuePartitioned), so a count another process just
         # declared is never missed; a raise reaches routing within TRUSTED_SECONDS.
         snapshot = self.store.snapshot(probe=fresh)
-        state = snapshot.states.get(queue) if snapshot is not None else None
-        found = state.arguments.partitions if state is not None else 1
+        found = partitions_in(snapshot, queue) if snapshot is not None else 1
         with self._lock:
             self._counts[queue] = (found, now)
         return found
@@ -229,10 +228,12 @@ class Partitions:
         before the root's commit leaves tables no reader looks for, which the next declare
         takes as they are."""
         partitions = given.get("partitions")
+        if not alter and partitions in (None, 1):
+            return  # a declare without a count: the root compares the rest, no table to make
         snapshot = self.store.snapshot()
         state = snapshot.states.get(queue) if snapshot is not None else None
-        if state is None and (alter or partitions in (None, 1)):
-            return  # alter: the root refuses it (no queue); declare: nothing to partition
+        if state is None and alter:
+            return  # the root refuses it (no queue)
         if state is not None and alter:  # a declare's other count is a mismatch
             refuse_lowering(queue, state.arguments.partitions, partitions)
         arguments = declaration(queue, state, given, policies, alter=alter)[0]

@@ -187,7 +187,8 @@ class QueueTable:
                 return self._call(request)
             except QueuePartitioned:  # declared partitioned since this process looked
                 count = self.partitioned.count(queue, fresh=True)
-        table = as_input_table(rows)  # routed by key: the input columns as a table
+        # Routed by key: the input columns as a table (bodies alone are read once more).
+        table = taken if isinstance(taken, pa.Table) else as_input_table(rows)
         return self.partitioned.publish(
             queue, table, given, count, producer, sequence, on_reject, self.policies
         )

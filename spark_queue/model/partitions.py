@@ -89,10 +89,8 @@ def is_partition_path(relative: str) -> bool:
 def table_partition(uri: str) -> int:
     """The partition a table at ``uri`` keeps: ``k`` where ``uri`` ends in a partition
     table's path (:func:`partition_path`), else 0 (a root table)."""
-    parts = uri.rstrip("/").split("/")
-    if len(parts) >= 3 and parts[-3] == PARTITIONS_FOLDER and parts[-1].isdigit():
-        return int(parts[-1])
-    return 0
+    tail = uri.rstrip("/").split("/")[-3:]
+    return int(tail[-1]) if is_partition_path("/".join(tail)) else 0
 
 
 def check_seqs_left(uri: str, partition: int, highest: int) -> None:
