@@ -122,6 +122,19 @@ ELSEWHERE = textwrap.dedent(
 )
 
 
+def start_elsewhere(uri: str, options: dict[str, str]) -> subprocess.Popen[str]:
+    """Another process (:data:`ELSEWHERE`) on the table at ``uri``, once it says it is ready."""
+    elsewhere = subprocess.Popen(
+        [sys.executable, "-c", ELSEWHERE.format(root=str(ROOT)), uri, json.dumps(options)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert elsewhere.stdout is not None
+    assert elsewhere.stdout.readline().strip() == "ready"
+    return elsewhere
+
+
 def test_a_commit_that_loses_reads_only_the_entries_after_its_version_and_plans_again(
     s3_table: str, s3_options: dict[str, str], s3_requests: RequestLog
 ) -> None:
@@ -131,15 +144,9 @@ def test_a_commit_that_loses_reads_only_the_entries_after_its_version_and_plans_
     queue state the other wrote, and commits its publish, renumbered, on the latest."""
     table = QueueTable(s3_table, storage_options=s3_options, broker="off")
     table.publish("q", ["here 0"])
-    elsewhere = subprocess.Popen(
-        [sys.executable, "-c", ELSEWHERE.format(root=str(ROOT)), s3_table, json.dumps(s3_options)],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    elsewhere = start_elsewhere(s3_table, s3_options)
     try:
         assert elsewhere.stdout is not None and elsewhere.stdin is not None
-        assert elsewhere.stdout.readline().strip() == "ready"
         table.publish("q", ["here 1"])  # known current from here, for a moment
         version = table.store.view(probe=False).version
         for body in ("elsewhere 0", "elsewhere 1"):
@@ -205,21 +212,10 @@ def test_a_reservation_after_another_processs_commit_waits_for_two_requests_in_a
     looked at (the planner looked last longer ago than it trusts)."""
     table = QueueTable(proxied_s3_table, storage_options=proxied_s3_options, broker="off")
     table.publish("q", ["here"])
-    elsewhere = subprocess.Popen(  # straight to the server: its requests are not counted
-        [
-            sys.executable,
-            "-c",
-            ELSEWHERE.format(root=str(ROOT)),
-            proxied_s3_table,
-            json.dumps(s3_options),
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    # Straight to the server: its requests are not counted.
+    elsewhere = start_elsewhere(proxied_s3_table, s3_options)
     try:
         assert elsewhere.stdout is not None and elsewhere.stdin is not None
-        assert elsewhere.stdout.readline().strip() == "ready"
         elsewhere.stdin.write("elsewhere\n")
         elsewhere.stdin.flush()
         assert elsewhere.stdout.readline().strip() == "committed"
