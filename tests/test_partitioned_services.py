@@ -13,13 +13,14 @@ from typing import Any
 import botocore.exceptions
 import numpy as np
 import pytest
+from deltalake import DeltaTable
 
 from spark_queue import QueueTable, cli
-from spark_queue.model.partitions import key_partition, partition_of
+from spark_queue.model.partitions import key_partition, partition_of, partition_uri
 from spark_queue.rules import COUNTERS, identity_holds
 from spark_queue.server.metrics import read_queues
 from spark_queue.server.sqs import handles
-from tests.brokers import BrokerProcess
+from tests.brokers import BrokerProcess, wait_until
 from tests.test_metrics import GAUGES, metrics_url, samples, scrape, value
 from tests.test_sqs import client, code_of, sqs_url
 
@@ -92,6 +93,32 @@ def test_the_sqs_api_shows_a_partitioned_queue_as_one_queue(broker):
     stats = table.stats("parted")
     assert (stats["acked"], stats["leased"], stats["ready"]) == (40, 0, 0)
     assert [s["acked"] for s in table.partition_stats("parted")] == [10] * PARTITIONS
+
+
+def test_the_broker_ends_the_last_receives_of_every_partition_when_they_run_out(broker):
+    table = QueueTable(broker.path, broker="off")
+    table.declare("failing", partitions=PARTITIONS, max_deliveries=1)
+    keys = {key_partition(f"k{i}", PARTITIONS): f"k{i}" for i in range(40)}
+    assert sorted(keys) == list(range(PARTITIONS))
+    table.publish("failing", [{"body": f"poison {k}", "key": keys[k]} for k in range(PARTITIONS)])
+    sqs = client(sqs_url(broker))
+    url = sqs.get_queue_url(QueueName="failing")["QueueUrl"]
+    received: set[int] = set()
+    while len(received) < PARTITIONS:  # each one's last receive: its visibility ends in 1 s
+        answer = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=1)
+        seqs = [seq_of(m["ReceiptHandle"]) for m in answer.get("Messages", [])]
+        received |= set(partition_of(np.array(seqs, dtype=np.int64)).tolist())
+    tables = [partition_uri(broker.path, "failing", k) for k in range(PARTITIONS)]
+    leased_at = [DeltaTable(uri).version() for uri in tables]
+    # No call on the queue from here: the broker commits each expiry in its partition's
+    # table when its timeout ends (stats alone would count it as killed without a commit).
+    wait_until(
+        lambda: all(DeltaTable(u).version() > v for u, v in zip(tables, leased_at, strict=True)),
+        30,
+        "a commit in every partition",
+    )
+    stats = table.partition_stats("failing")
+    assert [(s["killed"], s["leased"], s["ready"]) for s in stats] == [(1, 0, 0)] * PARTITIONS
 
 
 def test_sqs_cannot_declare_partitions(broker):

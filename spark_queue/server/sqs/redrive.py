@@ -23,6 +23,8 @@ import time
 import numpy as np
 
 from spark_queue.errors import QueueError
+from spark_queue.model.partition_calls import one_partition
+from spark_queue.rules.columns import Leases
 from spark_queue.server.sqs.names import CONSUMER
 from spark_queue.storage.store import now_micros
 from spark_queue.table import QueueTable
@@ -84,8 +86,8 @@ class RedriveWatch:
             self._wake.clear()
 
     def _settle_due(self) -> float:
-        """Settle every queue with a last-attempt SQS lease that has run out; the Unix time
-        (s) the next one runs out (inf: none)."""
+        """Settle every queue (each partition of a partitioned one) with a last-attempt SQS
+        lease that has run out; the Unix time (s) the next one runs out (inf: none)."""
         with self._lock:
             self._due = float("inf")  # what this reading finds replaces what was reported
         snapshot = self.table.store.snapshot()
@@ -95,18 +97,28 @@ class RedriveWatch:
         running = np.iinfo(np.int64).max
         for name, state in sorted(states.items()):
             limit = limits[name] = state.arguments.max_deliveries or 0
-            leases = state.leases
-            if not limit or not len(leases):
+            if not limit:
                 continue
-            last = leases.held(consumer=CONSUMER) & (leases.deliveries >= limit)
-            if not last.any():
-                continue
-            ends = leases.until[last]
-            if (ends <= now).any():
-                self.table.lease(name, CONSUMER, max_messages=0)  # commits the redrive
-            later = ends[ends > now]
-            if len(later):
-                running = min(running, int(later.min()))
+            for partition in range(state.arguments.partitions):
+                if partition:
+                    found = self.table.partitioned.store_of(name, partition).snapshot()
+                    state = found.states.get(name) if found is not None else None
+                    if state is None:  # declared by the root's commit, not yet here
+                        continue
+                ends = last_attempts_until(state.leases, limit)
+                if (ends <= now).any():
+                    with one_partition(partition):  # commits the redrive in its table
+                        self.table.lease(name, CONSUMER, max_messages=0)
+                later = ends[ends > now]
+                if len(later):
+                    running = min(running, int(later.min()))
         with self._lock:
             self._limits = limits
         return float("inf") if running == np.iinfo(np.int64).max else running / 1e6
+
+
+def last_attempts_until(leases: Leases, limit: int) -> np.ndarray:
+    """When the SQS consumer's leases in their last allowed delivery (``limit``) end."""
+    if not len(leases):
+        return np.empty(0, dtype=np.int64)
+    return leases.until[leases.held(consumer=CONSUMER) & (leases.deliveries >= limit)]
