@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from deltalake import DeltaTable
@@ -9,7 +10,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 
 from spark_queue import QueueTable
+from spark_queue.commit.maintenance import cleanup_log
 from spark_queue.rules import identity_holds
+from spark_queue.storage.location import Location
+from spark_queue.storage.table_view import TRUSTED_SECONDS
 
 
 def set_table_property(path: str, key: str, value: str) -> None:
@@ -19,6 +23,17 @@ def set_table_property(path: str, key: str, value: str) -> None:
     from deltalake import DeltaTable
 
     DeltaTable(path).alter.set_table_properties({key: value}, raise_if_not_exists=False)
+
+
+def cut_log(path: str) -> list[str]:
+    """Log cleanup of every entry before the newest checkpoint, in place of waiting for them
+    to age past the retention and the floor; returns the names deleted. It waits until the
+    newest entry is ``TRUSTED_SECONDS`` old first: a client (a Spark worker, say) that knew
+    the table less than that before takes a missing next entry for one not written yet, as
+    the floor makes true, and would commit into the log's past."""
+    newest = max(entry.stat().st_mtime for entry in (Path(path) / "_delta_log").glob("*.json"))
+    time.sleep(max(0.0, newest + TRUSTED_SECONDS - time.time()))
+    return cleanup_log(Location.of(path), retention_hours=0, min_age_seconds=0)
 
 
 def messages(spark: SparkSession, bodies: list[str], queues: list[str] | None = None) -> DataFrame:

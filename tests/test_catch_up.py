@@ -9,7 +9,12 @@ The tables keep a short log (``delta.checkpointInterval`` 10,
 ``spark_queue.logRetentionVersions`` 5), so a few dozen commits do what 750 do at the
 defaults. In place of waiting for the log's files to age past ``LOG_MIN_AGE_SECONDS``, the
 other process backdates them before its last commits (local disk), or runs the cleanup as
-if its clock were past the floor (S3, where a file's age cannot be set).
+if its clock were past the floor (S3, where a file's age cannot be set). Either way only
+entries written ``TRUSTED_SECONDS`` or more before the cleanup go: a client that knew the
+table later than that takes a missing next entry for one not written yet, as the floor makes
+true
+(``storage.table_view``), and this process's clients may be at work meanwhile (a consumer's
+long poll reads the log, and leases, as the other process commits).
 """
 
 from __future__ import annotations
@@ -19,33 +24,40 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pyarrow.fs as pafs
 import pytest
 from deltalake import DeltaTable
 
 from spark_queue import CommitUnknownError, QueueTable, StorageError
-from spark_queue.commit.maintenance import LOG_RETENTION_VERSIONS_KEY
+from spark_queue.commit.maintenance import LOG_RETENTION_VERSIONS_KEY, cleanup_log
+from spark_queue.storage.location import Location
 from spark_queue.storage.table_view import TRUSTED_SECONDS
 from tests.brokers import BrokerProcess
-from tests.helpers import consume, output_columns, set_table_property
+from tests.helpers import consume, cut_log, output_columns, set_table_property
 
 # The other process: ``count`` one-message publishes straight to the table (no broker),
-# then, with every log file made older than cleanup's floor, publishes on to the next
-# checkpoint, whose log cleanup deletes everything before the newest checkpoint it may.
+# then, with every log file written ``TRUSTED_SECONDS`` ago made older than cleanup's
+# floor, publishes on to the next checkpoint, whose log cleanup deletes everything before
+# the newest checkpoint it may.
 ELSEWHERE = """
 import os, sys, time
 from pathlib import Path
 from spark_queue import QueueTable
 from spark_queue.commit.maintenance import LOG_MIN_AGE_SECONDS, checkpoint_interval
+from spark_queue.storage.table_view import TRUSTED_SECONDS
 
 path, queue, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
 table = QueueTable(path, broker="off")
 for i in range(count):
     table.publish(queue, [f"elsewhere {i}"])
-then = time.time() - 2 * LOG_MIN_AGE_SECONDS
+time.sleep(TRUSTED_SECONDS)
+now = time.time()
+then = now - 2 * LOG_MIN_AGE_SECONDS
 for entry in (Path(path) / "_delta_log").iterdir():
-    os.utime(entry, (then, then))
+    if entry.stat().st_mtime <= now - TRUSTED_SECONDS:
+        os.utime(entry, (then, then))
 interval = checkpoint_interval(table.store.open().metadata().configuration)
 while True:
     table.publish(queue, ["elsewhere last"])
@@ -63,9 +75,7 @@ def short_log(path: str) -> None:
 
 def publish_elsewhere(path: str, queue: str, count: int) -> int:
     """``count`` publishes and more (:data:`ELSEWHERE`) in another process, past log
-    cleanup; returns the table's version after, and how many it published. The log's
-    files, aged, stand for time that passed: this process's clients idle past the moment
-    for which they trust what they know (``TRUSTED_SECONDS``) as well."""
+    cleanup; returns the table's version after."""
     done = subprocess.run(
         [sys.executable, "-c", ELSEWHERE, path, queue, str(count)],
         capture_output=True,
@@ -74,7 +84,6 @@ def publish_elsewhere(path: str, queue: str, count: int) -> int:
         timeout=300,
     )
     assert done.returncode == 0, done.stderr
-    time.sleep(TRUSTED_SECONDS)
     return int(done.stdout.split()[-1])
 
 
@@ -247,13 +256,108 @@ def test_a_running_stream_source_left_behind_by_cleanup_delivers_each_message_on
     assert (stats["acked"], stats["leased"], stats["ready"]) == (added, 0, 0)
 
 
+# A client in another process: each line it reads is a call ("publish BODY", "lease",
+# "stats"), answered once made with its result as JSON (an error as its message).
+CLIENT = """
+import json, sys
+from spark_queue import QueueTable, QueueError
+
+table = QueueTable(sys.argv[1], broker="off")
+for line in sys.stdin:
+    call, *body = line.split()
+    try:
+        if call == "publish":
+            answer = table.publish("q", body).seqs
+        elif call == "lease":
+            answer = table.lease("q", "w", max_messages=1)["seq"].to_pylist()
+        else:
+            answer = table.stats("q")
+    except QueueError as error:
+        answer = str(error)
+    print(json.dumps(answer), flush=True)
+"""
+
+
+class Client:
+    """:data:`CLIENT`, started on the table at ``path``."""
+
+    def __init__(self, path: str) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", CLIENT, path],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def call(self, line: str) -> Any:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(line + "\n")
+        self.process.stdin.flush()
+        return json.loads(self.process.stdout.readline())
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        assert self.process.wait(timeout=60) == 0
+
+
+def commit_past_a_checkpoint(table: QueueTable) -> None:
+    """Two commits, then a checkpoint of the latest version."""
+    for i in range(2):
+        table.alter("q", max_length=1000 + i)
+    table.checkpoint()
+
+
+def test_a_client_that_committed_a_moment_before_cleanup_passed_it_commits_on_the_present(
+    queue_path,
+):
+    """A client of another process commits; this one commits past a checkpoint, and log
+    cleanup deletes the entries after the client's version as soon as the client no longer
+    trusts its view (``cut_log``). The client's next commit lands in the present, not in
+    the log's past."""
+    table = QueueTable(queue_path, broker="off")
+    table.declare("q")
+    client = Client(queue_path)
+    try:
+        assert client.call("publish first") == [0]
+        known = table.store.open().version()
+        commit_past_a_checkpoint(table)
+        cut_log(queue_path)
+        assert not log_entry(queue_path, known + 1).exists()
+        assert client.call("publish second") == [1]
+    finally:
+        client.close()
+    assert table.peek("q")["body"].to_pylist() == [b"first", b"second"]
+    assert table.stats("q")["added"] == 2
+
+
+def test_a_view_off_the_logs_line_is_loaded_afresh_not_moved_on(queue_path):
+    """Where log cleanup runs faster than its floor (here at once, as a store whose clock
+    jumped would have it), a client that knew the table a moment before commits into the
+    log's past, where no reader looks: one request cannot tell. Its next read meets an entry
+    planned on another version (it leaves the client's state files in place) and loads the
+    table afresh: it never joins two commits' queue states."""
+    table = QueueTable(queue_path, broker="off")
+    table.declare("q")
+    table.publish("q", ["a"])
+    client = Client(queue_path)
+    try:
+        assert client.call("lease") == [0]
+        commit_past_a_checkpoint(table)
+        cleanup_log(Location.of(queue_path), retention_hours=0, min_age_seconds=0)
+        assert client.call("publish b") == [1]  # in the log's past
+        seen = client.call("stats")
+    finally:
+        client.close()
+    assert isinstance(seen, dict), seen
+    stats = table.stats("q")
+    assert (seen["added"], seen["ready"], seen["leased"]) == (stats["added"], 0, 1) == (1, 0, 1)
+
+
 def test_log_cleanup_stops_at_the_first_entry_it_cannot_delete(queue_path):
     """The entries log cleanup deletes are always all those below some version (what
     makes a reader's probe of the log sound): it deletes oldest first, and where one
     cannot go, nothing after it goes."""
-    from spark_queue.commit.maintenance import cleanup_log
-    from spark_queue.storage.location import Location
-
     table = QueueTable(queue_path, broker="off")
     table.declare("q")
     set_table_property(queue_path, "delta.checkpointInterval", "10")
@@ -327,17 +431,19 @@ def test_a_running_stream_sink_left_behind_by_cleanup_enqueues_each_batch_once(
 
 
 # On S3 a log file's age cannot be set: the other process runs the cleanup as if the
-# commits were past the floor, after a checkpoint.
+# commits were past the floor, after a checkpoint, once they are ``TRUSTED_SECONDS`` old.
 ELSEWHERE_S3 = """
-import json, sys
+import json, sys, time
 from spark_queue import QueueTable
 from spark_queue.commit.maintenance import cleanup_log
+from spark_queue.storage.table_view import TRUSTED_SECONDS
 
 uri, options, count = sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3])
 table = QueueTable(uri, storage_options=options, broker="off")
 for i in range(count):
     table.publish("q", [f"elsewhere {i}"])
 table.checkpoint()
+time.sleep(TRUSTED_SECONDS)
 print(len(cleanup_log(table.store.location, 7 * 24, max_versions=5, min_age_seconds=0)))
 """
 
@@ -360,7 +466,6 @@ def test_a_table_on_s3_left_behind_by_log_cleanup_sees_the_present(s3_table, s3_
     )
     assert done.returncode == 0, done.stderr
     assert int(done.stdout.split()[-1]) > 0
-    time.sleep(TRUSTED_SECONDS)  # idle as long as the cleanup's floor stands for, at least
     store = table.store
     entries = store.fs.get_file_info([store.log_entry(known), store.log_entry(known + 1)])
     assert all(entry.type == pafs.FileType.NotFound for entry in entries)

@@ -296,9 +296,23 @@ def test_the_long_poll_leases_when_woken_or_at_the_idle_interval():
     assert poll.lease_due(11.0)
     poll.wake()
     assert poll.lease_due(10.1)
+    poll.leasing()
     assert not poll.lease_due(10.2)  # the wake was used up
     poll.lease_found(4, watch=None, now=10.3)
     assert not poll.idle and poll.lease_due(10.3)
+
+
+def test_a_wake_while_the_prefetch_is_full_lasts_until_a_lease_goes():
+    """An idle consumer woken while it holds all it may prefetch leases nothing then; the
+    wake waits, without log checks or a busy loop, for a receiver to make room."""
+    poll = LongPoll(max_interval_seconds=0.025, idle_lease_interval_seconds=3600.0)
+    poll.lease_found(0, watch=None, now=10.0)
+    poll.wake()
+    assert poll.lease_due(10.1)  # nothing leased: the prefetch is full
+    assert poll.wait_seconds(10.1) == 3600.0 and poll.log_check(10.1) is None
+    assert poll.lease_due(12.0)  # room made: the lease goes
+    poll.leasing()
+    assert not poll.lease_due(12.1)
 
 
 def test_the_long_poll_checks_the_log_at_doubling_intervals_up_to_the_longest(table):

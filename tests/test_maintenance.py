@@ -37,6 +37,7 @@ from spark_queue.storage.location import Location
 from spark_queue.storage.store import QueueStore
 from tests.helpers import (
     assert_identity,
+    cut_log,
     messages,
     set_table_property,
     write_batch,
@@ -100,7 +101,7 @@ def test_delta_spark_reads_a_table_whose_log_starts_at_a_delta_rs_checkpoint(spa
     commits(table, 3)
     version = table.checkpoint()
     # Every commit before the checkpoint goes: readers must start from the checkpoint.
-    removed = cleanup_log(Location.of(queue_path), retention_hours=0, min_age_seconds=0)
+    removed = cut_log(queue_path)
     assert f"{0:020d}.json" in removed and f"{version:020d}.json" not in removed
     assert log_files(queue_path)[0] == f"{version:020d}.checkpoint.parquet"
     set_log_retention_versions(queue_path, "1000")  # a property Delta does not know

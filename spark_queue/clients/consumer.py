@@ -484,11 +484,12 @@ class Consumer:
             now = time.monotonic()
             flush_due = self._acks.due(now)
             step.renew = self._renewals.due(now)
-            lease_due = self._long_poll.lease_due(now)  # uses up a wake either way
             want = 0
-            if lease_due:
+            if self._long_poll.lease_due(now):
                 held = len(self._buffer) + len(self._in_hand)
                 want = self._prefetch.lease_size(len(self._buffer), held)
+            if want:
+                self._long_poll.leasing()
             if not (want or flush_due or step.renew):
                 self._cond.wait(self._next_wait(now))
                 watch = self._long_poll.log_check(time.monotonic())

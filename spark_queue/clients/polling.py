@@ -141,7 +141,9 @@ class LongPoll:
     - While idle, a lease is due (:meth:`lease_due`) once it is woken (:meth:`wake`: a
       commit of this process, or a log check, that may feed the queue) or
       ``idle_lease_interval_seconds`` after the lease that found nothing: messages falling
-      due and leases running out make no version.
+      due and leases running out make no version. A wake lasts until a lease goes
+      (:meth:`leasing`): one that comes while the prefetch is full is kept for when
+      receivers make room, or the messages it announced would wait for the idle interval.
     - While idle and not woken, the log is checked (:meth:`log_check`) at intervals that
       start at :data:`FIRST_POLL_INTERVAL_SECONDS` and double after each check up to
       ``max_interval_seconds``; a lease that finds messages starts them over. ``checks``
@@ -172,13 +174,16 @@ class LongPoll:
         self.woken = True
 
     def lease_due(self, now: float) -> bool:
-        """Whether a lease may go at ``now``; a wake is used up by the call."""
-        woken, self.woken = self.woken, False
+        """Whether a lease may go at ``now``."""
         return (
             self.idle_since is None
-            or woken
+            or self.woken
             or now - self.idle_since >= self.idle_lease_interval_seconds
         )
+
+    def leasing(self) -> None:
+        """A lease goes: it uses up the wake."""
+        self.woken = False
 
     def log_check(self, now: float) -> LogWatch | PartitionsWatch | None:
         """The watch to read at ``now`` where a log check is due (counted), else None."""
@@ -208,6 +213,6 @@ class LongPoll:
     def wait_seconds(self, now: float) -> float:
         """How long from ``now`` the background thread may sleep as far as polling goes (0
         or less: not at all)."""
-        if self.idle_since is None:
+        if self.idle_since is None or self.woken:  # woken: a receiver making room notifies
             return self.idle_lease_interval_seconds
         return min(self.idle_lease_interval_seconds, self.check_at - now)

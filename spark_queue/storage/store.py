@@ -261,8 +261,8 @@ class QueueStore:
 
     def _entries_after(self, view: TableView, ahead: int) -> tuple[TableView | None, float]:
         """``view`` moved on by the log entries written after it, up to the first missing
-        one, read ``ahead`` at a time (sent together), and when the missing one was asked
-        for; None where an entry changes what only delta-rs reads (load the table afresh)."""
+        one, read ``ahead`` at a time (sent together), and when the missing one was asked for;
+        None where an entry changes what only delta-rs reads, or cannot follow the view."""
         while True:
             asked = time.monotonic()
             versions = range(view.version + 1, view.version + 1 + ahead)
@@ -275,7 +275,7 @@ class QueueStore:
                 if data is None:
                     return view, asked
                 actions = parse_actions(data.decode("utf-8"))
-                if actions.rebuilds:
+                if actions.rebuilds or not view.precedes(actions.adds, actions.removes):
                     return None, asked
                 view = view.moved(
                     actions.adds, actions.removes, actions.transactions, modified=actions.modified
@@ -813,7 +813,7 @@ class QueueStore:
             return True
         if found is not None:
             actions = parse_actions(found.decode("utf-8"))
-            if actions.rebuilds:
+            if actions.rebuilds or not view.precedes(actions.adds, actions.removes):
                 self.known.forget()
                 return False
             view = view.moved(

@@ -154,6 +154,17 @@ class TableView:
             )
         return list(listed)
 
+    def precedes(self, adds: list[StagedFile], removes: set[str]) -> bool:
+        """Whether a log entry adding ``adds`` and removing ``removes`` can follow this
+        version. A commit that writes queue states removes every state file of the version
+        it was planned on: one that leaves some of this view's in place was planned on
+        another, and this view is off the log's line (a commit of this process landed in
+        the log's past, where a cleanup ran faster than its floor). Moved on by it, the view
+        would join two commits' queue states."""
+        if not any(f.record in STATE_RECORDS for f in adds):
+            return True
+        return all(path in removes for path, _, _ in self.state_files)
+
     def trusted(self, now: float) -> bool:
         """Whether a missing next entry, found by a request completed at ``now``, proves
         this view the latest (see the module)."""
