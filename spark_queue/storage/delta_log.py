@@ -4,11 +4,12 @@ A commit of version N is the creation of ``_delta_log/N.json`` if it is absent, 
 ``obstore`` (the Python binding of the ``object_store`` crate that delta-rs commits with) on
 object storage: on S3 and Azure a ``PUT`` with ``If-None-Match: *``, on GCS one with
 ``x-goog-if-generation-match: 0``; on a local disk a hard link of a fully written temporary
-file to the entry's name, which fails where the name exists (what delta-rs does there too). Of two writers of one version, one creates the entry and the other is
-refused, whichever library each uses. The entry holds the actions delta-rs writes for the
-same commit (``commitInfo``, ``add`` with statistics and partition values, ``remove``,
-``txn``), so delta-rs and delta-spark read the table as before; delta-rs still creates
-tables, writes checkpoints and vacuums.
+file to the entry's name, which fails where the name exists (what delta-rs does there
+too). Of two writers of one version, one creates the entry and the other is refused,
+whichever library each uses. The entry holds the actions delta-rs writes for the same commit
+(``commitInfo``, ``add`` with statistics and partition values, ``remove``, ``txn``), so
+delta-rs and delta-spark read the table as before; delta-rs still creates tables, writes
+checkpoints and vacuums.
 
 Where the storage options hold keys only delta-rs understands (its retry settings, an AWS
 profile; :func:`~spark_queue.storage.location.obstore_arguments`), entries are read through
