@@ -1,13 +1,16 @@
 """Where a queue table lives: its URI and the storage options that reach it.
 
 One map of storage options (delta-rs's keys: ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,
-``AZURE_STORAGE_ACCOUNT_KEY``, ``GOOGLE_SERVICE_ACCOUNT``, ...) feeds both libraries that
-touch the table: delta-rs opens the log with it, and the data files are read and written
-through delta-rs's own object store (``deltalake.fs.DeltaStorageHandler``, a pyarrow
-filesystem), so a credential that reaches the log reaches the files. Keys left out fall back
-to the environment of the process, as delta-rs resolves it (``AWS_*`` variables, instance
-profiles, ``GOOGLE_APPLICATION_CREDENTIALS``, ...). Local paths use pyarrow's local
-filesystem and take no options.
+``AZURE_STORAGE_ACCOUNT_KEY``, ``GOOGLE_SERVICE_ACCOUNT``, ...) feeds every library that
+touches the table: delta-rs opens the log with it; obstore (the object_store crate delta-rs
+is built on) stores files and log entries on S3, Azure and GCS with the same options mapped
+to its names (:func:`obstore_arguments`); files are read through pyarrow's S3 client
+(:func:`pyarrow_s3_options`) or delta-rs's own object store
+(``deltalake.fs.DeltaStorageHandler``, a pyarrow filesystem). So a credential that reaches
+the log reaches the files. Keys left out fall back to the environment of the process, as
+delta-rs resolves it (``AWS_*`` variables, instance profiles,
+``GOOGLE_APPLICATION_CREDENTIALS``, ...). Local paths use pyarrow's local filesystem and
+take no options.
 
 A :class:`Location` is pickled into tasks with its options: that is how executors reach the
 store without environment variables set on every machine. Its ``repr`` and every error this
