@@ -70,24 +70,31 @@ def fake_gcs() -> Iterator[str]:
     emulators.stop(process)
 
 
-@pytest.mark.parametrize("form", ["az", "abfss", "emulator-flag"])
+@pytest.mark.parametrize("form", ["az", "abfss", "sas", "emulator-flag", "delta-rs-retries"])
 def test_a_queue_table_on_azure_commits_its_own_entries_and_delta_rs_reads_it(
     azurite: str, azure_options: dict[str, str], monkeypatch: pytest.MonkeyPatch, form: str
 ) -> None:
     """The account's key at an endpoint, by ``az://`` and by the ``abfss://`` form that
-    names the account; and the emulator flag (the endpoint from ``AZURITE_BLOB_STORAGE_URL``,
-    as delta-rs and obstore both read it)."""
+    names the account; a SAS; the emulator flag (the endpoint from
+    ``AZURITE_BLOB_STORAGE_URL``, as delta-rs and obstore both read it). With a key only
+    delta-rs takes (its retries), delta-rs commits, on the same table."""
     container = emulators.new_container(azurite, form)
     uri = f"az://{container}/lake/queues"
     options = azure_options
     if form == "abfss":
         uri = f"abfss://{container}@{emulators.AZURITE_ACCOUNT}.dfs.core.windows.net/lake/queues"
+    elif form == "sas":
+        options = emulators.azurite_sas_options(azurite)
     elif form == "emulator-flag":
         monkeypatch.setenv("AZURITE_BLOB_STORAGE_URL", azurite)
         options = {"AZURE_STORAGE_USE_EMULATOR": "true"}
+    elif form == "delta-rs-retries":
+        options = {**azure_options, "max_retries": "2"}
     table = QueueTable(uri, storage_options=options, broker="off")
     table.declare("orders", ring_size=5)
-    assert isinstance(table.store.entries, ObjectEntries)  # created here, not by delta-rs
+    # Created here (obstore), or by delta-rs where the options need it.
+    entries = FileEntries if form == "delta-rs-retries" else ObjectEntries
+    assert isinstance(table.store.entries, entries)
     assert table.publish("orders", [f"m{i}" for i in range(8)]).seqs == list(range(8))
     leased = table.lease("orders", "worker", max_messages=3)
     assert [bytes(b).decode() for b in leased["body"].to_pylist()] == ["m3", "m4", "m5"]
