@@ -1,5 +1,6 @@
 """Queue tables on Azure and GCS: Azurite's blob service and fake-gcs-server on 127.0.0.1
 (tests/cloud_emulators.py), and which store the storage options users give delta-rs reach.
+One test (the data source's sink and a streaming consumer on Azure) runs with Spark.
 
 On Azure a commit creates its log entry itself, as on S3: obstore's ``put(mode="create")``
 (``If-None-Match: *``). Azurite honours it. fake-gcs-server (1.54.0) takes none of the
@@ -10,6 +11,7 @@ emulator serves: reads of log entries through the store the options build.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Iterator
@@ -18,12 +20,14 @@ from pathlib import Path
 import obstore
 import pytest
 from deltalake import DeltaTable
+from pyspark.sql import SparkSession
 
 from spark_queue import QueueTable
 from spark_queue.rules import identity_holds
 from spark_queue.storage.delta_log import FileEntries, ObjectEntries, entry_name, entry_store
 from spark_queue.storage.location import Location, obstore_arguments
 from tests import cloud_emulators as emulators
+from tests.helpers import messages, write_batch
 from tests.latency_proxy import LatencyProxy
 from tests.test_commit_requests import start_elsewhere
 
@@ -264,4 +268,37 @@ def test_the_emulators_folder_is_the_one_make_setup_installs_into() -> None:
     assert "EMULATORS := build/emulators" in makefile
     assert Path("build/emulators/node_modules/.bin/azurite-blob") == emulators.AZURITE.relative_to(
         emulators.ROOT
+    )
+
+
+def test_the_spark_sink_and_a_streaming_consumer_on_azure(
+    spark: SparkSession, azurite: str, azure_options: dict[str, str], tmp_path: Path
+) -> None:
+    """A batch write and a streaming read through the data source, the storage options as
+    ``storage.<KEY>`` options: the Python workers store files and create log entries on
+    Azure as the driver does."""
+    uri = f"az://{emulators.new_container(azurite, 'spark')}/lake/queues"
+    storage = {f"storage.{key.lower()}": value for key, value in azure_options.items()}
+    write_batch(messages(spark, [f"j{i}" for i in range(30)]), uri, queue="jobs", **storage)
+    reader = spark.readStream.format("ringqueue").option("queue", "jobs")
+    reader = reader.options(**storage, consumer="azure-worker", maxMessagesPerTrigger=20)
+    query = (
+        reader.load(uri)
+        .select("seq", "body")
+        .writeStream.format("parquet")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .trigger(availableNow=True)
+        .start(str(tmp_path / "out"))
+    )
+    query.awaitTermination()
+    assert query.exception() is None
+    assert emulators.AZURITE_KEY not in json.dumps(query.recentProgress, default=str)
+    delivered = spark.read.parquet(str(tmp_path / "out")).orderBy("seq").collect()
+    assert [bytes(row.body).decode() for row in delivered] == [f"j{i}" for i in range(30)]
+    table = QueueTable(uri, storage_options=azure_options, broker="off")
+    stats = table.stats("jobs")
+    assert stats["added"] == 30 and stats["ready"] == 0 and identity_holds(stats)
+    assert isinstance(table.store.entries, ObjectEntries)
+    assert DeltaTable(uri, storage_options=azure_options).version() == (
+        table.store.view(probe=False).version
     )
