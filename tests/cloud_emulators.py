@@ -83,11 +83,12 @@ def start_server(command: Sequence[str], port: int, what: str) -> subprocess.Pop
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
-    """Stop a server started here; killed where it does not stop within seconds (Azurite
-    waits for its clients' kept-alive connections to close)."""
+    """Stop a server started here; killed where it does not stop within a second (Azurite
+    waits for its clients' kept-alive connections to close; its data is a test's, in a
+    temporary folder)."""
     process.terminate()
     try:
-        process.wait(timeout=5)
+        process.wait(timeout=1)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait()
