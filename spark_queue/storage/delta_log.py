@@ -1,18 +1,19 @@
 """A queue table's Delta log entries, written and read by spark-queue itself.
 
-A commit of version N is the creation of ``_delta_log/N.json`` if it is absent: on S3 a
-``PUT`` with ``If-None-Match: *`` through ``obstore`` (the Python binding of the
-``object_store`` crate that delta-rs commits with), on a local disk a hard link of a fully
-written temporary file to the entry's name, which fails where the name exists (what delta-rs
-does there too). Of two writers of one version, one creates the entry and the other is
-refused, whichever library each uses. The entry holds the actions delta-rs writes for the
-same commit (``commitInfo``, ``add`` with statistics and partition values, ``remove``,
-``txn``), so delta-rs and delta-spark read the table as before; delta-rs still creates
-tables, writes checkpoints and vacuums.
+A commit of version N is the creation of ``_delta_log/N.json`` if it is absent, through
+``obstore`` (the Python binding of the ``object_store`` crate that delta-rs commits with) on
+object storage: on S3 and Azure a ``PUT`` with ``If-None-Match: *``, on GCS one with
+``x-goog-if-generation-match: 0``; on a local disk a hard link of a fully written temporary
+file to the entry's name, which fails where the name exists (what delta-rs does there
+too). Of two writers of one version, one creates the entry and the other is refused,
+whichever library each uses. The entry holds the actions delta-rs writes for the same commit
+(``commitInfo``, ``add`` with statistics and partition values, ``remove``, ``txn``), so
+delta-rs and delta-spark read the table as before; delta-rs still creates tables, writes
+checkpoints and vacuums.
 
-Where the log lives on another store (Azure, GCS), or the storage options hold keys only
-delta-rs understands (its retry settings, an AWS profile), entries are read through the
-table's file system and commits go through delta-rs
+Where the storage options hold keys only delta-rs understands (its retry settings, an AWS
+profile; :func:`~spark_queue.storage.location.obstore_arguments`), entries are read through
+the table's file system and commits go through delta-rs
 (:meth:`spark_queue.storage.store.QueueStore.commit`).
 """
 

@@ -2,8 +2,9 @@
 settings for every writer, task or driver), their Delta statistics, and their deletion.
 
 Runs anywhere: executor tasks stage message files with these functions. They reach the
-table through its :class:`~spark_queue.storage.location.Location` (pyarrow on local disk, delta-rs's
-object store on S3, Azure and GCS), never through a Delta log.
+table through its :class:`~spark_queue.storage.location.Location` (pyarrow on local disk,
+obstore on S3, Azure and GCS, delta-rs's object store where the options need it), never
+through a Delta log.
 """
 
 from __future__ import annotations
@@ -217,7 +218,7 @@ class MessageFileWriter:
 
 
 def open_output(location: Location, relative: str) -> pa.NativeFile:
-    """A stream writing the file at ``relative``: on S3 through obstore
+    """A stream writing the file at ``relative``: on object storage through obstore
     (:meth:`Location.object_store`: one request for a small file, a multipart upload for a
     large one, never a wait for ``100-continue``), else through the table's file system."""
     store = location.object_store()
@@ -285,7 +286,7 @@ def upload_file(location: Location, relative: str, data: pa.Buffer) -> None:
         with fs.open_output_stream(target) as stream:
             stream.write(data)  # the buffer as it is, without a copy
         return
-    # delta-rs's store (a PyFileSystem: Azure, GCS, S3 with delta-rs's retry options) takes
+    # delta-rs's store (a PyFileSystem: where the options hold delta-rs's retry keys) takes
     # bytes, never the Arrow buffer a write hands it; slices smaller than the stream's
     # buffer are copied into that buffer, which reaches the store as bytes.
     with fs.open_output_stream(target, buffer_size=2 * UPLOAD_SLICE_BYTES) as stream:

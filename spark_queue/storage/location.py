@@ -1,13 +1,16 @@
 """Where a queue table lives: its URI and the storage options that reach it.
 
 One map of storage options (delta-rs's keys: ``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``,
-``AZURE_STORAGE_ACCOUNT_KEY``, ``GOOGLE_SERVICE_ACCOUNT``, ...) feeds both libraries that
-touch the table: delta-rs opens the log with it, and the data files are read and written
-through delta-rs's own object store (``deltalake.fs.DeltaStorageHandler``, a pyarrow
-filesystem), so a credential that reaches the log reaches the files. Keys left out fall back
-to the environment of the process, as delta-rs resolves it (``AWS_*`` variables, instance
-profiles, ``GOOGLE_APPLICATION_CREDENTIALS``, ...). Local paths use pyarrow's local
-filesystem and take no options.
+``AZURE_STORAGE_ACCOUNT_KEY``, ``GOOGLE_SERVICE_ACCOUNT``, ...) feeds every library that
+touches the table: delta-rs opens the log with it; obstore (the object_store crate delta-rs
+is built on) stores files and log entries on S3, Azure and GCS with the same options mapped
+to its names (:func:`obstore_arguments`); files are read through pyarrow's S3 client
+(:func:`pyarrow_s3_options`) or delta-rs's own object store
+(``deltalake.fs.DeltaStorageHandler``, a pyarrow filesystem). So a credential that reaches
+the log reaches the files. Keys left out fall back to the environment of the process, as
+delta-rs resolves it (``AWS_*`` variables, instance profiles,
+``GOOGLE_APPLICATION_CREDENTIALS``, ...). Local paths use pyarrow's local filesystem and
+take no options.
 
 A :class:`Location` is pickled into tasks with its options: that is how executors reach the
 store without environment variables set on every machine. Its ``repr`` and every error this
@@ -25,7 +28,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.fs as pafs
 
@@ -206,49 +209,137 @@ def pyarrow_s3_options(options: Mapping[str, str]) -> dict[str, Any] | None:
     return arguments
 
 
-# delta-rs's S3 keys that mean the same to obstore's S3 store (the object_store crate's
-# names), and those of its HTTP client.
-_OBSTORE_S3 = {
-    "AWS_ACCESS_KEY_ID": "access_key_id",
-    "AWS_SECRET_ACCESS_KEY": "secret_access_key",
-    "AWS_SESSION_TOKEN": "session_token",
-    "AWS_TOKEN": "session_token",
-    "AWS_REGION": "region",
-    "AWS_DEFAULT_REGION": "region",
-    "AWS_ENDPOINT_URL": "endpoint",
-    "AWS_ENDPOINT": "endpoint",
-    "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "virtual_hosted_style_request",
-    "AWS_CONDITIONAL_PUT": "conditional_put",
+# The obstore store (the object_store crate's, which delta-rs is built on) of each URI
+# scheme it serves as delta-rs does, and the prefix of that store's environment variables.
+_OBSTORE_KINDS = {
+    **dict.fromkeys(("s3", "s3a"), "s3"),
+    **dict.fromkeys(("az", "abfs", "abfss", "adl", "azure"), "azure"),
+    "gs": "gcs",
 }
-_OBSTORE_CLIENT = {"AWS_ALLOW_HTTP": "allow_http", "ALLOW_HTTP": "allow_http", "TIMEOUT": "timeout"}
+_ENVIRONMENT_PREFIX = {"s3": "AWS", "azure": "AZURE", "gcs": "GOOGLE"}
+# By store: delta-rs's keys (each spelling the object_store crate parses, in upper case)
+# that mean the same to obstore's store, and the name obstore's config gives each. A key of
+# neither this table, the HTTP client's nor the log-only ones sends the table to delta-rs.
+_OBSTORE_KEYS: dict[str, dict[str, str]] = {
+    "s3": {
+        "AWS_ACCESS_KEY_ID": "access_key_id",
+        "AWS_SECRET_ACCESS_KEY": "secret_access_key",
+        "AWS_SESSION_TOKEN": "session_token",
+        "AWS_TOKEN": "session_token",
+        "AWS_REGION": "region",
+        "AWS_DEFAULT_REGION": "region",
+        "AWS_ENDPOINT_URL": "endpoint",
+        "AWS_ENDPOINT": "endpoint",
+        "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "virtual_hosted_style_request",
+        "AWS_CONDITIONAL_PUT": "conditional_put",
+    },
+    "azure": {
+        **dict.fromkeys(("AZURE_STORAGE_ACCOUNT_NAME", "ACCOUNT_NAME"), "account_name"),
+        **dict.fromkeys(
+            (
+                *("AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_ACCESS_KEY"),
+                *("AZURE_STORAGE_MASTER_KEY", "ACCOUNT_KEY", "ACCESS_KEY", "MASTER_KEY"),
+            ),
+            "account_key",
+        ),
+        **dict.fromkeys(
+            ("AZURE_STORAGE_SAS_KEY", "AZURE_STORAGE_SAS_TOKEN", "SAS_KEY", "SAS_TOKEN"),
+            "sas_key",
+        ),
+        **dict.fromkeys(("AZURE_STORAGE_TOKEN", "BEARER_TOKEN", "TOKEN"), "token"),
+        **dict.fromkeys(("AZURE_STORAGE_CLIENT_ID", "AZURE_CLIENT_ID", "CLIENT_ID"), "client_id"),
+        **dict.fromkeys(
+            ("AZURE_STORAGE_CLIENT_SECRET", "AZURE_CLIENT_SECRET", "CLIENT_SECRET"),
+            "client_secret",
+        ),
+        **dict.fromkeys(
+            (
+                *("AZURE_STORAGE_TENANT_ID", "AZURE_STORAGE_AUTHORITY_ID", "AZURE_TENANT_ID"),
+                *("AZURE_AUTHORITY_ID", "TENANT_ID", "AUTHORITY_ID"),
+            ),
+            "tenant_id",
+        ),
+        **dict.fromkeys(
+            ("AZURE_FEDERATED_TOKEN_FILE", "FEDERATED_TOKEN_FILE"), "federated_token_file"
+        ),
+        **dict.fromkeys(("AZURE_USE_AZURE_CLI", "USE_AZURE_CLI"), "use_azure_cli"),
+        **dict.fromkeys(("AZURE_STORAGE_USE_EMULATOR", "USE_EMULATOR"), "use_emulator"),
+        **dict.fromkeys(("AZURE_STORAGE_ENDPOINT", "AZURE_ENDPOINT", "ENDPOINT"), "endpoint"),
+        **dict.fromkeys(
+            ("AZURE_USE_FABRIC_ENDPOINT", "USE_FABRIC_ENDPOINT"), "use_fabric_endpoint"
+        ),
+    },
+    "gcs": {
+        **dict.fromkeys(
+            (
+                *("GOOGLE_SERVICE_ACCOUNT", "GOOGLE_SERVICE_ACCOUNT_PATH"),
+                *("SERVICE_ACCOUNT", "SERVICE_ACCOUNT_PATH"),
+            ),
+            "service_account",
+        ),
+        **dict.fromkeys(
+            ("GOOGLE_SERVICE_ACCOUNT_KEY", "SERVICE_ACCOUNT_KEY"), "service_account_key"
+        ),
+        **dict.fromkeys(
+            ("GOOGLE_APPLICATION_CREDENTIALS", "APPLICATION_CREDENTIALS"),
+            "application_credentials",
+        ),
+        **dict.fromkeys(("GOOGLE_BASE_URL", "BASE_URL"), "base_url"),
+    },
+}
+# The HTTP client's keys, spelt alone or after the store's prefix (``AZURE_ALLOW_HTTP``).
+_OBSTORE_CLIENT = {"ALLOW_HTTP": "allow_http", "TIMEOUT": "timeout"}
+# Azure credentials of different kinds: where the options and the environment together hold
+# more than one, delta-rs picks the account key, then a SAS, then a token, ..., where
+# object_store takes a token first, so the two could sign as different principals.
+_AZURE_CREDENTIALS = frozenset(
+    {"account_key", "sas_key", "token", "client_secret", "federated_token_file", "use_azure_cli"}
+)
 # Where the AWS SDK (delta-rs, pyarrow) finds credentials that object_store does not read.
 _PROFILE_VARIABLES = ("AWS_PROFILE", "AWS_SHARED_CREDENTIALS_FILE", "AWS_CONFIG_FILE")
 _PROFILE_FILES = ("~/.aws/credentials", "~/.aws/config")
 
 
-def obstore_s3_arguments(
-    options: Mapping[str, str],
-) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    """obstore's S3 ``config`` and ``client_options`` with the meaning of delta-rs's
-    ``options`` (the environment fills keys left out, as for delta-rs); None where an
-    option has no twin there, or where delta-rs would find credentials in an AWS profile,
-    which object_store does not read."""
+def obstore_arguments(
+    scheme: str, options: Mapping[str, str]
+) -> tuple[str, dict[str, Any], dict[str, Any]] | None:
+    """The obstore store (``s3``, ``azure`` or ``gcs``) of a table at ``scheme``, with its
+    ``config`` and ``client_options`` of the meaning of delta-rs's ``options`` (the
+    environment fills keys left out, as for delta-rs). None where obstore serves no such
+    store, where an option has no twin there, or where the two libraries would find
+    different credentials: an AWS profile (object_store reads none), Azure credentials of
+    more than one kind (:data:`_AZURE_CREDENTIALS`)."""
+    kind = _OBSTORE_KINDS.get(scheme)
+    if kind is None:
+        return None
+    keys, prefix = _OBSTORE_KEYS[kind], _ENVIRONMENT_PREFIX[kind]
     config: dict[str, Any] = {}
     client: dict[str, Any] = {}
     for key, value in options.items():
-        if key in _OBSTORE_S3:
-            config[_OBSTORE_S3[key]] = value
-        elif key in _OBSTORE_CLIENT:
-            client[_OBSTORE_CLIENT[key]] = value.lower() == "true" if "HTTP" in key else value
-        elif key not in _LOG_ONLY_KEYS:
+        client_key = _OBSTORE_CLIENT.get(key.removeprefix(f"{prefix}_"))
+        if key in keys:
+            config[keys[key]] = value
+        elif client_key is not None:
+            client[client_key] = value.lower() == "true" if client_key == "allow_http" else value
+        elif kind != "s3" or key not in _LOG_ONLY_KEYS:
             return None
-    explicit = "access_key_id" in config or os.environ.get("AWS_ACCESS_KEY_ID")
-    profiled = any(os.environ.get(name) for name in _PROFILE_VARIABLES) or any(
-        os.path.exists(os.path.expanduser(path)) for path in _PROFILE_FILES
-    )
-    if "allow_http" not in client and os.environ.get("AWS_ALLOW_HTTP"):  # as delta-rs reads
-        client["allow_http"] = os.environ["AWS_ALLOW_HTTP"].lower() == "true"
-    return None if profiled and not explicit else (config, client)
+    # obstore's client options replace those its store read from the environment.
+    if "allow_http" not in client and os.environ.get(f"{prefix}_ALLOW_HTTP"):
+        client["allow_http"] = os.environ[f"{prefix}_ALLOW_HTTP"].lower() == "true"
+    if kind == "s3":
+        explicit = "access_key_id" in config or os.environ.get("AWS_ACCESS_KEY_ID")
+        profiled = any(os.environ.get(name) for name in _PROFILE_VARIABLES) or any(
+            os.path.exists(os.path.expanduser(path)) for path in _PROFILE_FILES
+        )
+        if profiled and not explicit:
+            return None
+    if kind == "azure":
+        from_environment = {
+            name for key, name in keys.items() if key.startswith("AZURE_") and os.environ.get(key)
+        }
+        if len((set(config) | from_environment) & _AZURE_CREDENTIALS) > 1:
+            return None
+    return kind, config, client
 
 
 def table_uri(path: str | os.PathLike[str]) -> str:
@@ -344,31 +435,37 @@ class Location:
 
     def object_store(self) -> Any | None:
         """obstore's store of the table root (:mod:`obstore`, the object_store crate that
-        delta-rs is built on), for S3: one request per file stored, with no
-        ``Expect: 100-continue`` round trip first (pyarrow's client waits for one), and
+        delta-rs is built on) on S3, Azure and GCS: one request per file stored, with no
+        ``Expect: 100-continue`` round trip first (pyarrow's S3 client waits for one), and
         conditional creates (:mod:`spark_queue.storage.delta_log`). None on other stores,
-        and where the options need delta-rs's own client
-        (:func:`obstore_s3_arguments`). One per table and options in each process."""
-        if self.scheme not in ("s3", "s3a"):
-            return None
-        arguments = obstore_s3_arguments(self.options)
+        and where the options need delta-rs's own client (:func:`obstore_arguments`). One
+        per table and options in each process."""
+        arguments = obstore_arguments(self.scheme, self.options)
         if arguments is None:
             return None
         key = (os.getpid(), self.uri, tuple(sorted(self.options.items())))
         with _filesystems_lock:
-            store = _object_stores.get(key)
-            if store is None:
-                from obstore.store import S3Store
+            if key not in _object_stores:
+                _object_stores[key] = self._new_object_store(*arguments)
+            return _object_stores[key]
 
-                bucket, prefix = self._bucket_and_key()
-                config, client = arguments
-                store = _object_stores[key] = S3Store(
-                    bucket,
-                    prefix=prefix or None,
-                    config=cast(Any, config),
-                    client_options=cast(Any, client),
-                )
-        return store
+    def _new_object_store(
+        self, kind: str, config: dict[str, Any], client: dict[str, Any]
+    ) -> Any | None:
+        """obstore's store of ``kind``; None where obstore cannot make one of the options
+        (an Azure account named nowhere): delta-rs, which cannot either, says why."""
+        from obstore.exceptions import BaseError
+        from obstore.store import AzureStore, GCSStore, S3Store
+
+        bucket, prefix = self._bucket_and_key()
+        settings: dict[str, Any] = {"config": config, "client_options": client}
+        try:
+            if kind == "azure":  # the URI may name the account (container@account.dfs...)
+                return AzureStore.from_url(self.uri, **settings)
+            made = S3Store if kind == "s3" else GCSStore
+            return made(bucket, prefix=prefix or None, **settings)
+        except BaseError:
+            return None
 
     def delete(self, relatives: Iterable[str], *, in_order: bool = False) -> int:
         """Delete files under the table root (paths relative to it); missing ones are fine.
