@@ -56,6 +56,7 @@ from spark_queue.broker.sessions import (
     MalformedHello,
 )
 from spark_queue.broker.wire import (
+    BODIES,
     MAX_STATUS_MESSAGE_BYTES,
     PROTOCOL,
     ROUTED_METHODS,
@@ -485,12 +486,18 @@ class QueueBroker(flight.FlightServerBase):
             if len(body) > self.max_request_bytes:
                 raise self._too_large(len(body))
             method, arguments, declared, partition = decode_request(body, self.table.path)
-            if method != kind or (method == "publish") != (upload is not None):
+            inline = BODIES in arguments
+            if method != kind or (method == "publish" and (upload is not None) == inline):
                 raise BrokerRequestError(
                     f"malformed request: a {kind} request names the method {method!r} (publish "
-                    f"goes by do_put, every other method by do_action)"
+                    f"goes by do_put, or by do_action with its bodies in {BODIES!r}; every "
+                    f"other method by do_action)"
                 )
-            rows = None if upload is None else upload(checked_upload(declared), len(body))
+            rows: pa.Table | list[str] | None = None
+            if inline:
+                rows = arguments.pop(BODIES)
+            elif upload is not None:
+                rows = upload(checked_upload(declared), len(body))
             result = self._call(method, arguments, rows, partition)
             answer = encode_result(method, result)
         except Exception as error:
@@ -526,9 +533,14 @@ class QueueBroker(flight.FlightServerBase):
         )
 
     def _call(
-        self, method: str, arguments: dict[str, Any], rows: pa.Table | None, partition: int | None
+        self,
+        method: str,
+        arguments: dict[str, Any],
+        rows: pa.Table | list[str] | None,
+        partition: int | None,
     ) -> Any:
-        """``self.table.<method>(**arguments)``; publish's rows from the stream; on one
+        """``self.table.<method>(**arguments)``; publish's rows from the stream, or its
+        bodies from the request; on one
         partition of the queue where the request names it (whether or not another broker
         owns it: served here, just not batched with that broker's commits)."""
         if rows is not None:
