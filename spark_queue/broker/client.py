@@ -240,7 +240,7 @@ class BrokerClient:
 
     def call(self, method: str, request: bytes, rows: pa.Table | None = None) -> Any:
         """Run ``method`` at the broker: ``request`` as :func:`wire_request` encodes it,
-        ``rows`` publish's messages.
+        ``rows`` publish's messages as Arrow (None: the request carries them, or none).
 
         Raises:
             BrokerUnreachable: no answer (the request may or may not have been applied).

@@ -96,8 +96,8 @@ PUBLISH_KEYWORDS = frozenset({"queue", "rows", "producer", "sequence", "on_rejec
 STOP_LINGER_SECONDS = 2.0
 STOPPING = "the broker is stopping"
 # How long a round of the broker's group commit may wait for the callers of the round before
-# to come back over their RPCs (commit.group.set_return_wait): ~10-20 ms for 32 callers on a
-# loaded 2-core machine.
+# to come back over their RPCs (commit.group.set_return_wait): 20-40 ms for 32 callers on a
+# loaded 2-core machine (docs/decisions/round-cost.md).
 RETURN_WAIT_SECONDS = 0.05
 # Told of every request that ends: its operation, its seconds, and the kind of its error
 # (None: answered); the broker's metrics (:mod:`spark_queue.server.metrics`) record them.
