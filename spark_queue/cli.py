@@ -616,7 +616,8 @@ def _metrics(flag: str) -> Any:
 
 def _run_broker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> str:
     """``broker``: serve until SIGTERM. A missing token beyond loopback is bad usage."""
-    from spark_queue.server.flight import check_token, check_token_text, parse_listen, run_broker
+    from spark_queue.server.flight import check_token_text, run_broker
+    from spark_queue.server.listening import check_sqs_keys, check_token, parse_listen
 
     # An empty variable is no token; a flag given empty is a blank token.
     token = args.token if args.token is not None else os.environ.get(TOKEN_ENV_VAR) or None
@@ -632,7 +633,6 @@ def _run_broker(args: argparse.Namespace, parser: argparse.ArgumentParser) -> st
         parser.error(str(error))
     sqs_keys = None
     if args.sqs is not None:
-        from spark_queue.server.flight import check_sqs_keys
         from spark_queue.server.sqs.signing import keys_from_environment
 
         try:

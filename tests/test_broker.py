@@ -26,10 +26,10 @@ import pytest
 from deltalake import write_deltalake
 
 from spark_queue import QueueTable
-from spark_queue.broker.client import BrokerClient
+from spark_queue.broker.client import BrokerClient, wire_request
 from spark_queue.broker.discovery import BROKERS_FOLDER, read_records, write_record
-from spark_queue.broker.wire import PROTOCOL, decode_error, encode_request
-from spark_queue.errors import BrokerAuthenticationError, BrokerRequestError
+from spark_queue.broker.wire import INLINE_BODY_CHARS, PROTOCOL, decode_error, encode_request
+from spark_queue.errors import BrokerAuthenticationError, BrokerRequestError, InvalidInputError
 from spark_queue.model.schema import BROWSE_ARROW_SCHEMA
 from spark_queue.rules import identity_holds
 from spark_queue.storage.location import Location
@@ -387,11 +387,14 @@ def test_too_large_and_malformed_requests_are_refused_and_change_nothing(tmp_pat
             ("ack", request("ack", {"queue": "jobs"}), "missing a required argument: 'seqs'"),
             ("lease", request("ack", {"queue": "jobs", "seqs": [0]}), "names the method 'ack'"),
             ("publish", request("publish", {"queue": "jobs"}), "publish goes by do_put"),
+            ("publish", request("publish", {"queue": "jobs", "bodies": [1]}), "string bodies"),
+            ("publish", request("publish", {"queue": "jobs", "bodies": []}), "string bodies"),
+            ("ack", request("ack", {"queue": "jobs", "bodies": ["x"]}), "string bodies"),
         ):
             assert text in refusal(kind, body), (kind, body)
         assert version(path) == before
         status = broker.status()
-        assert (status["refused"], status["failed"]) == (13, 0)
+        assert (status["refused"], status["failed"]) == (16, 0)
 
 
 def run_load(
@@ -546,3 +549,31 @@ def test_results_and_arrow_rows_travel_intact(tmp_path):
         more = table.lease("jobs", "w", max_messages=np.int64(1), lease_period=np.int64(60))
         assert more["seq"].to_pylist() == [2]
         assert broker.status()["served"] == 4
+
+
+def test_string_bodies_travel_in_the_request_and_other_rows_as_arrow(tmp_path):
+    """A publish of a few string bodies carries them in its request (a do_action, no
+    upload); other rows go as Arrow record batches (do_put). Both store what was given, and
+    a body the table refuses is refused as it is without a broker."""
+    path = str(tmp_path / "queues")
+    bodies = ["one", "", "é\u2603"]
+    request, rows = wire_request(path, "publish", {"queue": "jobs", "rows": bodies})
+    assert rows is None and json.loads(request)["arguments"]["bodies"] == bodies
+    assert "upload" not in json.loads(request)
+    for given in ([b"bytes"], ["x" * (INLINE_BODY_CHARS + 1)], [{"body": "one"}]):
+        request, rows = wire_request(path, "publish", {"queue": "jobs", "rows": given})
+        assert rows is not None and "bodies" not in json.loads(request)["arguments"], given
+    with BrokerProcess(path, log_path=tmp_path / "broker.log") as broker:
+        table = QueueTable(path, broker=broker.address)
+        assert table.publish("jobs", bodies).seqs == [0, 1, 2]
+        assert table.publish("jobs", ("four",)).seqs == [3]
+        assert table.publish("jobs", [b"five"]).seqs == [4]
+        with pytest.raises(InvalidInputError) as raised:
+            table.publish("jobs", ["six", "\ud800"])
+        with pytest.raises(InvalidInputError) as direct:
+            QueueTable(path, broker="off").publish("jobs", ["six", "\ud800"])
+        assert str(raised.value) == str(direct.value)
+        status = broker.status()
+        assert (status["served"], status["refused"]) == (3, 1)
+    leased = QueueTable(path, broker="off").lease("jobs", "w", max_messages=10)
+    assert leased["body"].to_pylist() == [b"one", b"", "é\u2603".encode(), b"four", b"five"]

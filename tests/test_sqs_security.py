@@ -638,6 +638,6 @@ def test_an_empty_keys_variable_is_an_error_naming_it(tmp_path):
         assert "SPARK_QUEUE_SQS_KEYS is set but empty" in done.stderr
     assert not (tmp_path / "q").exists()
     with pytest.raises(InvalidOptionError, match="sqs_keys is empty"):
-        from spark_queue.server.flight import check_sqs_keys
+        from spark_queue.server.listening import check_sqs_keys
 
         check_sqs_keys("127.0.0.1", {})

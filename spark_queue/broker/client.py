@@ -47,6 +47,7 @@ from spark_queue.broker.discovery import BrokerRecord, is_loopback, live_brokers
 from spark_queue.broker.sessions import HELLO_ACTION, ClientSession, hello_body, open_session
 from spark_queue.broker.spread import NOT_SPREAD, SPREAD_METHODS, spread_call
 from spark_queue.broker.wire import (
+    BODIES,
     ROUTED_METHODS,
     STATUS_ACTION,
     TOKEN_HEADER,
@@ -55,6 +56,7 @@ from spark_queue.broker.wire import (
     decode_error,
     decode_result,
     encode_request,
+    inline_bodies,
     signature_of,
 )
 from spark_queue.errors import (
@@ -238,7 +240,7 @@ class BrokerClient:
 
     def call(self, method: str, request: bytes, rows: pa.Table | None = None) -> Any:
         """Run ``method`` at the broker: ``request`` as :func:`wire_request` encodes it,
-        ``rows`` publish's messages.
+        ``rows`` publish's messages as Arrow (None: the request carries them, or none).
 
         Raises:
             BrokerUnreachable: no answer (the request may or may not have been applied).
@@ -337,8 +339,9 @@ def wire_request(
 ) -> tuple[bytes, pa.Table | None]:
     """A call's bound arguments as the request that carries them (encoded once: a
     one-message publish is a small request, where encoding is a good part of a client's
-    work), and publish's rows as Arrow; ``partition``: the one partition of the queue it
-    runs on.
+    work), and publish's rows as Arrow (None where the request carries its bodies itself:
+    :func:`~spark_queue.broker.wire.inline_bodies`); ``partition``: the one partition of the
+    queue it runs on.
 
     Raises:
         QueueError, TypeError, ValueError: a value the request cannot carry as the table
@@ -348,11 +351,16 @@ def wire_request(
     rows = upload = None
     if method == "publish":
         check_queue_name("queue", given["queue"])
-        rows = as_input_table(given.pop("rows"))
+        given_rows = given.pop("rows")
         if not given.get("arguments", True):
             del given["arguments"]  # no queue arguments given
-        # What the broker checks the upload against: a cut-off one is refused, not stored.
-        upload = {"rows": rows.num_rows, "bytes": rows.nbytes}
+        bodies = inline_bodies(given_rows)
+        if bodies is not None:
+            given[BODIES] = bodies
+        else:
+            rows = as_input_table(given_rows)
+            # What the broker checks the upload against: a cut-off one is refused, not stored.
+            upload = {"rows": rows.num_rows, "bytes": rows.nbytes}
     if given.get("seqs") is not None:
         given["seqs"] = parse_seqs("seqs", given["seqs"]).tolist()
     return encode_request(table, method, given, upload, partition), rows

@@ -81,6 +81,22 @@ COMPACTION_CHECK_ROUNDS = 8  # small files are counted every 8th round
 GATHER_SECONDS = 0.002  # a round waits this long at most for the callers of the last
 MAX_ROUND = 2048  # requests in one round, at most: a commit's size stays bounded
 
+# How long a round may wait for the callers of the last to come back: GATHER_SECONDS for
+# callers in this process; longer in a broker's (set_return_wait), whose callers come back
+# over an RPC.
+_return_wait = GATHER_SECONDS
+
+
+def set_return_wait(seconds: float) -> None:
+    """Let the rounds of this process's groups wait up to ``seconds`` for the callers of the
+    round before to come back (never longer than half a round, nor than 1.5 times as long as
+    they took the time before): a broker's callers come back over an RPC, one at a time
+    through its interpreter, several milliseconds after their answers; a round that goes
+    without them splits them into cohorts that take turns, each round half as full."""
+    global _return_wait
+    _return_wait = max(GATHER_SECONDS, seconds)
+
+
 # Told of every commit a round makes: its requests, the seconds from the round's start to
 # its landed commit (planning, lost races and their backoff included), and its attempts.
 RoundObserver = Callable[[int, float, int], None]
@@ -218,6 +234,13 @@ class CommitGroup:
         self._closed = False
         self._expected = 0  # requests the next round gathers for (see _lead)
         self._gathering = False  # the leader waits for them
+        # For the gather's wait (set_return_wait): when the last round's callers were
+        # answered, when the latest request came, how long the last round's callers took
+        # to come back, and how long the last round took from its start to its landing.
+        self._answered = 0.0
+        self._arrived = 0.0
+        self._came_back = 0.0
+        self._round_seconds = 0.0
         self._entries = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spark-queue-entry")
         self._speculating = False  # the round planned now follows one still in flight
 
@@ -241,6 +264,7 @@ class CommitGroup:
                     f"the commit group of {self.store.uri} is closed: the process exits"
                 )
             self._pending.append(Queued(request, future))
+            self._arrived = time.monotonic()
             if self._leader is None:
                 self._leader = threading.Thread(
                     target=self._lead, name=f"spark-queue-group {self.store.uri}", daemon=True
@@ -297,14 +321,22 @@ class CommitGroup:
         """The next round's requests (under ``_lock``). Callers of the last round are still
         coming back with their next request (each needs the GIL for a moment): the round
         waits for them a little, as a commit costs far more than the wait. Else synchronous
-        callers split into cohorts that take turns, each round half as full."""
-        gather_until = time.monotonic() + GATHER_SECONDS
+        callers split into cohorts that take turns, each round half as full. Where they take
+        longer to come back (:func:`set_return_wait`), it waits as long as they took the
+        time before, and half as long again."""
+        wait = max(
+            GATHER_SECONDS, min(_return_wait, self._round_seconds / 2, 1.5 * self._came_back)
+        )
+        gather_until = max(time.monotonic() + GATHER_SECONDS, self._answered + wait)
         self._gathering = True
         while len(self._pending) < self._expected and not self._closed:
             left = gather_until - time.monotonic()
             if left <= 0:
+                self._came_back = wait  # not all came back: the next round waits longer
                 break
             self._lock.wait(left)
+        else:
+            self._came_back = max(0.0, self._arrived - self._answered)
         self._gathering = False
         return self._take(MAX_ROUND)
 
@@ -359,6 +391,7 @@ class CommitGroup:
                     item.request.discard(self.store)
                 item.future.set_exception(error)
             return "failed"
+        self._round_seconds = time.monotonic() - flight.started
         self._answer(flight.applied, flight.results, flight.round, flight.snapshot)
         observer = self.observer
         if observer is not None:
@@ -379,6 +412,7 @@ class CommitGroup:
             self._upkeep(snapshot)
         with self._lock:  # the next round gathers for these and their callers
             self._expected = min(MAX_ROUND, len(self._pending) + len(applied))
+            self._answered = time.monotonic()
         for item, result in zip(applied, results, strict=True):
             item.future.set_result(result)
 

@@ -41,7 +41,6 @@ from spark_queue.broker.discovery import (
     HEARTBEAT_SECONDS,
     STOP_TIMEOUT_SECONDS,
     BrokerRecord,
-    refuse_unguarded,
     remove_record,
     remove_stale_records,
     write_record,
@@ -56,6 +55,7 @@ from spark_queue.broker.sessions import (
     MalformedHello,
 )
 from spark_queue.broker.wire import (
+    BODIES,
     MAX_STATUS_MESSAGE_BYTES,
     PROTOCOL,
     ROUTED_METHODS,
@@ -68,6 +68,7 @@ from spark_queue.broker.wire import (
     signature_of,
     trimmed,
 )
+from spark_queue.commit.group import set_return_wait
 from spark_queue.errors import (
     BrokerError,
     BrokerRequestError,
@@ -77,6 +78,12 @@ from spark_queue.errors import (
 )
 from spark_queue.model.partition_calls import one_partition
 from spark_queue.model.policies import Policies
+from spark_queue.server.listening import (
+    check_bindable,
+    check_sqs_keys,
+    check_token,
+    parse_listen,
+)
 from spark_queue.server.sqs.limits import HttpLimits
 from spark_queue.storage.location import scrubbed
 from spark_queue.storage.table_folder import new_table_refusal
@@ -88,6 +95,10 @@ PUBLISH_KEYWORDS = frozenset({"queue", "rows", "producer", "sequence", "on_rejec
 # to it is reset, and a reset can discard an answer the client has received but not read.
 STOP_LINGER_SECONDS = 2.0
 STOPPING = "the broker is stopping"
+# How long a round of the broker's group commit may wait for the callers of the round before
+# to come back over their RPCs (commit.group.set_return_wait): 20-40 ms for 32 callers on a
+# loaded 2-core machine (docs/decisions/round-cost.md).
+RETURN_WAIT_SECONDS = 0.05
 # Told of every request that ends: its operation, its seconds, and the kind of its error
 # (None: answered); the broker's metrics (:mod:`spark_queue.server.metrics`) record them.
 Observer = Callable[[str, float, "str | None"], None]
@@ -107,97 +118,6 @@ log = logging.getLogger("spark_queue.server.flight")
 
 def _unobserved(operation: str, seconds: float, error: str | None) -> None:
     """The default :attr:`QueueBroker.observe`: records nothing."""
-
-
-# An address each flag of an address could take, for messages: the Flight port, the SQS port
-# of ElasticMQ (SQS's own stand-in) and the Prometheus exporters' port.
-ADDRESS_EXAMPLES = {
-    "--listen": "127.0.0.1:8815",
-    "--advertise": "broker.internal:8815",
-    "--sqs": "127.0.0.1:9324",
-    "--metrics": "127.0.0.1:9464",
-}
-
-
-def parse_listen(text: str, flag: str = "--listen") -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) as a host and a port; port 0: a free one.
-    ``flag``: the flag that gave it (a key of :data:`ADDRESS_EXAMPLES`), for the message.
-
-    Raises:
-        InvalidOptionError: not of that form.
-    """
-    host, sep, port = text.strip().rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        free = "" if flag == "--advertise" else ", or port 0 for a free one"
-        raise InvalidOptionError(
-            f"{flag} takes HOST:PORT (say {ADDRESS_EXAMPLES[flag]}{free}); got {text!r}"
-        )
-    return host, int(port)
-
-
-def check_bindable(host: str, port: int, flag: str) -> None:
-    """That a server can listen at ``host:port`` (given by ``flag``): one of its addresses
-    binds, as gRPC's server binds them (``SO_REUSEADDR``). Checked before gRPC tries, which
-    logs raw lines of its own, then fails with "Server did not start properly".
-
-    Raises:
-        BrokerError: the port is taken, the host is not this machine's or does not resolve.
-    """
-    try:
-        addresses = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except socket.gaierror as error:
-        raise BrokerError(
-            f"the broker cannot listen on {host}:{port} ({flag}): {error.strerror}"
-        ) from None
-    refusals = []
-    for family, kind, protocol, _, address in addresses:
-        with socket.socket(family, kind, protocol) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                probe.bind(address)
-            except OSError as error:
-                refusals.append(error.strerror)
-                continue
-        return
-    raise BrokerError(f"the broker cannot listen on {host}:{port} ({flag}): {refusals[0]}")
-
-
-def check_token(host: str, token: str | None, tls: bool) -> None:
-    """A broker that listens beyond loopback must have a token, and serve TLS: without it,
-    whoever is on the path reads the messages and can play a call it held back.
-
-    Raises:
-        InvalidOptionError: ``host`` is not loopback and there is no token, or no TLS.
-    """
-    refuse_unguarded(
-        host,
-        bool(token),
-        "the broker would listen",
-        "without a token: give one with $SPARK_QUEUE_BROKER_TOKEN (or --token), or listen on "
-        "127.0.0.1",
-        tls=tls,
-    )
-
-
-def check_sqs_keys(host: str, keys: Mapping[str, str] | None) -> None:
-    """An SQS API that listens beyond loopback must check signatures.
-
-    Raises:
-        InvalidOptionError: ``keys`` is empty (None, not an empty set, takes unsigned
-            requests), or ``host`` is not loopback and there are no access keys.
-    """
-    if keys is not None and not keys:
-        raise InvalidOptionError(
-            "sqs_keys is empty: give access keys, or None to take unsigned requests on loopback"
-        )
-    refuse_unguarded(
-        host,
-        bool(keys),
-        "the SQS API would listen",
-        "without access keys: name a file of them with $SPARK_QUEUE_SQS_KEYS, or listen on "
-        "127.0.0.1",
-    )
 
 
 class _Credential(flight.ServerMiddleware):
@@ -480,12 +400,18 @@ class QueueBroker(flight.FlightServerBase):
             if len(body) > self.max_request_bytes:
                 raise self._too_large(len(body))
             method, arguments, declared, partition = decode_request(body, self.table.path)
-            if method != kind or (method == "publish") != (upload is not None):
+            inline = BODIES in arguments
+            if method != kind or (method == "publish" and (upload is not None) == inline):
                 raise BrokerRequestError(
                     f"malformed request: a {kind} request names the method {method!r} (publish "
-                    f"goes by do_put, every other method by do_action)"
+                    f"goes by do_put, or by do_action with its bodies in {BODIES!r}; every "
+                    f"other method by do_action)"
                 )
-            rows = None if upload is None else upload(checked_upload(declared), len(body))
+            rows: pa.Table | list[str] | None = None
+            if inline:
+                rows = arguments.pop(BODIES)
+            elif upload is not None:
+                rows = upload(checked_upload(declared), len(body))
             result = self._call(method, arguments, rows, partition)
             answer = encode_result(method, result)
         except Exception as error:
@@ -521,9 +447,14 @@ class QueueBroker(flight.FlightServerBase):
         )
 
     def _call(
-        self, method: str, arguments: dict[str, Any], rows: pa.Table | None, partition: int | None
+        self,
+        method: str,
+        arguments: dict[str, Any],
+        rows: pa.Table | list[str] | None,
+        partition: int | None,
     ) -> Any:
-        """``self.table.<method>(**arguments)``; publish's rows from the stream; on one
+        """``self.table.<method>(**arguments)``; publish's rows from the stream, or its
+        bodies from the request; on one
         partition of the queue where the request names it (whether or not another broker
         owns it: served here, just not batched with that broker's commits)."""
         if rows is not None:
@@ -698,6 +629,7 @@ def run_broker(
         check_metrics_token(metrics_address[0], metrics_token, tls_files is not None)
     tls = None if tls_files is None else (_read_pem(tls_files[0]), _read_pem(tls_files[1]))
     table = QueueTable(path, policies=policies, storage_options=storage_options, broker="off")
+    set_return_wait(RETURN_WAIT_SECONDS)
     _warm_up(table)
     sqs_service = None
     if sqs_address is not None:
