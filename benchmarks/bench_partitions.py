@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import os
 import tempfile
 import time
@@ -257,35 +258,33 @@ def measure_publish(store: Store, partitions: int, args: argparse.Namespace) -> 
     }
 
 
-def measure_workers(store: Store, partitions: int, args: argparse.Namespace) -> dict:
-    path = declared(store, "workers", partitions, args.backlog)
+def measure_processes(
+    store: Store, partitions: int, args: argparse.Namespace, consumer: bool
+) -> dict:
+    """``--workers`` processes on a queue deep enough for ``--seconds``: lease/ack loops
+    (``bench_clients``' raw loop), or consumer clients (its steady workers) where
+    ``consumer``."""
+    backlog = args.consumer_backlog if consumer else args.backlog
+    path = declared(store, "consumer" if consumer else "workers", partitions, backlog)
     target = Target(path, store.options, "off")
-    arguments = [(target, f"w{n}", args.seconds) for n in range(args.workers)]
-    results, cores = run_clocked(raw_loop, arguments, partitions, CpuMeter(store.pids))
-    acked = [r[0] for r in results]
+    if consumer:
+        function, arguments = (
+            consumer_loop,
+            [(target, f"c{n}", 0.0, args.seconds) for n in range(args.workers)],
+        )
+    else:
+        function, arguments = (
+            raw_loop,
+            [(target, f"w{n}", args.seconds) for n in range(args.workers)],
+        )
+    results, cores = run_clocked(function, arguments, partitions, CpuMeter(store.pids))
+    done = [r[0] for r in results]
     stats = store.table(path).stats(QUEUE)
-    assert stats["acked"] == sum(acked), (stats, sum(acked))
-    assert stats["ready"] > 0, "the queue ran dry: raise --backlog"
+    assert stats["acked"] == sum(done) and stats["leased"] == 0, (stats, sum(done))
+    assert stats["ready"] > 0, "the queue ran dry: raise --backlog or --consumer-backlog"
     return {
-        "msg_per_s": round(sum(acked) / args.seconds, 1),
-        "per_worker": [min(acked), max(acked)],
-        "errors": sum(r[1] for r in results),
-        "cores": cores,
-    }
-
-
-def measure_consumer(store: Store, partitions: int, args: argparse.Namespace) -> dict:
-    path = declared(store, "consumer", partitions, args.consumer_backlog)
-    target = Target(path, store.options, "off")
-    arguments = [(target, f"c{n}", 0.0, args.seconds) for n in range(args.workers)]
-    results, cores = run_clocked(consumer_loop, arguments, partitions, CpuMeter(store.pids))
-    handled = [r[0] for r in results]
-    stats = store.table(path).stats(QUEUE)
-    assert stats["acked"] == sum(handled) and stats["leased"] == 0, stats
-    assert stats["ready"] > 0, "the queue ran dry: raise --consumer-backlog"
-    return {
-        "msg_per_s": round(sum(handled) / args.seconds, 1),
-        "per_worker": [min(handled), max(handled)],
+        "msg_per_s": round(sum(done) / args.seconds, 1),
+        "per_worker": [min(done), max(done)],
         "errors": sum(r[1] for r in results),
         "cores": cores,
     }
@@ -417,8 +416,8 @@ def measure_brokers(store: Store, count: int, args: argparse.Namespace, logs: Pa
 
 MEASURES: dict[str, Callable[[Store, int, argparse.Namespace], dict]] = {
     "publish": measure_publish,
-    "workers": measure_workers,
-    "consumer": measure_consumer,
+    "workers": functools.partial(measure_processes, consumer=False),
+    "consumer": functools.partial(measure_processes, consumer=True),
 }
 SPARK_MEASURES: dict[str, Callable[[Any, Store, int, argparse.Namespace], dict]] = {
     "source": measure_source,
