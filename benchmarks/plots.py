@@ -159,8 +159,8 @@ def partitions(figures: dict, figure: Figure) -> None:
     speed.set_ylabel("times one partition's rate")
     for name, rates in data.get("batch_msg_per_s", {}).items():
         style = "--" if name.endswith("local disk") else "-"
-        source.plot(counts, rates, style, marker="o", label=f"per batch, {name.split(', ', 2)[-1]}")
-    source.set_title("Spark source (1: one queue table)")
+        source.plot(counts, rates, style, marker="o", label=name.removeprefix("Spark source, "))
+    source.set_title("Spark source, p50 of a batch (1: one queue table)")
     source.set_ylabel("messages / s")
     for axes in (speed, source):
         processes_axis(axes, counts, label="partitions")
