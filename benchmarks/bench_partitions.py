@@ -47,7 +47,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench_clients import QUEUE, Target, publish_loop, raw_loop, run_processes, run_threads
+from bench_clients import (
+    QUEUE,
+    IdleBroker,
+    Target,
+    publish_loop,
+    raw_loop,
+    run_processes,
+    run_threads,
+)
 from bench_clients import worker as consumer_loop
 from bench_round_trips import phases, storage, through
 from common import environment, int_list, median, progress, write_results
@@ -64,12 +72,6 @@ FILL_BATCH = 10_000
 
 
 # -- CPU ----------------------------------------------------------------------------------------
-
-
-def cpu_seconds(pid: int) -> float:
-    """The user and system CPU time process ``pid`` has used."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def machine_ticks() -> tuple[int, int]:
@@ -89,14 +91,16 @@ class CpuMeter:
     def start(self) -> None:
         self._began = time.monotonic()
         self._here = time.process_time()
-        self._cpu = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        self._cpu = {name: IdleBroker.cpu_seconds(pid) for name, pid in self.pids.items()}
         self._ticks = machine_ticks()
 
     def stop(self, clients: float = 0.0) -> dict[str, float]:
         """The cores used; ``clients``: the CPU seconds the client processes reported."""
         elapsed = time.monotonic() - self._began
         busy, total = (a - b for a, b in zip(machine_ticks(), self._ticks, strict=True))
-        used = {name: cpu_seconds(pid) - self._cpu[name] for name, pid in self.pids.items()}
+        used = {
+            name: IdleBroker.cpu_seconds(pid) - self._cpu[name] for name, pid in self.pids.items()
+        }
         used["here"] = time.process_time() - self._here
         if clients:
             used["clients"] = clients
