@@ -291,7 +291,7 @@ def bench_slow(serve, count, handler_ms, seconds):
         )
 
 
-def publish_loop(target: Target, name: str, seconds: float, go):
+def publish_loop(target: Target, name: str, seconds: float, go, queue: str = QUEUE):
     table = target.table()
     # Warm: the table opened, and pyarrow's first conversion of Python values done (it
     # imports pandas: ~0.8 s of CPU per process, which 32 processes starting at once on
@@ -302,7 +302,7 @@ def publish_loop(target: Target, name: str, seconds: float, go):
     stop = time.time() + seconds
     while time.time() < stop:
         try:
-            table.publish(QUEUE, [f"{name}-{sent}"])
+            table.publish(queue, [f"{name}-{sent}"])
             sent += 1
         except Exception:  # counted: the goal is none
             errors += 1

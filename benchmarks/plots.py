@@ -142,6 +142,42 @@ def round_trips(figures: dict, figure: Figure) -> None:
         axes.grid(alpha=0.3)
 
 
+def partitions(figures: dict, figure: Figure) -> None:
+    """Each measure's rate over one partition's, the Spark source's msg/s, and one broker
+    against two, by the queue's partitions."""
+    data = figures["partitions"]
+    counts = data["partitions"]
+    speed, source, brokers = figure.subplots(1, 3, width_ratios=[2, 2, 1])
+    for name, rates in data["msg_per_s"].items():
+        if name.startswith("Spark"):
+            continue
+        style = "--" if name.endswith("local disk") else "-"
+        speed.plot(counts, [r / rates[0] for r in rates], style, marker="o", label=name)
+    speed.plot(counts, counts, ":", color="grey", label="partitions (linear)")
+    speed.axhline(6, color="tab:red", linewidth=0.8, label="goal at 8 partitions, 20 ms")
+    speed.set_title("rate over one partition's")
+    speed.set_ylabel("times one partition's rate")
+    for name, rates in data.get("batch_msg_per_s", {}).items():
+        style = "--" if name.endswith("local disk") else "-"
+        source.plot(counts, rates, style, marker="o", label=name.removeprefix("Spark source, "))
+    source.set_title("Spark source, p50 of a batch (1: one queue table)")
+    source.set_ylabel("messages / s")
+    for axes in (speed, source):
+        processes_axis(axes, counts, label="partitions")
+        axes.legend(fontsize="x-small")
+    stores = list(data.get("brokers", {}))
+    width = 0.8 / max(1, len(stores))
+    for index, store in enumerate(stores):
+        positions = [p + (index - (len(stores) - 1) / 2) * width for p in (0, 1)]
+        brokers.bar(positions, data["brokers"][store], width, label=store)
+    brokers.set_xticks([0, 1], ["1 broker", "2 brokers"])
+    brokers.set_title("small clients' publishes")
+    brokers.set_ylabel("messages / s")
+    brokers.yaxis.set_major_formatter(THOUSANDS)
+    brokers.grid(axis="y", alpha=0.3)
+    brokers.legend(fontsize="x-small")
+
+
 def processes_axis(axes: Axes, ticks: list[int], label: str = "processes (W)") -> None:
     axes.set_xscale("log", base=2)
     axes.set_xticks(ticks, [str(tick) for tick in ticks])
@@ -174,6 +210,7 @@ PLOTS: dict[str, tuple[Callable[[dict, Figure], None], tuple[float, float]]] = {
     "sustained.png": (sustained, (11, 4.2)),
     "tombstones.png": (tombstones, (6, 4.2)),
     "round_trips.png": (round_trips, (11, 4.4)),
+    "partitions.png": (partitions, (13, 4.4)),
 }
 
 

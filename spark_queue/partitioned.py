@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import functools
 import itertools
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -63,6 +64,10 @@ COUNT_SECONDS = 1.0
 """How long a queue's partition count, once read, is taken as it is: raising it reaches a
 producer or consumer of this process within this long and the view's ``TRUSTED_SECONDS``
 (a count is never lowered)."""
+
+FIRST_TURNS = 2**32
+"""A queue's first turn is drawn from this many: every partition is as likely a start, to
+one part in four million (1024 partitions at most)."""
 
 T = TypeVar("T")
 
@@ -212,10 +217,16 @@ class Partitions:
         }
 
     def turn(self, queue: str) -> int:
-        """The next of ``queue``'s turns in this process (0, 1, 2, ...): which partition a
-        sticky publish or a lease starts from (``lease <queue>`` for a lease's)."""
+        """The next of ``queue``'s turns of this ``QueueTable``: which partition a sticky
+        publish or a lease starts from (``lease <queue>`` for a lease's). The first is
+        random, as Kafka's sticky partitioner's first partition is: clients that start
+        together would otherwise all begin at partition 0 and move on in step, every call
+        of theirs at one partition at a time."""
         with self._lock:
-            return next(self._turns.setdefault(queue, itertools.count()))
+            turns = self._turns.get(queue)
+            if turns is None:
+                turns = self._turns[queue] = itertools.count(random.randrange(FIRST_TURNS))
+            return next(turns)
 
     # -- declaring -------------------------------------------------------------------------
 

@@ -188,6 +188,19 @@ def test_keyless_publishes_are_sticky_and_take_turns(tmp_path):
     assert sorted(used[:3]) == [0, 1, 2] and used[3:] == used[:3]
 
 
+def test_clients_started_together_begin_at_partitions_apart(tmp_path):
+    """Each ``QueueTable``'s first keyless publish and first lease start at a random
+    partition: clients started together do not all begin at partition 0 and move on in
+    step (the chance that 32 fresh tables' publishes, or 8 leases, all meet in one of 8
+    partitions at random is below one in two million)."""
+    path = tmp_path / "queues"
+    QueueTable(path).declare("q", partitions=8)
+    firsts = [QueueTable(path).publish("q", [b"m"]).seqs[0] for _ in range(32)]
+    assert len(set(partition_of(np.array(firsts)).tolist())) > 1
+    leased = [QueueTable(path).lease("q", "c", max_messages=1)["seq"][0].as_py() for _ in range(8)]
+    assert len(set(partition_of(np.array(leased)).tolist())) > 1
+
+
 def test_a_publisher_client_spreads_keys(tmp_path):
     table = QueueTable(tmp_path / "queues")
     table.declare("q", partitions=2)
