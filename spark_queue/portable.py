@@ -41,11 +41,14 @@ class _Call:
 
 
 def portable_class(cls: type) -> _Call:
-    """``cls``, as a pickle that appends :data:`ROOT` to ``sys.path`` before importing it."""
+    """``cls``, as a pickle that appends :data:`ROOT` to ``sys.path`` (where it is not there
+    yet) before importing it."""
     sys_path = _Call(getattr, _Call(importlib.import_module, "sys"), "path")
-    # sys.path.append(ROOT) returns None: import_module's ``package``, unused for an absolute
-    # name.
-    appended = _Call(operator.methodcaller("append", ROOT), sys_path)
+    # sys.path[:] = dict.fromkeys(sys.path + [ROOT]): ROOT at the end, once, however many
+    # pickles a reused worker loads; the order of the rest kept. setitem returns None:
+    # import_module's ``package``, unused for an absolute name.
+    once = _Call(dict.fromkeys, _Call(operator.add, sys_path, [ROOT]))
+    appended = _Call(operator.setitem, sys_path, slice(None), _Call(list, once))
     module = _Call(importlib.import_module, cls.__module__, appended)
     return _Call(getattr, module, cls.__qualname__)
 
