@@ -128,6 +128,11 @@ class QueueTransaction:
     early_checks: dict[str, Future[IdCheck]] = field(default_factory=dict)
     # Writes of files :meth:`stage_rows` staged, still under way.
     uploads: list[Future[None]] = field(default_factory=list)
+    # A compaction's commit this one makes too (:meth:`replace_files`): the files it adds
+    # and removes, and its summary's details.
+    compacted: list[StagedFile] = field(default_factory=list)
+    replaced: list[tuple[str, int, str]] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
     _seen_files: list[str] = field(default_factory=list)  # the ids recorded, by prepare
 
     def __post_init__(self) -> None:
@@ -544,16 +549,36 @@ class QueueTransaction:
         reached("commit.files-stored")
         return self.store.prepare(
             self.snapshot,
-            self.adds,
-            [*self.snapshot.state_files, *self.expired_seen],
+            [*self.adds, *self.compacted],
+            [*self.snapshot.state_files, *self.expired_seen, *self.replaced],
             transactions,
             CommitSummary.of(
                 operation,
                 queues=sorted(self.touched),
                 attempt=self.attempt,
                 removed=self.summary,
+                details=self.details,
             ),
         )
+
+    def replace_files(
+        self, adds: list[StagedFile], removes: list[tuple[str, int, str]], details: dict[str, Any]
+    ) -> bool:
+        """Make a compaction's commit (files it stored, files they replace) part of this
+        one, where every file it removes is in :attr:`snapshot` and no other compaction of
+        this commit removes it; returns whether it did. Its files stay out of :meth:`view`:
+        the rows they hold are those of the files they replace, which the view still has."""
+        paths = [path for path, _, _ in removes]
+        files = self.snapshot.files["path"]
+        present = pc.sum(pc.is_in(files, value_set=pa.array(paths, pa.string()))).as_py() or 0
+        taken = {path for path, _, _ in self.replaced}
+        if present != len(set(paths)) or taken.intersection(paths):
+            return False
+        self.compacted.extend(adds)
+        self.replaced.extend(removes)
+        for key, value in details.items():
+            self.details[key] = self.details.get(key, 0) + value
+        return True
 
     def publish(self, prepared: PreparedCommit) -> None:
         """The second half of :meth:`commit`: create the log entry, then remember what
