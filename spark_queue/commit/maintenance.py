@@ -226,7 +226,6 @@ def plan_compaction(
         small = mine.filter(
             pc.and_(pc.greater_equal(mine["max_seq"], low), pc.less(mine["size"], SMALL_FILE_BYTES))
         ).sort_by("min_seq")
-        small = small.slice(_leading_large(small["size"].to_numpy()))
         if small.num_rows < 2:
             continue
         paths = small["path"].to_pylist()
@@ -304,19 +303,6 @@ def _commit_moving_on(
             if attempt == COMPACT_MOVES - 1 or any(path not in present for path, _, _ in removes):
                 raise
     raise AssertionError("unreachable")  # the loop returns or raises
-
-
-def _leading_large(sizes: np.ndarray) -> int:
-    """How many of a queue's small files, in ``seq`` order, to leave as they are: each of
-    the first ones that holds at least as many bytes as every file after it together. A
-    file is then rewritten only together with as many bytes again, so a byte is rewritten
-    a few times at most (log2 of 1 MiB over a round's file), where rewriting every small
-    file would copy the growing file of the compactions before at every compaction."""
-    after = np.cumsum(sizes[::-1])[::-1] - sizes  # the bytes of the files after each
-    leading = 0
-    while leading < len(sizes) and sizes[leading] >= after[leading]:
-        leading += 1
-    return leading
 
 
 def compact_if_needed(store: QueueStore) -> None:
