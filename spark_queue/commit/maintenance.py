@@ -66,6 +66,7 @@ from spark_queue.storage.files import (
     write_file,
 )
 from spark_queue.storage.location import OBJECT_STORE_SCHEMES, Location
+from spark_queue.storage.row_cache import held_rows
 from spark_queue.storage.store import QueueStore, Snapshot
 
 if TYPE_CHECKING:  # deltalake is imported where a table is opened
@@ -231,7 +232,8 @@ def plan_compaction(
         paths = small["path"].to_pylist()
         parts = []
         for done, (path, size) in enumerate(zip(paths, small["size"].to_pylist(), strict=True), 1):
-            parts.append(store.read_rows(path, size=size))
+            held = held_rows(path)  # a file this process wrote: not decoded again
+            parts.append(held if held is not None else store.read_rows(path, size=size))
             progress(f"compacting queue {name}: {done}/{len(paths)} files")
         rows = pa.concat_tables(parts)
         rows = rows.filter(_live_mask(rows, state)).sort_by("seq")
