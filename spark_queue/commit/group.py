@@ -577,9 +577,9 @@ class CommitGroup:
     def _upkeep_loop(self) -> None:
         """The upkeep thread: it lives while work keeps falling due and ends after
         :data:`IDLE_SECONDS` without any. Living on keeps its table open: each checkpoint
-        and compaction then reads only the log entries since the last (on S3, two requests
-        an entry), where a table opened afresh reads the last checkpoint and every entry
-        since it, each time."""
+        then reads only the log entries since the last (on S3, two requests an entry),
+        where a table opened afresh reads the last checkpoint and every entry since it,
+        each time. A compaction reads no log: it plans on the version the leader gave it."""
         try:
             while self._upkeep_next(IDLE_SECONDS):
                 pass

@@ -17,7 +17,9 @@ demand (:meth:`spark_queue.QueueTable.compact`):
 
 It is a commit of its own with ``max_commit_retries=0``: if a producer commits first, the
 compaction is dropped and tried after a later commit, and a producer that loses to it plans
-its batch again. No row that is live, and no counter, changes.
+its batch again. No row that is live, and no counter, changes. A commit group plans one
+with :func:`plan_compaction` and commits it in its next round instead
+(:class:`~spark_queue.commit.requests.CompactRequest`).
 
 **Log checkpoints** (:func:`checkpoint_after`): every connector commit whose version is a
 multiple of the table's ``delta.checkpointInterval`` (Delta's default of 100 where the table
