@@ -30,8 +30,9 @@ for. Each part runs on a table of its own (a bucket each), one writer, warmed up
   workers, with the median of each of Spark's phases. A trigger's window is its progress's
   timestamp and durations (one clock: one machine).
 
-moto answers in well under a millisecond, so ``D`` stands for a store's round trip (~10-30 ms
-on S3 in a region); new connections cost nothing here (clients keep theirs alive). Results go
+moto, on the same machine, takes a few milliseconds of CPU a request (its time is in the
+figures at every delay), so ``D`` stands for a store's round trip (~10-30 ms on S3 in a
+region); new connections cost nothing here (clients keep theirs alive). Results go
 to ``benchmarks/out/round_trips.json`` (``round_trips-PARTS.json`` for some parts), with the
 figures ``benchmarks/plots.py`` draws (``figures``: copy them into
 ``docs/benchmarks/figures.json``).

@@ -82,6 +82,40 @@ def test_a_warm_publish_lease_and_ack_store_their_files_and_the_entry_and_read_n
     assert requests(s3_requests, s3_table) == [("GET", f"log {version + 4}")]
 
 
+def test_an_auto_compaction_stores_its_file_and_commits_in_a_round_reading_nothing(
+    s3_table: str, s3_options: dict[str, str], s3_requests: RequestLog
+) -> None:
+    """The group's upkeep compacts the small files this process wrote from the bytes it
+    holds, stores the one file that replaces them, and hands the commit to a round: one
+    PUT of the file and one of the entry, no read of the log, no entry of its own beside
+    a round's."""
+    from spark_queue.commit.group import group_of
+    from spark_queue.commit.maintenance import SMALL_FILE_LIMIT
+
+    table = QueueTable(s3_table, storage_options=s3_options, broker="off")
+    group = group_of(table.store.location)
+    group._upkeeping = True  # as if the upkeep thread were busy: the compaction waits
+    for call in range(SMALL_FILE_LIMIT + 8):  # one small file a round
+        table.publish("q", [f"m{call}"])
+    assert group._compaction_due is not None
+    version = table.store.view(probe=False).version
+
+    s3_requests.mark()
+    assert group._upkeep_next(0)  # the upkeep thread's work, here
+    assert requests(s3_requests, s3_table) == [
+        ("PUT", "message file"),
+        ("PUT", f"log {version + 1}"),
+    ]
+    group._upkeeping = False
+    # The compaction was planned on the version a round was planned on: later rounds' files
+    # stay small (one, at most).
+    assert table.store.snapshot().message_files("q").num_rows <= 2
+
+    s3_requests.mark()  # the next round plans on the compacted table, as known
+    assert table.publish("q", ["after"]).seqs == [SMALL_FILE_LIMIT + 8]
+    files_then_entry(requests(s3_requests, s3_table), ["message", "queue"], version + 2)
+
+
 def test_an_idle_table_checks_the_entry_after_its_own_and_its_own_before_it_answers(
     s3_table: str, s3_options: dict[str, str], s3_requests: RequestLog
 ) -> None:

@@ -4,6 +4,7 @@ round, each caller with exactly its own result or its own error."""
 from __future__ import annotations
 
 import asyncio
+import json
 import multiprocessing
 import os
 import random
@@ -24,11 +25,19 @@ from spark_queue import (
 )
 from spark_queue.commit.enqueue import PendingBatch
 from spark_queue.commit.group import CommitGroup, Queued, group_of
-from spark_queue.commit.requests import ChangeRequest, LeaseRequest, PublishRequest, ack_planner
+from spark_queue.commit.maintenance import compact, plan_compaction
+from spark_queue.commit.requests import (
+    ChangeRequest,
+    CompactRequest,
+    LeaseRequest,
+    PublishRequest,
+    ack_planner,
+)
 from spark_queue.model.messages import Bodies, as_input_table, normalise
 from spark_queue.model.queue_arguments import parse_consumer_limits
 from spark_queue.rules import identity_holds
 from spark_queue.storage.browse import delivered_rows
+from spark_queue.storage.commit_log import SUMMARY_KEY, CommitSummary
 from spark_queue.storage.store import QueueStore, now_micros
 
 THREADS, CALLS = 8, 12
@@ -392,14 +401,21 @@ def test_a_checkpoint_due_while_requests_wait_is_written_by_the_upkeep_thread(ta
     assert f"{interval:020d}.checkpoint.parquet" in log
 
 
+def summary_of(table: QueueTable, version: int) -> CommitSummary:
+    """The spark-queue summary of the log entry of ``version`` of a table on a local disk."""
+    with open(os.path.join(table.path, "_delta_log", f"{version:020d}.json")) as entry:
+        actions = [json.loads(line) for line in entry if line.strip()]
+    info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+    return CommitSummary.decode(info[SUMMARY_KEY])
+
+
 @pytest.mark.parametrize("waiting", [True, False], ids=["requests waiting", "a lone caller"])
-def test_compaction_runs_in_the_upkeep_thread(table, waiting):
+def test_compaction_runs_in_the_upkeep_thread_and_commits_in_a_round(table, waiting):
     """Rounds never compact inline, whether requests wait or not: what falls due goes to
-    the upkeep thread, which compacts their small files."""
+    the upkeep thread, which compacts their small files and hands the commit to the next
+    round, beside the requests waiting: no log entry of its own, no race with a round."""
     table.declare("q")
     group = CommitGroup(table.store.location)  # rounds run here, not by a leader
-    if waiting:  # a request that stays queued: every round sees one waiting
-        group._pending.append(Queued(publish_request(table, "q", ["never taken"]), Future()))
     group._upkeeping = True  # as if the upkeep thread were busy: what falls due waits
     rounds = 40
     for call in range(rounds):
@@ -407,13 +423,46 @@ def test_compaction_runs_in_the_upkeep_thread(table, waiting):
         assert group._round([item]) == []
         assert item.future.result().result.seqs == [call]
     assert table.store.snapshot().message_files("q").num_rows == rounds  # none inline
-    assert group._compaction_due
+    assert group._compaction_due is not None
+    before = table.store.snapshot().version
+    waiter: Future = Future()
+    if waiting:  # queued, and no leader yet: the upkeep's request starts one
+        group._pending.append(Queued(publish_request(table, "q", ["waits"]), waiter))
     assert group._upkeep_next(0)  # the upkeep thread's work, here
-    group._pending.clear()
     group.close()
     assert table.store.snapshot().message_files("q").num_rows < rounds
+    assert table.store.snapshot().version == before + 1  # one commit for everything
+    operations = summary_of(table, before + 1).operations
+    assert operations == (("PUBLISH q", "COMPACT") if waiting else ("COMPACT",))
+    if waiting:
+        assert waiter.result().result.seqs == [rounds]
     stats = table.stats("q")
-    assert stats["added"] == rounds and identity_holds(stats)
+    assert stats["added"] == rounds + waiting and identity_holds(stats)
+
+
+def test_a_compaction_whose_files_went_meanwhile_is_left_out_and_deleted(table):
+    """A compaction planned on a version whose small files another writer compacted since
+    is not committed by the round it reaches: its file is deleted, every row stays once."""
+    table.declare("q")
+    for call in range(4):
+        table.publish("q", [f"m{call}"])
+    store = table.store
+    planned_on = store.snapshot()
+    compact(store, planned_on)  # another compaction of the same files lands first
+    version = store.snapshot().version
+    folder = os.path.join(table.path, "record=message")
+    on_disk = set(os.listdir(folder))
+    item = Queued(CompactRequest(plan_compaction(store, planned_on)), Future())
+    group = CommitGroup(store.location)
+    assert group._round([item]) == [] and item.future.result() is False
+    group._compact(planned_on)  # the upkeep's: its file deleted
+    group.close()
+    assert set(os.listdir(folder)) - on_disk == {
+        item.request.compaction.adds[0].path.split("/")[-1]
+    }
+    assert store.snapshot().version == version  # nothing committed
+    assert store.snapshot().message_files("q").num_rows == 1
+    assert table.stats("q")["added"] == 4
 
 
 def test_rounds_with_requests_waiting_still_compact_and_checkpoint(table):

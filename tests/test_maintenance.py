@@ -29,6 +29,7 @@ from spark_queue.commit.maintenance import (
     auto_vacuum,
     auto_vacuum_hours,
     cleanup_log,
+    compact,
     log_retention_versions,
 )
 from spark_queue.model.schema import TABLE_SCHEMA
@@ -503,3 +504,27 @@ def test_maintenance_never_breaks_a_running_producer_or_consumer(spark, queue_pa
     assert stats["acked"] + stats["leased"] == len(produced) and stats["ready"] == 0
     assert_identity(queue_path)
     assert checkpoints(queue_path)  # explicit and automatic checkpoints ran
+
+
+def test_compaction_takes_the_rows_of_files_this_process_wrote_without_reading_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The small message files of this process's publishes are compacted from the rows it
+    wrote them from (:func:`~spark_queue.storage.row_cache.held_rows`): none is read back,
+    and the compacted file holds every row once, in seq order."""
+    table = QueueTable(str(tmp_path / "t"), broker="off")
+    group_of(table.store.location)._upkeeping = True  # no compaction behind the test's back
+    for call in range(4):
+        table.publish("q", [f"m{call}-{n}" for n in range(3)])
+    store = table.store
+
+    def unread(*_: object, **__: object) -> None:
+        raise AssertionError("a file this process wrote was read back")
+
+    monkeypatch.setattr(store, "read_rows", unread)
+    assert compact(store, store.snapshot()) == {"dropped": 0, "rewritten": 4, "written": 1}
+    monkeypatch.undo()
+    (compacted,) = store.snapshot().message_files("q")["path"].to_pylist()
+    rows = store.read_rows(compacted, ["seq", "body"])
+    assert rows["seq"].to_pylist() == list(range(12))
+    assert rows["body"].to_pylist() == [f"m{c}-{n}".encode() for c in range(4) for n in range(3)]

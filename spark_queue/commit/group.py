@@ -21,7 +21,8 @@ The leader plans each round on the table as this process knows it
 conditional create finds out whether another writer committed first, and a round that
 commits nothing checks for newer log entries before answering. The table's upkeep after a
 commit (checkpoints, compaction) runs in a thread of its own, after the callers have their
-answers, and rounds go on meanwhile: a caller never waits for it. The leader is a daemon
+answers, and rounds go on meanwhile: a caller never waits for it (a compaction's commit
+rides in a round, beside the callers' requests). The leader is a daemon
 thread that ends after :data:`IDLE_SECONDS` without requests.
 Nothing here survives a fork (delta-rs's runtime does not either).
 """
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import atexit
 import hashlib
+import logging
 import os
 import tempfile
 import threading
@@ -51,10 +53,11 @@ from spark_queue.commit.maintenance import (
     auto_vacuum_safely,
     checkpoint_at,
     checkpoint_due,
-    compact_if_needed,
     needs_compaction,
+    plan_compaction,
 )
 from spark_queue.commit.requests import (
+    CompactRequest,
     LeaseRequest,
     Outcome,
     PublishRequest,
@@ -80,6 +83,8 @@ HOST_LOCK_WAIT = 5.0  # seconds a round waits for the host lock before going on 
 COMPACTION_CHECK_ROUNDS = 8  # small files are counted every 8th round
 GATHER_SECONDS = 0.002  # a round waits this long at most for the callers of the last
 MAX_ROUND = 2048  # requests in one round, at most: a commit's size stays bounded
+
+log = logging.getLogger("spark_queue")
 
 # How long a round may wait for the callers of the last to come back: GATHER_SECONDS for
 # callers in this process; longer in a broker's (set_return_wait), whose callers come back
@@ -226,7 +231,7 @@ class CommitGroup:
         self._upkeep_store = QueueStore(location)
         self._upkeep_signal = threading.Condition()
         self._checkpoint_due: int | None = None
-        self._compaction_due = False
+        self._compaction_due: Snapshot | None = None  # the version to plan one on
         self._vacuum_due = False
         self._upkeeping = False
         self._upkeep_working = False
@@ -572,9 +577,9 @@ class CommitGroup:
         """The work after a commit (:func:`maintenance.after_commit`), in a thread of its
         own, one at a time: a log checkpoint at the interval (delta-rs replays the log
         since the last one and writes a Parquet checkpoint, ~100 ms every 50 commits) and
-        compaction (hundreds of milliseconds), during which the leader commits rounds on.
-        A compaction overtaken by them still lands, as its files are still there; a round
-        it overtakes is planned again. A checkpoint that falls due while the thread is
+        compaction (hundreds of milliseconds), during which the leader commits rounds on:
+        a compaction's files are read and written here, and its commit is the next round's
+        (:meth:`_compact`). A checkpoint that falls due while the thread is
         busy is taken when it is done. Where the table sets ``spark_queue.autoVacuumHours``,
         also its automatic vacuum (:func:`maintenance.auto_vacuum`: once an hour for the
         whole table, listing every file under it; a process exiting waits for one under
@@ -591,7 +596,8 @@ class CommitGroup:
                 return
             if checkpoint is not None:
                 self._checkpoint_due = max(self._checkpoint_due or 0, checkpoint)
-            self._compaction_due = self._compaction_due or compaction
+            if compaction:
+                self._compaction_due = planned_on
             self._vacuum_due = self._vacuum_due or vacuum
             if self._upkeeping:  # the running thread takes them
                 self._upkeep_signal.notify_all()
@@ -605,9 +611,9 @@ class CommitGroup:
     def _upkeep_loop(self) -> None:
         """The upkeep thread: it lives while work keeps falling due and ends after
         :data:`IDLE_SECONDS` without any. Living on keeps its table open: each checkpoint
-        and compaction then reads only the log entries since the last (on S3, two requests
-        an entry), where a table opened afresh reads the last checkpoint and every entry
-        since it, each time."""
+        then reads only the log entries since the last (on S3, two requests an entry),
+        where a table opened afresh reads the last checkpoint and every entry since it,
+        each time. A compaction reads no log: it plans on the version the leader gave it."""
         try:
             while self._upkeep_next(IDLE_SECONDS):
                 pass
@@ -630,8 +636,8 @@ class CommitGroup:
                 self._compaction_due,
                 self._vacuum_due,
             )
-            self._checkpoint_due, self._compaction_due, self._vacuum_due = None, False, False
-            if checkpoint is None and not compaction and not vacuum:
+            self._checkpoint_due, self._compaction_due, self._vacuum_due = None, None, False
+            if checkpoint is None and compaction is None and not vacuum:
                 self._upkeeping = False
                 self._upkeep_signal.notify_all()
                 return False
@@ -639,15 +645,39 @@ class CommitGroup:
         store = self._upkeep_store
         if checkpoint is not None:
             checkpoint_at(store, checkpoint)
-        if compaction:
-            compact_if_needed(store)
+        if compaction is not None:
+            self._compact(compaction)
         if vacuum:
             auto_vacuum_safely(store)
         return True
 
     def _any_due(self) -> bool:
         """Whether upkeep work has fallen due (under _upkeep_signal)."""
-        return self._checkpoint_due is not None or self._compaction_due or self._vacuum_due
+        return (
+            self._checkpoint_due is not None or self._compaction_due is not None or self._vacuum_due
+        )
+
+    def _compact(self, planned_on: Snapshot) -> None:
+        """Compact the table as it was at ``planned_on`` (its files read and written in
+        this thread) and have a round commit it (:class:`CompactRequest`): the rounds are
+        this process's one writer of the table, so a compaction never makes a round lose
+        its race, nor loses its own, and takes no log entry of its own. Best effort, as the
+        commits it follows have landed: an error is logged and a later round tries again."""
+        try:
+            planned = plan_compaction(self._upkeep_store, planned_on)
+            if planned is None:
+                return
+            try:
+                answer = self.submit(CompactRequest(planned))
+            except QueueError:  # the group closed meanwhile: no round took its files
+                planned.discard(self.store.location)
+                return
+            if not answer.result():  # a file it replaces is gone: another process compacted
+                planned.discard(self.store.location)
+        except Exception as error:  # its round deleted its files (kept where it may have landed)
+            log.warning(
+                "auto-compaction of %s failed, left for a later round: %s", self.store.uri, error
+            )
 
     def settle(self) -> None:
         """Wait until the upkeep that fell due so far (a checkpoint, a compaction, an

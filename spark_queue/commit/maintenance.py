@@ -17,7 +17,9 @@ demand (:meth:`spark_queue.QueueTable.compact`):
 
 It is a commit of its own with ``max_commit_retries=0``: if a producer commits first, the
 compaction is dropped and tried after a later commit, and a producer that loses to it plans
-its batch again. No row that is live, and no counter, changes.
+its batch again. No row that is live, and no counter, changes. A commit group plans one
+with :func:`plan_compaction` and commits it in its next round instead
+(:class:`~spark_queue.commit.requests.CompactRequest`).
 
 **Log checkpoints** (:func:`checkpoint_after`): every connector commit whose version is a
 multiple of the table's ``delta.checkpointInterval`` (Delta's default of 100 where the table
@@ -43,6 +45,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -65,6 +68,7 @@ from spark_queue.storage.files import (
     write_file,
 )
 from spark_queue.storage.location import OBJECT_STORE_SCHEMES, Location
+from spark_queue.storage.row_cache import held_rows
 from spark_queue.storage.store import QueueStore, Snapshot
 
 if TYPE_CHECKING:  # deltalake is imported where a table is opened
@@ -153,6 +157,30 @@ def needs_compaction(snapshot: Snapshot, limit: int = SMALL_FILE_LIMIT) -> bool:
     return any(c.as_py() >= limit for c in counts.field("counts"))
 
 
+@dataclass(frozen=True)
+class Compaction:
+    """A compaction planned on one version, its files stored: what its commit adds and
+    removes, and its counts. Its commit may land on any later version where every file it
+    removes is still there (:func:`_commit_moving_on` says why)."""
+
+    adds: list[StagedFile]
+    removes: list[tuple[str, int, str]]
+    dropped: int
+    rewritten: int
+
+    @property
+    def details(self) -> dict[str, int]:
+        """What its commit's summary records besides the operation."""
+        return {"dropped": self.dropped, "rewritten": self.rewritten}
+
+    def counts(self) -> dict[str, int]:
+        return {**self.details, "written": len(self.adds)}
+
+    def discard(self, location: Location) -> None:
+        """Delete its files (it did not commit)."""
+        delete_files(location, [f.path for f in self.adds])
+
+
 def compact(
     store: QueueStore, snapshot: Snapshot, progress: Progress = no_progress
 ) -> dict[str, int]:
@@ -160,6 +188,27 @@ def compact(
 
     ``progress`` gets one line per file read (``compacting queue q: 12/40 files``).
     """
+    planned = plan_compaction(store, snapshot, progress)
+    if planned is None:
+        return {"dropped": 0, "rewritten": 0, "written": 0}
+    progress(f"committing: {len(planned.removes)} files out, {len(planned.adds)} in")
+    summary = CommitSummary.of(CommitOperation.COMPACT.on(), details=planned.details)
+    try:
+        committed_from = _commit_moving_on(store, snapshot, planned.adds, planned.removes, summary)
+    except CommitUnknownError:  # it may have landed: its files stay
+        raise
+    except BaseException:
+        planned.discard(store.location)
+        raise
+    checkpoint_after(store, committed_from)
+    return planned.counts()
+
+
+def plan_compaction(
+    store: QueueStore, snapshot: Snapshot, progress: Progress = no_progress
+) -> Compaction | None:
+    """The compaction of the table at ``snapshot``, its files written; None where it would
+    remove nothing. ``progress`` as :func:`compact`'s."""
     files = snapshot.files
     adds: list[StagedFile] = []
     removes: list[tuple[str, int, str]] = []
@@ -185,7 +234,8 @@ def compact(
         paths = small["path"].to_pylist()
         parts = []
         for done, (path, size) in enumerate(zip(paths, small["size"].to_pylist(), strict=True), 1):
-            parts.append(store.read_rows(path, size=size))
+            held = held_rows(path)  # a file this process wrote: not decoded again
+            parts.append(held if held is not None else store.read_rows(path, size=size))
             progress(f"compacting queue {name}: {done}/{len(paths)} files")
         rows = pa.concat_tables(parts)
         rows = rows.filter(_live_mask(rows, state)).sort_by("seq")
@@ -220,21 +270,9 @@ def compact(
                 removal["path"].to_pylist(), removal["size"].to_pylist(), strict=True
             )
         ]
-    if not removes:
-        return {"dropped": 0, "rewritten": 0, "written": 0}
-    progress(f"committing: {len(removes)} files out, {len(adds)} in")
-    summary = CommitSummary.of(
-        CommitOperation.COMPACT.on(), details={"dropped": dropped, "rewritten": rewritten}
-    )
-    try:
-        committed_from = _commit_moving_on(store, snapshot, adds, removes, summary)
-    except CommitUnknownError:  # it may have landed: its files stay
-        raise
-    except BaseException:
-        delete_files(store.location, [f.path for f in adds])
-        raise
-    checkpoint_after(store, committed_from)
-    return {"dropped": dropped, "rewritten": rewritten, "written": len(adds)}
+    if not removes:  # nor adds: a file is written only in place of others
+        return None
+    return Compaction(adds, removes, dropped, rewritten)
 
 
 def _commit_moving_on(

@@ -20,6 +20,7 @@ import numpy as np
 import pyarrow as pa
 
 from spark_queue.commit.enqueue import PRODUCER_APP_PREFIX, PendingBatch
+from spark_queue.commit.maintenance import Compaction
 from spark_queue.commit.transaction import QueueTransaction
 from spark_queue.errors import InvalidInputError, RejectedMessagesError
 from spark_queue.model.messages import Bodies
@@ -475,3 +476,24 @@ class ExtendRequest(Request[int]):
         transaction.apply_plan(self.queue, plan)
         round.operations.append(CommitOperation.EXTEND.on(self.queue, self.consumer))
         return extended
+
+
+class CompactRequest(Request[bool]):
+    """A compaction the group's upkeep planned and stored
+    (:func:`~spark_queue.commit.maintenance.plan_compaction`), made part of a round's
+    commit: the leader, this process's one writer of the table, then never races it. Its
+    caller gets whether the commit holds it (not where a file it removes is gone by then:
+    its caller deletes its files)."""
+
+    def __init__(self, compaction: Compaction) -> None:
+        self.compaction = compaction
+
+    def apply(self, round: Round) -> bool:
+        planned = self.compaction
+        taken = round.transaction.replace_files(planned.adds, planned.removes, planned.details)
+        if taken:
+            round.operations.append(CommitOperation.COMPACT.on())
+        return taken
+
+    def discard(self, store: QueueStore) -> None:
+        self.compaction.discard(store.location)

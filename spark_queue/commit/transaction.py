@@ -50,7 +50,7 @@ from spark_queue.rules import (
     plan_settle,
 )
 from spark_queue.storage import dedup_window
-from spark_queue.storage.commit_log import CommitSummary, Operation
+from spark_queue.storage.commit_log import CommitOperation, CommitSummary, Operation
 from spark_queue.storage.files import (
     MESSAGE,
     QUEUE,
@@ -128,6 +128,12 @@ class QueueTransaction:
     early_checks: dict[str, Future[IdCheck]] = field(default_factory=dict)
     # Writes of files :meth:`stage_rows` staged, still under way.
     uploads: list[Future[None]] = field(default_factory=list)
+    # A compaction's commit this one makes too (:meth:`replace_files`): the files it adds
+    # and removes, and its summary's details.
+    compacted: list[StagedFile] = field(default_factory=list)
+    replaced: list[tuple[str, int, str]] = field(default_factory=list)
+    details: dict[str, Any] = field(default_factory=dict)
+    states_kept: bool = False  # by :meth:`prepare`: the commit keeps the state files
     _seen_files: list[str] = field(default_factory=list)  # the ids recorded, by prepare
 
     def __post_init__(self) -> None:
@@ -532,28 +538,57 @@ class QueueTransaction:
         self, operation: Operation | Sequence[Operation], transactions: dict[str, int]
     ) -> PreparedCommit:
         """The first half of :meth:`commit`: every file of the commit stored, its log entry
-        ready (:meth:`QueueStore.prepare`); :meth:`publish` creates it."""
+        ready (:meth:`QueueStore.prepare`); :meth:`publish` creates it. A commit of
+        compactions alone changes no queue state: it keeps the state files."""
+        operations = [operation] if isinstance(operation, str) else operation
+        self.states_kept = bool(operations) and all(
+            Operation(o).kind is CommitOperation.COMPACT for o in operations
+        )
         written = self._add_rows(
             *((SEEN, rows) for _, rows, _, _ in self.recording),
             (REMOVAL, pa.concat_tables(self.removal_rows) if self.removal_rows else None),
-            (QUEUE, self._queue_rows()),
-            *index_rows(self.states).items(),
+            *(
+                ()
+                if self.states_kept
+                else ((QUEUE, self._queue_rows()), *index_rows(self.states).items())
+            ),
         )
         self._seen_files = [staged.path for staged in written[: len(self.recording)]]
         self.on_storage()  # the log never names a file that is not there
         reached("commit.files-stored")
+        replaced_states = [] if self.states_kept else self.snapshot.state_files
         return self.store.prepare(
             self.snapshot,
-            self.adds,
-            [*self.snapshot.state_files, *self.expired_seen],
+            [*self.adds, *self.compacted],
+            [*replaced_states, *self.expired_seen, *self.replaced],
             transactions,
             CommitSummary.of(
                 operation,
                 queues=sorted(self.touched),
                 attempt=self.attempt,
                 removed=self.summary,
+                details=self.details,
             ),
         )
+
+    def replace_files(
+        self, adds: list[StagedFile], removes: list[tuple[str, int, str]], details: dict[str, Any]
+    ) -> bool:
+        """Make a compaction's commit (files it stored, files they replace) part of this
+        one, where every file it removes is in :attr:`snapshot` and no other compaction of
+        this commit removes it; returns whether it did. Its files stay out of :meth:`view`:
+        the rows they hold are those of the files they replace, which the view still has."""
+        paths = [path for path, _, _ in removes]
+        files = self.snapshot.files["path"]
+        present = pc.sum(pc.is_in(files, value_set=pa.array(paths, pa.string()))).as_py() or 0
+        taken = {path for path, _, _ in self.replaced}
+        if present != len(set(paths)) or taken.intersection(paths):
+            return False
+        self.compacted.extend(adds)
+        self.replaced.extend(removes)
+        for key, value in details.items():
+            self.details[key] = self.details.get(key, 0) + value
+        return True
 
     def publish(self, prepared: PreparedCommit) -> None:
         """The second half of :meth:`commit`: create the log entry, then remember what
@@ -568,9 +603,10 @@ class QueueTransaction:
         self.committed = True
         for (name, _, run, since), path in zip(self.recording, self._seen_files, strict=True):
             dedup_window.remember(self.store, name, path, run, since)
-        self.store.remember_states(
-            [a.path for a in self.adds if a.record in STATE_RECORDS], self.states
-        )
+        if not self.states_kept:  # else the states known for the state files still hold
+            self.store.remember_states(
+                [a.path for a in self.adds if a.record in STATE_RECORDS], self.states
+            )
         delete_files(self.store.location, self.obsolete)
 
     def next_snapshot(self, prepared: PreparedCommit) -> Snapshot:

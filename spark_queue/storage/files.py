@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 
 from spark_queue.model.schema import FILE_SCHEMA, PARTITION, STATS_COLUMNS
 from spark_queue.storage.location import Location
-from spark_queue.storage.row_cache import hold_file
+from spark_queue.storage.row_cache import hold_file, hold_rows
 
 # Records: the partition values of the table's files (``record=<name>``).
 MESSAGE, REMOVAL, QUEUE = "message", "removal", "queue"
@@ -263,9 +263,10 @@ def encode_file(record: str, rows: pa.Table, tag: str = "") -> tuple[StagedFile,
     sink = pa.BufferOutputStream()
     _write_parquet(rows, sink)
     data = sink.getvalue()
-    return StagedFile(
-        new_file(record, tag), data.size, record, file_stats(rows), rows.num_rows
-    ), data
+    staged = StagedFile(new_file(record, tag), data.size, record, file_stats(rows), rows.num_rows)
+    if record == MESSAGE:  # compacted from here (:func:`~spark_queue.storage.row_cache.hold_rows`)
+        hold_rows(staged.path, rows)
+    return staged, data
 
 
 def upload_file(location: Location, relative: str, data: pa.Buffer) -> None:
