@@ -13,9 +13,9 @@ does; partition ``k >= 1`` numbers from :func:`first_seq` ``(k) = (1023 + k) * 2
 a seq names its partition, :func:`partition_of` ``(seq) = max(0, (seq >> 52) - 1023)``,
 and ``ack``, ``cancel``, ``extend``, receipt handles and every other call that takes seqs
 work on the whole queue without translation. The root keeps the seqs below ``2**62``
-(:data:`ROOT_SEQ_LIMIT`): a Spark write numbers each task's rows ``2**32`` apart, so a
-root's seqs grow much faster than its messages and need that range; each partition table,
-written by publishes alone, numbers its messages one after the other in ``2**52``.
+(:data:`ROOT_SEQ_LIMIT`), as wide a range as a table had before partitions; each partition
+table numbers its messages in ``2**52`` (a Spark write's tasks in lanes,
+:mod:`spark_queue.model.lanes`).
 
 **Routing** is Kafka's: a message with a ``key`` goes to partition
 ``(murmur2(utf8(key)) & 0x7fffffff) % N`` (:func:`key_partition`), the partition Kafka's
