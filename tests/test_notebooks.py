@@ -116,6 +116,26 @@ def test_quickstart_produces_consumes_and_reads_the_table(spark, tmp_path, monke
 
 
 @pytest.mark.spark
+def test_quickstart_on_a_partitioned_queue(spark, tmp_path, monkeypatch):
+    monkeypatch.setenv(PATH_ENV, str(tmp_path))
+    monkeypatch.setenv("SPARK_QUEUE_NOTEBOOK_PARTITIONS", "3")
+    notebook = run_notebook("quickstart.py", {"spark": spark})
+    table = QueueTable(notebook["QUEUES"])
+    assert table.arguments("orders").partitions == 3
+    per_partition = table.partition_stats("orders")
+    assert all(stats["added"] for stats in per_partition)  # keys customer-0 .. customer-6
+    produced = notebook["stats_after_produce"]
+    assert produced["added"] == 150
+    assert [s["added"] - s["replaced"] for s in per_partition] == [
+        min(100, s["added"]) for s in per_partition
+    ]  # each partition keeps its newest 100
+    assert notebook["consumed"].count() == produced["ready"]
+    after = notebook["stats_after_consume"]
+    assert (after["acked"], after["ready"], after["leased"]) == (produced["ready"], 0, 0)
+    assert identity_holds(after)
+
+
+@pytest.mark.spark
 def test_quickstart_on_databricks_needs_its_base_path(spark, tmp_path):
     dbutils = DBUtils({"base_path": ""})
     with pytest.raises(ValueError, match="set the base_path widget"):
