@@ -393,6 +393,9 @@ def test_a_producer_to_a_partitioned_queue_killed_enqueues_each_message_once(
     queue_path, _, checkpoint, _ = args
     run.crash()
     assert logged(checkpoint) == in_logs
+    crashed_in = f"ENQUEUE batch {in_logs[0]}"
+    tables = [Path(partition_uri(str(queue_path), "orders", k)) for k in range(PARTITIONS)]
+    assert any(crashed_in in enqueue_commits(t) for t in tables)  # killed after a commit
 
     restart(spark, PRODUCER, *args)
     table = QueueTable(str(queue_path))
@@ -402,7 +405,6 @@ def test_a_producer_to_a_partitioned_queue_killed_enqueues_each_message_once(
     assert sorted(copies) == sorted(expected)  # nothing lost
     added = [stats["added"] for stats in table.partition_stats("orders")]
     assert sum(added) == len(expected) and all(added)
-    for partition in range(PARTITIONS):  # each table: one enqueue a batch, none twice
-        store = partition_uri(str(queue_path), "orders", partition)
-        assert enqueue_commits(Path(store)) == [f"ENQUEUE batch {b}" for b in range(FILES)]
+    for store in tables:  # each table: one enqueue a batch, none twice
+        assert enqueue_commits(store) == [f"ENQUEUE batch {b}" for b in range(FILES)]
     assert_identity(str(queue_path))
