@@ -129,6 +129,7 @@ def test_keyless_rows_stay_in_one_partition_a_task(spark, tmp_path):
     table = QueueTable(path, broker="off")
     table.declare("q", partitions=4)
     df = spark.range(0, 90, numPartitions=3).select(F.col("id").cast("string").alias("body"))
+    turn = table.store.snapshot().version  # the root's, when the write is reserved
     write_batch(df, path, queue="q")
     leased = table.lease("q", "c", max_messages=None)
     owners = partition_of(np.array(leased["seq"].to_pylist()))
@@ -136,7 +137,12 @@ def test_keyless_rows_stay_in_one_partition_a_task(spark, tmp_path):
     by_task: dict[int, set[int]] = {}
     for body, owner in zip(leased["body"].to_pylist(), owners.tolist(), strict=True):
         by_task.setdefault(task_of[int(body)], set()).add(owner)
-    assert by_task == {0: {0}, 1: {1}, 2: {2}}  # task k's: partition (k + batch) % 4
+    assert by_task == {k: {(k + turn) % 4} for k in range(3)}  # (task + turn) % 4
+    turn = table.store.snapshot().version
+    write_batch(df, path, queue="q")  # the next write's keyless rows move on
+    later = partition_of(np.array(table.lease("q", "c", max_messages=None)["seq"].to_pylist()))
+    assert set(later.tolist()) == {(k + turn) % 4 for k in range(3)}
+    assert table.stats("q")["added"] == 180
 
 
 @pytest.mark.spark

@@ -103,6 +103,7 @@ class _QueueWriter(Portable):
         self.columns = columns
         self.location = Location.of(options.path, options.storage)
         self._plans: list[TablePlan] | None = None
+        self._turn = 0  # a batch write's rotation of keyless rows: see _write
         self._refusal: QueueError | None = None  # raised by the tasks: see the module's doc
         # Read on the driver side for every batch (the writer is made again for each), so a
         # bad file fails the batch before any task runs and an edited file applies next batch.
@@ -112,7 +113,7 @@ class _QueueWriter(Portable):
         # Pickling ships this writer to the tasks: reserve the batch's seqs first, once.
         if self._plans is None and self._refusal is None:
             try:
-                self._plans = self._reserve()
+                self._plans, self._turn = self._reserve()
             except QueueError as error:
                 self._refusal = error
         return self.__dict__
@@ -121,12 +122,13 @@ class _QueueWriter(Portable):
         """Reserve the write's seqs now, on the driver side: refusals raise here, where
         Spark reports them as they are."""
         if self._plans is None:
-            self._plans = self._reserve()
+            self._plans, self._turn = self._reserve()
 
-    def _reserve(self) -> list[TablePlan]:
-        """Each table's plan: the root's, then a partitioned queue's partitions' in order. A
-        write giving ``partitions`` for a queue it creates declares the queue first (its
-        partition tables, then the root), as ``QueueTable.declare`` does."""
+    def _reserve(self) -> tuple[list[TablePlan], int]:
+        """Each table's plan: the root's, then a partitioned queue's partitions' in order;
+        and the root's version, which moves a batch write's keyless rows on. A write giving
+        ``partitions`` for a queue it creates declares the queue first (its partition
+        tables, then the root), as ``QueueTable.declare`` does."""
         options = self.options
         store = QueueStore(self.location)
         base = reserve(store, options.queue, options.arguments, self.policies)
@@ -140,6 +142,8 @@ class _QueueWriter(Portable):
                 table.declare(options.queue, **options.arguments)
                 base, count = reserve(store, options.queue, options.arguments, None), given
         plans = [_plan(store, 0, base)]
+        snapshot = store.snapshot(probe=False)
+        turn = snapshot.version if snapshot is not None else 0
         if count > 1:
             queue = options.queue
             assert queue is not None
@@ -151,7 +155,7 @@ class _QueueWriter(Portable):
                 return _plan(table, partition, reserve(table, queue, own, None))
 
             plans += _at_once(plan_of, list(range(1, count)))
-        return plans
+        return plans, turn
 
     # -- tasks ------------------------------------------------------------------------------
 
@@ -166,8 +170,11 @@ class _QueueWriter(Portable):
         batch_id = context.getLocalProperty("streaming.sql.batchId") if context else None
         assert self._plans is not None, "the writer reached a task without a reservation"
         plans = self._plans
-        # Rows without a key stay in one partition a task, moving on each micro-batch.
-        keyless = (task + int(batch_id or 0)) % len(plans)
+        # Rows without a key stay in one partition a task, moving on each micro-batch (a
+        # replay's batch id is its first run's, so it sends them where that run did) or
+        # each batch write (by the root's version when it was reserved).
+        turn = int(batch_id) if batch_id is not None else self._turn
+        keyless = (task + turn) % len(plans)
         numbering = [TaskLane(plan, *lane(task, plan.width)) for plan in plans]
         staging: dict[int, MessageFileWriter] = {}
         enqueued_at = now_micros()
