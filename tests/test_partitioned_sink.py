@@ -1,7 +1,8 @@
 """The Spark sink on a partitioned queue, and how a Spark write numbers its rows: each row in
 its key's partition, each partition table committed with the batch's transaction (a replay
 completes the tables a killed driver left and doubles none), the lanes that keep a write's
-use of seqs in proportion to its rows, and delta-spark and delta-rs reading each partition.
+rows task after task and its use of seqs in proportion to its rows (a task past its lane
+overflowing above them all), and delta-spark and delta-rs reading each partition.
 Driver kills are tests/test_exactly_once.py's; S3, tests/test_object_storage_spark.py's."""
 
 from __future__ import annotations
@@ -12,12 +13,21 @@ from pathlib import Path
 import numpy as np
 import pytest
 from deltalake import DeltaTable
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from spark_queue import QueueTable
-from spark_queue.errors import ArgumentMismatchError
-from spark_queue.model.lanes import TASKS_APP, lane
-from spark_queue.model.partitions import ROOT_SEQ_LIMIT, key_partition, partition_of, partition_uri
+from spark_queue.errors import ArgumentMismatchError, QueueError
+from spark_queue.model.lanes import (
+    FIRST_WIDTH,
+    MAX_TASKS,
+    MIN_WIDTH,
+    OVERFLOW_ROWS,
+    WIDTH_APP,
+    lane_offsets,
+    next_width,
+)
+from spark_queue.model.partitions import key_partition, partition_of, partition_uri
 from spark_queue.spark.options import parse_sink_options
 from spark_queue.spark.sink import RingQueueStreamWriter, tables_of
 from tests.helpers import assert_identity, enqueue, write_batch
@@ -31,18 +41,33 @@ def keyed_rows(count: int) -> list[tuple[str, str | None]]:
     return [(str(i), None if i % 3 == 0 else KEYS[i % len(KEYS)]) for i in range(count)]
 
 
-def test_lanes_never_collide_and_a_right_width_uses_twice_the_rows():
-    for width in (1, 2, 3, 8, 200):
-        taken: set[int] = set()
-        for task in range(300):
-            first, step = lane(task, width)
-            offsets = {first + step * row for row in range(50)}
-            assert not taken & offsets, (width, task)
-            taken |= offsets
-    # Every task in the width's lanes: the highest offset is under twice the rows.
-    highest = max(lane(t, 200)[0] + lane(t, 200)[1] * 999 for t in range(200))
-    assert highest < 2 * 200 * 1000
-    assert lane(0, 1) == (0, 2)  # a lone task: every other seq
+def test_lanes_keep_tasks_in_order_and_an_overflow_collides_with_nothing():
+    width = 16
+    rows = [10, 40, 16, 3]  # task 1 overflows its lane, task 2 fills it
+    offsets = [lane_offsets(t, width, 0, n) for t, n in enumerate(rows)]
+    together = np.concatenate(offsets)
+    assert len(set(together.tolist())) == sum(rows)
+    assert all((np.diff(o) > 0).all() for o in offsets)
+    # In offset order: every task's lane, task after task, then task 1's rows past its lane.
+    order = [(t, r) for t, n in enumerate(rows) for r in range(n)]
+    by_offset = [order[i] for i in np.argsort(together)]
+    in_lanes = [(t, r) for t, r in order if r < width]
+    assert by_offset == in_lanes + [(1, r) for r in range(width, 40)]
+    assert offsets[1][width] == MAX_TASKS * width + OVERFLOW_ROWS
+    # Numbered in pieces, a task's rows are numbered as at once.
+    pieces = np.concatenate([lane_offsets(1, width, 0, 7), lane_offsets(1, width, 7, 33)])
+    assert pieces.tolist() == offsets[1].tolist()
+    with pytest.raises(QueueError, match=f"at most {MAX_TASKS} tasks"):
+        lane_offsets(MAX_TASKS, width, 0, 1)
+    with pytest.raises(QueueError, match=f"at most {width + OVERFLOW_ROWS} rows"):
+        lane_offsets(0, width, width + OVERFLOW_ROWS, 1)
+
+
+def test_a_recorded_width_holds_four_times_the_largest_task_and_never_shrinks():
+    assert next_width(None, 100) == MIN_WIDTH  # 400 rows fit the narrowest
+    assert next_width(None, 1025) == 8192  # 4100 rows: the next power of two
+    assert next_width(8192, 10) == 8192  # never lower
+    assert next_width(MIN_WIDTH, 1 << 40) == FIRST_WIDTH  # never wider than the first
 
 
 def stream_writer(path: str, **options: str) -> RingQueueStreamWriter:
@@ -69,8 +94,9 @@ def test_a_replay_completes_the_partitions_a_killed_commit_left_and_doubles_none
     staged.query_id = "query"
     by_table = tables_of([staged])
     assert sorted(by_table) == [0, 1, 2]
-    plan, files = by_table[1]
-    first._commit_table(plan, files, 7, "spark-queue-query", 1)  # then the driver dies
+    plan, files, largest = by_table[1]
+    width = next_width(plan.recorded, largest)
+    first._commit_table(plan, files, 7, "spark-queue-query", width)  # then the driver dies
     assert table.stats("q")["added"] == sum(f.file.rows for f in files)
 
     replay = stream_writer(path)  # Spark replays batch 7: new files, a new reservation
@@ -170,24 +196,60 @@ def test_a_write_giving_partitions_declares_them_and_delta_readers_read_each_tab
 
 
 @pytest.mark.spark
-def test_a_write_uses_seqs_in_proportion_to_its_rows_each_task_in_order(spark, tmp_path):
-    """Four tasks of 100 rows: the first write (no width recorded) uses a few thousand
-    seqs, the next (four lanes) about twice its rows; each task's rows in input order."""
+def test_a_write_uses_seqs_in_proportion_to_its_rows_task_after_task(spark, tmp_path):
+    """Four tasks of 100 rows: the first write (no width recorded) numbers its tasks
+    ``2**32`` apart, the next in lanes of the recorded ``2**12``; each write's rows in seq
+    order task after task, each task's in input order."""
     path = str(tmp_path / "queues")
     df = spark.range(0, 400, numPartitions=4).select(F.col("id").cast("string").alias("body"))
     write_batch(df, path, queue="q")
     table = QueueTable(path, broker="off")
     used = table.store.snapshot().states["q"].next_seq
-    assert used < 4 * 100 * 32
-    assert table.store.snapshot().transaction_version(TASKS_APP) == 4
+    assert used == 3 * FIRST_WIDTH + 100
+    assert table.store.snapshot().transaction_version(WIDTH_APP) == MIN_WIDTH
     write_batch(df, path, queue="q")
-    more = table.store.snapshot().states["q"].next_seq - used
-    assert more <= 2 * 4 * 100
+    assert table.store.snapshot().states["q"].next_seq - used == 3 * MIN_WIDTH + 100
     rows = spark.read.format("ringqueue").option("queue", "q").load(path).collect()
     seqs = [r.seq for r in rows]
-    assert len(set(seqs)) == 800 and seqs == sorted(seqs) and max(seqs) < ROOT_SEQ_LIMIT
-    for half in (rows[:400], rows[400:]):  # each write's rows, task by task in input order
-        for task in range(4):
-            mine = [int(r.body) for r in half if int(r.body) // 100 == task]
-            assert mine == list(range(task * 100, task * 100 + 100))
+    assert len(set(seqs)) == 800 and seqs == sorted(seqs)
+    assert [int(r.body) for r in rows] == list(range(400)) * 2
+    assert_identity(path)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("partitions", [1, 2])
+def test_a_task_past_its_lane_overflows_above_every_lane(spark, tmp_path, partitions):
+    """A write of four 10-row tasks records the narrowest width; then a write whose task 1
+    has 6,000 rows: its rows past the lane follow every other task's, each row once."""
+    path = str(tmp_path / "queues")
+    table = QueueTable(path, broker="off")
+    table.declare("q", partitions=partitions)
+    key = F.lit("k")  # one key: every row in one partition table, whichever
+
+    def tasks(start: int, sizes: list[int]) -> DataFrame:  # task t: row t, exploded
+        bounds = np.cumsum([start, *sizes]).tolist()
+        task = F.col("id").cast("int")
+        first = F.array(*[F.lit(b) for b in bounds[:-1]])[task]
+        last = F.array(*[F.lit(b - 1) for b in bounds[1:]])[task]
+        rows = spark.range(0, len(sizes), numPartitions=len(sizes))
+        ids = rows.select(F.explode(F.sequence(first, last)).alias("id"))
+        return ids.select(F.col("id").cast("string").alias("body"), key.alias("key"))
+
+    write_batch(tasks(0, [10] * 4), path, queue="q")
+    part = key_partition("k", partitions)
+    store = table.partitioned.store_of("q", part)
+    assert store.snapshot().transaction_version(WIDTH_APP) == MIN_WIDTH
+    base = store.snapshot().states["q"].next_seq
+    write_batch(tasks(40, [10, 6000, 10, 10]), path, queue="q")
+    past = 6000 - MIN_WIDTH
+    assert store.snapshot().states["q"].next_seq == (
+        base + MAX_TASKS * MIN_WIDTH + OVERFLOW_ROWS + past
+    )
+    assert store.snapshot().transaction_version(WIDTH_APP) == 32768  # 4 * 6000, rounded up
+    rows = spark.read.format("ringqueue").option("queue", "q").load(path).collect()
+    seqs = [r.seq for r in rows]
+    assert len(set(seqs)) == len(seqs) == 40 + 6030 and seqs == sorted(seqs)
+    later = [int(r.body) for r in rows[40:]]
+    lane_of_1 = list(range(50, 50 + MIN_WIDTH))
+    assert later == [*range(40, 50), *lane_of_1, *range(6050, 6070), *range(50 + MIN_WIDTH, 6050)]
     assert_identity(path)

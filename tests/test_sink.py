@@ -200,6 +200,21 @@ def test_several_queues_in_one_batch_one_commit(spark, queue_path, tmp_path, mod
     assert_identity(queue_path)
 
 
+def test_seq_follows_arrival_order_across_partitions(spark, queue_path):
+    """Four tasks of 100 rows, written twice: in seq order, each write's rows task after
+    task, each task's in its row order (the second write in lanes of the recorded width)."""
+    df = spark.range(0, 400, numPartitions=4).select(F.col("id").cast("string").alias("body"))
+    enqueue(spark, None, "batch", df, queue_path, queue="q")
+    enqueue(spark, None, "batch", df, queue_path, queue="q")
+    rows = spark.read.format("ringqueue").option("queue", "q").load(queue_path).collect()
+    seqs = [r.seq for r in rows]
+    assert len(seqs) == 800 and seqs == sorted(seqs) and len(set(seqs)) == 800
+    first, second = rows[:400], rows[400:]
+    assert [int(r.body) for r in first] == list(range(400))  # partition, then row order
+    assert [int(r.body) for r in second] == list(range(400))
+    assert_identity(queue_path)
+
+
 def test_scheduled_messages_are_not_counted_until_due(spark, queue_path):
     df = (
         spark.createDataFrame([("later",), ("now1",), ("now2",)], "body string")

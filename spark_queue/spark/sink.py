@@ -8,18 +8,23 @@ What runs where (the "Processes" table of ``docs/DESIGN.md``):
   streaming writer is pickled (:meth:`_QueueWriter.__getstate__`; ``streamWriter`` also
   makes the instance that commits, which reserves nothing). A reservation reads each table
   the write goes to (a partitioned queue's root and its partition tables): its next seq and
-  its lane width (:mod:`spark_queue.model.lanes`). A refusal (a re-declare mismatch, not a
-  queue table, an unreachable store) is raised there, by the batch writer; an error raised
-  while pickling would reach the user as a pickling error, so the streaming writer carries
-  it into its tasks, which raise it before writing anything.
+  its lane width (:mod:`spark_queue.model.lanes`), which the last sink commit to it
+  recorded: a replayed micro-batch reads a table's width from before the batch wherever
+  the batch has not committed (where it has, its commit is skipped). A refusal (a
+  re-declare mismatch, not a queue table, an unreachable store) is raised there, by the
+  batch writer; an error raised while pickling would reach the user as a pickling error,
+  so the streaming writer carries it into its tasks, which raise it before writing
+  anything.
 - ``write()`` runs in executor tasks: it validates and normalises the rows, sends each row
   of a partitioned queue to its partition (its key's, or the task's sticky one), numbers
-  each table's rows in the task's lane (:func:`~spark_queue.model.lanes.lane`: the task's
-  arrival order), and stages Parquet files under each table's root. Nothing is visible yet;
-  a failed, retried or speculative attempt leaves only unreferenced files.
+  each table's rows in the task's lane (:func:`~spark_queue.model.lanes.lane_offsets`: task
+  after task, the write's arrival order), and stages Parquet files under each table's
+  root. Nothing is visible yet; a failed, retried or speculative attempt leaves only
+  unreferenced files.
 - ``commit()`` runs on the driver, in a fresh writer instance, and publishes each table's
   staged files, evictions, dead letters and new queue states in **one** Delta commit per
-  table (the tables at once), each carrying ``Transaction(app_id, batchId)``, so a replayed
+  table (the tables at once), each carrying ``Transaction(app_id, batchId)`` and the table's
+  lane width for the next write (:func:`~spark_queue.model.lanes.next_width`), so a replayed
   batch commits nothing twice, also where a driver died between two tables' commits
   (:func:`spark_queue.commit.enqueue.commit_enqueue`; a batch another producer of its queue
   overtook is renumbered there).
@@ -45,7 +50,7 @@ from pyspark.sql.datasource import (
 from spark_queue.commit import failpoints
 from spark_queue.commit.enqueue import Reservation, commit_enqueue, reserve
 from spark_queue.errors import CommitUnknownError, QueueError
-from spark_queue.model.lanes import TASKS_APP, lane
+from spark_queue.model.lanes import FIRST_WIDTH, WIDTH_APP, lane_offsets, next_width
 from spark_queue.model.messages import normalise
 from spark_queue.model.partitions import check_seqs_left, partition_uri, row_partitions
 from spark_queue.model.policies import load_policies
@@ -65,13 +70,18 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class TablePlan(Portable):
     """Where a write's rows of one table go: the table (a partitioned queue's partition
-    ``partition``, 0 for the root), its next seq when the write was reserved, and its lane
-    width (:func:`~spark_queue.model.lanes.lane`)."""
+    ``partition``, 0 for the root), its next seq when the write was reserved, and the lane
+    width the last sink commit to it recorded (None: none did)."""
 
     partition: int
     uri: str
     base: int
-    width: int
+    recorded: int | None
+
+    @property
+    def width(self) -> int:
+        """The write's lane width here (:func:`~spark_queue.model.lanes.lane_offsets`)."""
+        return self.recorded or FIRST_WIDTH
 
 
 @dataclass
@@ -175,7 +185,7 @@ class _QueueWriter(Portable):
         # each batch write (by the root's version when it was reserved).
         turn = int(batch_id) if batch_id is not None else self._turn
         keyless = (task + turn) % len(plans)
-        numbering = [TaskLane(plan, *lane(task, plan.width)) for plan in plans]
+        numbering = [TaskLane(plan, task) for plan in plans]
         staging: dict[int, MessageFileWriter] = {}
         enqueued_at = now_micros()
         try:
@@ -226,8 +236,9 @@ class _QueueWriter(Portable):
         app_id = f"spark-queue-{query_id}" if (query_id and batch_id is not None) else None
 
         def commit_table(partition: int) -> None:
-            plan, files = by_table[partition]
-            self._commit_table(plan, files, batch_id, app_id, len(messages))
+            plan, files, largest = by_table[partition]
+            width = next_width(plan.recorded, largest)
+            self._commit_table(plan, files, batch_id, app_id, width)
 
         _at_once(commit_table, sorted(by_table))
         failpoints.reached("sink.committed")
@@ -238,10 +249,10 @@ class _QueueWriter(Portable):
         files: list[StagedQueueFile],
         batch_id: int | None,
         app_id: str | None,
-        tasks: int,
+        width: int,
     ) -> None:
         """One table's share of the batch in one Delta commit, with the batch's application
-        transaction and the write's task count (the next write's lane width)."""
+        transaction and the lane width of the next write (:data:`WIDTH_APP`)."""
         store = QueueStore(Location(plan.uri, self.location.options))
         batch = Reservation(plan.base, files)
         root = plan.partition == 0
@@ -257,7 +268,7 @@ class _QueueWriter(Portable):
                 operation=CommitOperation.ENQUEUE.on(batch=batch_id),
                 app_id=app_id,
                 app_version=batch_id,
-                app_transactions={TASKS_APP: tasks},
+                app_transactions={WIDTH_APP: width},
             )
         except CommitUnknownError:  # it may have landed: its files stay
             raise
@@ -281,7 +292,7 @@ class _QueueWriter(Portable):
         by_table = tables_of([m for m in messages if m is not None])
 
         def abort_table(partition: int) -> None:
-            plan, files = by_table[partition]
+            plan, files, _ = by_table[partition]
             store = QueueStore(Location(plan.uri, self.location.options))
             snapshot = store.snapshot()
             kept = set(snapshot.files["path"].to_pylist()) if snapshot is not None else set()
@@ -293,24 +304,23 @@ class _QueueWriter(Portable):
 
 @dataclass
 class TaskLane:
-    """A task's numbering of one table's rows: its lane ``(first, step)`` from the table's
-    base, and the rows it numbered so far."""
+    """A task's numbering of one table's rows: the task, and the rows it numbered so far."""
 
     plan: TablePlan
-    first: int
-    step: int
+    task: int
     numbered: int = 0
 
     def number(self, rows: pa.Table) -> pa.Table:
-        """``rows`` with the next seqs of the lane.
+        """``rows`` with the next seqs of the task's lane.
 
         Raises:
-            QueueError: the table's seqs are used up (nothing is committed).
+            QueueError: the table's seqs are used up, or the task is past the lanes' limits
+                (nothing is committed).
         """
         n = rows.num_rows
-        start = self.plan.base + self.first + self.step * self.numbered
-        check_seqs_left(self.plan.uri, self.plan.partition, start + self.step * (n - 1))
-        seqs = pa.array(start + self.step * np.arange(n, dtype=np.int64), pa.int64())
+        offsets = lane_offsets(self.task, self.plan.width, self.numbered, n)
+        check_seqs_left(self.plan.uri, self.plan.partition, self.plan.base + int(offsets[-1]))
+        seqs = pa.array(self.plan.base + offsets, pa.int64())
         self.numbered += n
         return rows.set_column(rows.schema.get_field_index("seq"), "seq", seqs)
 
@@ -321,22 +331,26 @@ def partition_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in arguments.items() if name != "partitions"}
 
 
-def tables_of(staged: list[StagedPartition]) -> dict[int, tuple[TablePlan, list[StagedQueueFile]]]:
-    """The tasks' staged files by table: each table's plan and files."""
-    found: dict[int, tuple[TablePlan, list[StagedQueueFile]]] = {}
+def tables_of(
+    staged: list[StagedPartition],
+) -> dict[int, tuple[TablePlan, list[StagedQueueFile], int]]:
+    """The tasks' staged files by table: each table's plan, files, and the most rows one
+    task staged for it."""
+    found: dict[int, tuple[TablePlan, list[StagedQueueFile], int]] = {}
     for message in staged:
         for table in message.tables:
             if table.files:
-                found.setdefault(table.plan.partition, (table.plan, []))[1].extend(table.files)
+                plan, files, largest = found.get(table.plan.partition, (table.plan, [], 0))
+                rows = sum(f.file.rows for f in table.files)
+                found[plan.partition] = (plan, files + table.files, max(largest, rows))
     return found
 
 
 def _plan(store: QueueStore, partition: int, base: int) -> TablePlan:
-    """A table's plan as :func:`reserve` left it read: its lane width, the task count of the
-    last Spark write to it (1 where none recorded one)."""
+    """A table's plan as :func:`reserve` left it read: its recorded lane width with it."""
     snapshot = store.snapshot(probe=False)
-    width = snapshot.transaction_version(TASKS_APP) if snapshot is not None else None
-    return TablePlan(partition, store.location.uri, base, width or 1)
+    recorded = snapshot.transaction_version(WIDTH_APP) if snapshot is not None else None
+    return TablePlan(partition, store.location.uri, base, recorded)
 
 
 def _at_once(call: Callable[[int], T], items: list[int]) -> list[T]:
