@@ -224,7 +224,7 @@ def test_a_task_past_its_lane_overflows_above_every_lane(spark, tmp_path, partit
     path = str(tmp_path / "queues")
     table = QueueTable(path, broker="off")
     table.declare("q", partitions=partitions)
-    key = F.lit("k")  # one key: every row in one partition table, whichever
+    key = F.lit("d")  # one key: every row in one table (partition 1 of 2)
 
     def tasks(start: int, sizes: list[int]) -> DataFrame:  # task t: row t, exploded
         bounds = np.cumsum([start, *sizes]).tolist()
@@ -236,7 +236,7 @@ def test_a_task_past_its_lane_overflows_above_every_lane(spark, tmp_path, partit
         return ids.select(F.col("id").cast("string").alias("body"), key.alias("key"))
 
     write_batch(tasks(0, [10] * 4), path, queue="q")
-    part = key_partition("k", partitions)
+    part = key_partition("d", partitions)
     store = table.partitioned.store_of("q", part)
     assert store.snapshot().transaction_version(WIDTH_APP) == MIN_WIDTH
     base = store.snapshot().states["q"].next_seq

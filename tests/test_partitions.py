@@ -135,6 +135,16 @@ def test_a_queue_without_partitions_is_stored_as_before(tmp_path):
     assert table.arguments("plain").partitions == 1
 
 
+def test_a_publish_declaring_partitions_records_them_at_the_root_wherever_its_rows_go(tmp_path):
+    path = tmp_path / "queues"
+    keys = [k for k in (f"k{i}" for i in range(50)) if key_partition(k, 3) == 2][:5]
+    QueueTable(path).publish("q", keyed(keys), partitions=3)
+    table = QueueTable(path)  # what the tables record
+    assert table.arguments("q").partitions == 3
+    assert [s["added"] for s in table.partition_stats("q")] == [0, 0, 5]
+    assert table.lease("q", "c", max_messages=None).num_rows == 5
+
+
 def test_each_key_keeps_its_partition_and_its_order(tmp_path, seed):
     rng = random.Random(seed)
     table = QueueTable(tmp_path / "queues")
