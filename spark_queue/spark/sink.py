@@ -356,8 +356,8 @@ def _plan(store: QueueStore, partition: int, base: int) -> TablePlan:
 def _at_once(call: Callable[[int], T], items: list[int]) -> list[T]:
     """``call`` of each item, in threads where there are several (one table's commit or
     read each); every call ends before the first error is raised."""
-    if len(items) == 1:
-        return [call(items[0])]
+    if len(items) <= 1:  # none: an abort of a write whose tasks staged nothing
+        return [call(item) for item in items]
     with ThreadPoolExecutor(max_workers=min(16, len(items))) as pool:
         futures = [pool.submit(call, item) for item in items]
     return [future.result() for future in futures]
