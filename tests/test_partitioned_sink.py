@@ -100,9 +100,16 @@ def test_a_replay_completes_the_partitions_a_killed_commit_left_and_doubles_none
     assert table.stats("q")["added"] == sum(f.file.rows for f in files)
 
     replay = stream_writer(path)  # Spark replays batch 7: new files, a new reservation
+    # The tables the batch has not reached number by their width from before it.
+    assert [p.recorded for p in replay._plans or []] == [None, width, None]
     again = replay.write(iter(rows.to_batches()))
     again.query_id = "query"
     replay.commit([again], 7)
+    widths = [
+        table.partitioned.store_of("q", k).snapshot().transaction_version(WIDTH_APP)
+        for k in range(3)
+    ]
+    assert widths == [MIN_WIDTH] * 3  # table 1's from the first run, the others' the replay's
     leased = table.lease("q", "c", max_messages=None)
     assert Counter(b.decode() for b in leased["body"].to_pylist()) == Counter(
         rows["body"].to_pylist()
