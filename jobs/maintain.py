@@ -93,15 +93,20 @@ def expire(table: QueueTable, name: str) -> dict[str, int]:
     """Settle ``name`` if a lease ran out or a scheduled message fell due; returns how many.
 
     QueueTable has no settle call of its own: ``alter`` with no arguments changes none and
-    commits the queue settled (the path a limit change takes), so it is used for that.
+    commits the queue settled (the path a limit change takes; every partition of a
+    partitioned queue), so it is used for that.
     """
     snapshot = table.store.snapshot()
     state = snapshot.states.get(name) if snapshot is not None else None
     if state is None:
         raise QueueError(f"queue {name!r} does not exist in {table.path}")
     now = time.time_ns() // 1000  # microseconds since the epoch, as the table's times
-    leases = int((state.leases.until <= now).sum())
-    scheduled = sum(1 for message in state.scheduled if message.deliver_at <= now)
+    states = [state]  # a partitioned queue's: every partition table's
+    for partition in range(1, state.arguments.partitions):
+        found = table.partitioned.store_of(name, partition).snapshot()
+        states += [found.states[name]] if found is not None and name in found.states else []
+    leases = sum(int((s.leases.until <= now).sum()) for s in states)
+    scheduled = sum(1 for s in states for message in s.scheduled if message.deliver_at <= now)
     if leases or scheduled:
         table.alter(name)
     return {"leases_returned": leases, "scheduled_due": scheduled}

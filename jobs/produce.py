@@ -85,6 +85,7 @@ QUEUE_OPTIONS = (
     "reject_threshold",
     "expiration",
     "expiration_model",
+    "partitions",
     "on_reject",
 )
 

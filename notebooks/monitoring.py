@@ -27,6 +27,7 @@ import tempfile
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
@@ -40,8 +41,10 @@ dbutils = globals().get("dbutils")
 if dbutils is not None:
     dbutils.widgets.text("queue_table", "", "Queue table (cloud URI or /Volumes/...)")
     dbutils.widgets.text("queue", "", "Queue (empty: all)")
+    dbutils.widgets.text("partitions", "1", "Partitions of the demo queue (docs/PARTITIONS.md)")
     QUEUES = dbutils.widgets.get("queue_table").rstrip("/")
     QUEUE = dbutils.widgets.get("queue") or None
+    PARTITIONS = int(dbutils.widgets.get("partitions") or 1)
     if not QUEUES:
         raise ValueError("set the queue_table widget to the path of a queue table")
     CHART = None
@@ -51,6 +54,7 @@ else:
     )
     QUEUES = f"{BASE}/queues"
     QUEUE = os.environ.get("SPARK_QUEUE_NOTEBOOK_QUEUE") or None
+    PARTITIONS = int(os.environ.get("SPARK_QUEUE_NOTEBOOK_PARTITIONS") or 1)
     CHART = f"{BASE}/history.png"  # where the local chart goes, if matplotlib is installed
 
 
@@ -75,21 +79,29 @@ print(f"queue table: {QUEUES}; queues: {table.queues()}")
 # MAGIC (`drop-head`) and dead-lettered to `events.dlq` with reason `maxlen`. Six rounds of: a
 # MAGIC producer enqueues 20 messages (one in ten already past its `expires_at`), then a worker
 # MAGIC leases 8 and acknowledges them. Expired messages the worker reaches are removed as
-# MAGIC `expired` and dead-lettered with reason `expired`.
+# MAGIC `expired` and dead-lettered with reason `expired`. With `partitions` above 1 (the widget,
+# MAGIC or `$SPARK_QUEUE_NOTEBOOK_PARTITIONS` locally) `events` has that many partitions, each
+# MAGIC message in its key's, each partition holding at most 50, and no dead-letter queue (a
+# MAGIC partitioned queue takes none: docs/PARTITIONS.md).
 
 # COMMAND ----------
 
 DEMO = not table.queues()
 if DEMO:
-    table.declare("events", max_length=50, dead_letter_queue="events.dlq")
+    if PARTITIONS == 1:
+        table.declare("events", max_length=50, dead_letter_queue="events.dlq")
+    else:
+        table.declare("events", max_length=50, partitions=PARTITIONS)
     past = datetime.now(timezone.utc) - timedelta(hours=1)
     for round_ in range(6):
         batch = spark.range(round_ * 20, (round_ + 1) * 20).select(
             F.concat(F.lit("event-"), F.col("id")).cast("string").alias("body"),
             F.when(F.col("id") % 10 == 0, F.lit(past)).alias("expires_at"),
         )
+        if PARTITIONS > 1:  # keys spread the messages over the partitions
+            batch = batch.withColumn("key", F.concat(F.lit("customer-"), F.col("body")))
         writer = batch.coalesce(1).write.format("ringqueue").mode("append")
-        writer.option("queue", "events").save(QUEUES)  # one commit
+        writer.option("queue", "events").save(QUEUES)  # one commit (a partition)
         leased = table.lease("events", "worker", max_messages=8)
         table.ack("events", leased["seq"].to_pylist(), consumer="worker")
     print(f"wrote demo traffic: {table.stats('events')}")
@@ -104,11 +116,23 @@ if DEMO:
 # MAGIC declared) and the limits in force. It reaches back as far as the Delta log does: 7 days
 # MAGIC on a queue table, and at most 500 versions (`spark_queue.logRetentionVersions`, which a
 # MAGIC busy table fills in seconds to minutes; docs/MAINTENANCE.md says how to raise it).
-# MAGIC `versions=range(a, b)` reads part of it.
+# MAGIC `versions=range(a, b)` reads part of it. A partitioned queue's partitions are queue
+# MAGIC tables of their own, each with its history: `partition` says whose a row is (0: this
+# MAGIC table's).
 
 # COMMAND ----------
 
-history = table.history(QUEUE)
+
+def with_partition(rows: pa.Table, partition: int) -> pa.Table:
+    return rows.append_column("partition", pa.array([partition] * rows.num_rows, pa.int32()))
+
+
+parts = [with_partition(table.history(QUEUE), 0)]
+for name in [QUEUE] if QUEUE else table.queues():
+    for k in range(1, table.arguments(name).partitions):
+        store = table.partitioned.store_of(name, k)
+        parts.append(with_partition(QueueTable(store.uri).history(name), k))
+history = pa.concat_tables(parts)
 history_df = spark.createDataFrame(history)
 print(f"{history.num_rows} rows, versions {history['version'][0]}..{history['version'][-1]}")
 show(
@@ -117,6 +141,7 @@ show(
         "timestamp",
         "operation",
         "queue",
+        "partition",
         "ready",
         "leased",
         "scheduled",
@@ -127,7 +152,7 @@ show(
         "expired",
         "dead_lettered",
         "max_length",
-    ).orderBy("version", "queue")
+    ).orderBy("queue", "partition", "version")
 )
 
 # COMMAND ----------
@@ -142,19 +167,20 @@ show(
 # COMMAND ----------
 
 LOSSES = ["replaced", "dropped", "expired", "killed", "rejected", "dead_lettered"]
-by_queue = Window.partitionBy("queue").orderBy("version")
+by_queue = Window.partitionBy("queue", "partition").orderBy("version")
 changes = history_df.select(
     "version",
     "timestamp",
     "operation",
     "queue",
+    "partition",
     (F.col("ready") + F.col("leased") + F.col("scheduled")).alias("depth"),
     *[
         (F.col(c) - F.coalesce(F.lag(c).over(by_queue), F.lit(0))).alias(f"{c}_in_commit")
         for c in ["added", "acked", *LOSSES]
     ],
 )
-show(changes.orderBy("version", "queue"))
+show(changes.orderBy("queue", "partition", "version"))
 
 # COMMAND ----------
 
@@ -163,14 +189,15 @@ show(changes.orderBy("version", "queue"))
 # MAGIC
 # MAGIC On Databricks: in the table below, add a visualization (**+** > Visualization), type
 # MAGIC *Line*, X `timestamp` (or `version`), Y `ready`, `leased`, `scheduled` and the loss
-# MAGIC counters, grouped by `queue`. Locally the cell draws the same chart with matplotlib
-# MAGIC when it is installed (saved next to the queue table), else prints the series.
+# MAGIC counters, grouped by `queue` (and `partition`). Locally the cell draws the same chart
+# MAGIC with matplotlib when it is installed (saved next to the queue table), else prints the
+# MAGIC series.
 
 # COMMAND ----------
 
 series = history_df.select(
-    "version", "timestamp", "queue", "ready", "leased", "scheduled", *LOSSES
-).orderBy("version", "queue")
+    "version", "timestamp", "queue", "partition", "ready", "leased", "scheduled", *LOSSES
+).orderBy("queue", "partition", "version")
 
 if globals().get("display") is not None:
     show(series)
@@ -187,10 +214,11 @@ else:
         show(series)
     else:
         frame = series.toPandas()
-        names = sorted(frame["queue"].unique())
+        names = sorted(set(zip(frame["queue"], frame["partition"], strict=True)))
         figure, axes = plt.subplots(len(names), 2, figsize=(12, 3 * len(names)), squeeze=False)
-        for row, name in enumerate(names):
-            mine = frame[frame["queue"] == name]
+        for row, (queue, partition) in enumerate(names):
+            mine = frame[(frame["queue"] == queue) & (frame["partition"] == partition)]
+            name = f"{queue} partition {partition}" if partition else queue
             mine.plot(x="version", y=["ready", "leased", "scheduled"], ax=axes[row][0])
             axes[row][0].set_title(f"{name}: depth")
             mine.plot(x="version", y=LOSSES, ax=axes[row][1])

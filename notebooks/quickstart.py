@@ -71,10 +71,13 @@ if dbutils is not None:
             "files and checkpoints (e.g. s3://bucket/spark-queue/quickstart); see "
             "docs/DATABRICKS.md, 'Where the queue table lives'"
         )
+    dbutils.widgets.text("partitions", "1", "Partitions of the queue (docs/PARTITIONS.md)")
+    PARTITIONS = int(dbutils.widgets.get("partitions") or 1)
 else:
     BASE = os.environ.get("SPARK_QUEUE_NOTEBOOK_PATH") or tempfile.mkdtemp(
         prefix="spark-queue-quickstart-"
     )
+    PARTITIONS = int(os.environ.get("SPARK_QUEUE_NOTEBOOK_PARTITIONS") or 1)
 
 QUEUES = f"{BASE}/queues"  # the queue table
 LANDING = f"{BASE}/landing"  # files the producer stream reads
@@ -103,12 +106,14 @@ print(f"queue table: {QUEUES}")
 # MAGIC `ring_size=100`: the queue keeps the newest 100 ready messages; each new message beyond
 # MAGIC that evicts the oldest one (counted as `replaced`), as an ActiveMQ Artemis ring queue
 # MAGIC does. Declaring again with the same arguments is a no-op; with other arguments it fails
-# MAGIC and names them (use `alter` to change a queue).
+# MAGIC and names them (use `alter` to change a queue). With `partitions` above 1 (the
+# MAGIC widget, or `$SPARK_QUEUE_NOTEBOOK_PARTITIONS` locally) the queue is that many queue
+# MAGIC tables, each message in its key's, and each keeps its newest 100 (docs/PARTITIONS.md).
 
 # COMMAND ----------
 
 table = QueueTable(QUEUES)
-table.declare("orders", ring_size=100)
+table.declare("orders", ring_size=100, partitions=PARTITIONS)
 print(table.arguments("orders"))
 
 # COMMAND ----------
@@ -224,7 +229,9 @@ print(json.dumps(stats_after_consume, indent=1))
 # MAGIC it**: no `MERGE`, `DELETE`, `UPDATE`, `OPTIMIZE` or `VACUUM` from Spark (use
 # MAGIC `QueueTable.compact()` and spark-queue's own maintenance). The partition column `record`
 # MAGIC says what a row is: `message`, `removal` (how a message left: `replaced`, `acked`, ...),
-# MAGIC `queue` (each queue's state, counters included, as JSON), `lease`, `scheduled`.
+# MAGIC `queue` (each queue's state, counters included, as JSON), `lease`, `scheduled`. A
+# MAGIC partitioned queue's partition 0 is in this table, each other partition in a queue table
+# MAGIC of its own under `_partitions/`, read the same way.
 
 # COMMAND ----------
 

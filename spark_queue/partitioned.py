@@ -22,7 +22,6 @@ from typing import Any, TypeVar, cast
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from spark_queue.commit.enqueue import PRODUCER_APP_PREFIX, PendingBatch
 from spark_queue.commit.group import group_of
@@ -45,6 +44,7 @@ from spark_queue.model.partitions import (
     partition_of,
     partition_uri,
     refuse_lowering,
+    row_partitions,
 )
 from spark_queue.model.policies import Policies
 from spark_queue.model.queue_arguments import ConsumerLimits, QueueArguments
@@ -336,17 +336,8 @@ class Partitions:
             keyless = key_partition(producer, count)
         else:
             keyless = self.turn(queue) % count
-        targets = np.full(rows.num_rows, keyless, dtype=np.int64)
-        if "key" in rows.column_names and rows["key"].null_count < rows.num_rows:
-            encoded = pc.dictionary_encode(rows["key"]).combine_chunks()
-            by_key = np.array(
-                [key_partition(key, count) for key in encoded.dictionary.to_pylist()],
-                dtype=np.int64,
-            )
-            keyed = encoded.indices.is_valid().to_numpy(zero_copy_only=False)
-            indices = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False)
-            targets[keyed] = by_key[indices[keyed]]
-        return targets
+        keys = rows["key"] if "key" in rows.column_names else None
+        return row_partitions(keys, rows.num_rows, count, keyless)
 
     def last_sequence(self, producer: str, queues: dict[str, int]) -> int | None:
         """The last sequence ``producer`` committed to any partition of ``queues`` (the

@@ -176,9 +176,8 @@ class QueueTable:
             result = PublishResult(queue, [], 0, 0, 0, duplicate=False, version=None, attempts=0)
             return PublishOutcome(result, np.zeros(0, bool))
         count = self.partitioned.count(queue)
-        if given.get("partitions", 1) > count:  # a first use declares the partitions
-            self.partitioned.prepare(queue, given, self.policies, alter=False)
-            count = given["partitions"]
+        if given.get("partitions", 1) > count:  # a first use declares the queue, root last
+            count = self.declare(queue, **arguments).partitions
         if count == 1:
             request = publish_request(
                 queue, taken, now, given, producer, sequence, on_reject, self.policies, whole=True

@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from spark_queue import QueueTable
+from spark_queue.model.partitions import partition_uri
 from tests.crash import (
     CONSUMER,
     PRODUCER,
@@ -352,4 +353,58 @@ def test_a_consumer_of_a_partitioned_queue_killed_delivers_each_message_once(
     for stats in table.partition_stats("orders"):  # each partition acknowledged its own
         assert (stats["acked"], stats["leased"], stats["ready"]) == (stats["added"], 0, 0)
     assert table.stats("orders")["acked"] == MESSAGES
+    assert_identity(str(queue_path))
+
+
+# -- the producer of a partitioned queue: file source -> ringqueue -----------------------------
+
+# (failpoint, (offset log, commit log) after the crash); a batch's rows are keyed over every
+# partition, so each batch commits PARTITIONS tables, one after another or at once.
+PARTITIONED_PRODUCER_WINDOWS = {
+    "batch0-some-partitions-committed": ("sink.partition-committed:1", (0, None)),
+    "batch0-committed-no-commit-log": ("sink.committed:1", (0, None)),
+    "batch1-some-partitions-committed": (f"sink.partition-committed:{PARTITIONS + 1}", (1, 0)),
+}
+
+
+@pytest.fixture(scope="module")
+def partitioned_producer_crashes(
+    spark, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[CrashRuns]:
+    """The partitioned producer windows' drivers, each on its own input files and queue."""
+
+    def prepare(folder: Path) -> tuple[list[str], tuple[Any, ...]]:
+        expected = make_input(spark, folder, FILES, PER_FILE)
+        return expected, (folder / "queues", folder / "flat", folder / "checkpoint", PARTITIONS)
+
+    failpoints = {window: point for window, (point, _) in PARTITIONED_PRODUCER_WINDOWS.items()}
+    runs = CrashRuns(PRODUCER, failpoints, prepare, tmp_path_factory)
+    yield runs
+    runs.close()
+
+
+@pytest.mark.parametrize("window", PARTITIONED_PRODUCER_WINDOWS)
+def test_a_producer_to_a_partitioned_queue_killed_enqueues_each_message_once(
+    spark, partitioned_producer_crashes, window
+):
+    _, in_logs = PARTITIONED_PRODUCER_WINDOWS[window]
+    run = partitioned_producer_crashes.take(window)
+    expected, args = run.expected, run.args
+    queue_path, _, checkpoint, _ = args
+    run.crash()
+    assert logged(checkpoint) == in_logs
+    crashed_in = f"ENQUEUE batch {in_logs[0]}"
+    tables = [Path(partition_uri(str(queue_path), "orders", k)) for k in range(PARTITIONS)]
+    assert any(crashed_in in enqueue_commits(t) for t in tables)  # killed after a commit
+
+    restart(spark, PRODUCER, *args)
+    table = QueueTable(str(queue_path))
+    leased = table.lease("orders", "check", max_messages=None)
+    copies = Counter(bytes(b).decode() for b in leased["body"].to_pylist())
+    assert [body for body, count in copies.items() if count > 1] == []  # no duplicates
+    assert sorted(copies) == sorted(expected)  # nothing lost
+    added = [stats["added"] for stats in table.partition_stats("orders")]
+    assert sum(added) == len(expected) and all(added)
+    for store in tables:  # each table: one enqueue a batch, none twice
+        assert enqueue_commits(store) == [f"ENQUEUE batch {b}" for b in range(FILES)]
     assert_identity(str(queue_path))

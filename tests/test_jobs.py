@@ -427,3 +427,38 @@ def test_produce_and_consume_on_a_connect_server(spark, connect_server, tmp_path
     expected = spark.createDataFrame([(body,) for body in ready], "body string")
     assert_df_equality(consumed, expected, ignore_row_order=True, ignore_nullable=True)
     assert_identity(str(queues))
+
+
+@pytest.mark.spark
+def test_the_jobs_produce_consume_and_maintain_a_partitioned_queue(spark, tmp_path):
+    rows = [(i, f"text {i}", f"customer-{i % 7}") for i in range(60)]
+    source = spark.createDataFrame(rows, "id long, text string, customer string")
+    source.coalesce(2).write.format("delta").save(str(tmp_path / "events"))
+    queues = tmp_path / "queues"
+    produced = call_job(
+        spark, "produce", "--path", queues, "--queue", "orders", "--partitions", 3,
+        "--source", "delta", "--input", tmp_path / "events", "--body", "text",
+        "--key", "customer", "--checkpoint", tmp_path / "produce-chk",
+    )  # fmt: skip
+    assert last_json(produced)["added"] == 60
+    table = QueueTable(str(queues))
+    assert table.arguments("orders").partitions == 3
+    assert all(stats["added"] for stats in table.partition_stats("orders"))
+    assert table.lease("orders", "worker", max_messages=None, lease_period=1).num_rows == 60
+
+    report = last_json(run_job("maintain", "--path", queues, "--steps", "expire,stats", "--json"))
+    assert report["expire"] == {"orders": {"leases_returned": 60, "scheduled_due": 0}}
+    assert report["stats"]["orders"]["ready"] == 60
+
+    output = tmp_path / "out"
+    consumed = last_json(
+        call_job(
+            spark, "consume", "--path", queues, "--queue", "orders", "--consumer", "pipeline",
+            "--output", output, "--checkpoint", tmp_path / "consume-chk",
+            "--body-type", "string",
+        )
+    )  # fmt: skip
+    assert consumed["messages"] == 60 and consumed["stats"]["acked"] == 60
+    got = sorted(r.body for r in spark.read.format("delta").load(str(output)).collect())
+    assert got == sorted(f"text {i}" for i in range(60))
+    assert_identity(str(queues))

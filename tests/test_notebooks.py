@@ -116,6 +116,26 @@ def test_quickstart_produces_consumes_and_reads_the_table(spark, tmp_path, monke
 
 
 @pytest.mark.spark
+def test_quickstart_on_a_partitioned_queue(spark, tmp_path, monkeypatch):
+    monkeypatch.setenv(PATH_ENV, str(tmp_path))
+    monkeypatch.setenv("SPARK_QUEUE_NOTEBOOK_PARTITIONS", "3")
+    notebook = run_notebook("quickstart.py", {"spark": spark})
+    table = QueueTable(notebook["QUEUES"])
+    assert table.arguments("orders").partitions == 3
+    per_partition = table.partition_stats("orders")
+    assert all(stats["added"] for stats in per_partition)  # keys customer-0 .. customer-6
+    produced = notebook["stats_after_produce"]
+    assert produced["added"] == 150
+    assert [s["added"] - s["replaced"] for s in per_partition] == [
+        min(100, s["added"]) for s in per_partition
+    ]  # each partition keeps its newest 100
+    assert notebook["consumed"].count() == produced["ready"]
+    after = notebook["stats_after_consume"]
+    assert (after["acked"], after["ready"], after["leased"]) == (produced["ready"], 0, 0)
+    assert identity_holds(after)
+
+
+@pytest.mark.spark
 def test_quickstart_on_databricks_needs_its_base_path(spark, tmp_path):
     dbutils = DBUtils({"base_path": ""})
     with pytest.raises(ValueError, match="set the base_path widget"):
@@ -128,12 +148,12 @@ def test_quickstart_on_databricks_needs_its_base_path(spark, tmp_path):
 @pytest.mark.spark
 def test_monitoring_charts_depth_and_losses_from_the_history(spark, tmp_path):
     queues = str(tmp_path / "queues")
-    dbutils = DBUtils({"queue_table": queues, "queue": ""})
+    dbutils = DBUtils({"queue_table": queues, "queue": "", "partitions": ""})
     displayed: list[Any] = []
     notebook = run_notebook(
         "monitoring.py", {"spark": spark, "dbutils": dbutils, "display": displayed.append}
     )
-    assert dbutils.widgets.declared.keys() == {"queue_table", "queue"}
+    assert dbutils.widgets.declared.keys() == {"queue_table", "queue", "partitions"}
     assert notebook["DEMO"] is True
 
     rows = notebook["history"].to_pylist()
@@ -175,6 +195,34 @@ def test_monitoring_charts_depth_and_losses_from_the_history(spark, tmp_path):
     assert isinstance(charted, DataFrame)
     assert {"version", "timestamp", "queue", "ready", "leased", "dropped"} <= set(charted.columns)
     assert charted.count() == len(rows)
+
+
+@pytest.mark.spark
+def test_monitoring_charts_each_partition_of_a_partitioned_queue(spark, tmp_path, monkeypatch):
+    monkeypatch.setenv(PATH_ENV, str(tmp_path))
+    monkeypatch.setenv("SPARK_QUEUE_NOTEBOOK_PARTITIONS", "2")
+    notebook = run_notebook("monitoring.py", {"spark": spark})
+    table = QueueTable(notebook["QUEUES"])
+    assert table.arguments("events").partitions == 2 and table.queues() == ["events"]
+    rows = notebook["history"].to_pylist()
+    for row in rows:
+        assert identity_holds(row), row
+    last = {}
+    for row in rows:  # each partition's history in its table's version order
+        last[row["partition"]] = row
+    assert sorted(last) == [0, 1]
+    assert all(row["ready"] <= 50 for row in rows)  # max_length holds per partition
+    stats = table.partition_stats("events")
+    assert [last[k]["added"] for k in (0, 1)] == [s["added"] for s in stats]
+    assert sum(s["added"] for s in stats) == 120
+    by_partition = {
+        r.partition: r.added
+        for r in notebook["changes"]
+        .groupBy("partition")
+        .agg(F.sum("added_in_commit").alias("added"))
+        .collect()
+    }
+    assert by_partition == {k: stats[k]["added"] for k in (0, 1)}
 
 
 @pytest.mark.spark

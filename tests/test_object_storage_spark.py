@@ -12,14 +12,18 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from chispa import assert_df_equality
+from deltalake import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 
 from spark_queue import QueueTable
+from spark_queue.model.partitions import partition_of, partition_uri
 from spark_queue.model.queue_arguments import READ_MODES
 from spark_queue.rules import identity_holds
 from spark_queue.spark.session import configure_s3a
+from tests.crash import forget_commit
 from tests.helpers import messages, write_batch
 from tests.latency_proxy import LatencyProxy, in_a_row
 from tests.object_store import SECRET_KEY, RequestLog
@@ -69,6 +73,50 @@ def test_batch_and_streaming_sink_on_s3_with_an_exactly_once_replay(
     assert stats["added"] == 8 and stats["ready"] == 8 and identity_holds(stats)
     bodies = [bytes(b).decode() for b in table.peek("orders", limit=10).column("body")]
     assert bodies == ["b0", "b1", *(f"s{i}" for i in range(6))]
+
+
+def test_the_sink_on_a_partitioned_queue_on_s3_replays_exactly_once_and_delta_reads_each(
+    spark: SparkSession, s3_table: str, s3_options: dict[str, str], tmp_path: Path
+) -> None:
+    sink = {"queue": "orders", "partitions": "3", **storage(s3_options)}
+    rows = [(f"b{i}", f"key-{i}") for i in range(30)]
+    batch = spark.createDataFrame(rows, "body string, key string").coalesce(2)
+    write_batch(batch, s3_table, **sink)
+    source = tmp_path / "in"
+    spark.createDataFrame(
+        [(f"s{i}", f"key-{i}") for i in range(30)], "body string, key string"
+    ).coalesce(2).write.parquet(str(source))
+    checkpoint = tmp_path / "checkpoint"
+    for run in range(2):
+        stream = spark.readStream.schema("body string, key string").parquet(str(source))
+        query = (
+            stream.writeStream.format("ringqueue")
+            .options(**sink)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start(s3_table)
+        )
+        query.awaitTermination()
+        assert query.exception() is None
+        if run == 0:  # the driver died after the commits, before Spark's commit log
+            forget_commit(checkpoint, 0)
+
+    table = QueueTable(s3_table, storage_options=s3_options)
+    added = [stats["added"] for stats in table.partition_stats("orders")]
+    assert sum(added) == 60 and all(added)
+    configure_s3a(spark, s3_options)
+    for partition in range(3):
+        uri = partition_uri(s3_table, "orders", partition)
+        by_rs = DeltaTable(uri, storage_options=s3_options).to_pyarrow_table(
+            columns=["seq"], filters=[("record", "=", "message")]
+        )
+        s3a = uri.replace("s3://", "s3a://", 1)
+        by_spark = spark.read.format("delta").load(s3a).where("record = 'message'").count()
+        assert by_rs.num_rows == by_spark == added[partition]
+        assert set(partition_of(np.array(by_rs["seq"].to_pylist())).tolist()) == {partition}
+    leased = table.lease("orders", "check", max_messages=None)
+    bodies = sorted(bytes(b).decode() for b in leased["body"].to_pylist())
+    assert bodies == sorted([f"b{i}" for i in range(30)] + [f"s{i}" for i in range(30)])
 
 
 def consumer(spark: SparkSession, uri: str, options: dict[str, str], **settings: Any) -> DataFrame:

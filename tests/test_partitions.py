@@ -119,8 +119,7 @@ def test_partition_tables_are_queue_tables_that_delta_rs_reads(tmp_path):
     root_seqs = [s for s in root["seq"].to_pylist() if s is not None]
     assert max(root_seqs) < ROOT_SEQ_LIMIT
     assert sorted(result.seqs) == sorted(
-        set(root_seqs) & set(result.seqs)
-        | {s for s in result.seqs if s >= ROOT_SEQ_LIMIT}
+        set(root_seqs) & set(result.seqs) | {s for s in result.seqs if s >= ROOT_SEQ_LIMIT}
     )
 
 
@@ -136,6 +135,16 @@ def test_a_queue_without_partitions_is_stored_as_before(tmp_path):
     assert table.arguments("plain").partitions == 1
 
 
+def test_a_publish_declaring_partitions_records_them_at_the_root_wherever_its_rows_go(tmp_path):
+    path = tmp_path / "queues"
+    keys = [k for k in (f"k{i}" for i in range(50)) if key_partition(k, 3) == 2][:5]
+    QueueTable(path).publish("q", keyed(keys), partitions=3)
+    table = QueueTable(path)  # what the tables record
+    assert table.arguments("q").partitions == 3
+    assert [s["added"] for s in table.partition_stats("q")] == [0, 0, 5]
+    assert table.lease("q", "c", max_messages=None).num_rows == 5
+
+
 def test_each_key_keeps_its_partition_and_its_order(tmp_path, seed):
     rng = random.Random(seed)
     table = QueueTable(tmp_path / "queues")
@@ -147,7 +156,9 @@ def test_each_key_keeps_its_partition_and_its_order(tmp_path, seed):
     assert leased.num_rows == 300
     order: dict[str, list[str]] = {}
     for key, seq, body in zip(
-        leased["key"].to_pylist(), leased["seq"].to_pylist(), leased["body"].to_pylist(),
+        leased["key"].to_pylist(),
+        leased["seq"].to_pylist(),
+        leased["body"].to_pylist(),
         strict=True,
     ):
         assert partition_of(np.array([seq]))[0] == key_partition(key, 4)
@@ -369,20 +380,6 @@ def test_a_partitioned_queue_on_s3(s3_table, s3_options):
     uri = f"{s3_table}/{partition_folder('q')}/1"
     rows = DeltaTable(uri, storage_options=s3_options).to_pyarrow_table()
     assert rows.num_rows
-
-
-@pytest.mark.spark
-def test_the_spark_sink_refuses_a_partitioned_queue_by_name(spark, tmp_path):
-    from tests.helpers import messages, write_batch
-
-    path = str(tmp_path / "queues")
-    QueueTable(path).declare("parted", partitions=2)
-    before = every_log(Path(path))
-    with pytest.raises(Exception, match="partitions=2: the Spark sink does not serve"):
-        write_batch(messages(spark, ["a"]), path, queue="parted")
-    with pytest.raises(Exception, match="partitions=3: the Spark sink does not serve"):
-        write_batch(messages(spark, ["a"]), path, queue="new", partitions=3)
-    assert every_log(Path(path)) == before
 
 
 def test_a_table_whose_seqs_are_used_up_refuses_the_commit_and_writes_nothing(tmp_path):

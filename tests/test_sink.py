@@ -201,6 +201,8 @@ def test_several_queues_in_one_batch_one_commit(spark, queue_path, tmp_path, mod
 
 
 def test_seq_follows_arrival_order_across_partitions(spark, queue_path):
+    """Four tasks of 100 rows, written twice: in seq order, each write's rows task after
+    task, each task's in its row order (the second write in lanes of the recorded width)."""
     df = spark.range(0, 400, numPartitions=4).select(F.col("id").cast("string").alias("body"))
     enqueue(spark, None, "batch", df, queue_path, queue="q")
     enqueue(spark, None, "batch", df, queue_path, queue="q")

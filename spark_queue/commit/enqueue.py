@@ -188,8 +188,10 @@ def commit_enqueue(
     operation: Operation,
     app_id: str | None = None,
     app_version: int | None = None,
+    app_transactions: dict[str, int] | None = None,
 ) -> EnqueueOutcome:
-    """Enqueue ``batch`` in one Delta commit, with ``Transaction(app_id, app_version)``.
+    """Enqueue ``batch`` in one Delta commit, with ``Transaction(app_id, app_version)`` and
+    the other application transactions ``app_transactions`` (id -> version).
 
     Where the table's application transaction ``app_id`` is already at or past
     ``app_version``, nothing is committed (``replayed``). Files are the caller's to delete
@@ -219,7 +221,12 @@ def commit_enqueue(
                 + ", ".join(f"{n} message(s) of queue {q!r}" for q, n in outcome.rejected.items())
                 + "; nothing of this batch was committed"
             )
-        transaction.commit(app_id=app_id, app_version=app_version, operation=operation)
+        transaction.commit(
+            app_id=app_id,
+            app_version=app_version,
+            app_transactions=app_transactions,
+            operation=operation,
+        )
         outcome.accepted = dict(transaction.accepted)
         for name, state in transaction.states.items():
             old = before.get(name, {})

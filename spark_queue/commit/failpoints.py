@@ -32,6 +32,7 @@ POINTS = frozenset(
         "source.lease-committed",  # lease committed to the table, offset not yet logged
         "source.partitions",  # offset logged, the batch not yet read or written
         "sink.staged",  # a task staged its files, nothing committed
+        "sink.partition-committed",  # one table's share of a batch committed (of several)
         "sink.committed",  # enqueue committed to the table, Spark's commit log not written
         "commit.files-stored",  # a commit's files stored, its log entry not yet created
     }

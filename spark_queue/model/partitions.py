@@ -13,9 +13,9 @@ does; partition ``k >= 1`` numbers from :func:`first_seq` ``(k) = (1023 + k) * 2
 a seq names its partition, :func:`partition_of` ``(seq) = max(0, (seq >> 52) - 1023)``,
 and ``ack``, ``cancel``, ``extend``, receipt handles and every other call that takes seqs
 work on the whole queue without translation. The root keeps the seqs below ``2**62``
-(:data:`ROOT_SEQ_LIMIT`): a Spark write numbers each task's rows ``2**32`` apart, so a
-root's seqs grow much faster than its messages and need that range; each partition table,
-written by publishes alone, numbers its messages one after the other in ``2**52``.
+(:data:`ROOT_SEQ_LIMIT`), as wide a range as a table had before partitions; each partition
+table numbers its messages in ``2**52`` (a Spark write's tasks in lanes,
+:mod:`spark_queue.model.lanes`).
 
 **Routing** is Kafka's: a message with a ``key`` goes to partition
 ``(murmur2(utf8(key)) & 0x7fffffff) % N`` (:func:`key_partition`), the partition Kafka's
@@ -27,8 +27,10 @@ from __future__ import annotations
 import hashlib
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
-from spark_queue.errors import InvalidOptionError, PartitionedQueueError, QueueError
+from spark_queue.errors import InvalidOptionError, QueueError
 
 MAX_PARTITIONS = 1024
 """The most partitions a queue may have."""
@@ -123,21 +125,6 @@ def refuse_lowering(queue: str, current: int, given: int | None) -> None:
         )
 
 
-def refuse_partitioned(queue: str, partitions: int, surface: str) -> None:
-    """``surface`` (the Spark sink) serves one partition only: it refuses a partitioned
-    queue, whose other partitions it would never see.
-
-    Raises:
-        PartitionedQueueError: ``partitions`` is above 1.
-    """
-    if partitions > 1:
-        raise PartitionedQueueError(
-            f"queue {queue!r} has partitions={partitions}: {surface} does not serve "
-            "partitioned queues yet (it would see partition 0 only); use QueueTable, its "
-            "consumer and its publisher"
-        )
-
-
 # -- routing -------------------------------------------------------------------------------
 
 _M = 0x5BD1E995
@@ -174,3 +161,25 @@ def key_partition(key: str, partitions: int) -> int:
     """The partition of a message with ``key`` (Kafka's default partitioner:
     ``toPositive(murmur2(utf8(key))) % partitions``, ``toPositive`` being ``& 0x7fffffff``)."""
     return (murmur2(key.encode("utf-8")) & 0x7FFFFFFF) % partitions
+
+
+def row_partitions(
+    keys: pa.Array | pa.ChunkedArray | None, rows: int, partitions: int, keyless: int
+) -> np.ndarray:
+    """The partition of each of ``rows`` rows of a queue of ``partitions``: a row with a key
+    (``keys``, strings or nulls; None: no row has one) its key's (:func:`key_partition`),
+    a row without one ``keyless`` (the caller's sticky or producer's partition)."""
+    targets = np.full(rows, keyless, dtype=np.int64)
+    if keys is None or keys.null_count == rows:
+        return targets
+    encoded = pc.dictionary_encode(keys)
+    if isinstance(encoded, pa.ChunkedArray):
+        encoded = encoded.combine_chunks()
+    by_key = np.array(
+        [key_partition(key, partitions) for key in encoded.dictionary.to_pylist()],
+        dtype=np.int64,
+    )
+    keyed = encoded.indices.is_valid().to_numpy(zero_copy_only=False)
+    indices = encoded.indices.fill_null(0).to_numpy(zero_copy_only=False)
+    targets[keyed] = by_key[indices[keyed]]
+    return targets

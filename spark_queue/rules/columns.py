@@ -62,7 +62,7 @@ class Lease:
 def member(values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     """A mask over ``values``: which are in ``wanted`` (``np.isin`` by sorting).
 
-    Seqs span far more than their count (a task's rows start at ``partition * 2**32``), so
+    Seqs span more than their count (a Spark write numbers each task's rows in a lane), so
     ``np.isin`` falls back to sorting both arrays through ``np.unique``, where a sort of
     ``wanted`` and a binary search are 20 times cheaper.
     """
