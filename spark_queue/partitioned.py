@@ -180,10 +180,9 @@ class Partitions:
         no table): read again after :data:`COUNT_SECONDS` from the root as this process
         knows it, or from the present where ``fresh``."""
         now = time.monotonic()
-        with self._lock:
-            known = self._counts.get(queue)
-        if known is not None and not fresh and now - known[1] < COUNT_SECONDS:
-            return known[0]
+        counted = None if fresh else self.counted(queue)
+        if counted is not None:
+            return counted
         # The process's view of the root, which the root's next commit reads anyway: no
         # request of its own on a warm table. A publish routed as for one partition is
         # checked by its commit (QueuePartitioned), so a count another process just
@@ -193,6 +192,15 @@ class Partitions:
         with self._lock:
             self._counts[queue] = (found, now)
         return found
+
+    def counted(self, queue: str) -> int | None:
+        """``queue``'s partitions where :meth:`count` read them within
+        :data:`COUNT_SECONDS`; else None (it reads them again)."""
+        with self._lock:
+            known = self._counts.get(queue)
+        if known is not None and time.monotonic() - known[1] < COUNT_SECONDS:
+            return known[0]
+        return None
 
     def require_partition(self, queue: str, partition: int) -> None:
         """That ``queue`` has a partition ``partition`` (its count read again where the one

@@ -31,19 +31,21 @@ ROOT = Path(__file__).resolve().parent.parent
 def requests(log: RequestLog, uri: str) -> list[tuple[str, str]]:
     """The requests since the mark to the table at ``uri``, as (method, what): ``log N``
     for version N's log entry, ``<record> file`` for a data file of that record."""
+    bucket = uri.removeprefix("s3://").partition("/")[0]
+    return [(method, touched(target, uri)) for method, target in log.since_mark(bucket)]
+
+
+def touched(target: str, uri: str) -> str:
+    """What a request ``target`` to the table at ``uri`` touched: ``log N`` for version N's
+    log entry, ``<record> file`` for a data file of that record, else the target."""
     bucket, _, root = uri.removeprefix("s3://").partition("/")
-    found = []
-    for method, target in log.since_mark(bucket):
-        path = urllib.parse.unquote(target.split("?", 1)[0]).removeprefix(f"/{bucket}/{root}/")
-        if path.startswith("_delta_log/"):
-            name = path.removeprefix("_delta_log/")
-            what = f"log {int(name[:20])}" if name[:20].isdigit() else f"log {name}"
-        elif path.startswith("record="):
-            what = f"{path.split('/', 1)[0].removeprefix('record=')} file"
-        else:
-            what = target
-        found.append((method, what))
-    return found
+    path = urllib.parse.unquote(target.split("?", 1)[0]).removeprefix(f"/{bucket}/{root}/")
+    if path.startswith("_delta_log/"):
+        name = path.removeprefix("_delta_log/")
+        return f"log {int(name[:20])}" if name[:20].isdigit() else f"log {name}"
+    if path.startswith("record="):
+        return f"{path.split('/', 1)[0].removeprefix('record=')} file"
+    return target
 
 
 def files_then_entry(found: list[tuple[str, str]], files: list[str], version: int) -> None:
@@ -140,7 +142,8 @@ def test_an_idle_table_checks_the_entry_after_its_own_and_its_own_before_it_answ
     files_then_entry(found[2:], ["message", "queue"], version + 1)
 
 
-# Another writer: one commit per line it reads, each answered with a line once landed.
+# Another writer: one publish per line it reads (a JSON list of bodies), each answered with a
+# line once landed.
 ELSEWHERE = textwrap.dedent(
     """
     import json, sys
@@ -150,7 +153,7 @@ ELSEWHERE = textwrap.dedent(
     table.declare("q")
     print("ready", flush=True)
     for line in sys.stdin:
-        table.publish("q", [line.strip()])
+        table.publish("q", json.loads(line))
         print("committed", flush=True)
     """
 )
@@ -169,6 +172,14 @@ def start_elsewhere(uri: str, options: dict[str, str]) -> subprocess.Popen[str]:
     return elsewhere
 
 
+def publish_there(elsewhere: subprocess.Popen[str], bodies: list[str]) -> None:
+    """One publish of ``bodies`` by the process :func:`start_elsewhere` started, landed."""
+    assert elsewhere.stdout is not None and elsewhere.stdin is not None
+    elsewhere.stdin.write(json.dumps(bodies) + "\n")
+    elsewhere.stdin.flush()
+    assert elsewhere.stdout.readline().strip() == "committed"
+
+
 def test_a_commit_that_loses_reads_only_the_entries_after_its_version_and_plans_again(
     s3_table: str, s3_options: dict[str, str], s3_requests: RequestLog
 ) -> None:
@@ -180,13 +191,10 @@ def test_a_commit_that_loses_reads_only_the_entries_after_its_version_and_plans_
     table.publish("q", ["here 0"])
     elsewhere = start_elsewhere(s3_table, s3_options)
     try:
-        assert elsewhere.stdout is not None and elsewhere.stdin is not None
         table.publish("q", ["here 1"])  # known current from here, for a moment
         version = table.store.view(probe=False).version
         for body in ("elsewhere 0", "elsewhere 1"):
-            elsewhere.stdin.write(body + "\n")
-            elsewhere.stdin.flush()
-            assert elsewhere.stdout.readline().strip() == "committed"
+            publish_there(elsewhere, [body])
 
         s3_requests.mark()
         assert table.publish("q", ["here 2"]).seqs == [4]
@@ -249,10 +257,7 @@ def test_a_reservation_after_another_processs_commit_waits_for_two_requests_in_a
     # Straight to the server: its requests are not counted.
     elsewhere = start_elsewhere(proxied_s3_table, s3_options)
     try:
-        assert elsewhere.stdout is not None and elsewhere.stdin is not None
-        elsewhere.stdin.write("elsewhere\n")
-        elsewhere.stdin.flush()
-        assert elsewhere.stdout.readline().strip() == "committed"
+        publish_there(elsewhere, ["elsewhere"])
     finally:
         elsewhere.communicate(timeout=60)
     time.sleep(TRUSTED_SECONDS)
@@ -262,3 +267,102 @@ def test_a_reservation_after_another_processs_commit_waits_for_two_requests_in_a
     assert (trips.in_all, trips.in_a_row, trips.by_method) == (4, 2, {"GET": 3, "HEAD": 1}), str(
         trips
     )
+
+
+def test_a_stream_sources_trigger_reads_the_present_at_once_then_commits_in_two_in_a_row(
+    proxied_s3_table: str,
+    proxied_s3_options: dict[str, str],
+    s3_options: dict[str, str],
+    latency_proxy: LatencyProxy,
+) -> None:
+    """The streaming source's driver side (``latestOffset``, as Spark's source worker keeps
+    it between triggers) behind the proxy, while another process publishes. A trigger looks
+    for the entry after the one it knows; where another process committed it, it reads the
+    entry after that together with the queue state and the message file the one found
+    names, then commits its acknowledgement and lease: the files at once, then the entry.
+    Idle longer than it trusts what it knows, it reads the next two entries at once, then
+    looks at the one it moved to while it reads the state and the message file. Where
+    nothing came, the look for the next entry is all."""
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    from spark_queue.spark.options import SourceOptions
+    from spark_queue.spark.source import RingQueueStreamReader
+
+    uri = proxied_s3_table
+    bucket = urllib.parse.urlsplit(uri).netloc
+    options = SourceOptions(path=uri, queue="q", consumer="c", storage=proxied_s3_options)
+    elsewhere = start_elsewhere(uri, s3_options)  # straight to the server: not counted
+    try:
+        reader = RingQueueStreamReader(options)
+        offset = reader.initialOffset()
+        v = reader.table(0).store.view(probe=False).version
+        counted = []
+
+        def trigger() -> None:
+            nonlocal offset
+            latency_proxy.quiet(bucket, 0.2)
+            with latency_proxy.counting(bucket) as trips:
+                end = reader.latestOffset(offset, ReadAllAvailable())
+            leased = 0 if end == offset else sum(b - a + 1 for a, b in end["ranges"])
+            found = sorted((r.method, touched(r.target, uri)) for r in trips.requests)
+            counted.append((leased, found, trips.in_all, trips.in_a_row))
+            offset = end
+
+        trigger()  # nothing there
+        publish_there(elsewhere, [f"a{i}" for i in range(10)])  # v + 1
+        trigger()  # a lease of the ten: v + 2
+        publish_there(elsewhere, [f"b{i}" for i in range(10)])  # v + 3
+        trigger()  # their acknowledgement and a lease of the next ten: v + 4
+        trigger()  # the acknowledgement of those: v + 5
+        trigger()  # nothing there
+        time.sleep(TRUSTED_SECONDS)
+        publish_there(elsewhere, [f"c{i}" for i in range(10)])  # v + 6
+        trigger()  # a lease of the ten, idle meanwhile: v + 7
+    finally:
+        elsewhere.communicate(timeout=60)
+    lease = [("PUT", "queue file"), ("PUT", "lease file")]
+    ack = [("PUT", "removal file"), ("PUT", "queue file")]
+    expected = [
+        (0, [("GET", f"log {v + 1}")], 1, 1),
+        (
+            10,
+            [("GET", f"log {v + 1}"), *the_state_after(v + 2), *lease, ("PUT", f"log {v + 2}")],
+            7,
+            4,
+        ),
+        (
+            10,
+            [
+                ("GET", f"log {v + 3}"),
+                *the_state_after(v + 4),
+                ("GET", "lease file"),  # the publish wrote the state's files anew
+                ("PUT", "removal file"),
+                *lease,
+                ("PUT", f"log {v + 4}"),
+            ],
+            9,
+            4,
+        ),
+        (0, [("GET", f"log {v + 5}"), *ack, ("PUT", f"log {v + 5}")], 4, 3),
+        (0, [("GET", f"log {v + 6}")], 1, 1),
+        (
+            10,
+            [
+                ("GET", f"log {v + 6}"),
+                ("HEAD", f"log {v + 6}"),
+                *the_state_after(v + 7),
+                *lease,
+                ("PUT", f"log {v + 7}"),
+            ],
+            8,
+            4,
+        ),
+    ]
+    assert counted == [(n, sorted(found), *trips) for n, found, *trips in expected], counted
+
+
+def the_state_after(version: int) -> list[tuple[str, str]]:
+    """A lease's reads sent together once the entry before ``version`` was found: the
+    entry of ``version`` (missing), the queue state and the message file the one found
+    names."""
+    return [("GET", f"log {version}"), ("GET", "queue file"), ("GET", "message file")]

@@ -8,6 +8,7 @@ import contextlib
 import io
 import json
 import shutil
+import time
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,7 @@ from tests.crash import forget_commit
 from tests.helpers import messages, write_batch
 from tests.latency_proxy import LatencyProxy, in_a_row
 from tests.object_store import SECRET_KEY, RequestLog
-from tests.test_commit_requests import requests
+from tests.test_commit_requests import requests, touched
 
 pytestmark = pytest.mark.spark
 
@@ -347,3 +348,64 @@ def test_a_stream_sources_batch_leases_in_its_files_and_one_entry_and_reads_each
         assert [r for r in reads if r not in looks] in ([], [("GET", "message file")]), commit
     assert commits[-1] == [], commits[-1]
     assert table.stats("jobs")["acked"] == 8
+
+
+def test_a_stream_sources_lease_after_a_publish_reads_the_present_at_once_and_commits_in_two(
+    spark: SparkSession,
+    proxied_s3_table: str,
+    proxied_s3_options: dict[str, str],
+    s3_options: dict[str, str],
+    latency_proxy: LatencyProxy,
+    tmp_path: Path,
+) -> None:
+    """Behind a proxy that holds each request: a running query's source, its last batch
+    acknowledged, finds the entry another process's publish added, reads the entry after
+    it together with the queue state and the message file it names, then commits the
+    lease: its files at once, then its entry. 7 requests, 4 in a row, from the look that
+    found the publish to the lease's entry (looks that found nothing come before it), in
+    each batch after the first."""
+    uri = proxied_s3_table
+    bucket = urllib.parse.urlsplit(uri).netloc
+    producer = QueueTable(uri, storage_options=s3_options, broker="off")  # not counted
+    producer.declare("jobs")
+    reader = consumer(spark, uri, proxied_s3_options, consumer="w")
+    query = (
+        reader.writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        for batch in range(3):
+            while producer.stats("jobs")["acked"] < 10 * batch:  # the last batch acknowledged
+                assert query.exception() is None, query.exception()
+                time.sleep(0.05)
+            started = time.time()
+            producer.publish("jobs", [f"j{batch}.{i}" for i in range(10)])
+            version = producer.store.view(probe=False).version
+            query.processAllAvailable()
+            if not batch:  # the query's start: it loads the table
+                continue
+            # A look sent just before the publish landed may find it: the proxy holds it.
+            trips = latency_proxy.between(started - 1, time.time(), bucket)
+            found = sorted(trips.requests, key=lambda r: r.start)
+            looks = [r for r in found if touched(r.target, uri) == f"log {version}"]
+            assert looks and looks[-1].status == 200, str(trips)
+            first = looks[-1]
+            entries = [r for r in found if r.method == "PUT" and r.start > first.start]
+            entry = next(r for r in entries if "_delta_log" in r.target)
+            assert touched(entry.target, uri) == f"log {version + 1}", str(trips)
+            lease = [r for r in found if first.start <= r.start and r.end <= entry.end]
+            assert sorted((r.method, touched(r.target, uri)) for r in lease) == sorted(
+                [
+                    ("GET", f"log {version}"),
+                    ("GET", f"log {version + 1}"),
+                    ("GET", "queue file"),
+                    ("GET", "message file"),
+                    ("PUT", "queue file"),
+                    ("PUT", "lease file"),
+                    ("PUT", f"log {version + 1}"),
+                ]
+            ), str(trips)
+            assert (len(lease), in_a_row(lease)) == (7, 4), str(trips)
+    finally:
+        query.stop()

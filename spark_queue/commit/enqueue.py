@@ -28,6 +28,7 @@ from spark_queue.storage.files import (
     delete_files,
     write_file,
 )
+from spark_queue.storage.following import following
 from spark_queue.storage.store import QueueStore, Snapshot
 
 PRODUCER_APP_PREFIX = "spark-queue-producer-"  # + producer id: a publish's application transaction
@@ -47,7 +48,7 @@ def reserve(
         ArgumentMismatchError: ``queue`` exists with other arguments.
         NotAQueueTableError, StorageError: the table cannot be used.
     """
-    snapshot = store.following()  # the commit may run in another process: it made the last
+    snapshot = following(store)  # the commit may run in another process: it made the last
     if snapshot is None:
         store.create()
         snapshot = store.snapshot(probe=False)

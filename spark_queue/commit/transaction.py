@@ -718,6 +718,7 @@ def run(
     budget: float = COMMIT_BUDGET,
     policies: Policies | None = None,
     what: str = "the queue table",
+    present: Callable[[], Snapshot | None] | None = None,
 ) -> T:
     """Plan ``work`` on the table as this process knows it and commit; plan again if
     another writer won.
@@ -730,6 +731,11 @@ def run(
     with this transaction's own files deleted. ``policies`` are applied by every declare it makes.
     After a commit it runs the post-commit work (:func:`maintenance.after_commit`: a log
     checkpoint at the interval, compaction when small files piled up), whoever committed.
+
+    ``present`` reads the table at its latest version for every attempt, in place of the
+    table as known (:func:`~spark_queue.storage.following.following`: for a process that
+    plans on commits others make, which would find the table as known behind as a rule);
+    ``work`` that commits nothing or raises then answers from it, with no look of its own.
 
     Lost races are retried after :func:`backoff` for ``budget`` seconds (a busy table makes
     a call late rather than failed), or for ``attempts`` attempts where that is given.
@@ -755,7 +761,7 @@ def run(
         # A first attempt plans on the table as known (its create finds out); after a lost
         # race and the pause, on the present: other writers committed during the pause, and
         # planning on the table as it was when the race was lost would lose again.
-        snapshot = store.snapshot(probe=attempt > 1)
+        snapshot = present() if present is not None else store.snapshot(probe=attempt > 1)
         if snapshot is None:
             raise TableNotFoundError(store.uri)
         transaction = QueueTransaction(store, snapshot, policies=policies, attempt=attempt)
@@ -766,7 +772,9 @@ def run(
             continue
         except Exception as error:
             transaction.discard()
-            if not isinstance(error, CommitUnknownError) and _behind(store, snapshot):
+            if present is None and not isinstance(error, CommitUnknownError) and _behind(
+                store, snapshot
+            ):
                 # its error may be the old version's
                 attempt -= 1  # not a lost race: planned again on the latest at once
                 continue
@@ -776,7 +784,7 @@ def run(
             raise
         if transaction.committed:
             after_commit(store, snapshot)
-        elif _behind(store, snapshot):
+        elif present is None and _behind(store, snapshot):
             attempt -= 1
             continue
         return result

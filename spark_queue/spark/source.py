@@ -62,8 +62,9 @@ from spark_queue.portable import Portable
 from spark_queue.rules import Leases, ascending, is_ascending
 from spark_queue.spark.options import SourceOptions
 from spark_queue.storage.commit_log import CommitOperation
+from spark_queue.storage.following import following
 from spark_queue.storage.location import Location
-from spark_queue.storage.store import QueueStore, require_queue
+from spark_queue.storage.store import QueueStore, Snapshot, require_queue
 
 OFFSET_VERSION = 2  # the only one read; 1 held ``redelivered`` as a count per seq
 TASK_BYTES = 128 * 1024 * 1024  # bodies per read task at most, about
@@ -323,13 +324,20 @@ class TableStreamReader(Portable):
         state = snapshot.states.get(self.options.queue) if snapshot else None
         self._stop_below = state.next_seq if state is not None else 0
 
-    def advance(self, start: dict, max_messages: int | None, max_bytes: int | None) -> dict:
+    def advance(
+        self,
+        start: dict,
+        max_messages: int | None,
+        max_bytes: int | None,
+        present: Snapshot | None = None,
+    ) -> dict:
         """Acknowledge what Spark committed (up to ``start``) and lease the next batch of at
         most ``max_messages`` (0: acknowledge only) and ``max_bytes``; ``start`` itself
-        where nothing was leased."""
+        where nothing was leased. ``present``: the table's latest version, read a moment
+        ago (the lease plans on it first, rather than read it again)."""
         check_offset(start, self.options.queue)
         lease_id, leased, version = self._advance(
-            start["session"], start["lease"], is_initial(start), max_messages, max_bytes
+            start["session"], start["lease"], is_initial(start), max_messages, max_bytes, present
         )
         if not len(leased):
             return start
@@ -342,13 +350,15 @@ class TableStreamReader(Portable):
         new_query: bool,
         max_messages: int | None,
         max_bytes: int | None,
+        present: Snapshot | None,
     ) -> tuple[int, Leases, int]:
         """One commit: return what this consumer name held before the session (a new
         query's first call only), acknowledge this session's leases up to lease id
         ``through`` (what Spark committed), then find the next batch: leases held beyond
         ``through`` (leased for an offset Spark never logged), else new leases from the
         head. Returns the batch's last lease id, its leases (none: nothing to deliver) and
-        the table version that holds them."""
+        the table version that holds them. Planned on the table's present (``present``
+        first, where given)."""
         options = self.options
         limits = replace(options.limits, max_messages=max_messages, max_bytes=max_bytes)
 
@@ -404,7 +414,16 @@ class TableStreamReader(Portable):
                 version += 1  # a commit without retries lands on the next version or fails
             return (int(leased.lease_id.max()) if len(leased) else through), leased, version
 
-        return run(self.store, work, create=False)
+        # A producer's commits come between two triggers as a rule: each attempt plans on
+        # the present, read with what it depends on at once
+        # (docs/decisions/source-reads-the-present.md).
+        given = [present] if present is not None else []
+        store, queue = self.store, options.queue
+
+        def latest() -> Snapshot | None:
+            return given.pop() if given else following(store, queue)
+
+        return run(store, work, create=False, present=latest)
 
     # -- reading a batch -----------------------------------------------------------------------
 
@@ -623,9 +642,16 @@ class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAva
         check_offset(start, self.options.queue)
         failpoints.reached("source.latest-offset")
         max_messages, max_bytes = self._bounds(limit)
+        present = None
+        due = self._served is None and self.layout.counted(self.options.queue) is None
+        if due and "partitions" not in start:
+            # The count is read from the root, the table a queue without partitions leases
+            # from: its present, read once, gives both (a root known current too long ago,
+            # brought there by the count, would be read entry by entry).
+            present = following(self.root, self.options.queue)
         count = self._count()
         if count == 1 and "partitions" not in start:
-            end = self.table(0).advance(start, max_messages, max_bytes)
+            end = self.table(0).advance(start, max_messages, max_bytes, present)
         else:
             end = self._advance_partitions(start, count, max_messages, max_bytes)
         if end != start:

@@ -81,8 +81,8 @@ WHOLE_READ_BYTES = 1024 * 1024
 # delta-rs's refusal of a commit from a table whose version's log entry is gone (1.6.6:
 # ``Invalid table version: N``; it writes nothing): see QueueStore.commit.
 PASSED_VERSION_ERROR = "Invalid table version"
-# Reads sent together (state files, log entries read ahead, a look at an entry): on an
-# object store each is a round trip, which the others need not wait for.
+# State files read together: on an object store each is a round trip, which the others need
+# not wait for.
 _READS = ThreadPoolExecutor(max_workers=4, thread_name_prefix="spark-queue-reads")
 
 
@@ -230,7 +230,7 @@ class QueueStore:
         return self.known.offer(TableView.of(table, started))
 
     @contextlib.contextmanager
-    def _on_storage(self) -> Iterator[None]:
+    def storage_errors(self) -> Iterator[None]:
         """Where the log's store fails: a :class:`StorageError` naming the table, its
         endpoint and option keys (never their values)."""
         try:
@@ -246,12 +246,12 @@ class QueueStore:
         Where that entry is missing later than :data:`TRUSTED_SECONDS` after the view was
         last known current, log cleanup may have deleted it: the view's own entry is
         checked too, and where it is gone as well, the table is loaded afresh."""
-        with self._on_storage():
+        with self.storage_errors():
             return self._read_on(view)
 
     def _read_on(self, view: TableView) -> TableView:
         """:meth:`_reach_present`, its errors as the store gives them."""
-        moved, asked = self._entries_after(view, 1)
+        moved, asked = self._entries_after(view)
         if moved is None:
             return self._load() or view
         if not moved.trusted(time.monotonic()) and not self.entries.exists(moved.version):
@@ -259,57 +259,19 @@ class QueueStore:
             return self._load() or moved
         return self.known.offer(moved.current_from(asked))
 
-    def _entries_after(self, view: TableView, ahead: int) -> tuple[TableView | None, float]:
+    def _entries_after(self, view: TableView) -> tuple[TableView | None, float]:
         """``view`` moved on by the log entries written after it, up to the first missing
-        one, read ``ahead`` at a time (sent together), and when the missing one was asked for;
-        None where an entry changes what only delta-rs reads, or cannot follow the view."""
+        one, and when the missing one was asked for; None where an entry changes what only
+        delta-rs reads, or cannot follow the view (load the table afresh)."""
         while True:
             asked = time.monotonic()
-            versions = range(view.version + 1, view.version + 1 + ahead)
-            found = (
-                _READS.map(self.entries.read, versions)
-                if ahead > 1
-                else [self.entries.read(versions[0])]
-            )
-            for data in found:
-                if data is None:
-                    return view, asked
-                actions = parse_actions(data.decode("utf-8"))
-                if actions.rebuilds or not view.precedes(actions.adds, actions.removes):
-                    return None, asked
-                view = view.moved(
-                    actions.adds, actions.removes, actions.transactions, modified=actions.modified
-                )
-
-    def following(self) -> Snapshot | None:
-        """The table's latest version and its queue states (:meth:`snapshot`), for a process
-        that plans on commits another process makes (the sink's reservation, whose commit
-        runs in another): the next two log entries read at once, then the state files they
-        name, read while the view's own entry is looked at where the view was known current
-        too long ago (:meth:`_reach_present` says why). Two requests in a row where one
-        commit came since, where :meth:`snapshot` waits for three or more."""
-        known = self.known.view
-        if known is None:
-            return self.snapshot()
-        with self._on_storage():
-            view, asked = self._entries_after(known, 2)
-            if view is None:
-                return self.snapshot() if self._load() is not None else None
-            look = (
-                None
-                if view.trusted(time.monotonic())
-                else _READS.submit(self.entries.exists, view.version)
-            )
-            try:
-                states = self._read_states(view.state_files)
-            except Exception:
-                if look is None or look.result():
-                    raise
-            if look is not None and not look.result():  # log cleanup passed the view
-                self.known.forget()
-                return self.snapshot()
-        self.known.offer(view.current_from(asked))
-        return Snapshot(view, view.files, states, view.state_files)
+            data = self.entries.read(view.version + 1)
+            if data is None:
+                return view, asked
+            actions = parse_actions(data.decode("utf-8"))
+            if actions.rebuilds or not view.precedes(actions.adds, actions.removes):
+                return None, asked
+            view = view.moved_by(actions)
 
     def is_current(self, snapshot: Snapshot) -> bool:
         """Whether ``snapshot`` is of the table's latest version (reading the entries
@@ -478,7 +440,7 @@ class QueueStore:
         if view is None:
             return None
         listed = view.state_files
-        states = self._read_states(listed) if with_states else {}
+        states = self.read_states(listed) if with_states else {}
         return Snapshot(view, view.files, states, listed)  # read only: shared safely
 
     def files_at(self, version: int) -> Snapshot | None:
@@ -583,7 +545,9 @@ class QueueStore:
         ):
             yield pa.Table.from_batches([batch])
 
-    def _read_states(self, state_files: list[tuple[str, int, str]]) -> dict[str, QueueState]:
+    def read_states(self, state_files: list[tuple[str, int, str]]) -> dict[str, QueueState]:
+        """The queue states in ``state_files`` (path, size, record): those this process
+        last wrote or read where these are their files, else :meth:`read_state_files`."""
         paths = frozenset(path for path, _, _ in state_files)
         states = self.known.states(paths)
         if states is None:
@@ -793,7 +757,7 @@ class QueueStore:
             view = view.current_from(known.current_at)
         version = view.version + 1
         asked = time.monotonic()
-        with self._on_storage():
+        with self.storage_errors():
             if not self.entries.create(version, entry):
                 if self._catch_up_after(view, entry):  # a retried create of its own
                     return self.known.offer(prepared.landed.current_from(asked))
@@ -816,9 +780,7 @@ class QueueStore:
             if actions.rebuilds or not view.precedes(actions.adds, actions.removes):
                 self.known.forget()
                 return False
-            view = view.moved(
-                actions.adds, actions.removes, actions.transactions, modified=actions.modified
-            )
+            view = view.moved_by(actions)
         self._reach_present(view)
         return False
 

@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # deltalake is imported where a table is opened
     from deltalake import DeltaTable
 
     from spark_queue.rules import QueueState
+    from spark_queue.storage.delta_log import EntryActions
 
 # Seconds after ``current_at`` within which a missing next entry proves a view the latest:
 # well below log cleanup's floor of 10 s, the rest a margin for a slow request and the
@@ -201,6 +202,12 @@ class TableView:
             transactions={**self.transactions, **transactions},
             current_at=self.current_at if current_at is None else current_at,
             cache=cache,
+        )
+
+    def moved_by(self, actions: EntryActions) -> TableView:
+        """The next version: this one with the ``actions`` of its log entry."""
+        return self.moved(
+            actions.adds, actions.removes, actions.transactions, modified=actions.modified
         )
 
     def current_from(self, current_at: float) -> TableView:
