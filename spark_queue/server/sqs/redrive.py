@@ -100,12 +100,14 @@ class RedriveWatch:
             if not limit:
                 continue
             for partition in range(state.arguments.partitions):
+                held = state.leases
                 if partition:
                     found = self.table.partitioned.store_of(name, partition).snapshot()
-                    state = found.states.get(name) if found is not None else None
-                    if state is None:  # declared by the root's commit, not yet here
+                    part = found.states.get(name) if found is not None else None
+                    if part is None:  # declared by the root's commit, not yet here
                         continue
-                ends = last_attempts_until(state.leases, limit)
+                    held = part.leases
+                ends = last_attempts_until(held, limit)
                 if (ends <= now).any():
                     with one_partition(partition):  # commits the redrive in its table
                         self.table.lease(name, CONSUMER, max_messages=0)
