@@ -14,8 +14,8 @@ each measure's rates side by side in one run, with the CPU each process spent.
   ``readStream.format("ringqueue")`` with ``Trigger.AvailableNow`` into a ``noop`` sink
   drains ``--source-messages`` messages, ``maxMessagesPerTrigger`` ``--per-trigger``: one
   partition is one queue table holding the same data;
-- **sink** (Spark): a batch write of ``--sink-rows`` rows into the queue; skipped, in one
-  line, while the sink refuses partitioned queues (``PartitionedQueueError``);
+- **sink** (Spark): a batch write of ``--sink-rows`` rows into the queue, each with one of
+  1,000 keys (so the rows of every task reach every partition);
 - **brokers** (``--broker-store``, local by default): ``--clients`` processes making
   one-message ``publish`` calls through one, then two ``spark-queue broker`` processes on a
   queue of ``--broker-partitions`` partitions (its name chosen so that the partitions split
@@ -332,28 +332,13 @@ def measure_source(spark: Any, store: Store, partitions: int, args: argparse.Nam
     }
 
 
-def sink_refused(spark: Any, store: Store) -> str | None:
-    """The sink's refusal of a queue of two partitions (one line), or None where it writes."""
-    path = declared(store, "sink-probe", 2)
-    rows = spark.createDataFrame([(BODY,)], "body binary")
-    try:
-        rows.write.format("ringqueue").option("queue", QUEUE).options(
-            **storage(store.options or {})
-        ).mode("append").save(path)
-    except Exception as error:
-        if "PartitionedQueueError" not in str(error):
-            raise
-        lines = str(error).splitlines()
-        return next(s for s in reversed(lines) if "PartitionedQueueError:" in s).strip()
-    return None
-
-
 def measure_sink(spark: Any, store: Store, partitions: int, args: argparse.Namespace) -> dict:
     from pyspark.sql import functions as F
 
     path = declared(store, "sink", partitions)
     rows = spark.range(args.sink_rows).select(
-        F.expr("repeat('x', 200)").cast("binary").alias("body")
+        F.expr("repeat('x', 200)").cast("binary").alias("body"),
+        F.concat(F.lit("k"), (F.col("id") % 1000).cast("string")).alias("key"),
     )
     meter = CpuMeter(store.pids)
     meter.start()
@@ -524,12 +509,6 @@ def main() -> None:
 def run_store(spark: Any, store: Store, args: argparse.Namespace, results: dict, scratch: Path):
     """Every part asked for on ``store``."""
     for part in args.parts:
-        if part == "sink":
-            refused = sink_refused(spark, store)
-            if refused is not None:
-                results.setdefault("skipped", {})["sink"] = refused
-                progress(f"sink skipped: the sink refuses partitioned queues ({refused})")
-                continue
         if part == "brokers":
             if store.name == args.broker_store:
                 rows = results.setdefault("brokers", {}).setdefault(store.label, {})

@@ -29,7 +29,7 @@ from spark_queue.storage.location import Location, obstore_arguments
 from tests import cloud_emulators as emulators
 from tests.helpers import messages, write_batch
 from tests.latency_proxy import LatencyProxy
-from tests.test_commit_requests import start_elsewhere
+from tests.test_commit_requests import publish_there, start_elsewhere
 
 # Held on each request by the proxy: large next to what a client does between requests it
 # sends together (as tests/conftest.py's ROUND_TRIP_MS).
@@ -144,11 +144,8 @@ def test_two_writers_of_one_version_on_azure_one_creates_it_the_other_is_refused
     table.publish("q", ["here 0"])
     elsewhere = start_elsewhere(uri, azure_options)
     try:
-        assert elsewhere.stdin is not None and elsewhere.stdout is not None
         table.publish("q", ["here 1"])  # known current from here, for a moment
-        elsewhere.stdin.write("elsewhere 0\n")
-        elsewhere.stdin.flush()
-        assert elsewhere.stdout.readline().strip() == "committed"
+        publish_there(elsewhere, ["elsewhere 0"])
         result = table.publish("q", ["here 2"])
     finally:
         elsewhere.communicate(timeout=60)
