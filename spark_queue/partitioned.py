@@ -124,6 +124,12 @@ def partitions_in(root: Snapshot, queue: str) -> int:
     return state.arguments.partitions if state is not None else 1
 
 
+def partition_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
+    """A partitioned queue's given arguments as its partition tables take them: each holds
+    one partition (the root records the count)."""
+    return {name: value for name, value in arguments.items() if name != "partitions"}
+
+
 def summed(parts: list[QueueStats]) -> QueueStats:
     """Partitions' stats as the queue's: counts and gauges added up, and each consumer's
     leases and groups added up over the partitions."""
@@ -315,8 +321,7 @@ class Partitions:
         parts: list[tuple[np.ndarray, Future[PublishOutcome]]] = []
         for partition in np.unique(targets).tolist():
             at = np.flatnonzero(targets == partition)
-            # The root records the count; a partition's own queue has one partition.
-            own = given if partition == 0 else {k: v for k, v in given.items() if k != "partitions"}
+            own = given if partition == 0 else partition_arguments(given)
             request = publish_request(
                 queue,
                 rows.take(at),

@@ -54,7 +54,7 @@ from spark_queue.model.lanes import FIRST_WIDTH, WIDTH_APP, lane_offsets, next_w
 from spark_queue.model.messages import normalise
 from spark_queue.model.partitions import check_seqs_left, partition_uri, row_partitions
 from spark_queue.model.policies import load_policies
-from spark_queue.partitioned import partitions_in
+from spark_queue.partitioned import partition_arguments, partitions_in
 from spark_queue.portable import Portable
 from spark_queue.spark.options import SinkOptions
 from spark_queue.storage.commit_log import CommitOperation
@@ -323,12 +323,6 @@ class TaskLane:
         seqs = pa.array(self.plan.base + offsets, pa.int64())
         self.numbered += n
         return rows.set_column(rows.schema.get_field_index("seq"), "seq", seqs)
-
-
-def partition_arguments(arguments: dict[str, Any]) -> dict[str, Any]:
-    """A partitioned queue's arguments as its partition tables take them: each holds one
-    partition (the root records the count)."""
-    return {name: value for name, value in arguments.items() if name != "partitions"}
 
 
 def tables_of(
