@@ -29,7 +29,7 @@ from spark_queue.storage.location import Location, obstore_arguments
 from tests import cloud_emulators as emulators
 from tests.helpers import messages, write_batch
 from tests.latency_proxy import LatencyProxy
-from tests.test_commit_requests import publish_there, start_elsewhere
+from tests.test_commit_requests import publish_there, start_elsewhere, warm_calls_counted
 
 # Held on each request by the proxy: large next to what a client does between requests it
 # sends together (as tests/conftest.py's ROUND_TRIP_MS).
@@ -168,18 +168,7 @@ def test_a_warm_publish_lease_and_ack_on_azure_each_wait_for_two_requests_in_a_r
     container = emulators.new_container(azurite, "requests")
     options = {**azure_options, **emulators.azurite_key_options(azure_proxy.endpoint)}
     table = QueueTable(f"az://{container}/lake/queues", storage_options=options, broker="off")
-    table.publish("q", [f"m{i}" for i in range(20)])
-    counted = []
-    for call in (
-        lambda: table.publish("q", ["one"]),
-        lambda: table.lease("q", "c", max_messages=10),
-        lambda: table.ack("q", list(range(10)), "c"),
-        lambda: table.lease("q", "idle", max_messages=0),
-    ):
-        azure_proxy.quiet(f"{emulators.AZURITE_ACCOUNT}/{container}", 0.2)
-        with azure_proxy.counting(f"{emulators.AZURITE_ACCOUNT}/{container}") as trips:
-            call()
-        counted.append((trips.in_all, trips.in_a_row))
+    counted = warm_calls_counted(table, azure_proxy, f"{emulators.AZURITE_ACCOUNT}/{container}")
     assert counted == [(3, 2), (3, 2), (3, 2), (1, 1)], counted
 
 
