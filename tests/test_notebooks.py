@@ -115,12 +115,20 @@ def test_quickstart_produces_consumes_and_reads_the_table(spark, tmp_path, monke
     assert outcomes == {("replaced", 50), ("acked", 100)}
 
 
+def run_partitioned(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, partitions: int
+) -> tuple[dict[str, Any], QueueTable]:
+    """Notebook ``name`` run with its queue declared with ``partitions`` (the widget's local
+    stand-in), and a client of its queue table."""
+    monkeypatch.setenv(PATH_ENV, str(tmp_path))
+    monkeypatch.setenv("SPARK_QUEUE_NOTEBOOK_PARTITIONS", str(partitions))
+    notebook = run_notebook(name, {"spark": spark})
+    return notebook, QueueTable(notebook["QUEUES"])
+
+
 @pytest.mark.spark
 def test_quickstart_on_a_partitioned_queue(spark, tmp_path, monkeypatch):
-    monkeypatch.setenv(PATH_ENV, str(tmp_path))
-    monkeypatch.setenv("SPARK_QUEUE_NOTEBOOK_PARTITIONS", "3")
-    notebook = run_notebook("quickstart.py", {"spark": spark})
-    table = QueueTable(notebook["QUEUES"])
+    notebook, table = run_partitioned(spark, tmp_path, monkeypatch, "quickstart.py", 3)
     assert table.arguments("orders").partitions == 3
     per_partition = table.partition_stats("orders")
     assert all(stats["added"] for stats in per_partition)  # keys customer-0 .. customer-6
@@ -199,10 +207,7 @@ def test_monitoring_charts_depth_and_losses_from_the_history(spark, tmp_path):
 
 @pytest.mark.spark
 def test_monitoring_charts_each_partition_of_a_partitioned_queue(spark, tmp_path, monkeypatch):
-    monkeypatch.setenv(PATH_ENV, str(tmp_path))
-    monkeypatch.setenv("SPARK_QUEUE_NOTEBOOK_PARTITIONS", "2")
-    notebook = run_notebook("monitoring.py", {"spark": spark})
-    table = QueueTable(notebook["QUEUES"])
+    notebook, table = run_partitioned(spark, tmp_path, monkeypatch, "monitoring.py", 2)
     assert table.arguments("events").partitions == 2 and table.queues() == ["events"]
     rows = notebook["history"].to_pylist()
     for row in rows:
