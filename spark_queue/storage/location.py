@@ -48,7 +48,7 @@ TABLE_SCHEMES = ("file", *sorted(OBJECT_STORE_SCHEMES))
 
 _filesystems: dict[tuple[int, str, str, tuple[tuple[str, str], ...]], pafs.FileSystem] = {}
 _filesystems_lock = threading.Lock()
-_object_stores: dict[tuple[int, str, tuple[tuple[str, str], ...]], Any] = {}
+_object_stores: dict[tuple[int, str, tuple[tuple[str, str], ...]], Any | None] = {}
 
 
 # delta-rs reads its retry, runtime and log cache settings under these lower-case keys only
@@ -439,14 +439,14 @@ class Location:
         ``Expect: 100-continue`` round trip first (pyarrow's S3 client waits for one), and
         conditional creates (:mod:`spark_queue.storage.delta_log`). None on other stores,
         and where the options need delta-rs's own client (:func:`obstore_arguments`). One
-        per table and options in each process."""
-        arguments = obstore_arguments(self.scheme, self.options)
-        if arguments is None:
-            return None
+        per table and options in each process, the choice made once too (every commit
+        asks)."""
         key = (os.getpid(), self.uri, tuple(sorted(self.options.items())))
         with _filesystems_lock:
             if key not in _object_stores:
-                _object_stores[key] = self._new_object_store(*arguments)
+                arguments = obstore_arguments(self.scheme, self.options)
+                found = None if arguments is None else self._new_object_store(*arguments)
+                _object_stores[key] = found
             return _object_stores[key]
 
     def _new_object_store(
