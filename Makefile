@@ -30,13 +30,16 @@ jars/.fetched: pom.xml
 
 # The object-storage emulators the tests run against, into the git-ignored build/emulators:
 # Azurite's blob service (npm; conf/emulators pins it and, in its lock file, every package it
-# pulls in). fake-gcs-server comes with the pinned Python set (conf/constraints.txt).
+# pulls in). fake-gcs-server comes with the pinned Python set (conf/constraints.txt). Without
+# npm the demo still runs: the Azure tests are skipped, with one line (under CI they fail).
 EMULATORS := build/emulators
 emulators: $(EMULATORS)/.installed
 $(EMULATORS)/.installed: conf/emulators/package.json conf/emulators/package-lock.json
-	mkdir -p $(EMULATORS)
-	cp conf/emulators/package.json conf/emulators/package-lock.json $(EMULATORS)/
-	npm ci --prefix $(EMULATORS) --silent --no-audit --no-fund --ignore-scripts
+	@if ! command -v npm >/dev/null; then \
+	  echo "make: no npm here, so no Azure emulator: its tests will be skipped"; exit 0; fi; \
+	mkdir -p $(EMULATORS) && \
+	cp conf/emulators/package.json conf/emulators/package-lock.json $(EMULATORS)/ && \
+	npm ci --prefix $(EMULATORS) --silent --no-audit --no-fund --ignore-scripts && \
 	touch $@
 
 # The tests' Spark drivers share one class archive (tests/jvm.py), written again when the
