@@ -4,6 +4,7 @@ round, each caller with exactly its own result or its own error."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import multiprocessing
 import os
@@ -19,6 +20,7 @@ from spark_queue import (
     ArgumentMismatchError,
     CommitUnknownError,
     InvalidInputError,
+    PublishResult,
     QueueNotFoundError,
     QueueTable,
     RejectedMessagesError,
@@ -332,6 +334,33 @@ def test_a_round_of_single_message_publishes_writes_one_file(table):
     assert len({f.result().result.version for f in futures}) == 1
     assert message_files() == before + 1
     assert texts(table.peek("q", 10)) == [f"m{i}" for i in range(10)]
+
+
+def test_each_publish_of_a_merged_run_gets_a_result_of_its_own(table):
+    """A run of publishes merged in one round shares out its result: each publish's is a
+    PublishResult like any other (equal to one built from its fields, frozen, its own
+    seqs) and says every one of its rows was stored, read-only."""
+    table.declare("q")
+    group = group_of(table.store.location)
+    sizes = [1, 3, 1, 2]
+    bodies = [[f"m{n}-{i}" for i in range(size)] for n, size in enumerate(sizes)]
+    futures = one_round(group, [publish_request(table, "q", b) for b in bodies])
+    outcomes = [future.result(30) for future in futures]
+    version = outcomes[0].result.version
+    start = 0
+    for outcome, size in zip(outcomes, sizes, strict=True):
+        expected = PublishResult(
+            "q", list(range(start, start + size)), 0, 0, 0, version=version, attempts=1
+        )
+        assert outcome.result == expected and repr(outcome.result) == repr(expected)
+        assert list(vars(outcome.result).items()) == list(vars(expected).items())
+        with pytest.raises(dataclasses.FrozenInstanceError):
+            outcome.result.seqs = []  # type: ignore[misc]
+        assert outcome.accepted.tolist() == [True] * size
+        with pytest.raises(ValueError):
+            outcome.accepted[0] = False
+        start += size
+    assert texts(table.peek("q", 10)) == [body for run in bodies for body in run]
 
 
 def test_body_only_publishes_of_a_round_keep_their_bodies_and_times(table):

@@ -304,12 +304,16 @@ def _file_rows(record: str, rows: pa.Table) -> pa.Table:
     # Index and removal rows fill a few of the columns: the others are left out of the
     # file, which Delta readers (delta-spark, delta-rs, ``read_rows``) read as nulls, and
     # writing them would cost more than the rows themselves.
+    names = set(rows.column_names)
     fields = [
         field_
         for field_ in FILE_SCHEMA
-        if field_.name in rows.column_names and rows.column(field_.name).null_count < rows.num_rows
+        if field_.name in names and rows.column(field_.name).null_count < rows.num_rows
     ]
-    return rows.select([field_.name for field_ in fields]).cast(pa.schema(fields))
+    kept, schema = rows.select([field_.name for field_ in fields]), pa.schema(fields)
+    # Rows typed as the file's already (record_rows makes them so): no cast, which costs
+    # as much as one that converts.
+    return kept if kept.schema.equals(schema) else kept.cast(schema)
 
 
 def _parquet_writer(sink: Any, schema: pa.Schema) -> pq.ParquetWriter:
