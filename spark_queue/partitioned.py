@@ -37,7 +37,12 @@ from spark_queue.commit.transaction import QueueTransaction, declaration, run
 from spark_queue.errors import PartitionedQueueError, QueueError, TableNotFoundError
 from spark_queue.model.messages import Bodies, normalise
 from spark_queue.model.partition_calls import lease_in_turn, merged_outcome, scoped_partition
-from spark_queue.model.partition_turns import LeaseTurn, next_lease_turn, next_publish_turn
+from spark_queue.model.partition_turns import (
+    LeaseTurn,
+    PublishTurn,
+    next_lease_turn,
+    next_publish_turn,
+)
 from spark_queue.model.partitions import (
     ROOT_SEQ_LIMIT,
     first_seq,
@@ -73,7 +78,7 @@ one part in four million (1024 partitions at most)."""
 # Each process's keyless publish turn of each partitioned queue, by (process, root table,
 # queue): every QueueTable and thread of a process shares it, as every thread of a Kafka
 # producer shares its sticky partition (spark_queue.model.partition_turns).
-_PUBLISH_TURNS: dict[tuple[int, str, str], int] = {}
+_PUBLISH_TURNS: dict[tuple[int, str, str], PublishTurn] = {}
 _PUBLISH_TURNS_LOCK = threading.Lock()
 _DRAWS = random.Random()
 
@@ -249,9 +254,7 @@ class Partitions:
                 turn = self._lease_turns[queue] = LeaseTurn(random.randrange(FIRST_TURNS))
             return turn
 
-    def leased(
-        self, queue: str, turn: LeaseTurn, count: int, filled: bool, raced: bool
-    ) -> None:
+    def leased(self, queue: str, turn: LeaseTurn, count: int, filled: bool, raced: bool) -> None:
         """A lease that started at ``turn`` came back (:func:`next_lease_turn`'s
         ``filled`` and ``raced``): the next one's turn. Of leases of this table that
         started at one turn together, the first back moves it."""
@@ -267,17 +270,18 @@ class Partitions:
         with _PUBLISH_TURNS_LOCK:
             turn = _PUBLISH_TURNS.get(key)
             if turn is None:
-                turn = _PUBLISH_TURNS[key] = random.randrange(FIRST_TURNS)
-            return turn
+                turn = _PUBLISH_TURNS[key] = PublishTurn(random.randrange(FIRST_TURNS))
+            return turn.start
 
-    def published(self, queue: str, turn: int, count: int, raced: bool) -> None:
-        """A keyless publish's commit at ``turn`` landed (``raced``: after losing a race):
-        the process's next keyless publishes go on (:func:`next_publish_turn`); those of
-        the same round that come back later find it moved already."""
+    def published(self, queue: str, turn: int, count: int, version: int, raced: bool) -> None:
+        """A keyless publish's commit of ``version`` at ``turn`` landed (``raced``: after
+        losing a race): the process's turn after it (:func:`next_publish_turn`); a caller
+        that comes back after the turn moved on changes nothing."""
         key = (os.getpid(), self.store.uri, queue)
         with _PUBLISH_TURNS_LOCK:
-            if _PUBLISH_TURNS.get(key) == turn:
-                _PUBLISH_TURNS[key] = next_publish_turn(turn, count, raced, _DRAWS)
+            known = _PUBLISH_TURNS.get(key)
+            if known is not None and known.start == turn:
+                _PUBLISH_TURNS[key] = next_publish_turn(known, count, version, raced, _DRAWS)
 
     # -- declaring -------------------------------------------------------------------------
 
@@ -405,8 +409,9 @@ class Partitions:
         if turn is None:
             return
         for at, outcome in shares:
-            if len(at) and int(targets[at[0]]) == turn % count and outcome.result.version:
-                self.published(queue, turn, count, outcome.result.attempts > 1)
+            version = outcome.result.version
+            if len(at) and int(targets[at[0]]) == turn % count and version is not None:
+                self.published(queue, turn, count, version, outcome.result.attempts > 1)
 
     def last_sequence(self, producer: str, queues: dict[str, int]) -> int | None:
         """The last sequence ``producer`` committed to any partition of ``queues`` (the

@@ -16,10 +16,10 @@ round at a time:
   and after :data:`LEASE_SLICE` leases in a row on one partition. So every partition is a
   lease's start within ``partitions * LEASE_SLICE`` leases of one client in a row
   (:func:`starts_within`), whatever the partitions give: none waits behind another longer.
-- :func:`next_publish_turn`: a keyless publish's partition moves on by one once a commit
-  there lands (the next round goes to the next partition), and to another partition at
-  random where the commit lost a race: two processes that met there go apart rather than
-  on in step.
+- :func:`next_publish_turn`: a process's keyless publishes go to one partition for
+  :data:`PUBLISH_ROUNDS` of its commits, then to the next, and at once to another
+  partition at random where a commit there lost a race: two processes that met there go
+  apart rather than on in step.
 """
 
 from __future__ import annotations
@@ -30,6 +30,11 @@ from dataclasses import dataclass
 LEASE_SLICE = 32
 """The most leases in a row of one client that start from one partition: then the next
 partition's turn comes (so with fewer clients than partitions none is left behind)."""
+
+PUBLISH_ROUNDS = 8
+"""A process's keyless publishes go to one partition for this many of its commits there,
+then to the next: its callers that come back from a round at different moments split
+into smaller rounds only where the turn moves."""
 
 
 @dataclass(frozen=True)
@@ -65,9 +70,31 @@ def starts_within(partitions: int, slice: int = LEASE_SLICE) -> int:
     return partitions * slice
 
 
-def next_publish_turn(turn: int, partitions: int, raced: bool, rng: random.Random) -> int:
-    """A process's keyless publish turn after a commit at partition ``turn % partitions``
-    landed: the next partition, or another one at random where the commit lost a race."""
+@dataclass(frozen=True)
+class PublishTurn:
+    """Where a process's keyless publishes go: ``start`` (modulo the partitions), how many
+    of its commits landed there (``rounds``), and the version of the last one counted."""
+
+    start: int
+    rounds: int = 0
+    version: int = -1
+
+
+def next_publish_turn(
+    turn: PublishTurn,
+    partitions: int,
+    version: int,
+    raced: bool,
+    rng: random.Random,
+    rounds: int = PUBLISH_ROUNDS,
+) -> PublishTurn:
+    """A process's keyless publish turn after its commit of ``version`` at ``turn`` landed
+    (each caller of a round tells of the same one: counted once): after ``rounds`` of them,
+    the next partition; at once, another one at random where the commit lost a race."""
     if raced and partitions > 1:
-        return turn + rng.randrange(1, partitions)
-    return turn + 1
+        return PublishTurn(turn.start + rng.randrange(1, partitions))
+    if version <= turn.version:
+        return turn
+    if turn.rounds + 1 < rounds:
+        return PublishTurn(turn.start, turn.rounds + 1, version)
+    return PublishTurn(turn.start + 1)
