@@ -6,8 +6,9 @@ docs/BROKER.md "Several brokers").
 - ``publish``: the rows routed by the partitioner (keys, the producer, the sticky turn) as
   here, then each partition's share to its broker, named as the request's partition; the
   shares at once, their answers put together as one.
-- ``lease``: the partitions in turn from one that moves by one each call, as here, each
-  asked of its broker for what the ones before left.
+- ``lease``: the partitions in turn from the client's lease turn, as here (it stays on a
+  partition while that fills the leases, a partition's commits being its broker's alone),
+  each asked of its broker for what the ones before left.
 - ``ack``, ``cancel``, ``expire``, ``extend`` and ``release`` of seqs: the seqs grouped by
   the partition they name, each group to its partition's broker, at once.
 
