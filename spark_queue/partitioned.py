@@ -394,7 +394,8 @@ class Partitions:
         if producer is not None:
             return row_partitions(keys, rows.num_rows, count, key_partition(producer, count)), None
         turn = self.publish_turn(queue)
-        return row_partitions(keys, rows.num_rows, count, turn % count), turn
+        keyless = keys is None or keys.null_count > 0
+        return row_partitions(keys, rows.num_rows, count, turn % count), turn if keyless else None
 
     def took_turn(
         self,

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import numpy as np
 import pyarrow as pa
@@ -404,3 +405,24 @@ def test_a_table_whose_seqs_are_used_up_refuses_the_commit_and_writes_nothing(tm
         check_seqs_left("t", 1, first_seq(2))
     assert table_partition(str(tmp_path / "queues" / partition_path("p", 3))) == 3
     assert table_partition(str(tmp_path / "queues")) == 0
+
+
+def test_an_ack_of_one_partitions_seqs_sends_nothing_to_the_root(
+    proxied_s3_table, proxied_s3_options, s3_options, round_trips, latency_proxy
+):
+    """The count a client knows covers the seqs' partitions: an ack of partition 1's
+    messages is that table's commit alone, while another writer commits to the root; the
+    root is read again only for a seq past the count known (a count raised elsewhere)."""
+    table = QueueTable(proxied_s3_table, storage_options=proxied_s3_options, broker="off")
+    table.declare("q", partitions=2)
+    keys = [next(f"k{i}" for i in range(100) if key_partition(f"k{i}", 2) == k) for k in (0, 1)]
+    table.publish("q", keyed([keys[1]] * 3))
+    seqs = table.lease("q", "c", max_messages=3)["seq"].to_pylist()
+    other = QueueTable(proxied_s3_table, storage_options=s3_options, broker="off")
+    other.publish("q", keyed([keys[0]]))  # the root moves on
+    where = urlsplit(proxied_s3_table)
+    latency_proxy.quiet(where.netloc, 0.2)
+    with round_trips() as trips:
+        assert table.ack("q", seqs, "c") == 3
+    root_log = f"/{where.netloc}{where.path}/_delta_log/"
+    assert not [r for r in trips.requests if r.target.startswith(root_log)], trips
