@@ -14,8 +14,9 @@ round at a time:
   than asked (the lease took the rest from the next ones), where its commit lost a race
   (another writer is there: of two clients that met, the winner stays and the loser moves),
   and after :data:`LEASE_SLICE` leases in a row on one partition. So every partition is a
-  lease's start within ``partitions * LEASE_SLICE`` leases of one client in a row
-  (:func:`starts_within`), whatever the partitions give: none waits behind another longer.
+  lease's start within ``partitions * LEASE_SLICE`` leases in a row of a client that loses
+  no race (:func:`starts_within`), whatever the partitions give: none waits behind another
+  longer (a client that loses races moves sooner, and another client holds the partition).
 - :func:`next_publish_turn`: a process's keyless publishes go to one partition for
   :data:`PUBLISH_ROUNDS` of its commits, then to the next, and at once to another
   partition at random where a commit there lost a race: two processes that met there go
@@ -65,8 +66,8 @@ def next_lease_turn(
 
 
 def starts_within(partitions: int, slice: int = LEASE_SLICE) -> int:
-    """The bound :func:`next_lease_turn` keeps: of any run of this many leases of one
-    client in a row, one starts at each of ``partitions`` partitions."""
+    """The bound :func:`next_lease_turn` keeps: of any run of this many leases in a row of
+    a client that loses no race, one starts at each of ``partitions`` partitions."""
     return partitions * slice
 
 
