@@ -35,7 +35,7 @@ from spark_queue.commit.requests import (
 )
 from spark_queue.commit.transaction import QueueTransaction, declaration, run
 from spark_queue.errors import PartitionedQueueError, QueueError, TableNotFoundError
-from spark_queue.model.messages import Bodies, normalise
+from spark_queue.model.messages import Bodies, Rows, as_input_table, normalise
 from spark_queue.model.partition_calls import lease_in_turn, merged_outcome, scoped_partition
 from spark_queue.model.partition_turns import (
     LeaseTurn,
@@ -347,7 +347,8 @@ class Partitions:
     def publish(
         self,
         queue: str,
-        rows: pa.Table,
+        taken: Bodies | pa.Table,
+        given_rows: Rows,
         given: dict[str, Any],
         count: int,
         producer: str | None,
@@ -355,9 +356,14 @@ class Partitions:
         on_reject: str,
         policies: Policies | None,
     ) -> PublishOutcome:
-        """``rows`` to ``queue``'s ``count`` partitions: a row with a key to its key's
-        partition; rows without one to the producer's (an idempotent producer's retry goes
-        where its first try went), else all to the process's keyless turn (sticky)."""
+        """A publish's rows (``taken``: :func:`publish_input`'s of ``given_rows``) to
+        ``queue``'s ``count`` partitions: a row with a key to its key's partition; rows
+        without one to the producer's (an idempotent producer's retry goes where its first
+        try went), else all to the process's keyless turn (sticky)."""
+        if isinstance(taken, Bodies) and producer is None and scoped_partition() is None:
+            return self._publish_bodies(queue, taken, given, count, on_reject, policies)
+        # Routed by key: the input columns as a table (bodies alone are read once more).
+        rows = taken if isinstance(taken, pa.Table) else as_input_table(given_rows)
         targets, turn = self.targets(queue, rows, count, producer)
         parts: list[tuple[np.ndarray, Future[PublishOutcome]]] = []
         for partition in np.unique(targets).tolist():
@@ -379,6 +385,37 @@ class Partitions:
         shares = [(at, outcome) for (at, _), outcome in zip(parts, outcomes, strict=True)]
         self.took_turn(queue, turn, count, targets, shares)
         return merged_outcome(queue, rows.num_rows, shares)
+
+    def _publish_bodies(
+        self,
+        queue: str,
+        bodies: Bodies,
+        given: dict[str, Any],
+        count: int,
+        on_reject: str,
+        policies: Policies | None,
+    ) -> PublishOutcome:
+        """Bodies alone, without a producer: all to the process's keyless turn, kept as
+        given for the partition's group commit to shape with its round's others, as on a
+        queue without partitions (shaped in the caller's thread, 32 callers' calls under
+        the GIL come back too far apart to share rounds)."""
+        turn = self.publish_turn(queue)
+        partition = turn % count
+        request = publish_request(
+            queue,
+            bodies,
+            now_micros(),
+            given if partition == 0 else partition_arguments(given),
+            None,
+            None,
+            on_reject,
+            policies if partition == 0 else None,
+        )
+        store = self.store_of(queue, partition)
+        outcome: PublishOutcome = group_of(store.location).submit(request).result()
+        if outcome.result.version is not None:
+            self.published(queue, turn, count, outcome.result.version, outcome.result.attempts > 1)
+        return outcome
 
     def targets(
         self, queue: str, rows: pa.Table, count: int, producer: str | None
