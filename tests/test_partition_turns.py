@@ -205,3 +205,21 @@ def test_keyless_publishes_of_one_process_share_a_turn(tmp_path):
     for thread in threads:
         thread.join()
     assert len(set(partition_of(np.array(seqs)).tolist())) < 8  # shared rounds
+
+
+def test_a_consumer_keeps_the_partition_it_leases_from(tmp_path):
+    """A ``Consumer`` leases through its table: while its partition fills its leases, the
+    messages it receives come from that partition alone."""
+    table = QueueTable(tmp_path / "queues")
+    table.declare("q", partitions=4)
+    for partition in range(4):
+        table.publish("q", [{"body": b"m", "key": key_of(partition, 4)}] * 200)
+    got: list[int] = []
+    with table.consumer("q", "c", max_prefetch=20) as consumer:
+        while len(got) < 100:
+            batch = consumer.receive(10, wait_time="5s")
+            assert batch
+            for message in batch:
+                message.ack()
+            got += [message.seq for message in batch]
+    assert len(set(partition_of(np.array(got)).tolist())) == 1
