@@ -3,9 +3,12 @@ suite's S3 server (moto) behind a latency proxy that holds each request ``--dela
 each measure's rates side by side in one run, with the CPU each process spent.
 
 - **publish**: ``--threads`` threads of one process making one-message ``publish`` calls
-  (keyless: sticky, each call to the next partition) for ``--seconds``, committing directly;
-  msg/s, commits (over every partition table) and the mean ms a call (threads x seconds /
-  calls, Little's law);
+  (keyless: sticky, the process's turn shared by its threads) for ``--seconds``, committing
+  directly; msg/s, commits (over every partition table) and the mean ms a call (threads x
+  seconds / calls, Little's law);
+- **publishers**: ``--publish-processes`` processes, each making one-message ``publish``
+  calls from one thread, committing directly (processes scale out where threads of one
+  process wait on the same rounds);
 - **workers**: ``--workers`` processes looping ``lease(max_messages=10)`` + ``ack`` for
   ``--seconds`` on a queue that never runs dry (``bench_clients.py``'s raw loop);
 - **consumer**: ``--workers`` processes, each one ``QueueTable.consumer`` whose handler acks
@@ -30,7 +33,7 @@ processes, moto and the proxy, the brokers; ``machine`` is every core's busy sha
 figures ``benchmarks/plots.py`` draws (``figures``: copy them into
 ``docs/benchmarks/figures.json``, key ``partitions``).
 
-    .venv/bin/python benchmarks/bench_partitions.py [--parts publish workers consumer brokers]
+    .venv/bin/python benchmarks/bench_partitions.py [--parts publish publishers workers ...]
         [--stores local s3] [--partitions 1,2,4,8] [--seconds 4] [--delay 20]
 """
 
@@ -63,7 +66,7 @@ from common import environment, int_list, median, progress, write_results
 from tests.latency_proxy import LatencyProxy
 from tests.object_store import new_bucket, server_options, start_s3_server
 
-PARTS = ("publish", "workers", "consumer", "source", "sink", "brokers")
+PARTS = ("publish", "publishers", "workers", "consumer", "source", "sink", "brokers")
 STORES = ("local", "s3")
 SPARK_PARTS = ("source", "sink")
 CONSUMER = "bench"
@@ -262,6 +265,22 @@ def measure_publish(store: Store, partitions: int, args: argparse.Namespace) -> 
     }
 
 
+def measure_publishers(store: Store, partitions: int, args: argparse.Namespace) -> dict:
+    """``--publish-processes`` processes of one-message publishes, one thread each."""
+    path = declared(store, "publishers", partitions)
+    target = Target(path, store.options, "off")
+    arguments = [(target, f"p{n}", args.seconds) for n in range(args.publish_processes)]
+    results, cores = run_clocked(publish_loop, arguments, partitions, CpuMeter(store.pids))
+    sent, errors = sum(r[0] for r in results), sum(r[1] for r in results)
+    assert store.table(path).stats(QUEUE)["added"] == sent, "a publish was not added"
+    return {
+        "msg_per_s": round(sent / args.seconds, 1),
+        "per_process": [min(r[0] for r in results), max(r[0] for r in results)],
+        "errors": errors,
+        "cores": cores,
+    }
+
+
 def measure_processes(
     store: Store, partitions: int, args: argparse.Namespace, consumer: bool
 ) -> dict:
@@ -405,6 +424,7 @@ def measure_brokers(store: Store, count: int, args: argparse.Namespace, logs: Pa
 
 MEASURES: dict[str, Callable[[Store, int, argparse.Namespace], dict]] = {
     "publish": measure_publish,
+    "publishers": measure_publishers,
     "workers": functools.partial(measure_processes, consumer=False),
     "consumer": functools.partial(measure_processes, consumer=True),
 }
@@ -414,6 +434,7 @@ SPARK_MEASURES: dict[str, Callable[[Any, Store, int, argparse.Namespace], dict]]
 }
 LABELS = {
     "publish": "one-message `publish`, {threads} threads",
+    "publishers": "one-message `publish`, {publish_processes} processes",
     "workers": "`lease(10)` + `ack`, {workers} processes",
     "consumer": "consumer client, {workers} processes",
     "source": "Spark source, {source_messages} messages",
@@ -474,6 +495,9 @@ def main() -> None:
     parser.add_argument("--delay", type=int, default=20, help="ms the proxy adds a request")
     parser.add_argument("--seconds", type=float, default=4.0, help="of each timed measure")
     parser.add_argument("--threads", type=int, default=32, help="publishing threads")
+    parser.add_argument(
+        "--publish-processes", type=int, default=16, help="publishing processes (publishers)"
+    )
     parser.add_argument("--workers", type=int, default=8, help="lease/ack and consumer processes")
     parser.add_argument("--backlog", type=int, default=40_000, help="messages under the workers")
     parser.add_argument("--consumer-backlog", type=int, default=200_000)

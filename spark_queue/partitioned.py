@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 import functools
-import itertools
+import os
 import random
 import threading
 import time
@@ -35,8 +35,14 @@ from spark_queue.commit.requests import (
 )
 from spark_queue.commit.transaction import QueueTransaction, declaration, run
 from spark_queue.errors import PartitionedQueueError, QueueError, TableNotFoundError
-from spark_queue.model.messages import Bodies, normalise
+from spark_queue.model.messages import Bodies, Rows, as_input_table, normalise
 from spark_queue.model.partition_calls import lease_in_turn, merged_outcome, scoped_partition
+from spark_queue.model.partition_turns import (
+    LeaseTurn,
+    PublishTurn,
+    next_lease_turn,
+    next_publish_turn,
+)
 from spark_queue.model.partitions import (
     ROOT_SEQ_LIMIT,
     first_seq,
@@ -68,6 +74,13 @@ producer or consumer of this process within this long and the view's ``TRUSTED_S
 FIRST_TURNS = 2**32
 """A queue's first turn is drawn from this many: every partition is as likely a start, to
 one part in four million (1024 partitions at most)."""
+
+# Each process's keyless publish turn of each partitioned queue, by (process, root table,
+# queue): every QueueTable and thread of a process shares it, as every thread of a Kafka
+# producer shares its sticky partition (spark_queue.model.partition_turns).
+_PUBLISH_TURNS: dict[tuple[int, str, str], PublishTurn] = {}
+_PUBLISH_TURNS_LOCK = threading.Lock()
+_DRAWS = random.Random()
 
 T = TypeVar("T")
 
@@ -157,7 +170,7 @@ class Partitions:
         self._lock = threading.Lock()
         self._counts: dict[str, tuple[int, float]] = {}  # queue -> (count, when read)
         self._stores: dict[tuple[str, int], QueueStore] = {}
-        self._turns: dict[str, itertools.count[int]] = {}  # queue -> rotation (sticky, lease)
+        self._lease_turns: dict[str, LeaseTurn] = {}  # queue -> where its next lease starts
 
     def __getstate__(self) -> dict[str, Any]:
         return {"store": self.store}  # a QueueTable pickles; its copy reads counts anew
@@ -230,17 +243,45 @@ class Partitions:
             if state.arguments.partitions > 1
         }
 
-    def turn(self, queue: str) -> int:
-        """The next of ``queue``'s turns of this ``QueueTable``: which partition a sticky
-        publish or a lease starts from (``lease <queue>`` for a lease's). The first is
-        random, as Kafka's sticky partitioner's first partition is: clients that start
-        together would otherwise all begin at partition 0 and move on in step, every call
-        of theirs at one partition at a time."""
+    def lease_turn(self, queue: str) -> LeaseTurn:
+        """Where this ``QueueTable``'s next lease of ``queue`` starts (its partition: the
+        turn's ``start`` modulo the count). The first is random, as Kafka's sticky
+        partitioner's first partition is: clients that start together would otherwise all
+        begin at partition 0."""
         with self._lock:
-            turns = self._turns.get(queue)
-            if turns is None:
-                turns = self._turns[queue] = itertools.count(random.randrange(FIRST_TURNS))
-            return next(turns)
+            turn = self._lease_turns.get(queue)
+            if turn is None:
+                turn = self._lease_turns[queue] = LeaseTurn(random.randrange(FIRST_TURNS))
+            return turn
+
+    def leased(self, queue: str, turn: LeaseTurn, count: int, filled: bool, raced: bool) -> None:
+        """A lease that started at ``turn`` came back (:func:`next_lease_turn`'s
+        ``filled`` and ``raced``): the next one's turn. Of leases of this table that
+        started at one turn together, the first back moves it."""
+        with self._lock:
+            if self._lease_turns.get(queue) == turn:
+                self._lease_turns[queue] = next_lease_turn(turn, count, filled, raced, _DRAWS)
+
+    def publish_turn(self, queue: str) -> int:
+        """This process's keyless publish turn of ``queue`` (its partition: modulo the
+        count), shared by its tables and threads, so that calls made together ride one
+        commit. The first is random: processes start at partitions apart."""
+        key = (os.getpid(), self.store.uri, queue)
+        with _PUBLISH_TURNS_LOCK:
+            turn = _PUBLISH_TURNS.get(key)
+            if turn is None:
+                turn = _PUBLISH_TURNS[key] = PublishTurn(random.randrange(FIRST_TURNS))
+            return turn.start
+
+    def published(self, queue: str, turn: int, count: int, version: int, raced: bool) -> None:
+        """A keyless publish's commit of ``version`` at ``turn`` landed (``raced``: after
+        losing a race): the process's turn after it (:func:`next_publish_turn`); a caller
+        that comes back after the turn moved on changes nothing."""
+        key = (os.getpid(), self.store.uri, queue)
+        with _PUBLISH_TURNS_LOCK:
+            known = _PUBLISH_TURNS.get(key)
+            if known is not None and known.start == turn:
+                _PUBLISH_TURNS[key] = next_publish_turn(known, count, version, raced, _DRAWS)
 
     # -- declaring -------------------------------------------------------------------------
 
@@ -306,7 +347,8 @@ class Partitions:
     def publish(
         self,
         queue: str,
-        rows: pa.Table,
+        taken: Bodies | pa.Table,
+        given_rows: Rows,
         given: dict[str, Any],
         count: int,
         producer: str | None,
@@ -314,10 +356,15 @@ class Partitions:
         on_reject: str,
         policies: Policies | None,
     ) -> PublishOutcome:
-        """``rows`` to ``queue``'s ``count`` partitions: a row with a key to its key's
-        partition; rows without one to the producer's (an idempotent producer's retry goes
-        where its first try went), else all to the next partition in turn (sticky)."""
-        targets = self.targets(queue, rows, count, producer)
+        """A publish's rows (``taken``: :func:`publish_input`'s of ``given_rows``) to
+        ``queue``'s ``count`` partitions: a row with a key to its key's partition; rows
+        without one to the producer's (an idempotent producer's retry goes where its first
+        try went), else all to the process's keyless turn (sticky)."""
+        if isinstance(taken, Bodies) and producer is None and scoped_partition() is None:
+            return self._publish_bodies(queue, taken, given, count, on_reject, policies)
+        # Routed by key: the input columns as a table (bodies alone are read once more).
+        rows = taken if isinstance(taken, pa.Table) else as_input_table(given_rows)
+        targets, turn = self.targets(queue, rows, count, producer)
         parts: list[tuple[np.ndarray, Future[PublishOutcome]]] = []
         for partition in np.unique(targets).tolist():
             at = np.flatnonzero(targets == partition)
@@ -336,21 +383,73 @@ class Partitions:
             parts.append((at, group_of(store.location).submit(request)))
         outcomes = _results([future for _, future in parts])
         shares = [(at, outcome) for (at, _), outcome in zip(parts, outcomes, strict=True)]
+        self.took_turn(queue, turn, count, targets, shares)
         return merged_outcome(queue, rows.num_rows, shares)
 
-    def targets(self, queue: str, rows: pa.Table, count: int, producer: str | None) -> np.ndarray:
+    def _publish_bodies(
+        self,
+        queue: str,
+        bodies: Bodies,
+        given: dict[str, Any],
+        count: int,
+        on_reject: str,
+        policies: Policies | None,
+    ) -> PublishOutcome:
+        """Bodies alone, without a producer: all to the process's keyless turn, kept as
+        given for the partition's group commit to shape with its round's others, as on a
+        queue without partitions (shaped in the caller's thread, 32 callers' calls under
+        the GIL come back too far apart to share rounds)."""
+        turn = self.publish_turn(queue)
+        partition = turn % count
+        request = publish_request(
+            queue,
+            bodies,
+            now_micros(),
+            given if partition == 0 else partition_arguments(given),
+            None,
+            None,
+            on_reject,
+            policies if partition == 0 else None,
+        )
+        store = self.store_of(queue, partition)
+        outcome: PublishOutcome = group_of(store.location).submit(request).result()
+        if outcome.result.version is not None:
+            self.published(queue, turn, count, outcome.result.version, outcome.result.attempts > 1)
+        return outcome
+
+    def targets(
+        self, queue: str, rows: pa.Table, count: int, producer: str | None
+    ) -> tuple[np.ndarray, int | None]:
         """The partition of each row (see :meth:`publish`): all of them the one
-        :func:`one_partition` scopes the call to, where it does."""
+        :func:`one_partition` scopes the call to, where it does; and the process's keyless
+        turn the rows without a key took (None: an idempotent producer's, or scoped)."""
         scoped = scoped_partition()
         if scoped is not None:
             self.require_partition(queue, scoped)
-            return np.full(rows.num_rows, scoped, dtype=np.int64)
-        if producer is not None:
-            keyless = key_partition(producer, count)
-        else:
-            keyless = self.turn(queue) % count
+            return np.full(rows.num_rows, scoped, dtype=np.int64), None
         keys = rows["key"] if "key" in rows.column_names else None
-        return row_partitions(keys, rows.num_rows, count, keyless)
+        if producer is not None:
+            return row_partitions(keys, rows.num_rows, count, key_partition(producer, count)), None
+        turn = self.publish_turn(queue)
+        keyless = keys is None or keys.null_count > 0
+        return row_partitions(keys, rows.num_rows, count, turn % count), turn if keyless else None
+
+    def took_turn(
+        self,
+        queue: str,
+        turn: int | None,
+        count: int,
+        targets: np.ndarray,
+        shares: list[tuple[np.ndarray, PublishOutcome]],
+    ) -> None:
+        """After a publish's shares came back: where some went to the keyless ``turn``'s
+        partition and its commit landed, the process's turn goes on (:meth:`published`)."""
+        if turn is None:
+            return
+        for at, outcome in shares:
+            version = outcome.result.version
+            if len(at) and int(targets[at[0]]) == turn % count and version is not None:
+                self.published(queue, turn, count, version, outcome.result.attempts > 1)
 
     def last_sequence(self, producer: str, queues: dict[str, int]) -> int | None:
         """The last sequence ``producer`` committed to any partition of ``queues`` (the
@@ -374,17 +473,20 @@ class Partitions:
         strict_groups: bool,
     ) -> pa.Table:
         """Up to ``limits.max_messages`` of ``queue``'s messages, from its partitions in turn
-        from a partition that moves by one each call (so none waits behind another for
-        long): each partition's messages in its delivery order. The schema's metadata holds
-        each partition's version the lease planned on (:data:`LEASE_VERSIONS_KEY`), where
-        an idle consumer watches for commits."""
+        from the partition of this table's lease turn (:meth:`lease_turn`: it stays where
+        the partition fills the leases, and comes to every partition within a bound), the
+        rest from the partitions after it: each partition's messages in its delivery
+        order. The schema's metadata holds each partition's version the lease planned on
+        (:data:`LEASE_VERSIONS_KEY`), where an idle consumer watches for commits."""
         scoped = scoped_partition()
+        turn = None
         if scoped is not None:
             self.require_partition(queue, scoped)
             count, order = max(count, scoped + 1), [scoped]
         else:
-            start = self.turn(f"lease {queue}")
-            order = [(start + step) % count for step in range(count)]
+            turn = self.lease_turn(queue)
+            order = [(turn.start + step) % count for step in range(count)]
+        attempts: list[int] = []  # each asked partition's commit attempt
 
         def lease_share(
             partition: int, messages: int | None, body_bytes: int | None
@@ -393,10 +495,14 @@ class Partitions:
             asked = replace(limits, max_messages=messages, max_bytes=body_bytes)
             request = LeaseRequest(queue, asked, filter, strict_groups)
             outcome = group_of(store.location).submit(request).result()
+            attempts.append(outcome.attempt)
             rows = delivered_rows(store, outcome.view, queue, outcome.leased)
             return rows, outcome.view.version
 
-        return lease_in_turn(count, order, limits.max_messages, limits.max_bytes, lease_share)
+        leased = lease_in_turn(count, order, limits.max_messages, limits.max_bytes, lease_share)
+        if turn is not None:  # the first partition filled it where no other was asked
+            self.leased(queue, turn, count, filled=len(attempts) == 1, raced=attempts[0] > 1)
+        return leased
 
     def submit(self, request: Request[Any]) -> Any:
         """A request of ``QueueTable._call``: one with seqs, to the partitions its seqs
@@ -414,7 +520,11 @@ class Partitions:
         """Seqs to their partitions, each a request to its table, all at once; seqs of a
         partition the queue does not have are no lease of it, and ignored."""
         owners = partition_of(seqs)
-        count = self.count(request.queue, fresh=True) if request.queue is not None else 1
+        count = 1
+        if request.queue is not None:  # read afresh only where a seq is past the known count
+            count = self.count(request.queue)
+            if int(owners.max()) >= count:
+                count = self.count(request.queue, fresh=True)
         futures = []
         for partition in np.unique(owners).tolist():
             if partition >= count:

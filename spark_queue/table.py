@@ -69,7 +69,7 @@ from spark_queue.model.keywords import (
     SeqsLike,
     Unpack,
 )
-from spark_queue.model.messages import Rows, as_input_table, publish_input
+from spark_queue.model.messages import Rows, publish_input
 from spark_queue.model.operations import (
     consumer_or_any,
     deliveries_of,
@@ -186,10 +186,8 @@ class QueueTable:
                 return self._call(request)
             except QueuePartitioned:  # declared partitioned since this process looked
                 count = self.partitioned.count(queue, fresh=True)
-        # Routed by key: the input columns as a table (bodies alone are read once more).
-        table = taken if isinstance(taken, pa.Table) else as_input_table(rows)
         return self.partitioned.publish(
-            queue, table, given, count, producer, sequence, on_reject, self.policies
+            queue, taken, rows, given, count, producer, sequence, on_reject, self.policies
         )
 
     publish = results_only(

@@ -17,6 +17,7 @@ from spark_queue.broker.client import DISCOVERY_SECONDS, wire_request
 from spark_queue.broker.discovery import STALE_FLOOR_SECONDS
 from spark_queue.errors import BrokerRequestError, PartitionedQueueError
 from spark_queue.model.assignment import partition_owner
+from spark_queue.model.partition_turns import PUBLISH_ROUNDS
 from spark_queue.model.partitions import partition_of
 from spark_queue.rules import identity_holds
 from tests.brokers import BrokerProcess, wait_until
@@ -56,18 +57,22 @@ def test_each_partition_s_calls_go_to_its_broker_and_a_plain_queue_to_the_first(
         QueueTable(path, broker="off").declare(queue, partitions=PARTITIONS)
         table = QueueTable(path)
         wait_until(lambda: len(table.router.live()) == 2, what="both brokers seen")
-        # 40 one-message publishes: sticky, one partition after the other, 10 each.
-        seqs = [table.publish(queue, [f"m{i}"]).seqs[0] for i in range(40)]
-        assert Counter(partition_of(seqs).tolist()) == dict.fromkeys(range(PARTITIONS), 10)
+        # One-message publishes: sticky, PUBLISH_ROUNDS on a partition, then the next.
+        sent = PARTITIONS * PUBLISH_ROUNDS
+        seqs = [table.publish(queue, [f"m{i}"]).seqs[0] for i in range(sent)]
+        counts = Counter(partition_of(seqs).tolist())
+        assert counts == dict.fromkeys(range(PARTITIONS), PUBLISH_ROUNDS)
         leased = table.lease(queue, "w", max_messages=100)  # asks each partition once
-        assert sorted(leased["body"].to_pylist()) == sorted(f"m{i}".encode() for i in range(40))
-        assert table.ack(queue, leased["seq"].to_pylist(), "w") == 40  # one ack a partition
+        assert sorted(leased["body"].to_pylist()) == sorted(f"m{i}".encode() for i in range(sent))
+        assert table.ack(queue, leased["seq"].to_pylist(), "w") == sent  # one ack a partition
         for broker_id, broker in brokers.items():
             mine = [k for k, owner in owners.items() if owner == broker_id]
             status = broker.status()
-            # 10 publishes and a lease on each of its partitions, through it alone.
-            assert status["partitions_served"] == {queue: {str(k): 11 for k in mine}}
-            assert status["served"] == 12 * len(mine)  # and an ack of each partition's seqs
+            # Its partitions' publishes and a lease on each, through it alone.
+            served = {str(k): PUBLISH_ROUNDS + 1 for k in mine}
+            assert status["partitions_served"] == {queue: served}
+            # and an ack of each partition's seqs
+            assert status["served"] == (PUBLISH_ROUNDS + 2) * len(mine)
         assert all(table.stats(queue)[n] == 0 for n in ("ready", "leased"))
         # A queue without partitions goes to the first broker started, as with one broker.
         before = {b.id: b.status()["served"] for b in (first, second)}

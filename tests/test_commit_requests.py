@@ -371,3 +371,24 @@ def the_state_after(version: int) -> list[tuple[str, str]]:
     entry of ``version`` (missing), the queue state and the message file the one found
     names."""
     return [("GET", f"log {version}"), ("GET", "queue file"), ("GET", "message file")]
+
+
+def test_a_view_many_entries_behind_reads_them_in_runs_at_once(
+    proxied_s3_table: str,
+    proxied_s3_options: dict[str, str],
+    s3_options: dict[str, str],
+    round_trips: Callable[[], AbstractContextManager[RoundTrips]],
+) -> None:
+    """A table this process left while another writer committed 40 times (a partition a
+    client comes back to) reaches the present in runs of entries read at once: one, one,
+    two, four, eight, sixteen, sixteen; not one request in a row an entry."""
+    table = QueueTable(proxied_s3_table, storage_options=proxied_s3_options, broker="off")
+    table.declare("q")
+    table.stats("q")  # this process's view of the table
+    other = QueueTable(proxied_s3_table, storage_options=s3_options, broker="off")
+    for n in range(40):
+        other.publish("q", [f"m{n}"])
+    with round_trips() as trips:
+        table.store.snapshot(with_states=False)
+    assert trips.by_method == {"GET": 48}, trips  # 40 entries, 8 missing
+    assert trips.in_a_row == 7, trips

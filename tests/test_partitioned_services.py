@@ -16,6 +16,7 @@ import pytest
 from deltalake import DeltaTable
 
 from spark_queue import QueueTable, cli
+from spark_queue.model.partition_turns import PUBLISH_ROUNDS
 from spark_queue.model.partitions import key_partition, partition_of, partition_uri
 from spark_queue.rules import COUNTERS, identity_holds
 from spark_queue.server.metrics import read_queues
@@ -55,13 +56,15 @@ def approximate(sqs: Any, url: str) -> tuple[int, int]:
 def test_the_sqs_api_shows_a_partitioned_queue_as_one_queue(broker):
     sqs = client(sqs_url(broker))
     url = sqs.get_queue_url(QueueName="parted")["QueueUrl"]
-    sent = [f"m{i:02d}" for i in range(40)]
-    for at in range(0, len(sent), 10):  # keyless: each call's batch sticks to one partition
-        entries = [{"Id": str(i), "MessageBody": b} for i, b in enumerate(sent[at : at + 10])]
-        assert len(sqs.send_message_batch(QueueUrl=url, Entries=entries)["Successful"]) == 10
+    # Keyless: each batch of two sticks to one partition, PUBLISH_ROUNDS batches each.
+    each = 2 * PUBLISH_ROUNDS
+    sent = [f"m{i:03d}" for i in range(each * PARTITIONS)]
+    for at in range(0, len(sent), 2):
+        entries = [{"Id": str(i), "MessageBody": b} for i, b in enumerate(sent[at : at + 2])]
+        assert len(sqs.send_message_batch(QueueUrl=url, Entries=entries)["Successful"]) == 2
     table = QueueTable(broker.path, broker="off")
-    assert [s["added"] for s in table.partition_stats("parted")] == [10] * PARTITIONS
-    assert approximate(sqs, url) == (40, 0)  # the partitions' counts added up
+    assert [s["added"] for s in table.partition_stats("parted")] == [each] * PARTITIONS
+    assert approximate(sqs, url) == (len(sent), 0)  # the partitions' counts added up
 
     received: dict[str, str] = {}
     while len(received) < len(sent):
@@ -72,13 +75,13 @@ def test_the_sqs_api_shows_a_partitioned_queue_as_one_queue(broker):
     assert sorted(received) == sent
     seqs = {body: seq_of(handle) for body, handle in received.items()}
     assert set(partition_of(np.array(list(seqs.values()))).tolist()) == set(range(PARTITIONS))
-    assert approximate(sqs, url) == (0, 40)
+    assert approximate(sqs, url) == (0, len(sent))
 
     # A handle of the last partition's (seq above 2**62) works: visible again, then received.
     last = max(seqs, key=lambda body: seqs[body])
     assert seqs[last] >= 2**62
     sqs.change_message_visibility(QueueUrl=url, ReceiptHandle=received[last], VisibilityTimeout=0)
-    assert approximate(sqs, url) == (1, 39)
+    assert approximate(sqs, url) == (1, len(sent) - 1)
     again = sqs.receive_message(QueueUrl=url, VisibilityTimeout=60)["Messages"]
     assert [m["Body"] for m in again] == [last]
     received[last] = again[0]["ReceiptHandle"]
@@ -88,11 +91,12 @@ def test_the_sqs_api_shows_a_partitioned_queue_as_one_queue(broker):
         entries = [
             {"Id": str(i), "ReceiptHandle": received[b]} for i, b in enumerate(bodies[at : at + 10])
         ]
-        assert len(sqs.delete_message_batch(QueueUrl=url, Entries=entries)["Successful"]) == 10
+        deleted = sqs.delete_message_batch(QueueUrl=url, Entries=entries)["Successful"]
+        assert len(deleted) == len(entries)
     assert approximate(sqs, url) == (0, 0)
     stats = table.stats("parted")
-    assert (stats["acked"], stats["leased"], stats["ready"]) == (40, 0, 0)
-    assert [s["acked"] for s in table.partition_stats("parted")] == [10] * PARTITIONS
+    assert (stats["acked"], stats["leased"], stats["ready"]) == (len(sent), 0, 0)
+    assert [s["acked"] for s in table.partition_stats("parted")] == [each] * PARTITIONS
 
 
 def test_the_broker_ends_the_last_receives_of_every_partition_when_they_run_out(broker):

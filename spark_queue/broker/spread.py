@@ -6,8 +6,9 @@ docs/BROKER.md "Several brokers").
 - ``publish``: the rows routed by the partitioner (keys, the producer, the sticky turn) as
   here, then each partition's share to its broker, named as the request's partition; the
   shares at once, their answers put together as one.
-- ``lease``: the partitions in turn from one that moves by one each call, as here, each
-  asked of its broker for what the ones before left.
+- ``lease``: the partitions in turn from the client's lease turn, as here (it stays on a
+  partition while that fills the leases, a partition's commits being its broker's alone),
+  each asked of its broker for what the ones before left.
 - ``ack``, ``cancel``, ``expire``, ``extend`` and ``release`` of seqs: the seqs grouped by
   the partition they name, each group to its partition's broker, at once.
 
@@ -153,14 +154,15 @@ def _publish(table: Any, queue: str, count: int, bound: BoundArguments, share: S
         return NOT_SPREAD  # the table refuses them, in one place
     if not rows.num_rows or queue_arguments.get("partitions", count) != count:
         return NOT_SPREAD  # nothing to route; a count to declare or refuse
-    targets = table.partitioned.targets(queue, rows, count, given.get("producer"))
+    targets, turn = table.partitioned.targets(queue, rows, count, given.get("producer"))
     positions, calls = [], []
     for partition in np.unique(targets).tolist():
         at = np.flatnonzero(targets == partition)
         positions.append(at)
         calls.append(functools.partial(share(partition, True), _copy(bound, rows=rows.take(at))))
-    outcomes = _at_once(calls)
-    return merged_outcome(queue, rows.num_rows, list(zip(positions, outcomes, strict=True)))
+    shares = list(zip(positions, _at_once(calls), strict=True))
+    table.partitioned.took_turn(queue, turn, count, targets, shares)
+    return merged_outcome(queue, rows.num_rows, shares)
 
 
 def _lease(table: Any, queue: str, count: int, bound: BoundArguments, share: Share) -> Any:
@@ -171,17 +173,22 @@ def _lease(table: Any, queue: str, count: int, bound: BoundArguments, share: Sha
     }
     if not all(value is None or (type(value) is int and value >= 0) for value in given.values()):
         return NOT_SPREAD  # the table refuses them, in one place
-    start = table.partitioned.turn(f"lease {queue}")
-    order = [(start + step) % count for step in range(count)]
+    turn = table.partitioned.lease_turn(queue)
+    order = [(turn.start + step) % count for step in range(count)]
+    asked: list[int] = []
 
     def lease_share(
         partition: int, messages: int | None, body_bytes: int | None
     ) -> tuple[pa.Table, int | None]:
         part = _copy(bound, max_messages=messages, max_bytes=body_bytes)
+        asked.append(partition)
         rows = share(partition, True)(part)
         return rows, lease_version(rows, partition)
 
-    return lease_in_turn(count, order, given["max_messages"], given["max_bytes"], lease_share)
+    leased = lease_in_turn(count, order, given["max_messages"], given["max_bytes"], lease_share)
+    # Each partition's commits are its broker's alone: a lease there races nobody.
+    table.partitioned.leased(queue, turn, count, filled=len(asked) == 1, raced=False)
+    return leased
 
 
 def _by_seqs(bound: BoundArguments, share: Share) -> Any:

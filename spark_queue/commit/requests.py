@@ -290,10 +290,12 @@ class PublishRun(Request[list[PublishOutcome]]):
 @dataclass(frozen=True)
 class LeaseOutcome:
     """A lease request's leases, and the table as its round saw it, where their rows are
-    (some may be in files of the same commit)."""
+    (some may be in files of the same commit); ``attempt``: the commit attempt it rode in
+    (above 1, another writer won the earlier ones)."""
 
     leased: Leases
     view: Snapshot
+    attempt: int = 1
 
 
 class LeaseRequest(Request[LeaseOutcome]):
@@ -327,7 +329,7 @@ class LeaseRequest(Request[LeaseOutcome]):
         )
         if applied:
             round.operations.append(CommitOperation.LEASE.on(self.queue, self.limits.consumer))
-        return LeaseOutcome(leased, view)
+        return LeaseOutcome(leased, view, transaction.attempt)
 
 
 def apply_lease(

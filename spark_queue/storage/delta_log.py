@@ -25,6 +25,7 @@ import os
 import urllib.parse
 import uuid
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,6 +35,11 @@ from spark_queue.storage.location import Location
 
 LOG_FOLDER = "_delta_log"
 ENGINE = "spark-queue"
+READ_AHEAD = 16
+"""The most log entries one catch-up reads at once (:meth:`EntryStore.read_run`)."""
+
+# Runs of entries read at once, on a store where each read is a round trip.
+_RUNS = ThreadPoolExecutor(max_workers=READ_AHEAD, thread_name_prefix="spark-queue-entries")
 
 
 @dataclass
@@ -168,6 +174,21 @@ class EntryStore:
         """Whether ``version``'s entry is there (one request). Raises ``OSError`` where
         the store cannot say."""
         raise NotImplementedError
+
+    def read_run(self, first: int, count: int) -> list[bytes | None]:
+        """The entries from ``first`` on, ``count`` of them, each None where it is not
+        there: read at once where each read is a round trip (a view far behind catches up
+        in a few requests in a row rather than one an entry), else one after the other,
+        up to the first missing one."""
+        versions = range(first, first + count)
+        if self.remote and count > 1:
+            return [read.result() for read in [_RUNS.submit(self.read, v) for v in versions]]
+        found: list[bytes | None] = []
+        for version in versions:
+            found.append(self.read(version))
+            if found[-1] is None:
+                break
+        return found
 
     def delete(self, version: int) -> None:
         raise NotImplementedError

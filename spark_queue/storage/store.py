@@ -50,7 +50,13 @@ from spark_queue.storage.commit_log import (
     LogEntry,
     parse_log_entry,
 )
-from spark_queue.storage.delta_log import EntryStore, encode_entry, entry_store, parse_actions
+from spark_queue.storage.delta_log import (
+    READ_AHEAD,
+    EntryStore,
+    encode_entry,
+    entry_store,
+    parse_actions,
+)
 from spark_queue.storage.files import MESSAGE, QUEUE, SEEN, StagedFile, empty_rows
 from spark_queue.storage.location import Location
 from spark_queue.storage.message_files import (
@@ -262,16 +268,21 @@ class QueueStore:
     def _entries_after(self, view: TableView) -> tuple[TableView | None, float]:
         """``view`` moved on by the log entries written after it, up to the first missing
         one, and when the missing one was asked for; None where an entry changes what only
-        delta-rs reads, or cannot follow the view (load the table afresh)."""
+        delta-rs reads, or cannot follow the view (load the table afresh). The entries are
+        read one, one, then runs of twice as many at once (:data:`READ_AHEAD` at most): an
+        entry or two since cost what they did one at a time, a view many entries behind (a
+        partition a client comes back to) a few requests in a row."""
+        run, after = 1, 1
         while True:
             asked = time.monotonic()
-            data = self.entries.read(view.version + 1)
-            if data is None:
-                return view, asked
-            actions = parse_actions(data.decode("utf-8"))
-            if actions.rebuilds or not view.precedes(actions.adds, actions.removes):
-                return None, asked
-            view = view.moved_by(actions)
+            for data in self.entries.read_run(view.version + 1, run):
+                if data is None:
+                    return view, asked
+                actions = parse_actions(data.decode("utf-8"))
+                if actions.rebuilds or not view.precedes(actions.adds, actions.removes):
+                    return None, asked
+                view = view.moved_by(actions)
+            run, after = after, min(2 * after, READ_AHEAD)
 
     def is_current(self, snapshot: Snapshot) -> bool:
         """Whether ``snapshot`` is of the table's latest version (reading the entries
