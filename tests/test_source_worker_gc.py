@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 READ_IN_A_WORKER = """
 import gc, json, sys
+from pyspark import TaskContext
 from pyspark.sql.streaming.datasource import ReadMaxRows
 from spark_queue import QueueTable
 from spark_queue.spark.options import parse_source_options
@@ -30,6 +31,9 @@ for _ in range(5):
     tasks += driver.partitions(start, end)
     start = end
 worker = RingQueueStreamReader(options)  # the executor's copy, as Spark makes it
+outside = sum(batch.num_rows for batch in worker.read(tasks[0]))  # no task: nothing frozen
+print(json.dumps({"rows": outside, "frozen": gc.get_freeze_count()}))
+TaskContext._getOrCreate()  # as PySpark's worker sets one up for each task
 seen = []
 for number, task in enumerate(tasks):
     if number == 3:
@@ -44,7 +48,8 @@ print(json.dumps(seen))
 def test_a_read_task_freezes_the_workers_long_lived_objects_once_per_import(tmp_path):
     """A read task moves what its worker keeps for its life (modules, classes) out of the
     collections PySpark runs after each task; a later task freezes again only where modules
-    were imported since, so a task's own objects are not frozen task after task."""
+    were imported since, so a task's own objects are not frozen task after task. A read
+    outside a PySpark task (the driver's source runner, a direct call) freezes nothing."""
     environment = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
         [sys.executable, "-c", READ_IN_A_WORKER, str(tmp_path / "queues")],
@@ -55,7 +60,9 @@ def test_a_read_task_freezes_the_workers_long_lived_objects_once_per_import(tmp_
         check=False,
     )
     assert done.returncode == 0, done.stderr
-    tasks = json.loads(done.stdout.strip().splitlines()[-1])
+    *_, outside_a_task, in_tasks = done.stdout.strip().splitlines()
+    assert json.loads(outside_a_task) == {"rows": 10, "frozen": 0}  # a driver, a test
+    tasks = json.loads(in_tasks)
     assert [task["rows"] for task in tasks] == [10] * 5
     first, *_, before_wave, after_wave, last = tasks
     # Tens of thousands of objects (PySpark, pyarrow, spark-queue) frozen; what a

@@ -16,16 +16,21 @@ from __future__ import annotations
 import gc
 import sys
 
+from pyspark import TaskContext
+
 _modules_frozen = 0  # how many modules this process had imported at its last freeze
 
 
 def freeze_long_lived() -> None:
-    """At the start of a read task: where modules were imported since the last freeze (the
-    worker's first task, or one that imported more), collect what is garbage now, then
-    freeze every object that remains. A task's own objects are frozen with them only then,
-    a few times in a worker's life; everything frozen is still freed when nothing refers to
-    it, and only a cycle among frozen objects would outlive its use."""
+    """At the start of a read task, in a PySpark task's worker only: where modules were
+    imported since the last freeze (the worker's first task, or one that imported more),
+    collect what is garbage now, then freeze every object that remains. A task's own
+    objects are frozen with them only then, a few times in a worker's life; everything
+    frozen is still freed when nothing refers to it, and only a cycle among frozen objects
+    would outlive its use."""
     global _modules_frozen
+    if TaskContext.get() is None:  # not a task: the driver's source runner, a direct call
+        return
     if len(sys.modules) == _modules_frozen:
         return
     gc.collect()
