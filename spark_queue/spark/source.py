@@ -61,6 +61,7 @@ from spark_queue.partitioned import Partitions
 from spark_queue.portable import Portable
 from spark_queue.rules import Leases, ascending, is_ascending
 from spark_queue.spark.options import SourceOptions
+from spark_queue.spark.worker_gc import freeze_long_lived
 from spark_queue.storage.commit_log import CommitOperation
 from spark_queue.storage.following import following
 from spark_queue.storage.location import Location
@@ -711,6 +712,7 @@ class RingQueueStreamReader(Portable, DataSourceStreamReader, SupportsTriggerAva
         return [task for k in moved for task in self.table(k).planned_partitions(ends[k])]
 
     def read(self, partition: LeasedRange) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+        freeze_long_lived()
         for rows in read_leased(partition):
             yield from arrow_batches(rows)
 
@@ -757,6 +759,7 @@ class DriverReadStreamReader(Portable, SimpleDataSourceStreamReader, SupportsTri
         return iter(self._batches(leases.planned_partitions(start, end))), end
 
     def readBetweenOffsets(self, start: dict, end: dict) -> Iterator[pa.RecordBatch]:
+        freeze_long_lived()  # an executor task's worker, as RingQueueStreamReader.read's
         return iter(self._batches(self.leases.partitions(start, end)))
 
     def _batches(self, partitions: list[LeasedRange]) -> list[pa.RecordBatch]:
