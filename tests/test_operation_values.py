@@ -479,9 +479,7 @@ def test_a_raw_request_with_a_lease_period_up_to_the_longest_leases_to_one_consu
         ("raw-whole-float", 1000.0, "a whole number of milliseconds"),
     ],
 )
-def test_a_raw_request_with_any_other_lease_period_is_refused_by_name(
-    broker, queue, period, valid
-):
+def test_a_raw_request_with_any_other_lease_period_is_refused_by_name(broker, queue, period, valid):
     """JSON numbers beyond the longest duration, beyond an int64, and floats (a float is never
     a whole number, even 1000.0)."""
     table = QueueTable(broker.path, broker="off")

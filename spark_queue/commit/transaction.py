@@ -772,8 +772,10 @@ def run(
             continue
         except Exception as error:
             transaction.discard()
-            if present is None and not isinstance(error, CommitUnknownError) and _behind(
-                store, snapshot
+            if (
+                present is None
+                and not isinstance(error, CommitUnknownError)
+                and _behind(store, snapshot)
             ):
                 # its error may be the old version's
                 attempt -= 1  # not a lost race: planned again on the latest at once
