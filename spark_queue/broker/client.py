@@ -46,6 +46,7 @@ from spark_queue.broker.auth import check_token, new_nonce, token_key
 from spark_queue.broker.discovery import BrokerRecord, is_loopback, live_brokers
 from spark_queue.broker.sessions import HELLO_ACTION, ClientSession, hello_body, open_session
 from spark_queue.broker.spread import NOT_SPREAD, SPREAD_METHODS, spread_call
+from spark_queue.broker.streams import CallStreams, StreamsNotServed
 from spark_queue.broker.wire import (
     BODIES,
     ROUTED_METHODS,
@@ -182,6 +183,8 @@ class BrokerClient:
         self._lock = threading.Lock()
         self._bare = flight.FlightCallOptions(timeout=CALL_TIMEOUT_SECONDS)
         self._session: ClientSession | None = None  # with a token: once the broker proved it
+        # Without a token, each thread's calls but publish's uploads go on a stream of its own.
+        self._streams = CallStreams(self._client)
 
     def __repr__(self) -> str:
         return f"BrokerClient({self.address!r}, {self.table!r})"
@@ -283,6 +286,11 @@ class BrokerClient:
         import pyarrow.flight as flight
 
         if rows is None:
+            if self._key is None and self._streams.served:
+                try:
+                    return self._streams.call(method, request)
+                except StreamsNotServed:
+                    pass  # nothing was sent: as an RPC of its own
             action = flight.Action(method, request)
             return next(iter(self._client.do_action(action, options))).body
         return self._put(request, rows, options)

@@ -54,6 +54,7 @@ from spark_queue.broker.sessions import (
     HelloRefused,
     MalformedHello,
 )
+from spark_queue.broker.streams import CALLS_COMMAND
 from spark_queue.broker.wire import (
     BODIES,
     MAX_STATUS_MESSAGE_BYTES,
@@ -78,6 +79,7 @@ from spark_queue.errors import (
 )
 from spark_queue.model.partition_calls import one_partition
 from spark_queue.model.policies import Policies
+from spark_queue.server.call_streams import serve_calls
 from spark_queue.server.listening import (
     check_bindable,
     check_sqs_keys,
@@ -220,6 +222,8 @@ class QueueBroker(flight.FlightServerBase):
             "refused": 0,
             "unauthenticated": 0,
             "in_flight": 0,
+            "streams_open": 0,  # streams of calls open now (broker.streams), idle or not
+            "streams_opened": 0,
         }
         # Requests on one partition (a client's share for the partition's broker), by queue
         # and partition.
@@ -261,7 +265,15 @@ class QueueBroker(flight.FlightServerBase):
         reader: flight.MetadataRecordBatchReader,
         writer: flight.MetadataRecordBatchWriter,
     ) -> None:
-        raise _unserved("DoExchange")
+        # A stream's calls carry no proof of a token: a broker with one takes RPCs only.
+        if descriptor.command != CALLS_COMMAND or self._key is not None:
+            raise _unserved("DoExchange")
+        self._count("streams_opened")
+        self._count("streams_open")
+        try:
+            serve_calls(reader, writer, lambda m, r: self._serve(m, r, None), self._in_flight)
+        finally:
+            self._count("streams_open", -1)
 
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Any:
         body = action.body.to_pybytes()
@@ -764,8 +776,16 @@ def _stop(server: QueueBroker, deadline: float, timeout_seconds: float) -> None:
     still_open = server.drain(deadline)
     closing = threading.Thread(target=server.shutdown, name="broker-shutdown", daemon=True)
     closing.start()
+    # Streams of calls idle now hold the shutdown for as long as their clients keep them
+    # open: with nothing in flight, the exit closes them (their clients' next calls find
+    # them ended, and go on a new stream or directly).
+    idle_streams = 0 if still_open else server.status()["streams_open"]
     # An idle server's shutdown takes milliseconds: give it a moment past the deadline.
-    closing.join(max(0.5, deadline - time.monotonic()))
+    closing.join(0.5 if idle_streams else max(0.5, deadline - time.monotonic()))
+    if idle_streams and closing.is_alive():
+        log.info("broker %s stopped: %s (idle streams closed)", server.id, server.status())
+        logging.shutdown()
+        os._exit(0)
     if still_open or closing.is_alive():
         log.warning(
             "broker %s stopped with requests still open after %g s (--stop-timeout): "
