@@ -184,7 +184,7 @@ class BrokerClient:
         self._bare = flight.FlightCallOptions(timeout=CALL_TIMEOUT_SECONDS)
         self._session: ClientSession | None = None  # with a token: once the broker proved it
         # Without a token, each thread's calls but publish's uploads go on a stream of its own.
-        self._streams = CallStreams(self._client)
+        self._streams = CallStreams(self._client, CALL_TIMEOUT_SECONDS)
 
     def __repr__(self) -> str:
         return f"BrokerClient({self.address!r}, {self.table!r})"

@@ -26,10 +26,6 @@ import pyarrow as pa
 
 CALLS_COMMAND = b"calls"  # the DoExchange descriptor's command of a stream of calls
 ANSWERED, REFUSED = 0, 1  # an answer frame's first byte
-# A stream lives at most this long (its gRPC deadline): a call that hangs at the broker
-# ends with the stream, as an RPC's does at its timeout. A stream half as old is not given
-# another call (a new one opens), so that each call has its full timeout.
-STREAM_SECONDS = 240.0
 
 
 def call_frame(method: str, request: bytes) -> bytes:
@@ -78,14 +74,19 @@ class CallStreams:
     """The streams of calls of one :class:`~spark_queue.broker.client.BrokerClient`'s
     Flight client, one per thread that calls. Thread-safe (each thread its own stream)."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: Any, call_timeout: float) -> None:
         self._client = client
+        # A stream lives twice a call's timeout at most (its gRPC deadline): a call that
+        # hangs at the broker ends with it, as an RPC ends at its timeout. A stream older
+        # than one timeout is given no other call (a new one opens), so each call has its
+        # whole timeout.
+        self._call_timeout = call_timeout
         self._local = threading.local()
         self.served = True  # False once the broker refused a stream: RPCs from then on
 
     def call(self, method: str, request: bytes) -> pa.Buffer:
         """Send a call on this thread's stream (opened where it has none, or where it is
-        half its deadline old); the encoded result.
+        older than a call's timeout); the encoded result.
 
         Raises:
             StreamsNotServed: the broker refused the stream before the call was read.
@@ -97,7 +98,7 @@ class CallStreams:
         import pyarrow.flight as flight
 
         stream: _Stream | None = getattr(self._local, "stream", None)
-        if stream is not None and time.monotonic() - stream.opened > STREAM_SECONDS / 2:
+        if stream is not None and time.monotonic() - stream.opened > self._call_timeout:
             self._close(stream)
             stream = None
         frame = pa.py_buffer(call_frame(method, request))
@@ -110,10 +111,10 @@ class CallStreams:
                 # call was not sent; it goes on a new stream.
                 self._close(stream)
                 stream, fresh = None, True
-        if stream is None:
-            stream = self._open()
-            stream.writer.write_metadata(frame)
         try:
+            if stream is None:
+                stream = self._open()
+                stream.writer.write_metadata(frame)
             chunk = stream.reader.read_chunk()
         except StopIteration:  # ended without an answer
             self._close(stream)
@@ -129,6 +130,7 @@ class CallStreams:
         except BaseException:
             self._close(stream)
             raise
+        assert stream is not None
         answer = chunk.app_metadata
         if answer is None or not len(answer):
             self._close(stream)
@@ -140,7 +142,7 @@ class CallStreams:
     def _open(self) -> _Stream:
         import pyarrow.flight as flight
 
-        options = flight.FlightCallOptions(timeout=STREAM_SECONDS)
+        options = flight.FlightCallOptions(timeout=2 * self._call_timeout)
         writer, reader = self._client.do_exchange(
             flight.FlightDescriptor.for_command(CALLS_COMMAND), options
         )
@@ -148,8 +150,8 @@ class CallStreams:
         self._local.stream = stream
         return stream
 
-    def _close(self, stream: _Stream) -> None:
+    def _close(self, stream: _Stream | None) -> None:
         """Forget ``stream`` and close it (its broker's thread for it then ends)."""
-        if getattr(self._local, "stream", None) is stream:
-            self._local.stream = None
-        stream.close()
+        self._local.stream = None
+        if stream is not None:
+            stream.close()
