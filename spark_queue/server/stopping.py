@@ -8,15 +8,24 @@ import logging
 import os
 import threading
 import time
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from spark_queue.server.flight import QueueBroker
+from typing import Any, Protocol
 
 log = logging.getLogger("spark_queue.server.flight")
 
 
-def stop_broker(server: QueueBroker, deadline: float, timeout_seconds: float) -> None:
+class Stoppable(Protocol):
+    """What a stop needs of a broker (:class:`~spark_queue.server.flight.QueueBroker`)."""
+
+    id: str
+
+    def drain(self, deadline: float) -> int: ...
+
+    def shutdown(self) -> None: ...
+
+    def status(self) -> dict[str, Any]: ...
+
+
+def stop_broker(server: Stoppable, deadline: float, timeout_seconds: float) -> None:
     """Drain ``server`` and shut it down by ``deadline``; past it, cancel what is still
     open by exiting the process (Flight's shutdown waits for every call, a stalled upload's
     too, and cancels none): their clients get no answer, as from a broker killed, and run
