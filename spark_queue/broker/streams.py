@@ -1,6 +1,6 @@
 """Calls on streams: each thread of a client sends its calls to a broker on one Flight
 ``DoExchange`` stream of its own (docs/BROKER.md "Streams of calls"), one message each way
-a call, where a broker without a token serves them.
+a call, each with its own proof where the broker has a token.
 
 An RPC a call costs both ends a gRPC call's setup and a server thread started and ended
 for it (gRPC's synchronous server keeps two idle): ~0.26 ms of the broker's CPU and ~0.21 ms
@@ -9,10 +9,14 @@ Flight server that answers after 50 ms, 2 cores). Through a broker every round o
 commit waits for its ~30 callers to come back through both processes, so that CPU is a
 round's time (docs/decisions/broker-streams.md).
 
-A frame of a call is its method, a newline and its request (:func:`~spark_queue.broker.
-wire.encode_request`); of an answer a byte, :data:`ANSWERED` then the encoded result or
-:data:`REFUSED` then the error's payload (:func:`~spark_queue.broker.wire.encode_error`;
-empty where nothing was done and the client is to commit directly).
+A frame of a call is its method, a newline, its proof (what an RPC's ``authorization``
+header carries, :meth:`~spark_queue.broker.sessions.ClientSession.header`; empty without a
+token), a newline and its request (:func:`~spark_queue.broker.wire.encode_request`); of an
+answer a byte, :data:`ANSWERED` then the encoded result, :data:`REFUSED` then the error's
+payload (:func:`~spark_queue.broker.wire.encode_error`; empty where nothing was done and the
+client is to commit directly), or :data:`UNPROVEN` then the one line of a call refused for
+its proof (nothing done). A stream's opening proves nothing: the broker checks each call's
+proof before it parses its request.
 """
 
 from __future__ import annotations
@@ -25,18 +29,20 @@ from typing import Any
 import pyarrow as pa
 
 CALLS_COMMAND = b"calls"  # the DoExchange descriptor's command of a stream of calls
-ANSWERED, REFUSED = 0, 1  # an answer frame's first byte
+ANSWERED, REFUSED, UNPROVEN = 0, 1, 2  # an answer frame's first byte
 
 
-def call_frame(method: str, request: bytes) -> bytes:
-    return method.encode() + b"\n" + request
+def call_frame(method: str, proof: str | None, request: bytes) -> bytes:
+    return method.encode() + b"\n" + (proof or "").encode() + b"\n" + request
 
 
-def parse_call(frame: bytes) -> tuple[str, bytes]:
-    """A call frame's method and request (a frame without a method: an empty one, which
-    the broker refuses as a malformed request)."""
-    method, _, request = frame.partition(b"\n")
-    return method.decode("utf-8", "replace"), request
+def parse_call(frame: bytes) -> tuple[str, str | None, bytes]:
+    """A call frame's method, proof (None: none) and request (a frame without a method: an
+    empty one, which the broker refuses as a malformed request)."""
+    method, _, rest = frame.partition(b"\n")
+    proof, _, request = rest.partition(b"\n")
+    shown = proof.decode("utf-8", "replace")  # a proof is ASCII: any other is a wrong one
+    return method.decode("utf-8", "replace"), shown or None, request
 
 
 def answer_frame(answer: bytes) -> bytes:
@@ -47,8 +53,12 @@ def refusal_frame(payload: bytes) -> bytes:
     return bytes([REFUSED]) + payload
 
 
+def unproven_frame(refusal: str) -> bytes:
+    return bytes([UNPROVEN]) + refusal.encode()
+
+
 class StreamsNotServed(Exception):
-    """The broker serves no streams of calls (one with a token, or of an older release):
+    """The broker serves no streams of calls (one of an older release):
     nothing of the call was done; it goes as an RPC of its own."""
 
 
@@ -84,12 +94,15 @@ class CallStreams:
         self._local = threading.local()
         self.served = True  # False once the broker refused a stream: RPCs from then on
 
-    def call(self, method: str, request: bytes) -> pa.Buffer:
+    def call(self, method: str, proof: str | None, request: bytes) -> pa.Buffer:
         """Send a call on this thread's stream (opened where it has none, or where it is
-        older than a call's timeout); the encoded result.
+        older than a call's timeout), with its ``proof`` (None: a broker without a token);
+        the encoded result.
 
         Raises:
             StreamsNotServed: the broker refused the stream before the call was read.
+            pyarrow.flight.FlightUnauthenticatedError: the broker refused the call's proof
+                (nothing was done; the stream stays open).
             pyarrow.flight.FlightServerError: the broker's refusal of the call, its payload
                 in ``extra_info`` (empty: nothing was done).
             pyarrow.flight.FlightError, pyarrow.ArrowException: the stream broke (the call
@@ -101,7 +114,7 @@ class CallStreams:
         if stream is not None and time.monotonic() - stream.opened > self._call_timeout:
             self._close(stream)
             stream = None
-        frame = pa.py_buffer(call_frame(method, request))
+        frame = pa.py_buffer(call_frame(method, proof, request))
         fresh = stream is None
         if stream is not None:
             try:
@@ -123,7 +136,7 @@ class CallStreams:
             ) from None
         except flight.FlightServerError as error:
             self._close(stream)
-            if fresh:  # refused before reading a call: an older broker, or one with a token
+            if fresh:  # refused before reading a call: a broker of an older release
                 self.served = False
                 raise StreamsNotServed(str(error)) from None
             raise flight.FlightUnavailableError(str(error)) from None
@@ -137,6 +150,8 @@ class CallStreams:
             raise flight.FlightUnavailableError("the broker sent an empty answer")
         if answer[0] == ANSWERED:
             return answer[1:]
+        if answer[0] == UNPROVEN:
+            raise flight.FlightUnauthenticatedError(answer[1:].to_pybytes().decode())
         raise flight.FlightServerError("refused by the broker", extra_info=answer[1:].to_pybytes())
 
     def _open(self) -> _Stream:

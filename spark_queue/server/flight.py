@@ -19,6 +19,7 @@ addresses, and takes each call only with a fresh proof of the token bound to tha
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -112,7 +113,6 @@ UNSERVED = {
     flight.FlightMethod.GET_FLIGHT_INFO: "GetFlightInfo",
     flight.FlightMethod.GET_SCHEMA: "GetSchema",
     flight.FlightMethod.DO_GET: "DoGet",
-    flight.FlightMethod.DO_EXCHANGE: "DoExchange",
     flight.FlightMethod.HANDSHAKE: "Handshake",
 }
 
@@ -266,13 +266,15 @@ class QueueBroker(flight.FlightServerBase):
         reader: flight.MetadataRecordBatchReader,
         writer: flight.MetadataRecordBatchWriter,
     ) -> None:
-        # A stream's calls carry no proof of a token: a broker with one takes RPCs only.
-        if descriptor.command != CALLS_COMMAND or self._key is not None:
+        if descriptor.command != CALLS_COMMAND:
             raise _unserved("DoExchange")
-        self._count("streams_opened")
+        self._count("streams_opened")  # proving nothing: each call carries its own proof
         self._count("streams_open")
         try:
-            serve_calls(reader, writer, lambda m, r: self._serve(m, r, None), self._in_flight)
+            check = functools.partial(self._check_proof, context)
+            serve_calls(
+                reader, writer, check, lambda m, r: self._serve(m, r, None), self._in_flight
+            )
         finally:
             self._count("streams_open", -1)
 
@@ -326,12 +328,19 @@ class QueueBroker(flight.FlightServerBase):
         if self._key is None:
             return
         credential = context.get_middleware("credential")
-        header = None if credential is None else credential.header
-        why = self._checks.check(header, call, body)
+        refusal = self._check_proof(context, call, credential and credential.header, body)
+        if refusal is not None:
+            raise flight.FlightUnauthenticatedError(refusal)
+
+    def _check_proof(
+        self, context: flight.ServerCallContext, call: str, proof: str | None, body: bytes
+    ) -> str | None:
+        """None where ``proof`` holds for ``call`` with ``body``; else the refusal (logged)."""
+        why = self._checks.check(proof, call, body)
         if why is None:
-            return
+            return None
         self._refused(context, call, why)
-        raise flight.FlightUnauthenticatedError(
+        return (
             "this broker needs a fresh proof of its token for each call: missing, wrong, "
             "expired or used before (nothing was done)"
         )
