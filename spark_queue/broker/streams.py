@@ -58,8 +58,8 @@ def unproven_frame(refusal: str) -> bytes:
 
 
 class StreamsNotServed(Exception):
-    """The broker serves no streams of calls (one of an older release):
-    nothing of the call was done; it goes as an RPC of its own."""
+    """The broker serves no streams of calls (one of an older release, or a Flight server
+    without DoExchange): nothing of the call was done; it goes as an RPC of its own."""
 
 
 class _Stream:
@@ -134,9 +134,11 @@ class CallStreams:
             raise flight.FlightUnavailableError(
                 "the broker ended the stream before answering"
             ) from None
-        except flight.FlightServerError as error:
+        except (flight.FlightServerError, pa.ArrowNotImplementedError) as error:
             self._close(stream)
-            if fresh:  # refused before reading a call: a broker of an older release
+            # Refused before reading a call: a broker of an older release, or a Flight
+            # server that implements no DoExchange (gRPC's UNIMPLEMENTED).
+            if fresh:
                 self.served = False
                 raise StreamsNotServed(str(error)) from None
             raise flight.FlightUnavailableError(str(error)) from None
