@@ -46,6 +46,7 @@ from spark_queue.broker.auth import check_token, new_nonce, token_key
 from spark_queue.broker.discovery import BrokerRecord, is_loopback, live_brokers
 from spark_queue.broker.sessions import HELLO_ACTION, ClientSession, hello_body, open_session
 from spark_queue.broker.spread import NOT_SPREAD, SPREAD_METHODS, spread_call
+from spark_queue.broker.streams import CallStreams, StreamsNotServed
 from spark_queue.broker.wire import (
     BODIES,
     ROUTED_METHODS,
@@ -182,16 +183,20 @@ class BrokerClient:
         self._lock = threading.Lock()
         self._bare = flight.FlightCallOptions(timeout=CALL_TIMEOUT_SECONDS)
         self._session: ClientSession | None = None  # with a token: once the broker proved it
+        # Each thread's calls but publish's uploads go on a stream of its own, each with its
+        # proof where the broker has a token.
+        self._streams = CallStreams(self._client, CALL_TIMEOUT_SECONDS)
 
     def __repr__(self) -> str:
         return f"BrokerClient({self.address!r}, {self.table!r})"
 
     def _options(
         self, method: str, body: bytes, stale: ClientSession | None = None
-    ) -> tuple[Any, ClientSession | None]:
-        """The options of one call of ``method`` carrying ``body``: with a token, its proof,
-        in the session open with the broker (opened first where there is none, or where it
-        is ``stale``: the broker at the address refused a call of it); and that session.
+    ) -> tuple[Any, ClientSession | None, str | None]:
+        """The options of one call of ``method`` carrying ``body``: with a token, its proof
+        in its headers, in the session open with the broker (opened first where there is
+        none, or where it is ``stale``: the broker at the address refused a call of it); that
+        session; and the proof (None: no token), which a call on a stream carries instead.
 
         Raises:
             BrokerAuthenticationError: the broker did not prove it holds the token.
@@ -200,7 +205,7 @@ class BrokerClient:
         import pyarrow.flight as flight
 
         if self._key is None:
-            return self._bare, None
+            return self._bare, None, None
         with self._lock:
             if self._session is None or self._session is stale:
                 self._session = self._hello(self._key)
@@ -209,7 +214,7 @@ class BrokerClient:
         options = flight.FlightCallOptions(
             timeout=CALL_TIMEOUT_SECONDS, headers=[(TOKEN_HEADER.encode(), header.encode())]
         )
-        return options, session
+        return options, session, header
 
     def _hello(self, key: bytes) -> ClientSession:
         """A session with the broker at this address, once it proved it holds the token.
@@ -251,17 +256,17 @@ class BrokerClient:
         import pyarrow.flight as flight
 
         try:
-            options, session = self._options(method, request)
+            options, session, proof = self._options(method, request)
             try:
-                body = self._send(method, request, rows, options)
+                body = self._send(method, request, rows, options, proof)
             except flight.FlightUnauthenticatedError:
                 if self._key is None:
                     raise
                 # Refused undone: the broker at the address may have restarted since it
                 # proved itself (it has a new id), or this session's clock drifted from
                 # its. Open a new session, once.
-                options, _ = self._options(method, request, stale=session)
-                body = self._send(method, request, rows, options)
+                options, _, proof = self._options(method, request, stale=session)
+                body = self._send(method, request, rows, options, proof)
         except flight.FlightUnauthenticatedError:
             raise BrokerAuthenticationError(
                 f"the broker at {self.address} refused this client's token (missing or "
@@ -279,10 +284,17 @@ class BrokerClient:
             raise BrokerUnreachable(f"the broker at {self.address}: {error}") from None
         return decode_result(method, body.to_pybytes())
 
-    def _send(self, method: str, request: bytes, rows: pa.Table | None, options: Any) -> Any:
+    def _send(
+        self, method: str, request: bytes, rows: pa.Table | None, options: Any, proof: str | None
+    ) -> Any:
         import pyarrow.flight as flight
 
         if rows is None:
+            if self._streams.served:
+                try:
+                    return self._streams.call(method, proof, request)
+                except StreamsNotServed:
+                    pass  # nothing was read, its proof unused: it goes as an RPC
             action = flight.Action(method, request)
             return next(iter(self._client.do_action(action, options))).body
         return self._put(request, rows, options)
@@ -322,7 +334,7 @@ class BrokerClient:
         import pyarrow.flight as flight
 
         action = flight.Action(STATUS_ACTION, b"")
-        options, _ = self._options(STATUS_ACTION, b"")
+        options, _, _ = self._options(STATUS_ACTION, b"")
         status: dict[str, Any] = json.loads(
             next(iter(self._client.do_action(action, options))).body.to_pybytes()
         )

@@ -19,6 +19,7 @@ addresses, and takes each call only with a fresh proof of the token bound to tha
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -54,6 +55,7 @@ from spark_queue.broker.sessions import (
     HelloRefused,
     MalformedHello,
 )
+from spark_queue.broker.streams import CALLS_COMMAND
 from spark_queue.broker.wire import (
     BODIES,
     MAX_STATUS_MESSAGE_BYTES,
@@ -78,6 +80,7 @@ from spark_queue.errors import (
 )
 from spark_queue.model.partition_calls import one_partition
 from spark_queue.model.policies import Policies
+from spark_queue.server.call_streams import serve_calls
 from spark_queue.server.listening import (
     check_bindable,
     check_sqs_keys,
@@ -85,6 +88,7 @@ from spark_queue.server.listening import (
     parse_listen,
 )
 from spark_queue.server.sqs.limits import HttpLimits
+from spark_queue.server.stopping import stop_broker
 from spark_queue.storage.location import scrubbed
 from spark_queue.storage.table_folder import new_table_refusal
 from spark_queue.table import QueueTable
@@ -109,7 +113,6 @@ UNSERVED = {
     flight.FlightMethod.GET_FLIGHT_INFO: "GetFlightInfo",
     flight.FlightMethod.GET_SCHEMA: "GetSchema",
     flight.FlightMethod.DO_GET: "DoGet",
-    flight.FlightMethod.DO_EXCHANGE: "DoExchange",
     flight.FlightMethod.HANDSHAKE: "Handshake",
 }
 
@@ -220,6 +223,8 @@ class QueueBroker(flight.FlightServerBase):
             "refused": 0,
             "unauthenticated": 0,
             "in_flight": 0,
+            "streams_open": 0,  # streams of calls open now (broker.streams), idle or not
+            "streams_opened": 0,
         }
         # Requests on one partition (a client's share for the partition's broker), by queue
         # and partition.
@@ -261,7 +266,17 @@ class QueueBroker(flight.FlightServerBase):
         reader: flight.MetadataRecordBatchReader,
         writer: flight.MetadataRecordBatchWriter,
     ) -> None:
-        raise _unserved("DoExchange")
+        if descriptor.command != CALLS_COMMAND:
+            raise _unserved("DoExchange")
+        self._count("streams_opened")  # proving nothing: each call carries its own proof
+        self._count("streams_open")
+        try:
+            check = functools.partial(self._check_proof, context)
+            serve_calls(
+                reader, writer, check, lambda m, r: self._serve(m, r, None), self._in_flight
+            )
+        finally:
+            self._count("streams_open", -1)
 
     def do_action(self, context: flight.ServerCallContext, action: flight.Action) -> Any:
         body = action.body.to_pybytes()
@@ -313,12 +328,19 @@ class QueueBroker(flight.FlightServerBase):
         if self._key is None:
             return
         credential = context.get_middleware("credential")
-        header = None if credential is None else credential.header
-        why = self._checks.check(header, call, body)
+        refusal = self._check_proof(context, call, credential and credential.header, body)
+        if refusal is not None:
+            raise flight.FlightUnauthenticatedError(refusal)
+
+    def _check_proof(
+        self, context: flight.ServerCallContext, call: str, proof: str | None, body: bytes
+    ) -> str | None:
+        """None where ``proof`` holds for ``call`` with ``body``; else the refusal (logged)."""
+        why = self._checks.check(proof, call, body)
         if why is None:
-            return
+            return None
         self._refused(context, call, why)
-        raise flight.FlightUnauthenticatedError(
+        return (
             "this broker needs a fresh proof of its token for each call: missing, wrong, "
             "expired or used before (nothing was done)"
         )
@@ -752,30 +774,8 @@ def run_broker(
                 metrics_server.stop()
             if sqs_server is not None:
                 sqs_server.stop(stop_timeout_seconds)
-            _stop(server, time.monotonic() + stop_timeout_seconds, stop_timeout_seconds)
+            stop_broker(server, time.monotonic() + stop_timeout_seconds, stop_timeout_seconds)
     log.info("broker %s stopped: %s", server.id, server.status())
-
-
-def _stop(server: QueueBroker, deadline: float, timeout_seconds: float) -> None:
-    """Drain ``server`` and shut it down by ``deadline``; past it, cancel what is still
-    open by exiting the process (Flight's shutdown waits for every call, a stalled upload's
-    too, and cancels none): their clients get no answer, as from a broker killed, and run
-    their requests again directly."""
-    still_open = server.drain(deadline)
-    closing = threading.Thread(target=server.shutdown, name="broker-shutdown", daemon=True)
-    closing.start()
-    # An idle server's shutdown takes milliseconds: give it a moment past the deadline.
-    closing.join(max(0.5, deadline - time.monotonic()))
-    if still_open or closing.is_alive():
-        log.warning(
-            "broker %s stopped with requests still open after %g s (--stop-timeout): "
-            "cancelled, nothing of them answered: %s",
-            server.id,
-            timeout_seconds,
-            server.status(),
-        )
-        logging.shutdown()  # flushes the log before the exit skips the interpreter's
-        os._exit(0)
 
 
 def _warm_up(table: QueueTable) -> None:

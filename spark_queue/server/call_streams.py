@@ -1,0 +1,66 @@
+"""A broker's side of the streams of calls (:mod:`spark_queue.broker.streams`): a client
+thread's calls, one message each way on a ``DoExchange`` stream, each served as the same
+call by ``do_action`` is, in turn, until the client ends the stream; with a token, each
+only once its own proof holds (the stream's opening proves nothing).
+
+A stream holds one of Flight's handler threads while it is open, idle or not; a broker
+that stops refuses the calls that come after (nothing done: their clients commit directly)
+and ends their streams. Streams idle when it stops are closed as it exits, with nothing of
+them under way (:func:`~spark_queue.server.flight.run_broker`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from spark_queue.broker.streams import answer_frame, parse_call, refusal_frame, unproven_frame
+
+# Runs one call of the method named, with its request: its encoded answer, or a Flight
+# error carrying the table's error in its extra_info (QueueBroker._serve).
+Serve = Callable[[str, bytes], bytes]
+# Checks a call's proof (method, proof, request) as an RPC's headers' is: None where it
+# holds, else the refusal's one line (logged and counted: QueueBroker._check_proof).
+Check = Callable[[str, str | None, bytes], str | None]
+
+
+def serve_calls(
+    reader: flight.MetadataRecordBatchReader,
+    writer: flight.MetadataRecordBatchWriter,
+    check: Check,
+    serve: Serve,
+    in_flight: Callable[[], AbstractContextManager[None]],
+) -> None:
+    """Answer each call that comes on the stream until the client ends it, or until the
+    broker stops (``in_flight`` refuses the call: it is answered so, and the stream ends).
+    A call whose proof fails ``check`` is refused alone, its request unread."""
+    for frame in _frames(reader):
+        method, proof, request = parse_call(frame)
+        refusal = check(method, proof, request)
+        if refusal is not None:
+            writer.write_metadata(pa.py_buffer(unproven_frame(refusal)))
+            continue
+        try:
+            with in_flight():
+                answer = answer_frame(serve(method, request))
+        except flight.FlightUnavailableError:  # stopping: nothing was done
+            writer.write_metadata(pa.py_buffer(refusal_frame(b"")))
+            return
+        except flight.FlightError as error:
+            answer = refusal_frame(error.extra_info or b"")
+        writer.write_metadata(pa.py_buffer(answer))
+
+
+def _frames(reader: flight.MetadataRecordBatchReader) -> Iterator[bytes]:
+    """The call frames as they come (a message without metadata: an empty frame), until
+    the client ends the stream or goes away (a client thread that ended drops its stream)."""
+    while True:
+        try:
+            chunk = reader.read_chunk()
+        except (StopIteration, flight.FlightError, pa.ArrowException):  # ended, or dropped
+            return
+        metadata = chunk.app_metadata
+        yield b"" if metadata is None else metadata.to_pybytes()
