@@ -18,7 +18,7 @@ from spark_queue.broker.discovery import STALE_FLOOR_SECONDS
 from spark_queue.errors import BrokerRequestError, PartitionedQueueError
 from spark_queue.model.assignment import partition_owner
 from spark_queue.model.partition_turns import PUBLISH_ROUNDS
-from spark_queue.model.partitions import partition_of
+from spark_queue.model.partitions import key_partition, partition_of
 from spark_queue.rules import identity_holds
 from tests.brokers import BrokerProcess, wait_until
 
@@ -57,9 +57,15 @@ def test_each_partition_s_calls_go_to_its_broker_and_a_plain_queue_to_the_first(
         QueueTable(path, broker="off").declare(queue, partitions=PARTITIONS)
         table = QueueTable(path)
         wait_until(lambda: len(table.router.live()) == 2, what="both brokers seen")
-        # One-message publishes: sticky, PUBLISH_ROUNDS on a partition, then the next.
+        # One-message publishes of keys that reach every partition, each key's to its
+        # partition's broker.
+        keys = [
+            next(f"k{n}" for n in range(1000) if key_partition(f"k{n}", PARTITIONS) == k)
+            for k in range(PARTITIONS)
+        ]
         sent = PARTITIONS * PUBLISH_ROUNDS
-        seqs = [table.publish(queue, [f"m{i}"]).seqs[0] for i in range(sent)]
+        rows = [{"body": f"m{i}", "key": keys[i % PARTITIONS]} for i in range(sent)]
+        seqs = [table.publish(queue, [row]).seqs[0] for row in rows]
         counts = Counter(partition_of(seqs).tolist())
         assert counts == dict.fromkeys(range(PARTITIONS), PUBLISH_ROUNDS)
         leased = table.lease(queue, "w", max_messages=100)  # asks each partition once
@@ -74,6 +80,14 @@ def test_each_partition_s_calls_go_to_its_broker_and_a_plain_queue_to_the_first(
             # and an ack of each partition's seqs
             assert status["served"] == (PUBLISH_ROUNDS + 2) * len(mine)
         assert all(table.stats(queue)[n] == 0 for n in ("ready", "leased"))
+        # Rows without a key go, whole, to one broker (the owner of the client's turn),
+        # which places them by its own turn.
+        before = {b.id: b.status()["served"] for b in (first, second)}
+        for i in range(sent):  # routed by partition, they would reach both brokers
+            table.publish(queue, [f"free{i}"])
+        grown = sorted(b.status()["served"] - before[b.id] for b in (first, second))
+        assert grown == [0, sent]
+        assert table.stats(queue)["ready"] == sent
         # A queue without partitions goes to the first broker started, as with one broker.
         before = {b.id: b.status()["served"] for b in (first, second)}
         table.publish("plain", ["x"])

@@ -3,9 +3,10 @@ each partition's share of a call goes to the broker that serves the partition
 (:func:`~spark_queue.model.assignment.partition_owner` over the live brokers' ids;
 docs/BROKER.md "Several brokers").
 
-- ``publish``: the rows routed by the partitioner (keys, the producer, the sticky turn) as
-  here, then each partition's share to its broker, named as the request's partition; the
-  shares at once, their answers put together as one.
+- ``publish``: the rows routed by the partitioner (keys, the producer) as here, then each
+  partition's share to its broker, named as the request's partition; the shares at once,
+  their answers put together as one. Rows without a key or a producer go, all of them, to
+  the broker of the client's sticky turn, which places them by its own turn.
 - ``lease``: the partitions in turn from the client's lease turn, as here (it stays on a
   partition while that fills the leases, a partition's commits being its broker's alone),
   each asked of its broker for what the ones before left.
@@ -155,6 +156,12 @@ def _publish(table: Any, queue: str, count: int, bound: BoundArguments, share: S
     if not rows.num_rows or queue_arguments.get("partitions", count) != count:
         return NOT_SPREAD  # nothing to route; a count to declare or refuse
     targets, turn = table.partitioned.targets(queue, rows, count, given.get("producer"))
+    if turn is not None and _keyless(rows):
+        # Rows free to go to any partition: all to one broker, the owner of the client's
+        # turn (so clients spread over the brokers), which places them by its own turn, as
+        # one broker does every client's. Routed here by partition, the calls of many small
+        # clients would spread over every partition, a round of a few a commit.
+        return share(turn % count, False)(bound)
     positions, calls = [], []
     for partition in np.unique(targets).tolist():
         at = np.flatnonzero(targets == partition)
@@ -163,6 +170,10 @@ def _publish(table: Any, queue: str, count: int, bound: BoundArguments, share: S
     shares = list(zip(positions, _at_once(calls), strict=True))
     table.partitioned.took_turn(queue, turn, count, targets, shares)
     return merged_outcome(queue, rows.num_rows, shares)
+
+
+def _keyless(rows: pa.Table) -> bool:
+    return "key" not in rows.column_names or rows["key"].null_count == rows.num_rows
 
 
 def _lease(table: Any, queue: str, count: int, bound: BoundArguments, share: Share) -> Any:
