@@ -68,6 +68,7 @@ from spark_queue.storage.files import (
     write_file,
 )
 from spark_queue.storage.location import OBJECT_STORE_SCHEMES, Location
+from spark_queue.storage.log_checkpoint import checkpoint_from_copy
 from spark_queue.storage.row_cache import held_rows
 from spark_queue.storage.store import QueueStore, Snapshot
 
@@ -408,8 +409,12 @@ def checkpoint_at(store: QueueStore, version: int) -> None:
     apart would read the log since the last checkpoint once more. Never raises: the commit
     has happened."""
     try:
-        table = store.table_at(version, or_later=True)
-        checkpoint(store.location, table.version(), table)
+        configuration = checkpoint_from_copy(store.location, version)
+        if configuration is None:
+            table = store.table_at(version, or_later=True)
+            checkpoint(store.location, table.version(), table)
+        else:
+            clean_up_log(store.location, configuration)
     except InvalidOptionError as error:  # a bad retention property: raised after the write
         log.warning(
             "log cleanup of %s skipped (the checkpoint was written): %s", store.location, error
@@ -440,11 +445,24 @@ def checkpoint(
 
     ``table``: a DeltaTable of ``location`` already at ``version``, else one is opened.
     delta-rs replays the log afresh for the checkpoint whatever table it is given; one in
-    hand spares reading it once more."""
+    hand spares reading it once more. Without one, a ``version`` on an object store is
+    checkpointed from a copy of its log (:func:`checkpoint_from_copy`), each file read
+    once."""
+    if table is None and version is not None:
+        configuration = checkpoint_from_copy(location, version)
+        if configuration is not None:
+            clean_up_log(location, configuration)
+            return version
     if table is None:
         table = location.delta_table(version)
     table.create_checkpoint()
-    configuration = table.metadata().configuration
+    clean_up_log(location, table.metadata().configuration)
+    return table.version()
+
+
+def clean_up_log(location: Location, configuration: dict[str, str]) -> None:
+    """:func:`cleanup_log` by the table's log retention in time and in versions, unless
+    ``delta.enableExpiredLogCleanup`` is false."""
     if configuration.get("delta.enableExpiredLogCleanup", "true").lower() != "false":
         cleanup_log(
             location,
@@ -455,7 +473,6 @@ def checkpoint(
             ),
             max_versions=log_retention_versions(configuration),
         )
-    return table.version()
 
 
 def cleanup_log(
