@@ -311,6 +311,32 @@ def test_the_upkeep_reads_each_log_entry_once_in_its_life(
     assert stats["added"] == stats["ready"] and identity_holds(stats)
 
 
+@pytest.mark.parametrize("case", ["multi-part", "entry-gone"])
+def test_a_checkpoint_a_copy_of_the_log_cannot_build_writes_nothing(
+    s3_table: str, s3_options: dict[str, str], case: str
+) -> None:
+    """Where the last checkpoint is in parts (delta-spark's) or an entry after it is gone,
+    the copy writes nothing and says so: the upkeep then lets delta-rs read the store."""
+    import obstore
+
+    from spark_queue.storage.log_checkpoint import LAST_CHECKPOINT, checkpoint_from_copy
+
+    table = QueueTable(s3_table, storage_options=s3_options, broker="off")
+    table.declare("q")
+    for body in ["a", "b", "c"]:
+        table.publish("q", [body])
+    location = Location.of(s3_table, s3_options)
+    store = location.object_store()
+    version = DeltaTable(s3_table, storage_options=s3_options).version()
+    if case == "multi-part":
+        obstore.put(store, LAST_CHECKPOINT, b'{"version": 1, "size": 4, "parts": 2}')
+    else:
+        obstore.delete(store, f"_delta_log/{version - 1:020d}.json")
+    before = sorted(o["path"] for o in obstore.list(store, "_delta_log/").collect())
+    assert checkpoint_from_copy(location, version) is None
+    assert sorted(o["path"] for o in obstore.list(store, "_delta_log/").collect()) == before
+
+
 @pytest.mark.parametrize("existing", [True, False], ids=["a-table", "a-new-path"])
 def test_the_storage_check_leaves_nothing_on_a_local_disk(tmp_path: Path, existing: bool) -> None:
     """``check-storage`` deletes its scratch table, folders and all: next to a table, and
