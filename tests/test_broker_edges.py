@@ -411,7 +411,7 @@ def test_failed_logins_are_logged_without_the_token_and_counted(token_broker):
     assert broker.status()["unauthenticated"] == 2
     assert version(path) == before
     log = broker.log_path.read_text()
-    assert "refused a publish call from ipv4:127.0.0.1:" in log
+    assert "refused a stream call from ipv4:127.0.0.1:" in log  # the publish's stream
     assert "refused a stats call from ipv4:127.0.0.1:" in log and "a wrong proof" in log
     assert TOKEN not in log
 

@@ -1,12 +1,14 @@
 """Streams of calls to a broker (``spark_queue.broker.streams``): each client thread's calls
 on one Flight stream of its own, with real broker processes on real tables; a broker that
 stops with streams open and one that serves no streams keep their calls exact; a broker
-with a token takes each call on a stream only with its own proof."""
+with a token opens a stream only with its own proof, and takes each call on it only with the
+call's own."""
 
 from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -17,7 +19,7 @@ from spark_queue.broker import sessions, streams
 from spark_queue.broker.auth import new_nonce, token_key
 from spark_queue.broker.client import wire_request
 from spark_queue.broker.sessions import HELLO_ACTION, ClientSession, hello_body
-from spark_queue.broker.wire import decode_error, decode_result
+from spark_queue.broker.wire import TOKEN_HEADER, decode_error, decode_result
 from spark_queue.errors import BrokerAuthenticationError
 from spark_queue.rules import identity_holds
 from tests.brokers import BrokerProcess, wait_until
@@ -98,6 +100,11 @@ def open_session(client: flight.FlightClient, address: str) -> ClientSession:
     return session
 
 
+def opening_of(session: ClientSession) -> Callable[[], list[tuple[bytes, bytes]]]:
+    """A stream's opening headers: its own proof in ``session``."""
+    return lambda: [(TOKEN_HEADER.encode(), session.header(streams.STREAM_OPENING, b"").encode())]
+
+
 def seqs(answer: pa.Buffer) -> list[int]:
     """The sequence numbers a publish's answer gives."""
     return decode_result("publish", answer.to_pybytes()).result.seqs
@@ -150,7 +157,7 @@ def test_a_call_on_a_stream_with_a_bad_proof_is_refused_alone(tmp_path, proof, w
     ) as broker:
         client = flight.FlightClient(f"grpc://{broker.address}")
         session = open_session(client, broker.address)
-        calls = streams.CallStreams(client, 120.0)
+        calls = streams.CallStreams(client, 120.0, opening_of(session))
         bad = publish_request(path, "bad")
         with pytest.raises(flight.FlightUnauthenticatedError, match="fresh proof"):
             calls.call("publish", proof(session, path), bad)
@@ -174,7 +181,7 @@ def test_a_proof_used_once_is_refused_on_the_same_stream(tmp_path):
     with BrokerProcess(path, log_path=tmp_path / "broker.log", env=env, token=TOKEN) as broker:
         client = flight.FlightClient(f"grpc://{broker.address}")
         session = open_session(client, broker.address)
-        calls = streams.CallStreams(client, 120.0)
+        calls = streams.CallStreams(client, 120.0, opening_of(session))
         once = publish_request(path, "once")
         header = session.header("publish", once)
         assert seqs(calls.call("publish", header, once)) == [0]
@@ -191,9 +198,10 @@ def test_a_proof_used_once_is_refused_on_the_same_stream(tmp_path):
     assert bodies == [b"once", b"after"]
 
 
-def test_calls_on_a_stream_without_proofs_are_each_refused_by_a_broker_with_a_token(tmp_path):
-    """A stream's opening proves nothing: each call on it without a proof is refused,
-    nothing done; a client without the token is told so."""
+def test_a_stream_without_a_proof_of_its_own_is_refused_by_a_broker_with_a_token(tmp_path):
+    """A stream opens with a proof of its own, so that no peer without the token holds a
+    broker thread: one without is refused before a call is read, nothing done; a client
+    without the token is told so."""
     path = str(tmp_path / "queues")
     QueueTable(path, broker="off").declare("jobs")
     before = QueueTable(path, broker="off").store.open().version()
@@ -209,7 +217,7 @@ def test_calls_on_a_stream_without_proofs_are_each_refused_by_a_broker_with_a_to
             no_token.stats("jobs")
         status = broker.status()
         assert (status["served"], status["unauthenticated"]) == (0, 3)
-        assert status["streams_opened"] == 2
+        assert (status["streams_opened"], status["streams_open"]) == (0, 0)
         assert broker.stop() == 0
     assert broker.output().count("no proof") == 3
     assert QueueTable(path, broker="off").store.open().version() == before

@@ -46,7 +46,7 @@ from spark_queue.broker.auth import check_token, new_nonce, token_key
 from spark_queue.broker.discovery import BrokerRecord, is_loopback, live_brokers
 from spark_queue.broker.sessions import HELLO_ACTION, ClientSession, hello_body, open_session
 from spark_queue.broker.spread import NOT_SPREAD, SPREAD_METHODS, spread_call
-from spark_queue.broker.streams import CallStreams, StreamsNotServed
+from spark_queue.broker.streams import STREAM_OPENING, CallStreams, StreamsNotServed
 from spark_queue.broker.wire import (
     BODIES,
     ROUTED_METHODS,
@@ -185,7 +185,7 @@ class BrokerClient:
         self._session: ClientSession | None = None  # with a token: once the broker proved it
         # Each thread's calls but publish's uploads go on a stream of its own, each with its
         # proof where the broker has a token.
-        self._streams = CallStreams(self._client, CALL_TIMEOUT_SECONDS)
+        self._streams = CallStreams(self._client, CALL_TIMEOUT_SECONDS, self._stream_opening)
 
     def __repr__(self) -> str:
         return f"BrokerClient({self.address!r}, {self.table!r})"
@@ -215,6 +215,17 @@ class BrokerClient:
             timeout=CALL_TIMEOUT_SECONDS, headers=[(TOKEN_HEADER.encode(), header.encode())]
         )
         return options, session, header
+
+    def _stream_opening(self) -> list[tuple[bytes, bytes]]:
+        """The headers a stream of calls opens with: its own proof (:data:`STREAM_OPENING`)
+        where the broker has a token, in the session of the call that opens it."""
+        if self._key is None:
+            return []
+        with self._lock:
+            if self._session is None:
+                self._session = self._hello(self._key)
+            session = self._session
+        return [(TOKEN_HEADER.encode(), session.header(STREAM_OPENING, b"").encode())]
 
     def _hello(self, key: bytes) -> ClientSession:
         """A session with the broker at this address, once it proved it holds the token.

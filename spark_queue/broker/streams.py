@@ -24,11 +24,13 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 
 CALLS_COMMAND = b"calls"  # the DoExchange descriptor's command of a stream of calls
+STREAM_OPENING = "stream"  # what a stream's own proof is for, with an empty body
 ANSWERED, REFUSED, UNPROVEN = 0, 1, 2  # an answer frame's first byte
 
 
@@ -84,8 +86,15 @@ class CallStreams:
     """The streams of calls of one :class:`~spark_queue.broker.client.BrokerClient`'s
     Flight client, one per thread that calls. Thread-safe (each thread its own stream)."""
 
-    def __init__(self, client: Any, call_timeout: float) -> None:
+    def __init__(
+        self,
+        client: Any,
+        call_timeout: float,
+        opening: Callable[[], list[tuple[bytes, bytes]]] | None = None,
+    ) -> None:
         self._client = client
+        # The headers a stream opens with: its own proof where the broker has a token.
+        self._opening = opening
         # A stream lives twice a call's timeout at most (its gRPC deadline): a call that
         # hangs at the broker ends with it, as an RPC ends at its timeout. A stream older
         # than one timeout is given no other call (a new one opens), so each call has its
@@ -159,7 +168,8 @@ class CallStreams:
     def _open(self) -> _Stream:
         import pyarrow.flight as flight
 
-        options = flight.FlightCallOptions(timeout=2 * self._call_timeout)
+        headers = self._opening() if self._opening is not None else []
+        options = flight.FlightCallOptions(timeout=2 * self._call_timeout, headers=headers)
         writer, reader = self._client.do_exchange(
             flight.FlightDescriptor.for_command(CALLS_COMMAND), options
         )

@@ -55,7 +55,7 @@ from spark_queue.broker.sessions import (
     HelloRefused,
     MalformedHello,
 )
-from spark_queue.broker.streams import CALLS_COMMAND
+from spark_queue.broker.streams import CALLS_COMMAND, STREAM_OPENING
 from spark_queue.broker.wire import (
     BODIES,
     MAX_STATUS_MESSAGE_BYTES,
@@ -268,7 +268,10 @@ class QueueBroker(flight.FlightServerBase):
     ) -> None:
         if descriptor.command != CALLS_COMMAND:
             raise _unserved("DoExchange")
-        self._count("streams_opened")  # proving nothing: each call carries its own proof
+        # Its own proof, so that no peer without the token holds one of the broker's threads;
+        # it proves nothing for the calls, each of which carries its own.
+        self._authenticate(context, STREAM_OPENING, b"")
+        self._count("streams_opened")
         self._count("streams_open")
         try:
             check = functools.partial(self._check_proof, context)
