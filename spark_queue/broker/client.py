@@ -206,10 +206,7 @@ class BrokerClient:
 
         if self._key is None:
             return self._bare, None, None
-        with self._lock:
-            if self._session is None or self._session is stale:
-                self._session = self._hello(self._key)
-            session = self._session
+        session = self._session_with(self._key, stale)
         header = session.header(method, body)
         options = flight.FlightCallOptions(
             timeout=CALL_TIMEOUT_SECONDS, headers=[(TOKEN_HEADER.encode(), header.encode())]
@@ -221,11 +218,16 @@ class BrokerClient:
         where the broker has a token, in the session of the call that opens it."""
         if self._key is None:
             return []
-        with self._lock:
-            if self._session is None:
-                self._session = self._hello(self._key)
-            session = self._session
+        session = self._session_with(self._key)
         return [(TOKEN_HEADER.encode(), session.header(STREAM_OPENING, b"").encode())]
+
+    def _session_with(self, key: bytes, stale: ClientSession | None = None) -> ClientSession:
+        """The session open with the broker, opened first where there is none, or where it
+        is ``stale`` (the broker at the address refused a call of it)."""
+        with self._lock:
+            if self._session is None or self._session is stale:
+                self._session = self._hello(key)
+            return self._session
 
     def _hello(self, key: bytes) -> ClientSession:
         """A session with the broker at this address, once it proved it holds the token.

@@ -15,8 +15,9 @@ token), a newline and its request (:func:`~spark_queue.broker.wire.encode_reques
 answer a byte, :data:`ANSWERED` then the encoded result, :data:`REFUSED` then the error's
 payload (:func:`~spark_queue.broker.wire.encode_error`; empty where nothing was done and the
 client is to commit directly), or :data:`UNPROVEN` then the one line of a call refused for
-its proof (nothing done). A stream's opening proves nothing: the broker checks each call's
-proof before it parses its request.
+its proof (nothing done). With a token, a stream opens with a proof of its own
+(:data:`STREAM_OPENING`, in its ``authorization`` header), which covers none of its calls:
+the broker checks each call's proof before it parses its request.
 """
 
 from __future__ import annotations

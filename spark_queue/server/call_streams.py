@@ -1,7 +1,7 @@
 """A broker's side of the streams of calls (:mod:`spark_queue.broker.streams`): a client
 thread's calls, one message each way on a ``DoExchange`` stream, each served as the same
 call by ``do_action`` is, in turn, until the client ends the stream; with a token, each
-only once its own proof holds (the stream's opening proves nothing).
+only once its own proof holds (the stream's opening proof covers none of them).
 
 A stream holds one of Flight's handler threads while it is open, idle or not; a broker
 that stops refuses the calls that come after (nothing done: their clients commit directly)
