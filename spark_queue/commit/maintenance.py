@@ -409,12 +409,9 @@ def checkpoint_at(store: QueueStore, version: int) -> None:
     apart would read the log since the last checkpoint once more. Never raises: the commit
     has happened."""
     try:
-        configuration = checkpoint_from_copy(store.location, version)
-        if configuration is None:
+        if not checkpointed_from_copy(store.location, version):
             table = store.table_at(version, or_later=True)
             checkpoint(store.location, table.version(), table)
-        else:
-            clean_up_log(store.location, configuration)
     except InvalidOptionError as error:  # a bad retention property: raised after the write
         log.warning(
             "log cleanup of %s skipped (the checkpoint was written): %s", store.location, error
@@ -448,19 +445,26 @@ def checkpoint(
     hand spares reading it once more. Without one, a ``version`` on an object store is
     checkpointed from a copy of its log (:func:`checkpoint_from_copy`), each file read
     once."""
-    if table is None and version is not None:
-        configuration = checkpoint_from_copy(location, version)
-        if configuration is not None:
-            clean_up_log(location, configuration)
-            return version
+    if table is None and version is not None and checkpointed_from_copy(location, version):
+        return version
     if table is None:
         table = location.delta_table(version)
     table.create_checkpoint()
-    clean_up_log(location, table.metadata().configuration)
+    clean_up_by_retention(location, table.metadata().configuration)
     return table.version()
 
 
-def clean_up_log(location: Location, configuration: dict[str, str]) -> None:
+def checkpointed_from_copy(location: Location, version: int) -> bool:
+    """:func:`checkpoint_from_copy` of ``version``, then the log cleaned up as after any
+    checkpoint; False, with nothing done, where the copy cannot build it."""
+    configuration = checkpoint_from_copy(location, version)
+    if configuration is None:
+        return False
+    clean_up_by_retention(location, configuration)
+    return True
+
+
+def clean_up_by_retention(location: Location, configuration: dict[str, str]) -> None:
     """:func:`cleanup_log` by the table's log retention in time and in versions, unless
     ``delta.enableExpiredLogCleanup`` is false."""
     if configuration.get("delta.enableExpiredLogCleanup", "true").lower() != "false":

@@ -18,7 +18,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from spark_queue.storage.delta_log import LOG_FOLDER, ObjectEntries, entry_store
+from spark_queue.storage.delta_log import LOG_FOLDER, ObjectEntries, entry_name, entry_store
 from spark_queue.storage.location import Location
 
 LAST_CHECKPOINT = f"{LOG_FOLDER}/_last_checkpoint"
@@ -65,7 +65,7 @@ def checkpoint_from_copy(location: Location, version: int) -> dict[str, str] | N
             Path(folder, base).write_bytes(bytes(obstore.get(store, base).bytes()))
             Path(folder, LAST_CHECKPOINT).write_text(json.dumps(last))
         for number, data in enumerate(found, start + 1):
-            Path(folder, f"{LOG_FOLDER}/{number:020d}.json").write_bytes(data or b"")
+            Path(folder, entry_name(number)).write_bytes(data or b"")
         table = DeltaTable(folder, version=version)
         table.create_checkpoint()
         written = checkpoint_name(version)
