@@ -105,6 +105,21 @@ def opening_of(session: ClientSession) -> Callable[[], list[tuple[bytes, bytes]]
     return lambda: [(TOKEN_HEADER.encode(), session.header(streams.STREAM_OPENING, b"").encode())]
 
 
+def proven_streams(broker: BrokerProcess) -> tuple[ClientSession, streams.CallStreams]:
+    """A session with ``broker`` (which has the token) and streams that open with proofs."""
+    client = flight.FlightClient(f"grpc://{broker.address}")
+    session = open_session(client, broker.address)
+    return session, streams.CallStreams(client, 120.0, opening_of(session))
+
+
+def publish_proven(
+    calls: streams.CallStreams, session: ClientSession, path: str, body: str
+) -> list[int]:
+    """The seqs of a one-message publish sent on ``calls`` with a fresh proof."""
+    request = publish_request(path, body)
+    return seqs(calls.call("publish", session.header("publish", request), request))
+
+
 def seqs(answer: pa.Buffer) -> list[int]:
     """The sequence numbers a publish's answer gives."""
     return decode_result("publish", answer.to_pybytes()).result.seqs
@@ -155,16 +170,12 @@ def test_a_call_on_a_stream_with_a_bad_proof_is_refused_alone(tmp_path, proof, w
     with BrokerProcess(
         path, *flags, log_path=tmp_path / "broker.log", env=env, token=TOKEN
     ) as broker:
-        client = flight.FlightClient(f"grpc://{broker.address}")
-        session = open_session(client, broker.address)
-        calls = streams.CallStreams(client, 120.0, opening_of(session))
+        session, calls = proven_streams(broker)
         bad = publish_request(path, "bad")
         with pytest.raises(flight.FlightUnauthenticatedError, match="fresh proof"):
             calls.call("publish", proof(session, path), bad)
         assert QueueTable(path, broker="off").store.open().version() == before
-        good = publish_request(path, "good")
-        answer = calls.call("publish", session.header("publish", good), good)
-        assert seqs(answer) == [0]
+        assert publish_proven(calls, session, path, "good") == [0]
         status = broker.status()
         assert (status["served"], status["unauthenticated"], status["streams_opened"]) == (1, 1, 1)
         assert broker.stop() == 0
@@ -179,17 +190,13 @@ def test_a_proof_used_once_is_refused_on_the_same_stream(tmp_path):
     path = str(tmp_path / "queues")
     env = {"SPARK_QUEUE_BROKER_TOKEN": TOKEN}
     with BrokerProcess(path, log_path=tmp_path / "broker.log", env=env, token=TOKEN) as broker:
-        client = flight.FlightClient(f"grpc://{broker.address}")
-        session = open_session(client, broker.address)
-        calls = streams.CallStreams(client, 120.0, opening_of(session))
+        session, calls = proven_streams(broker)
         once = publish_request(path, "once")
         header = session.header("publish", once)
         assert seqs(calls.call("publish", header, once)) == [0]
         with pytest.raises(flight.FlightUnauthenticatedError, match="fresh proof"):
             calls.call("publish", header, once)
-        after = publish_request(path, "after")
-        answer = calls.call("publish", session.header("publish", after), after)
-        assert seqs(answer) == [1]
+        assert publish_proven(calls, session, path, "after") == [1]
         status = broker.status()
         assert (status["served"], status["unauthenticated"], status["streams_opened"]) == (2, 1, 1)
         assert broker.stop() == 0
