@@ -19,7 +19,7 @@ from spark_queue.broker import sessions, streams
 from spark_queue.broker.auth import new_nonce, token_key
 from spark_queue.broker.client import wire_request
 from spark_queue.broker.sessions import HELLO_ACTION, ClientSession, hello_body
-from spark_queue.broker.wire import TOKEN_HEADER, decode_error, decode_result
+from spark_queue.broker.wire import OPENING_HEADER, decode_error, decode_result
 from spark_queue.errors import BrokerAuthenticationError
 from spark_queue.rules import identity_holds
 from tests.brokers import BrokerProcess, wait_until
@@ -102,7 +102,7 @@ def open_session(client: flight.FlightClient, address: str) -> ClientSession:
 
 def opening_of(session: ClientSession) -> Callable[[], list[tuple[bytes, bytes]]]:
     """A stream's opening headers: its own proof in ``session``."""
-    return lambda: [(TOKEN_HEADER.encode(), session.header(streams.STREAM_OPENING, b"").encode())]
+    return lambda: [(OPENING_HEADER.encode(), session.header(streams.STREAM_OPENING, b"").encode())]
 
 
 def proven_streams(broker: BrokerProcess) -> tuple[ClientSession, streams.CallStreams]:
