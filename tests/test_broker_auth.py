@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -416,3 +417,35 @@ def test_an_upload_is_taken_with_the_proof_of_its_opening_and_that_of_its_reques
     assert "refused a publish call from ipv4:127.0.0.1:" in log and "a wrong proof" in log
     bodies = QueueTable(path, broker="off").peek("jobs")["body"].to_pylist()
     assert bodies == [large.encode(), b"small"]
+
+
+def test_a_client_whose_broker_restarted_opens_a_new_session_when_its_opening_is_refused(
+    tmp_path,
+):
+    """A broker that restarts at the same address has a new id: a client's session with the
+    one before makes opening proofs it refuses as the upload or the stream starts. The
+    client opens a new session and sends the call again, once: each call is taken once."""
+    path = str(tmp_path / "queues")
+    listen = f"127.0.0.1:{free_port()}"
+    large = "x" * (INLINE_BODY_CHARS + 1)
+    uploader = QueueTable(path, broker=listen, broker_token=TOKEN)
+    streamer = QueueTable(path, broker=listen, broker_token=TOKEN)
+    for name in ("first", "second"):
+        with BrokerProcess(
+            path, "--listen", listen, log_path=tmp_path / f"{name}.log", env=ENV, token=TOKEN
+        ) as broker:
+            assert len(uploader.publish("jobs", [large]).seqs) == 1
+            # From a thread of its own: a stream the client opens, not one the broker before
+            # ended.
+            with ThreadPoolExecutor(1) as thread:
+                assert len(thread.submit(streamer.publish, "jobs", [name]).result().seqs) == 1
+            status = broker.status()
+            refused = 0 if name == "first" else 2
+            assert (status["served"], status["unauthenticated"]) == (2, refused)
+            assert broker.stop() == 0
+    log = broker.output()
+    assert "refused a put call from an unnamed peer" in log
+    assert "refused a stream call from an unnamed peer" in log
+    assert log.count("a wrong proof") == 2
+    bodies = QueueTable(path, broker="off").peek("jobs")["body"].to_pylist()
+    assert sorted(bodies) == sorted([large.encode(), b"first", large.encode(), b"second"])
