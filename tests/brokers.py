@@ -12,7 +12,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pyarrow.flight as flight
+
+from spark_queue.broker.auth import new_nonce, token_key
 from spark_queue.broker.client import BrokerClient
+from spark_queue.broker.sessions import HELLO_ACTION, ClientSession, hello_body, open_session
 
 START_TIMEOUT = 60.0
 
@@ -143,3 +147,16 @@ def wait_until(condition: Callable[[], bool], timeout: float = 120.0, what: str 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what or condition}")
         time.sleep(0.02)
+
+
+def session_with(address: str, token: str) -> ClientSession:
+    """A session with the broker at ``address``, which holds ``token``, opened by a hello as
+    a client opens one: its proofs for calls made by hand."""
+    client = flight.FlightClient(f"grpc://{address}")
+    nonce = new_nonce()
+    hello = flight.Action(HELLO_ACTION, hello_body(nonce, address))
+    answer = next(iter(client.do_action(hello))).body.to_pybytes()
+    client.close()
+    session = open_session(token_key(token), address, nonce, answer, None)
+    assert session is not None
+    return session

@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from spark_queue.broker.wire import PROTOCOL
+from spark_queue.broker.wire import OPENING_HEADER, PROTOCOL
 
 AUTHORIZATION = "authorization"
 
@@ -60,7 +60,12 @@ def _headers(context: flight.ServerCallContext) -> dict[str, list[str]]:
 
 
 def _options(headers: dict[str, list[str]]) -> flight.FlightCallOptions:
-    carried = [(AUTHORIZATION.encode(), v.encode()) for v in headers.get(AUTHORIZATION, [])]
+    """Call options carrying the proofs among ``headers`` as they came."""
+    carried = [
+        (name.encode(), value.encode())
+        for name in (AUTHORIZATION, OPENING_HEADER)
+        for value in headers.get(name, [])
+    ]
     return flight.FlightCallOptions(headers=carried, timeout=30)
 
 

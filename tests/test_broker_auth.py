@@ -1,7 +1,8 @@
 """How a queue broker with a token and its clients authenticate each other, attacked by
 processes without the token (docs/BROKER.md "Security"): an impostor that relays a client's
-hello to the real broker, and a replay of captured proofs. Real broker processes, real
-attacker processes (``tests/impostor.py``), real clients."""
+hello to the real broker, a replay of captured proofs, and peers that open uploads and
+streams without a proof of their opening. Real broker processes, real attacker processes
+(``tests/impostor.py``), real clients (Flight's, and raw gRPC calls that send no message)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,31 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
+import grpc
+import pyarrow as pa
+import pyarrow.flight as flight
 import pytest
 
 from spark_queue import QueueTable
+from spark_queue.broker.client import wire_request
+from spark_queue.broker.sessions import ClientSession
+from spark_queue.broker.streams import STREAM_OPENING
+from spark_queue.broker.wire import (
+    INLINE_BODY_CHARS,
+    OPENING_HEADER,
+    PUT_OPENING,
+    TOKEN_HEADER,
+    inline_bodies,
+)
 from spark_queue.errors import BrokerAuthenticationError
-from tests.brokers import BrokerProcess, Impostor
+from tests.brokers import BrokerProcess, Impostor, session_with
 from tests.test_broker import free_port
 
 TOKEN = "auth-token-9c4e1a7b55d2"
@@ -237,3 +254,198 @@ def test_a_session_takes_each_counter_once_in_any_order_within_its_window(seed):
             taken.add(counter)
             highest = max(highest, counter)
     assert len(taken) > 1000 and too_far > 10  # both sides of the window were tried
+
+
+FLIGHT_SERVICE = "/arrow.flight.protocol.FlightService/"
+OPENINGS = {"DoPut": PUT_OPENING, "DoExchange": STREAM_OPENING}
+# A silent call's gRPC deadline: a broker that waits for its first message answers it
+# only then (DEADLINE_EXCEEDED), where a refusal as it starts comes within a second or two.
+SILENT_DEADLINE_SECONDS = 6.0
+
+
+@contextlib.contextmanager
+def silent_call(address: str, method: str, proof: str | None) -> Iterator[Any]:
+    """A raw gRPC call of Flight's ``method`` at ``address``, opened with ``proof`` in its
+    opening header (None: none) and sending no message, as a peer that holds a broker
+    thread would: its answers (a gRPC future), cancelled on leaving."""
+    release = threading.Event()
+
+    def no_message() -> Iterator[bytes]:
+        release.wait()  # until the call is left: gRPC reads this in a thread of its own
+        yield from ()
+
+    channel = grpc.insecure_channel(address)
+    metadata = [] if proof is None else [(OPENING_HEADER, proof)]
+    answers = channel.stream_stream(FLIGHT_SERVICE + method)(
+        no_message(), metadata=metadata, timeout=SILENT_DEADLINE_SECONDS
+    )
+    try:
+        yield answers
+    finally:
+        answers.cancel()
+        release.set()
+        channel.close()
+
+
+def refused_as_it_starts(address: str, method: str, proof: str | None) -> float:
+    """Open a silent call with ``proof``; the seconds until the broker refused it as
+    unauthenticated."""
+    with silent_call(address, method, proof) as answers:
+        started = time.monotonic()
+        with pytest.raises(grpc.RpcError) as raised:
+            next(answers)
+        waited = time.monotonic() - started
+    assert raised.value.code() == grpc.StatusCode.UNAUTHENTICATED, raised.value
+    assert "fresh proof" in raised.value.details()
+    return waited
+
+
+def tampered(proof: str) -> str:
+    return proof[:-4] + ("0000" if not proof.endswith("0000") else "1111")
+
+
+@pytest.mark.parametrize("method", ["DoPut", "DoExchange"])
+def test_an_upload_or_a_stream_opened_without_a_fresh_proof_of_its_opening_is_refused_at_once(
+    tmp_path, method
+):
+    """A DoPut or a DoExchange holds a broker thread from its start, and Flight calls its
+    handler only once its first message arrives. Opened sending no message, with no proof of
+    its opening, a wrong one, one of the other opening, an expired one or one used before
+    (by a call that stays open unanswered: its proof held, the broker waits for its first
+    message), it is refused within two seconds, before its handler: nothing done, each
+    refusal logged and counted."""
+    path = str(tmp_path / "queues")
+    QueueTable(path, broker="off").declare("jobs")
+    before = version(path)
+    flags = ("--proof-lifetime", "3s")
+    with BrokerProcess(
+        path, *flags, log_path=tmp_path / "broker.log", env=ENV, token=TOKEN
+    ) as broker:
+        session = session_with(broker.address, TOKEN)
+        opening = OPENINGS[method]
+        (other,) = set(OPENINGS.values()) - {opening}
+        made, stale = time.monotonic(), session.header(opening, b"")
+        used = session.header(opening, b"")
+        with silent_call(broker.address, method, used) as taken:
+            time.sleep(0.5)
+            assert not taken.done()  # open, waiting for its first message
+        refusals = [
+            (None, "no proof"),
+            (tampered(session.header(opening, b"")), "a wrong proof"),
+            (session.header(other, b""), "a wrong proof"),
+            (used, "a replayed proof"),
+        ]
+        waited = [refused_as_it_starts(broker.address, method, p) for p, _ in refusals]
+        time.sleep(max(0.0, made + 3.5 - time.monotonic()))  # past its lifetime of 3 s
+        waited.append(refused_as_it_starts(broker.address, method, stale))
+        assert max(waited) < 2.0, waited
+        status = broker.status()
+        assert (status["unauthenticated"], status["served"], status["streams_opened"]) == (5, 0, 0)
+        assert broker.stop() == 0
+    assert version(path) == before
+    lines = [line for line in broker.output().splitlines() if "refused a" in line]
+    whys = [why for _, why in refusals] + ["an expired proof"]
+    assert len(lines) == len(whys)
+    for line, why in zip(lines, whys, strict=True):
+        assert f"refused a {opening} call from an unnamed peer" in line and why in line, line
+    assert TOKEN not in broker.output()
+
+
+def put(address: str, request: bytes, rows: pa.Table, headers: list[tuple[str, str]]) -> None:
+    """A publish's upload by ``do_put`` with ``headers``, sent whole; raises the broker's
+    refusal."""
+    client = flight.FlightClient(f"grpc://{address}")
+    sent = [(name.encode(), value.encode()) for name, value in headers]
+    options = flight.FlightCallOptions(headers=sent, timeout=30)
+    writer, answers = client.do_put(
+        flight.FlightDescriptor.for_command(request), rows.schema, options
+    )
+    try:
+        writer.write_table(rows)
+        writer.done_writing()
+        answers.read()
+    finally:
+        writer.close()  # raises the broker's error, where it sent one
+        client.close()
+
+
+def upload(session: ClientSession, path: str, body: str) -> tuple[bytes, pa.Table, str]:
+    """A publish of ``body``, too large to go inline: its request, its rows, and its
+    request's proof in ``session``."""
+    request, rows = wire_request(path, "publish", {"queue": "jobs", "rows": [body]})
+    assert rows is not None
+    return request, rows, session.header("publish", request)
+
+
+def test_an_upload_is_taken_with_the_proof_of_its_opening_and_that_of_its_request(tmp_path):
+    """A client with the token publishes rows too large to go inline (by do_put: its
+    opening's proof checked as it starts, its request's before a row is read) and one
+    message (on a stream). An upload with its request's proof alone is refused as it
+    starts; one with an opening proof and the proof of another request is refused before
+    its rows are read; a client without the token is told so: nothing of theirs stored."""
+    path = str(tmp_path / "queues")
+    large = "x" * (INLINE_BODY_CHARS + 1)
+    assert inline_bodies([large]) is None
+    with BrokerProcess(path, log_path=tmp_path / "broker.log", env=ENV, token=TOKEN) as broker:
+        table = QueueTable(path, broker=broker.address, broker_token=TOKEN)
+        assert table.publish("jobs", [large]).seqs == [0]
+        assert table.publish("jobs", ["small"]).seqs == [1]
+        status = broker.status()
+        assert (status["served"], status["unauthenticated"], status["streams_opened"]) == (2, 0, 1)
+        session = session_with(broker.address, TOKEN)
+        request, rows, proof = upload(session, path, "y" * (INLINE_BODY_CHARS + 1))
+        with pytest.raises(flight.FlightUnauthenticatedError, match="fresh proof"):
+            put(broker.address, request, rows, [(TOKEN_HEADER, proof)])
+        # (a request declares its rows' count and bytes, not their bodies)
+        _, _, other_proof = upload(session, path, "z" * (INLINE_BODY_CHARS + 2))
+        opening = session.header(PUT_OPENING, b"")
+        with pytest.raises(flight.FlightUnauthenticatedError, match="fresh proof"):
+            put(
+                broker.address,
+                request,
+                rows,
+                [(OPENING_HEADER, opening), (TOKEN_HEADER, other_proof)],
+            )
+        no_token = QueueTable(path, broker=broker.address, broker_token=None)
+        with pytest.raises(BrokerAuthenticationError, match="refused this client's token"):
+            no_token.publish("jobs", [large])
+        status = broker.status()
+        assert (status["served"], status["unauthenticated"]) == (2, 3)
+        assert broker.stop() == 0
+    log = broker.output()
+    assert log.count("refused a put call from an unnamed peer") == 2
+    assert "refused a publish call from ipv4:127.0.0.1:" in log and "a wrong proof" in log
+    bodies = QueueTable(path, broker="off").peek("jobs")["body"].to_pylist()
+    assert bodies == [large.encode(), b"small"]
+
+
+def test_a_client_whose_broker_restarted_opens_a_new_session_when_its_opening_is_refused(
+    tmp_path,
+):
+    """A broker that restarts at the same address has a new id: a client's session with the
+    one before makes opening proofs it refuses as the upload or the stream starts. The
+    client opens a new session and sends the call again, once: each call is taken once."""
+    path = str(tmp_path / "queues")
+    listen = f"127.0.0.1:{free_port()}"
+    large = "x" * (INLINE_BODY_CHARS + 1)
+    uploader = QueueTable(path, broker=listen, broker_token=TOKEN)
+    streamer = QueueTable(path, broker=listen, broker_token=TOKEN)
+    for name in ("first", "second"):
+        with BrokerProcess(
+            path, "--listen", listen, log_path=tmp_path / f"{name}.log", env=ENV, token=TOKEN
+        ) as broker:
+            assert len(uploader.publish("jobs", [large]).seqs) == 1
+            # From a thread of its own: a stream the client opens, not one the broker before
+            # ended.
+            with ThreadPoolExecutor(1) as thread:
+                assert len(thread.submit(streamer.publish, "jobs", [name]).result().seqs) == 1
+            status = broker.status()
+            refused = 0 if name == "first" else 2
+            assert (status["served"], status["unauthenticated"]) == (2, refused)
+            assert broker.stop() == 0
+    log = broker.output()
+    assert "refused a put call from an unnamed peer" in log
+    assert "refused a stream call from an unnamed peer" in log
+    assert log.count("a wrong proof") == 2
+    bodies = QueueTable(path, broker="off").peek("jobs")["body"].to_pylist()
+    assert sorted(bodies) == sorted([large.encode(), b"first", large.encode(), b"second"])

@@ -15,14 +15,13 @@ import pyarrow.flight as flight
 import pytest
 
 from spark_queue import QueueTable
-from spark_queue.broker import sessions, streams
-from spark_queue.broker.auth import new_nonce, token_key
+from spark_queue.broker import streams
 from spark_queue.broker.client import wire_request
-from spark_queue.broker.sessions import HELLO_ACTION, ClientSession, hello_body
-from spark_queue.broker.wire import TOKEN_HEADER, decode_error, decode_result
+from spark_queue.broker.sessions import ClientSession
+from spark_queue.broker.wire import OPENING_HEADER, decode_error, decode_result
 from spark_queue.errors import BrokerAuthenticationError
 from spark_queue.rules import identity_holds
-from tests.brokers import BrokerProcess, wait_until
+from tests.brokers import BrokerProcess, session_with, wait_until
 
 TOKEN = "tok-5b2e8c41d07f4a9e"
 
@@ -90,25 +89,15 @@ def test_a_broker_with_a_token_serves_calls_on_streams_each_with_its_proof(tmp_p
     assert QueueTable(path, broker="off").stats("jobs")["added"] == 3
 
 
-def open_session(client: flight.FlightClient, address: str) -> ClientSession:
-    """A session with the broker at ``address``, opened by a hello as a client opens one."""
-    nonce = new_nonce()
-    hello = flight.Action(HELLO_ACTION, hello_body(nonce, address))
-    answer = next(iter(client.do_action(hello))).body.to_pybytes()
-    session = sessions.open_session(token_key(TOKEN), address, nonce, answer, None)
-    assert session is not None
-    return session
-
-
 def opening_of(session: ClientSession) -> Callable[[], list[tuple[bytes, bytes]]]:
     """A stream's opening headers: its own proof in ``session``."""
-    return lambda: [(TOKEN_HEADER.encode(), session.header(streams.STREAM_OPENING, b"").encode())]
+    return lambda: [(OPENING_HEADER.encode(), session.header(streams.STREAM_OPENING, b"").encode())]
 
 
 def proven_streams(broker: BrokerProcess) -> tuple[ClientSession, streams.CallStreams]:
     """A session with ``broker`` (which has the token) and streams that open with proofs."""
     client = flight.FlightClient(f"grpc://{broker.address}")
-    session = open_session(client, broker.address)
+    session = session_with(broker.address, TOKEN)
     return session, streams.CallStreams(client, 120.0, opening_of(session))
 
 

@@ -49,6 +49,8 @@ from spark_queue.broker.spread import NOT_SPREAD, SPREAD_METHODS, spread_call
 from spark_queue.broker.streams import STREAM_OPENING, CallStreams, StreamsNotServed
 from spark_queue.broker.wire import (
     BODIES,
+    OPENING_HEADER,
+    PUT_OPENING,
     ROUTED_METHODS,
     STATUS_ACTION,
     TOKEN_HEADER,
@@ -191,12 +193,14 @@ class BrokerClient:
         return f"BrokerClient({self.address!r}, {self.table!r})"
 
     def _options(
-        self, method: str, body: bytes, stale: ClientSession | None = None
+        self, method: str, body: bytes, uploads: bool, stale: ClientSession | None = None
     ) -> tuple[Any, ClientSession | None, str | None]:
         """The options of one call of ``method`` carrying ``body``: with a token, its proof
-        in its headers, in the session open with the broker (opened first where there is
-        none, or where it is ``stale``: the broker at the address refused a call of it); that
-        session; and the proof (None: no token), which a call on a stream carries instead.
+        in its headers (and, where it ``uploads`` rows by ``do_put``, the proof of a put's
+        opening, which the broker checks as the call starts), in the session open with the
+        broker (opened first where there is none, or where it is ``stale``: the broker at
+        the address refused a call of it); that session; and the proof (None: no token),
+        which a call on a stream carries instead.
 
         Raises:
             BrokerAuthenticationError: the broker did not prove it holds the token.
@@ -208,9 +212,10 @@ class BrokerClient:
             return self._bare, None, None
         session = self._session_with(self._key, stale)
         header = session.header(method, body)
-        options = flight.FlightCallOptions(
-            timeout=CALL_TIMEOUT_SECONDS, headers=[(TOKEN_HEADER.encode(), header.encode())]
-        )
+        headers = [(TOKEN_HEADER.encode(), header.encode())]
+        if uploads:
+            headers.append(_opening(session, PUT_OPENING))
+        options = flight.FlightCallOptions(timeout=CALL_TIMEOUT_SECONDS, headers=headers)
         return options, session, header
 
     def _stream_opening(self) -> list[tuple[bytes, bytes]]:
@@ -218,8 +223,7 @@ class BrokerClient:
         where the broker has a token, in the session of the call that opens it."""
         if self._key is None:
             return []
-        session = self._session_with(self._key)
-        return [(TOKEN_HEADER.encode(), session.header(STREAM_OPENING, b"").encode())]
+        return [_opening(self._session_with(self._key), STREAM_OPENING)]
 
     def _session_with(self, key: bytes, stale: ClientSession | None = None) -> ClientSession:
         """The session open with the broker, opened first where there is none, or where it
@@ -268,8 +272,9 @@ class BrokerClient:
         """
         import pyarrow.flight as flight
 
+        uploads = rows is not None
         try:
-            options, session, proof = self._options(method, request)
+            options, session, proof = self._options(method, request, uploads)
             try:
                 body = self._send(method, request, rows, options, proof)
             except flight.FlightUnauthenticatedError:
@@ -278,7 +283,7 @@ class BrokerClient:
                 # Refused undone: the broker at the address may have restarted since it
                 # proved itself (it has a new id), or this session's clock drifted from
                 # its. Open a new session, once.
-                options, _, proof = self._options(method, request, stale=session)
+                options, _, proof = self._options(method, request, uploads, stale=session)
                 body = self._send(method, request, rows, options, proof)
         except flight.FlightUnauthenticatedError:
             raise BrokerAuthenticationError(
@@ -347,11 +352,16 @@ class BrokerClient:
         import pyarrow.flight as flight
 
         action = flight.Action(STATUS_ACTION, b"")
-        options, _, _ = self._options(STATUS_ACTION, b"")
+        options, _, _ = self._options(STATUS_ACTION, b"", uploads=False)
         status: dict[str, Any] = json.loads(
             next(iter(self._client.do_action(action, options))).body.to_pybytes()
         )
         return status
+
+
+def _opening(session: ClientSession, opening: str) -> tuple[bytes, bytes]:
+    """The header of a ``do_put``'s or a stream's own proof, for its ``opening`` (no body)."""
+    return OPENING_HEADER.encode(), session.header(opening, b"").encode()
 
 
 def _short(error: Exception) -> str:

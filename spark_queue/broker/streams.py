@@ -16,8 +16,9 @@ answer a byte, :data:`ANSWERED` then the encoded result, :data:`REFUSED` then th
 payload (:func:`~spark_queue.broker.wire.encode_error`; empty where nothing was done and the
 client is to commit directly), or :data:`UNPROVEN` then the one line of a call refused for
 its proof (nothing done). With a token, a stream opens with a proof of its own
-(:data:`STREAM_OPENING`, in its ``authorization`` header), which covers none of its calls:
-the broker checks each call's proof before it parses its request.
+(:data:`STREAM_OPENING`, in its :data:`~spark_queue.broker.wire.OPENING_HEADER` header),
+which the broker checks as the stream starts and which covers none of its calls: the broker
+checks each call's proof before it parses its request.
 """
 
 from __future__ import annotations

@@ -18,7 +18,10 @@ Arrow Flight (docs/BROKER.md "Wire format").
   ``{"result": ...}`` as JSON.
 - With a token, a client's first call is a hello and every other call carries its own
   proof of the token in its ``authorization`` header (:data:`TOKEN_HEADER`), both described
-  in :mod:`spark_queue.broker.sessions`.
+  in :mod:`spark_queue.broker.sessions`; a ``do_put`` and a stream of calls also open with
+  a proof of their own, for their opening (:data:`PUT_OPENING`, ``broker.streams``'s
+  ``STREAM_OPENING``) with no body, in :data:`OPENING_HEADER`, which the broker checks as
+  the call starts, before any message of it arrives.
 - An error raised by the table travels as a Flight error whose ``extra_info`` is
   ``{"error": <class name>, "message": <str(error)>, ...}``, so the client raises the same
   named class with the same message (cut to :data:`MAX_ERROR_BYTES`).
@@ -60,6 +63,13 @@ BODIES = "bodies"
 PARTITION_METHODS = ("publish", "lease")
 # The Flight header that carries a call's proof of the token (broker.sessions).
 TOKEN_HEADER = "authorization"
+# The Flight header that carries a do_put's or a stream's proof of its opening: checked as
+# the call starts, so that no peer without the token holds one of the broker's threads
+# waiting for the call's first message.
+OPENING_HEADER = "spark-queue-opening"
+# What a do_put's opening proof is for, with an empty body (its descriptor, publish's
+# request, carries a proof of its own in TOKEN_HEADER).
+PUT_OPENING = "put"
 # A ``do_action`` type that reports on the broker itself (id, table, requests served).
 STATUS_ACTION = "broker-status"
 # How the message of a request for another table starts: the client then commits directly

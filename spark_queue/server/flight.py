@@ -13,7 +13,9 @@ Threads: Flight's (gRPC's) handler threads run requests; the thread that called
 
 With a token, the broker proves it holds it to each client that dialed one of its own
 addresses, and takes each call only with a fresh proof of the token bound to that call
-(:mod:`spark_queue.broker.sessions`): the token never travels.
+(:mod:`spark_queue.broker.sessions`): the token never travels. A ``DoPut`` or a stream of
+calls opens only with a proof of its own, checked as the call starts
+(:mod:`spark_queue.server.call_openings`).
 """
 
 from __future__ import annotations
@@ -55,14 +57,13 @@ from spark_queue.broker.sessions import (
     HelloRefused,
     MalformedHello,
 )
-from spark_queue.broker.streams import CALLS_COMMAND, STREAM_OPENING
+from spark_queue.broker.streams import CALLS_COMMAND
 from spark_queue.broker.wire import (
     BODIES,
     MAX_STATUS_MESSAGE_BYTES,
     PROTOCOL,
     ROUTED_METHODS,
     STATUS_ACTION,
-    TOKEN_HEADER,
     checked_upload,
     decode_request,
     encode_error,
@@ -80,6 +81,7 @@ from spark_queue.errors import (
 )
 from spark_queue.model.partition_calls import one_partition
 from spark_queue.model.policies import Policies
+from spark_queue.server.call_openings import CredentialReader, unserved
 from spark_queue.server.call_streams import serve_calls
 from spark_queue.server.listening import (
     check_bindable,
@@ -106,56 +108,15 @@ RETURN_WAIT_SECONDS = 0.05
 # Told of every request that ends: its operation, its seconds, and the kind of its error
 # (None: answered); the broker's metrics (:mod:`spark_queue.server.metrics`) record them.
 Observer = Callable[[str, float, "str | None"], None]
-# The Flight methods a broker does not serve, as their clients name them: refused as each
-# call starts, with one line (pyarrow would otherwise answer with its own traceback).
-UNSERVED = {
-    flight.FlightMethod.LIST_FLIGHTS: "ListFlights",
-    flight.FlightMethod.GET_FLIGHT_INFO: "GetFlightInfo",
-    flight.FlightMethod.GET_SCHEMA: "GetSchema",
-    flight.FlightMethod.DO_GET: "DoGet",
-    flight.FlightMethod.HANDSHAKE: "Handshake",
-}
+# Who a log line names as the peer of a call refused as it starts: Flight tells its
+# middleware none (pyarrow passes it the call's method and headers only).
+UNNAMED_PEER = "an unnamed peer (Flight names none as a call starts)"
 
 log = logging.getLogger("spark_queue.server.flight")
 
 
 def _unobserved(operation: str, seconds: float, error: str | None) -> None:
     """The default :attr:`QueueBroker.observe`: records nothing."""
-
-
-class _Credential(flight.ServerMiddleware):
-    """A call's authorization header (None: none, or more than one), for its handler."""
-
-    def __init__(self, header: str | None) -> None:
-        self.header = header
-
-
-def _unserved(method: str) -> flight.FlightServerError:
-    """The one error of a Flight method a broker does not serve."""
-    served = ", ".join(m for m in ROUTED_METHODS if m != "publish")
-    return flight.FlightServerError(
-        f"{method} is not served by a spark-queue broker: it serves DoAction ({served}, "
-        f"{STATUS_ACTION}, {HELLO_ACTION}) and DoPut (publish); nothing was done"
-    )
-
-
-class _CredentialReader(flight.ServerMiddlewareFactory):
-    """A broker with a token: hands each call's authorization header to its handler, which
-    checks it (:meth:`QueueBroker._authenticate`) and can log the peer of a call it
-    refuses; refuses the Flight methods a broker does not serve, in one line (pyarrow adds
-    a traceback to GetSchema's error from a handler).
-
-    A broker without a token (on loopback only) has no middleware: a Python middleware
-    costs every call a trip into the interpreter from gRPC's thread, a tenth of 32
-    processes' publish rate through a broker. Its handlers refuse the unserved methods
-    (:meth:`QueueBroker.do_get`, ...)."""
-
-    def start_call(self, info: flight.CallInfo, headers: dict[str, list[str]]) -> _Credential:
-        unserved = UNSERVED.get(info.method)
-        if unserved is not None:
-            raise _unserved(unserved)
-        given = headers.get(TOKEN_HEADER, [])
-        return _Credential(given[0] if len(given) == 1 else None)
 
 
 class QueueBroker(flight.FlightServerBase):
@@ -195,7 +156,23 @@ class QueueBroker(flight.FlightServerBase):
         self._checks = CallChecks(
             self._key, self.id, BrokerAddresses(host, 0, ""), proof_lifetime_seconds
         )
-        middleware = {"credential": _CredentialReader()} if self._key is not None else {}
+        self._counts_lock = threading.Condition()
+        # Requests answered (served), refused with the table's or a request error, failed
+        # in the broker; and those under way now.
+        # Calls refused for a missing or wrong proof of the token: "unauthenticated".
+        self._counts = {
+            "served": 0,
+            "failed": 0,
+            "refused": 0,
+            "unauthenticated": 0,
+            "in_flight": 0,
+            "streams_open": 0,  # streams of calls open now (broker.streams), idle or not
+            "streams_opened": 0,
+        }
+        self.observe: Observer = _unobserved
+        middleware: dict[str, flight.ServerMiddlewareFactory] = {}
+        if self._key is not None:
+            middleware["credential"] = CredentialReader(self._check_opening)
         if tls is None:
             super().__init__(f"grpc://{host}:{port}", middleware=middleware)
         else:
@@ -213,25 +190,11 @@ class QueueBroker(flight.FlightServerBase):
         self._checks.addresses = BrokerAddresses(host, self.port, advertise)
         self.max_request_bytes = max_request_bytes
         self.started_at = time.time()
-        self._counts_lock = threading.Condition()
-        # Requests answered (served), refused with the table's or a request error, failed
-        # in the broker; and those under way now.
-        # Calls refused for a missing or wrong proof of the token: "unauthenticated".
-        self._counts = {
-            "served": 0,
-            "failed": 0,
-            "refused": 0,
-            "unauthenticated": 0,
-            "in_flight": 0,
-            "streams_open": 0,  # streams of calls open now (broker.streams), idle or not
-            "streams_opened": 0,
-        }
         # Requests on one partition (a client's share for the partition's broker), by queue
         # and partition.
         self._partitions_served: dict[str, dict[int, int]] = {}
         self._stopping = False
         self._last_answered = -float("inf")  # time.monotonic() when a request last ended
-        self.observe: Observer = _unobserved
 
     # -- Flight methods ----------------------------------------------------------------------
 
@@ -244,20 +207,20 @@ class QueueBroker(flight.FlightServerBase):
 
     # A broker with a token refuses these in its middleware, before the handler.
     def list_flights(self, context: flight.ServerCallContext, criteria: bytes) -> Any:
-        raise _unserved("ListFlights")
+        raise unserved("ListFlights")
 
     def get_flight_info(
         self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor
     ) -> Any:
-        raise _unserved("GetFlightInfo")
+        raise unserved("GetFlightInfo")
 
     def get_schema(
         self, context: flight.ServerCallContext, descriptor: flight.FlightDescriptor
     ) -> Any:
-        raise _unserved("GetSchema")
+        raise unserved("GetSchema")
 
     def do_get(self, context: flight.ServerCallContext, ticket: flight.Ticket) -> Any:
-        raise _unserved("DoGet")
+        raise unserved("DoGet")
 
     def do_exchange(
         self,
@@ -266,15 +229,14 @@ class QueueBroker(flight.FlightServerBase):
         reader: flight.MetadataRecordBatchReader,
         writer: flight.MetadataRecordBatchWriter,
     ) -> None:
+        # With a token, its opening proof held as it started (CredentialReader); it proves
+        # nothing for the calls, each of which carries its own.
         if descriptor.command != CALLS_COMMAND:
-            raise _unserved("DoExchange")
-        # Its own proof, so that no peer without the token holds one of the broker's threads;
-        # it proves nothing for the calls, each of which carries its own.
-        self._authenticate(context, STREAM_OPENING, b"")
+            raise unserved("DoExchange")
         self._count("streams_opened")
         self._count("streams_open")
         try:
-            check = functools.partial(self._check_proof, context)
+            check = functools.partial(self._check_proof, context.peer)
             serve_calls(
                 reader, writer, check, lambda m, r: self._serve(m, r, None), self._in_flight
             )
@@ -301,6 +263,8 @@ class QueueBroker(flight.FlightServerBase):
         reader: flight.MetadataRecordBatchReader,
         writer: flight.FlightMetadataWriter,
     ) -> None:
+        # With a token, its opening proof held as it started (CredentialReader); its
+        # request's binds the upload to what it was issued for.
         request = descriptor.command or b""
         self._authenticate(context, "publish", request)  # before a row is read
         with self._in_flight():
@@ -321,7 +285,7 @@ class QueueBroker(flight.FlightServerBase):
         except MalformedHello as error:
             raise flight.FlightServerError(str(error)) from None
         except HelloRefused as error:
-            self._refused(context, HELLO_ACTION, f"a hello for another address: {error}")
+            self._refused(context.peer(), HELLO_ACTION, f"a hello for another address: {error}")
             raise flight.FlightUnauthenticatedError(f"{error}; nothing was done") from None
 
     def _authenticate(self, context: flight.ServerCallContext, call: str, body: bytes) -> None:
@@ -331,30 +295,36 @@ class QueueBroker(flight.FlightServerBase):
         if self._key is None:
             return
         credential = context.get_middleware("credential")
-        refusal = self._check_proof(context, call, credential and credential.header, body)
+        refusal = self._check_proof(context.peer, call, credential and credential.header, body)
         if refusal is not None:
             raise flight.FlightUnauthenticatedError(refusal)
 
+    def _check_opening(self, opening: str, proof: str | None) -> str | None:
+        """None where ``proof`` holds for a DoPut's or a stream's ``opening`` (no body);
+        else the refusal (logged): :class:`CredentialReader` checks it as the call starts."""
+        return self._check_proof(lambda: UNNAMED_PEER, opening, proof, b"")
+
     def _check_proof(
-        self, context: flight.ServerCallContext, call: str, proof: str | None, body: bytes
+        self, peer: Callable[[], str], call: str, proof: str | None, body: bytes
     ) -> str | None:
-        """None where ``proof`` holds for ``call`` with ``body``; else the refusal (logged)."""
+        """None where ``proof`` holds for ``call`` with ``body``; else the refusal (logged
+        with ``peer()``)."""
         why = self._checks.check(proof, call, body)
         if why is None:
             return None
-        self._refused(context, call, why)
+        self._refused(peer(), call, why)
         return (
             "this broker needs a fresh proof of its token for each call: missing, wrong, "
             "expired or used before (nothing was done)"
         )
 
-    def _refused(self, context: flight.ServerCallContext, call: str, why: str) -> None:
+    def _refused(self, peer: str, call: str, why: str) -> None:
         self._count("unauthenticated")
         self.observe(call, 0.0, "Unauthenticated")
         log.warning(
             "refused a %s call from %s: %s; nothing was done",
             repr(call)[1:-1][:100],  # the client names it: one line, escaped
-            context.peer(),
+            peer,
             why,
         )
 
