@@ -6,7 +6,8 @@ docs/BROKER.md "Several brokers").
 - ``publish``: the rows routed by the partitioner (keys, the producer) as here, then each
   partition's share to its broker, named as the request's partition; the shares at once,
   their answers put together as one. Rows without a key or a producer go, all of them, to
-  the broker of the client's sticky turn, which places them by its own turn.
+  the broker of the client's turn (one partition on at each such call), which places them
+  by its own turn over the partitions it owns.
 - ``lease``: the partitions in turn from the client's lease turn, as here (it stays on a
   partition while that fills the leases, a partition's commits being its broker's alone),
   each asked of its broker for what the ones before left.
@@ -158,10 +159,15 @@ def _publish(table: Any, queue: str, count: int, bound: BoundArguments, share: S
     targets, turn = table.partitioned.targets(queue, rows, count, given.get("producer"))
     if turn is not None and _keyless(rows):
         # Rows free to go to any partition: all to one broker, the owner of the client's
-        # turn (so clients spread over the brokers), which places them by its own turn, as
-        # one broker does every client's. Routed here by partition, the calls of many small
-        # clients would spread over every partition, a round of a few a commit.
-        return share(turn % count, False)(bound)
+        # turn's partition, which places them by its own turn over the partitions it owns,
+        # as one broker does every client's. The turn then moves on by one, so each client's
+        # calls go to the brokers in proportion to the partitions they own. Routed here by
+        # partition, the calls of many small clients would spread over every partition, a
+        # round of a few a commit.
+        try:
+            return share(turn % count, False)(bound)
+        finally:
+            table.partitioned.passed_on(queue, turn)
     positions, calls = [], []
     for partition in np.unique(targets).tolist():
         at = np.flatnonzero(targets == partition)
