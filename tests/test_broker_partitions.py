@@ -80,19 +80,49 @@ def test_each_partition_s_calls_go_to_its_broker_and_a_plain_queue_to_the_first(
             # and an ack of each partition's seqs
             assert status["served"] == (PUBLISH_ROUNDS + 2) * len(mine)
         assert all(table.stats(queue)[n] == 0 for n in ("ready", "leased"))
-        # Rows without a key go, whole, to one broker (the owner of the client's turn),
-        # which places them by its own turn.
+        # A call of rows without a key goes whole to one broker (the owner of the client's
+        # turn's partition), which places them by its own turn; the client's turn moves on
+        # by one a call, so its calls reach each broker as often as it owns partitions.
         before = {b.id: b.status()["served"] for b in (first, second)}
-        for i in range(sent):  # routed by partition, they would reach both brokers
+        for i in range(sent):
             table.publish(queue, [f"free{i}"])
-        grown = sorted(b.status()["served"] - before[b.id] for b in (first, second))
-        assert grown == [0, sent]
+        for broker_id, broker in brokers.items():
+            mine = sum(owner == broker_id for owner in owners.values())
+            grown = broker.status()["served"] - before[broker_id]
+            assert grown == mine * sent // PARTITIONS
         assert table.stats(queue)["ready"] == sent
         # A queue without partitions goes to the first broker started, as with one broker.
         before = {b.id: b.status()["served"] for b in (first, second)}
         table.publish("plain", ["x"])
         assert first.status()["served"] == before[first.id] + 1
         assert second.status()["served"] == before[second.id]
+
+
+def test_a_broker_places_keyless_rows_in_its_own_partitions_until_its_peer_leaves(tmp_path):
+    path = str(tmp_path / "queues")
+    first, second = start_two(path, tmp_path)
+    with first, second:
+        queue, owners = split_queue([first.id, second.id])
+        mine = {k for k, owner in owners.items() if owner == first.id}
+        QueueTable(path, broker="off").declare(queue, partitions=PARTITIONS)
+        table = QueueTable(path, broker=first.address)  # every call at the first broker
+        # Enough commits for a turn over every partition to reach them all.
+        calls = PARTITIONS * PUBLISH_ROUNDS + 1
+        seqs = [table.publish(queue, [f"m{i}"]).seqs[0] for i in range(calls)]
+        assert set(partition_of(seqs).tolist()) <= mine
+        # The second stops (its record goes): its partitions join the first's turn once
+        # the first looks the brokers up again.
+        assert second.stop() == 0
+        stopped_at = time.monotonic()
+        landed: set[int] = set()
+
+        def every_partition_reached() -> bool:
+            landed.update(partition_of(table.publish(queue, ["more"]).seqs).tolist())
+            return landed == set(range(PARTITIONS))
+
+        wait_until(every_partition_reached, what="keyless rows in every partition")
+        # A lookup's interval, then a turn over the partitions (each a few local commits).
+        assert time.monotonic() - stopped_at < DISCOVERY_SECONDS + 10
 
 
 def test_a_broker_answers_for_a_partition_of_a_publish_or_lease_only(tmp_path):
@@ -201,8 +231,9 @@ def test_a_killed_broker_s_partitions_move_and_nothing_is_lost(tmp_path, seed):
             second.kill()
             killed_at = time.monotonic()
             # This client moves them at once: the first call that finds the broker gone
-            # skips it, and the first broker then serves every partition (the whole queue,
-            # as the one broker live), long before the killed one's record goes stale.
+            # skips it, and its calls all go to the first broker, long before the killed
+            # one's record goes stale; that broker places keyless rows in the killed one's
+            # partitions once it sees the record stale too.
             wait_until(
                 lambda: [r.id for r in table.router.live()] == [first.id],
                 what="this client skipping the killed broker",
