@@ -111,18 +111,15 @@ def test_a_broker_places_keyless_rows_in_its_own_partitions_until_its_peer_leave
         seqs = [table.publish(queue, [f"m{i}"]).seqs[0] for i in range(calls)]
         assert set(partition_of(seqs).tolist()) <= mine
         # The second stops (its record goes): its partitions join the first's turn once
-        # the first looks the brokers up again.
+        # the first looks the brokers up again (a never-ending cache would time out here).
         assert second.stop() == 0
-        stopped_at = time.monotonic()
         landed: set[int] = set()
 
         def every_partition_reached() -> bool:
             landed.update(partition_of(table.publish(queue, ["more"]).seqs).tolist())
             return landed == set(range(PARTITIONS))
 
-        wait_until(every_partition_reached, what="keyless rows in every partition")
-        # A lookup's interval, then a turn over the partitions (each a few local commits).
-        assert time.monotonic() - stopped_at < DISCOVERY_SECONDS + 10
+        wait_until(every_partition_reached, timeout=60, what="keyless rows in every partition")
 
 
 def test_a_broker_answers_for_a_partition_of_a_publish_or_lease_only(tmp_path):
