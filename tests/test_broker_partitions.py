@@ -5,6 +5,7 @@ broker killed mid-stream hands its partitions over with nothing lost."""
 from __future__ import annotations
 
 import random
+import socket
 import threading
 import time
 from collections import Counter
@@ -13,13 +14,16 @@ from pathlib import Path
 import pytest
 
 from spark_queue import CommitConflictError, QueueTable
+from spark_queue.broker.auth import token_key
 from spark_queue.broker.client import DISCOVERY_SECONDS, wire_request
-from spark_queue.broker.discovery import STALE_FLOOR_SECONDS
+from spark_queue.broker.discovery import STALE_FLOOR_SECONDS, BrokerRecord, write_record
 from spark_queue.errors import BrokerRequestError, PartitionedQueueError
-from spark_queue.model.assignment import partition_owner
+from spark_queue.model.assignment import keyless_partitions, partition_owner
 from spark_queue.model.partition_turns import PUBLISH_ROUNDS
 from spark_queue.model.partitions import key_partition, partition_of
 from spark_queue.rules import identity_holds
+from spark_queue.server.ownership import OwnedPartitions
+from spark_queue.storage.location import Location
 from tests.brokers import BrokerProcess, wait_until
 
 pytestmark = pytest.mark.integration
@@ -120,6 +124,38 @@ def test_a_broker_places_keyless_rows_in_its_own_partitions_until_its_peer_leave
             return landed == set(range(PARTITIONS))
 
         wait_until(every_partition_reached, timeout=60, what="keyless rows in every partition")
+
+
+def test_a_broker_counts_the_brokers_its_clients_trust_in_its_keyless_places(tmp_path):
+    """A token broker's places (:class:`OwnedPartitions`) count the live records signed
+    with its token, itself among them: an unsigned record (forged) or a stale one takes
+    none of its partitions; a signed one that appears counts from the next lookup."""
+    location = Location.of(str(tmp_path / "queues"))
+    key = token_key("a token of the brokers")
+    now = time.time()
+
+    def record(broker_id: str, heartbeat_at: float = now) -> BrokerRecord:
+        return BrokerRecord(
+            broker_id, "127.0.0.1:1", location.uri, 1, socket.gethostname(), now - 1,
+            heartbeat_at, 2.0, True, 2**20,
+        )  # fmt: skip
+
+    ids = ["own", "peer", "forged", "stale"]
+    queue = next(
+        f"q{n}" for n in range(1000)
+        if {partition_owner(f"q{n}", k, ids) for k in range(8)} == set(ids)
+    )  # fmt: skip
+    write_record(location, record("own").signed(key))
+    write_record(location, record("forged"))
+    write_record(location, record("stale", now - 60).signed(key))
+    places = OwnedPartitions(location, "own", key)
+    alone = keyless_partitions(queue, 8, "own", ["own"])
+    assert places(queue, 8) == alone == list(range(8))
+    write_record(location, record("peer").signed(key))
+    assert places(queue, 8) == alone  # until the next lookup
+    time.sleep(DISCOVERY_SECONDS + 0.1)
+    shared = places(queue, 8)
+    assert shared == keyless_partitions(queue, 8, "own", ["own", "peer"]) != alone
 
 
 def test_a_broker_answers_for_a_partition_of_a_publish_or_lease_only(tmp_path):

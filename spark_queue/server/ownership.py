@@ -35,32 +35,38 @@ class OwnedPartitions:
         self.broker_id = broker_id
         self.key = key
         self._lock = threading.Lock()
-        self._peers: tuple[float, frozenset[str]] | None = None  # (when looked up, live ids)
-        self._places: dict[tuple[str, int], list[int]] = {}  # for the peers known
+        self._peers: frozenset[str] = frozenset()  # the live brokers' ids last looked up
+        self._looked_at = -float("inf")  # time.monotonic() of that look
+        self._looking = False
+        self._places: dict[tuple[str, int], list[int]] = {}  # for self._peers
 
     def __call__(self, queue: str, count: int) -> list[int]:
+        self._look_up()
         with self._lock:
-            self._look_up()
             places = self._places.get((queue, count))
             if places is None:
-                assert self._peers is not None
-                places = keyless_partitions(queue, count, self.broker_id, self._peers[1])
+                places = keyless_partitions(queue, count, self.broker_id, self._peers)
                 self._places[(queue, count)] = places
             return places
 
     def _look_up(self) -> None:
-        """The live brokers anew where the last look is :data:`DISCOVERY_SECONDS` old; a
-        look that fails keeps the brokers known (none: this one alone)."""
-        now = time.monotonic()
-        if self._peers is not None and now - self._peers[0] <= DISCOVERY_SECONDS:
-            return
-        known = self._peers[1] if self._peers is not None else frozenset()
+        """The live brokers anew where the last look is :data:`DISCOVERY_SECONDS` old, in
+        this thread, outside the lock: the other calls meanwhile go by the brokers known
+        (none before the first look: this one alone). A look that fails keeps them."""
+        with self._lock:
+            if self._looking or time.monotonic() - self._looked_at <= DISCOVERY_SECONDS:
+                return
+            self._looking = True
+        found = None
         try:
             records = live_brokers(self.location, (), lambda r: distrust(r, self.key) is None)
             found = frozenset(r.id for r in records)
         except Exception as error:  # the store's error: the next look tries again
             log.debug("broker lookup in %s failed: %s", self.location.uri, error)
-            found = known
-        if found != known:
-            self._places.clear()
-        self._peers = (now, found)
+        finally:
+            with self._lock:
+                self._looking = False
+                self._looked_at = time.monotonic()
+                if found is not None and found != self._peers:
+                    self._peers = found
+                    self._places.clear()
