@@ -22,7 +22,8 @@ each measure's rates side by side in one run, with the CPU each process spent.
 - **brokers** (``--broker-store``, local by default): ``--clients`` processes making
   one-message ``publish`` calls through one, then two ``spark-queue broker`` processes on a
   queue of ``--broker-partitions`` partitions (its name chosen so that the partitions split
-  evenly between the two brokers' ids): msg/s, each broker's calls and CPU.
+  evenly between the two brokers' ids): msg/s, commits (over every partition table) and
+  messages a commit, each broker's calls and CPU.
 
 Every measure checks what it counted against the queue's ``stats`` (every message sent
 added; every message handled acked). CPU is each process's user and system time over the
@@ -156,12 +157,19 @@ def run_clocked(
     partitions: int,
     meter: CpuMeter,
     keywords: dict | None = None,
+    on_start: Callable[[], Any] | None = None,
 ) -> tuple[list, dict[str, float]]:
     """``bench_clients.run_processes`` of ``function`` over ``arguments`` (each a target
     first) on a queue of ``partitions``, metered: the clients' results and the cores each
-    process used."""
+    process used (``on_start`` runs as the clients are let go, before the meter starts)."""
     calls = [(function, args, keywords or {}, partitions) for args in arguments]
-    _, results, _ = run_processes(clocked, calls, meter.start)
+
+    def start() -> None:
+        if on_start is not None:
+            on_start()
+        meter.start()
+
+    _, results, _ = run_processes(clocked, calls, start)
     cores = meter.stop(clients=sum(cpu for _, cpu in results))
     return [result for result, _ in results], cores
 
@@ -403,8 +411,14 @@ def measure_brokers(store: Store, count: int, args: argparse.Namespace, logs: Pa
         target = Target(path, store.options, "auto")
         pids = {**store.pids, **{f"broker {n}": b.process.pid for n, b in enumerate(brokers)}}
         arguments = [(target, f"p{n}", args.seconds) for n in range(args.clients)]
+        before: list[int] = []
         results, cores = run_clocked(
-            publish_loop, arguments, args.broker_partitions, CpuMeter(pids), {"queue": queue}
+            publish_loop,
+            arguments,
+            args.broker_partitions,
+            CpuMeter(pids),
+            {"queue": queue},
+            lambda: before.append(commits(store, path, args.broker_partitions, queue)),
         )
         served = [b.status()["served"] for b in brokers]
     finally:
@@ -412,8 +426,11 @@ def measure_brokers(store: Store, count: int, args: argparse.Namespace, logs: Pa
             broker.stop()
     sent, errors = sum(r[0] for r in results), sum(r[1] for r in results)
     assert store.table(path).stats(queue)["added"] == sent, "a publish was not added"
+    made = commits(store, path, args.broker_partitions, queue) - before[0]
     return {
         "msg_per_s": round(sent / args.seconds, 1),
+        "commits_per_s": round(made / args.seconds, 2),
+        "msg_per_commit": round(sent / made, 1) if made else None,
         "served_by_each": served,
         "errors": errors,
         "cores": cores,

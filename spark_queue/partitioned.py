@@ -84,6 +84,11 @@ _DRAWS = random.Random()
 
 T = TypeVar("T")
 
+KeylessPlaces = Callable[[str, int], list[int]]
+"""The partitions where a process places a queue's rows free to go anywhere (given the
+queue and its count): a broker's own (:func:`~spark_queue.model.assignment.keyless_partitions`);
+without one, every partition."""
+
 
 def publish_request(
     queue: str,
@@ -164,6 +169,7 @@ class Partitions:
 
     def __init__(self, store: QueueStore) -> None:
         self.store = store
+        self.keyless_places: KeylessPlaces | None = None
         self._fresh_caches()
 
     def _fresh_caches(self) -> None:
@@ -177,6 +183,7 @@ class Partitions:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.store = state["store"]
+        self.keyless_places = None
         self._fresh_caches()
 
     # -- where -----------------------------------------------------------------------------
@@ -273,10 +280,32 @@ class Partitions:
                 turn = _PUBLISH_TURNS[key] = PublishTurn(random.randrange(FIRST_TURNS))
             return turn.start
 
+    def keyless_partition(self, queue: str, turn: int, count: int) -> tuple[int, int]:
+        """The partition where the keyless ``turn`` places rows of ``queue`` (of ``count``
+        partitions), and how many partitions the turn goes over: every one, or those
+        :attr:`keyless_places` gives (a broker's own, so that two brokers' keyless rounds
+        never race for one table)."""
+        places = None if self.keyless_places is None else self.keyless_places(queue, count)
+        if not places:
+            return turn % count, count
+        return places[turn % len(places)], len(places)
+
+    def passed_on(self, queue: str, turn: int) -> None:
+        """A keyless call at ``turn`` went whole to a broker (the owner of the turn's
+        partition, which places its rows): the process's next keyless call goes to the next
+        partition's, so that a client's calls go to each broker in proportion to the
+        partitions it owns."""
+        key = (os.getpid(), self.store.uri, queue)
+        with _PUBLISH_TURNS_LOCK:
+            known = _PUBLISH_TURNS.get(key)
+            if known is not None and known.start == turn:
+                _PUBLISH_TURNS[key] = PublishTurn(turn + 1)
+
     def published(self, queue: str, turn: int, count: int, version: int, raced: bool) -> None:
         """A keyless publish's commit of ``version`` at ``turn`` landed (``raced``: after
-        losing a race): the process's turn after it (:func:`next_publish_turn`); a caller
-        that comes back after the turn moved on changes nothing."""
+        losing a race; ``count``: the partitions the turn goes over): the process's turn
+        after it (:func:`next_publish_turn`); a caller that comes back after the turn moved
+        on changes nothing."""
         key = (os.getpid(), self.store.uri, queue)
         with _PUBLISH_TURNS_LOCK:
             known = _PUBLISH_TURNS.get(key)
@@ -400,7 +429,7 @@ class Partitions:
         queue without partitions (shaped in the caller's thread, 32 callers' calls under
         the GIL come back too far apart to share rounds)."""
         turn = self.publish_turn(queue)
-        partition = turn % count
+        partition, spread = self.keyless_partition(queue, turn, count)
         request = publish_request(
             queue,
             bodies,
@@ -414,7 +443,7 @@ class Partitions:
         store = self.store_of(queue, partition)
         outcome: PublishOutcome = group_of(store.location).submit(request).result()
         if outcome.result.version is not None:
-            self.published(queue, turn, count, outcome.result.version, outcome.result.attempts > 1)
+            self.published(queue, turn, spread, outcome.result.version, outcome.result.attempts > 1)
         return outcome
 
     def targets(
@@ -432,7 +461,8 @@ class Partitions:
             return row_partitions(keys, rows.num_rows, count, key_partition(producer, count)), None
         turn = self.publish_turn(queue)
         keyless = keys is None or keys.null_count > 0
-        return row_partitions(keys, rows.num_rows, count, turn % count), turn if keyless else None
+        partition = self.keyless_partition(queue, turn, count)[0]
+        return row_partitions(keys, rows.num_rows, count, partition), turn if keyless else None
 
     def took_turn(
         self,
@@ -446,10 +476,11 @@ class Partitions:
         partition and its commit landed, the process's turn goes on (:meth:`published`)."""
         if turn is None:
             return
+        partition, spread = self.keyless_partition(queue, turn, count)
         for at, outcome in shares:
             version = outcome.result.version
-            if len(at) and int(targets[at[0]]) == turn % count and version is not None:
-                self.published(queue, turn, count, version, outcome.result.attempts > 1)
+            if len(at) and int(targets[at[0]]) == partition and version is not None:
+                self.published(queue, turn, spread, version, outcome.result.attempts > 1)
 
     def last_sequence(self, producer: str, queues: dict[str, int]) -> int | None:
         """The last sequence ``producer`` committed to any partition of ``queues`` (the

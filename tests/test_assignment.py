@@ -8,7 +8,12 @@ import random
 import uuid
 from collections import Counter
 
-from spark_queue.model.assignment import partition_owner, rendezvous_order, weight
+from spark_queue.model.assignment import (
+    keyless_partitions,
+    partition_owner,
+    rendezvous_order,
+    weight,
+)
 
 
 def broker_ids(rng: random.Random, count: int) -> list[str]:
@@ -84,3 +89,22 @@ def test_partitions_spread_near_evenly_over_brokers(seed):
         pair = broker_ids(rng, 2)
         held.update(owners("orders", 4, pair)[k] == pair[0] for k in range(4))
     assert abs(held[True] - 4000) <= 200, held
+
+
+def test_each_broker_places_keyless_rows_in_its_own_partitions_or_every_one_if_it_has_none(
+    seed,
+):
+    rng = random.Random(seed)
+    brokers = broker_ids(rng, 3)
+    # The brokers' places split the partitions between them: no partition is two brokers'.
+    places = [keyless_partitions("orders", 16, b, brokers) for b in brokers]
+    assert sorted(k for own in places for k in own) == list(range(16))
+    for broker, own in zip(brokers, places, strict=True):
+        assert own == [k for k, owner in owners("orders", 16, brokers).items() if owner == broker]
+        # A broker counts itself among the brokers whether or not the others list it.
+        assert keyless_partitions("orders", 16, broker, set(brokers) - {broker}) == own
+    # Three brokers on a queue of one partition: the two that own none place them anywhere.
+    idle = [b for b in brokers if partition_owner("orders", 0, brokers) != b]
+    assert [keyless_partitions("orders", 1, b, brokers) for b in idle] == [[0], [0]]
+    lone = broker_ids(rng, 1)[0]
+    assert keyless_partitions("orders", 4, lone, []) == [0, 1, 2, 3]

@@ -5,6 +5,7 @@ broker killed mid-stream hands its partitions over with nothing lost."""
 from __future__ import annotations
 
 import random
+import socket
 import threading
 import time
 from collections import Counter
@@ -13,13 +14,16 @@ from pathlib import Path
 import pytest
 
 from spark_queue import CommitConflictError, QueueTable
+from spark_queue.broker.auth import token_key
 from spark_queue.broker.client import DISCOVERY_SECONDS, wire_request
-from spark_queue.broker.discovery import STALE_FLOOR_SECONDS
+from spark_queue.broker.discovery import STALE_FLOOR_SECONDS, BrokerRecord, write_record
 from spark_queue.errors import BrokerRequestError, PartitionedQueueError
-from spark_queue.model.assignment import partition_owner
+from spark_queue.model.assignment import keyless_partitions, partition_owner
 from spark_queue.model.partition_turns import PUBLISH_ROUNDS
 from spark_queue.model.partitions import key_partition, partition_of
 from spark_queue.rules import identity_holds
+from spark_queue.server.ownership import OwnedPartitions
+from spark_queue.storage.location import Location
 from tests.brokers import BrokerProcess, wait_until
 
 pytestmark = pytest.mark.integration
@@ -80,19 +84,78 @@ def test_each_partition_s_calls_go_to_its_broker_and_a_plain_queue_to_the_first(
             # and an ack of each partition's seqs
             assert status["served"] == (PUBLISH_ROUNDS + 2) * len(mine)
         assert all(table.stats(queue)[n] == 0 for n in ("ready", "leased"))
-        # Rows without a key go, whole, to one broker (the owner of the client's turn),
-        # which places them by its own turn.
+        # A call of rows without a key goes whole to one broker (the owner of the client's
+        # turn's partition), which places them by its own turn; the client's turn moves on
+        # by one a call, so its calls reach each broker as often as it owns partitions.
         before = {b.id: b.status()["served"] for b in (first, second)}
-        for i in range(sent):  # routed by partition, they would reach both brokers
+        for i in range(sent):
             table.publish(queue, [f"free{i}"])
-        grown = sorted(b.status()["served"] - before[b.id] for b in (first, second))
-        assert grown == [0, sent]
+        for broker_id, broker in brokers.items():
+            mine = sum(owner == broker_id for owner in owners.values())
+            grown = broker.status()["served"] - before[broker_id]
+            assert grown == mine * sent // PARTITIONS
         assert table.stats(queue)["ready"] == sent
         # A queue without partitions goes to the first broker started, as with one broker.
         before = {b.id: b.status()["served"] for b in (first, second)}
         table.publish("plain", ["x"])
         assert first.status()["served"] == before[first.id] + 1
         assert second.status()["served"] == before[second.id]
+
+
+def test_a_broker_places_keyless_rows_in_its_own_partitions_until_its_peer_leaves(tmp_path):
+    path = str(tmp_path / "queues")
+    first, second = start_two(path, tmp_path)
+    with first, second:
+        queue, owners = split_queue([first.id, second.id])
+        mine = {k for k, owner in owners.items() if owner == first.id}
+        QueueTable(path, broker="off").declare(queue, partitions=PARTITIONS)
+        table = QueueTable(path, broker=first.address)  # every call at the first broker
+        # Enough commits for a turn over every partition to reach them all.
+        calls = PARTITIONS * PUBLISH_ROUNDS + 1
+        seqs = [table.publish(queue, [f"m{i}"]).seqs[0] for i in range(calls)]
+        assert set(partition_of(seqs).tolist()) <= mine
+        # The second stops (its record goes): its partitions join the first's turn once
+        # the first looks the brokers up again (a never-ending cache would time out here).
+        assert second.stop() == 0
+        landed: set[int] = set()
+
+        def every_partition_reached() -> bool:
+            landed.update(partition_of(table.publish(queue, ["more"]).seqs).tolist())
+            return landed == set(range(PARTITIONS))
+
+        wait_until(every_partition_reached, timeout=60, what="keyless rows in every partition")
+
+
+def test_a_broker_counts_the_brokers_its_clients_trust_in_its_keyless_places(tmp_path):
+    """A token broker's places (:class:`OwnedPartitions`) count the live records signed
+    with its token, itself among them: an unsigned record (forged) or a stale one takes
+    none of its partitions; a signed one that appears counts from the next lookup."""
+    location = Location.of(str(tmp_path / "queues"))
+    key = token_key("a token of the brokers")
+    now = time.time()
+
+    def record(broker_id: str, heartbeat_at: float = now) -> BrokerRecord:
+        return BrokerRecord(
+            broker_id, "127.0.0.1:1", location.uri, 1, socket.gethostname(), now - 1,
+            heartbeat_at, 2.0, True, 2**20,
+        )  # fmt: skip
+
+    ids = ["own", "peer", "forged", "stale"]
+    queue = next(
+        f"q{n}" for n in range(1000)
+        if {partition_owner(f"q{n}", k, ids) for k in range(8)} == set(ids)
+    )  # fmt: skip
+    write_record(location, record("own").signed(key))
+    write_record(location, record("forged"))
+    write_record(location, record("stale", now - 60).signed(key))
+    places = OwnedPartitions(location, "own", key)
+    alone = keyless_partitions(queue, 8, "own", ["own"])
+    assert places(queue, 8) == alone == list(range(8))
+    write_record(location, record("peer").signed(key))
+    assert places(queue, 8) == alone  # until the next lookup
+    time.sleep(DISCOVERY_SECONDS + 0.1)
+    shared = places(queue, 8)
+    assert shared == keyless_partitions(queue, 8, "own", ["own", "peer"]) != alone
 
 
 def test_a_broker_answers_for_a_partition_of_a_publish_or_lease_only(tmp_path):
@@ -201,8 +264,9 @@ def test_a_killed_broker_s_partitions_move_and_nothing_is_lost(tmp_path, seed):
             second.kill()
             killed_at = time.monotonic()
             # This client moves them at once: the first call that finds the broker gone
-            # skips it, and the first broker then serves every partition (the whole queue,
-            # as the one broker live), long before the killed one's record goes stale.
+            # skips it, and its calls all go to the first broker, long before the killed
+            # one's record goes stale; that broker places keyless rows in the killed one's
+            # partitions once it sees the record stale too.
             wait_until(
                 lambda: [r.id for r in table.router.live()] == [first.id],
                 what="this client skipping the killed broker",

@@ -34,7 +34,6 @@ import inspect
 import json
 import logging
 import os
-import socket
 import threading
 import time
 from collections.abc import Callable
@@ -43,7 +42,7 @@ from typing import Any, ParamSpec, TypeVar, cast
 import pyarrow as pa
 
 from spark_queue.broker.auth import check_token, new_nonce, token_key
-from spark_queue.broker.discovery import BrokerRecord, is_loopback, live_brokers
+from spark_queue.broker.discovery import BrokerRecord, distrust, live_brokers
 from spark_queue.broker.sessions import HELLO_ACTION, ClientSession, hello_body, open_session
 from spark_queue.broker.spread import NOT_SPREAD, SPREAD_METHODS, spread_call
 from spark_queue.broker.streams import STREAM_OPENING, CallStreams, StreamsNotServed
@@ -445,25 +444,10 @@ class BrokerRouter:
         self._forget()
 
     def _trusts(self, record: BrokerRecord) -> bool:
-        """Whether this client may send its calls to the broker of ``record``: with a token,
-        a record signed with it; without, a broker that wants none on this machine's
-        loopback (a broker without a token listens nowhere else). A record ignored is
-        logged once."""
-        if self._key is not None:
-            trusted = record.token_required and record.signed_with(self._key)
-            why = "it is not signed with this client's token"
-        else:
-            trusted = (
-                not record.token_required
-                and is_loopback(record.address.rpartition(":")[0].strip("[]"))
-                and record.host == socket.gethostname()
-            )
-            why = (
-                "it wants a token and this client has none"
-                if record.token_required
-                else "it is not on this machine's loopback"
-            )
-        if not trusted and record.id not in self._distrusted:
+        """Whether this client may send its calls to the broker of ``record``
+        (:func:`~spark_queue.broker.discovery.distrust`); a record ignored is logged once."""
+        why = distrust(record, self._key)
+        if why is not None and record.id not in self._distrusted:
             self._distrusted.add(record.id)
             log.warning(
                 # Not "committing directly": another record may be trusted and used.
@@ -474,7 +458,7 @@ class BrokerRouter:
                 "a token" if record.token_required else "no token",
                 why,
             )
-        return trusted
+        return why is None
 
     def live(self) -> list[BrokerRecord]:
         """In ``auto``, the live brokers the table records that this client trusts and is

@@ -15,6 +15,7 @@ import contextlib
 import ipaddress
 import json
 import logging
+import socket
 import time
 from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, replace
@@ -169,6 +170,23 @@ def read_records(location: Location) -> list[BrokerRecord]:
         except (OSError, ValueError, TypeError) as error:
             log.debug("skipping broker record %s: %s", info.path, error)
     return records
+
+
+def distrust(record: BrokerRecord, key: bytes | None) -> str | None:
+    """Why a client holding the token of ``key`` (None: no token) may not send its calls to
+    the broker of ``record``; None: it may. With a token, it trusts a record signed with
+    it; without, a broker that wants none on this machine's loopback (a broker without a
+    token listens nowhere else)."""
+    if key is not None:
+        if record.token_required and record.signed_with(key):
+            return None
+        return "it is not signed with this client's token"
+    if record.token_required:
+        return "it wants a token and this client has none"
+    host = record.address.rpartition(":")[0].strip("[]")
+    if is_loopback(host) and record.host == socket.gethostname():
+        return None
+    return "it is not on this machine's loopback"
 
 
 def live_brokers(

@@ -6,7 +6,8 @@ docs/BROKER.md "Several brokers").
 - ``publish``: the rows routed by the partitioner (keys, the producer) as here, then each
   partition's share to its broker, named as the request's partition; the shares at once,
   their answers put together as one. Rows without a key or a producer go, all of them, to
-  the broker of the client's sticky turn, which places them by its own turn.
+  the broker of the client's turn (one partition on at each such call), which places them
+  by its own turn over the partitions it owns.
 - ``lease``: the partitions in turn from the client's lease turn, as here (it stays on a
   partition while that fills the leases, a partition's commits being its broker's alone),
   each asked of its broker for what the ones before left.
@@ -41,9 +42,14 @@ from spark_queue.broker.wire import signature_of
 from spark_queue.errors import QueueError
 from spark_queue.model.assignment import partition_owner
 from spark_queue.model.kinds import parse_seqs
-from spark_queue.model.messages import as_input_table
+from spark_queue.model.messages import Bodies, as_input_table
 from spark_queue.model.operations import deliveries_of, idempotence
-from spark_queue.model.partition_calls import lease_in_turn, lease_version, merged_outcome
+from spark_queue.model.partition_calls import (
+    lease_in_turn,
+    lease_version,
+    merged_outcome,
+    scoped_partition,
+)
 from spark_queue.model.partitions import partition_of
 
 # The calls whose shares go to their partitions' brokers.
@@ -147,21 +153,23 @@ def _copy(bound: BoundArguments, **changes: Any) -> BoundArguments:
 
 def _publish(table: Any, queue: str, count: int, bound: BoundArguments, share: Share) -> Any:
     given = bound.arguments
-    queue_arguments = given.get("arguments", {})
+    if given.get("arguments", {}).get("partitions", count) != count:
+        return NOT_SPREAD  # a count to declare or refuse
+    producer = given.get("producer")
+    free = producer is None and given.get("sequence") is None and scoped_partition() is None
+    if free and Bodies.of_values(given["rows"], 0) is not None:
+        # Bodies alone, free to go to any partition: no table made of them here.
+        return _whole(table, queue, count, table.partitioned.publish_turn(queue), bound, share)
     try:
         rows = as_input_table(given["rows"])
-        idempotence(given.get("producer"), given.get("sequence"))
+        idempotence(producer, given.get("sequence"))
     except (QueueError, TypeError, ValueError):
         return NOT_SPREAD  # the table refuses them, in one place
-    if not rows.num_rows or queue_arguments.get("partitions", count) != count:
-        return NOT_SPREAD  # nothing to route; a count to declare or refuse
-    targets, turn = table.partitioned.targets(queue, rows, count, given.get("producer"))
+    if not rows.num_rows:
+        return NOT_SPREAD  # nothing to route
+    targets, turn = table.partitioned.targets(queue, rows, count, producer)
     if turn is not None and _keyless(rows):
-        # Rows free to go to any partition: all to one broker, the owner of the client's
-        # turn (so clients spread over the brokers), which places them by its own turn, as
-        # one broker does every client's. Routed here by partition, the calls of many small
-        # clients would spread over every partition, a round of a few a commit.
-        return share(turn % count, False)(bound)
+        return _whole(table, queue, count, turn, bound, share)
     positions, calls = [], []
     for partition in np.unique(targets).tolist():
         at = np.flatnonzero(targets == partition)
@@ -170,6 +178,21 @@ def _publish(table: Any, queue: str, count: int, bound: BoundArguments, share: S
     shares = list(zip(positions, _at_once(calls), strict=True))
     table.partitioned.took_turn(queue, turn, count, targets, shares)
     return merged_outcome(queue, rows.num_rows, shares)
+
+
+def _whole(
+    table: Any, queue: str, count: int, turn: int, bound: BoundArguments, share: Share
+) -> Any:
+    """A publish of rows free to go to any partition, whole to one broker: the owner of the
+    client's ``turn``'s partition, which places them by its own turn over the partitions it
+    owns, as one broker does every client's. The turn then moves on by one, so each
+    client's calls go to the brokers in proportion to the partitions they own. Routed here
+    by partition, the calls of many small clients would spread over every partition, a
+    round of a few a commit."""
+    try:
+        return share(turn % count, False)(bound)
+    finally:
+        table.partitioned.passed_on(queue, turn)
 
 
 def _keyless(rows: pa.Table) -> bool:

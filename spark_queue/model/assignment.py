@@ -39,3 +39,14 @@ def partition_owner(queue: str, partition: int, brokers: Iterable[str]) -> str |
     None where there is none."""
     order = rendezvous_order(queue, partition, brokers)
     return order[0] if order else None
+
+
+def keyless_partitions(queue: str, count: int, broker: str, brokers: Iterable[str]) -> list[int]:
+    """Where ``broker`` places the rows of ``queue`` (of ``count`` partitions) free to go
+    to any partition: the partitions it owns among ``brokers`` and itself, so that no two
+    brokers commit keyless rounds to one partition table; every partition where it owns
+    none (more brokers than partitions, or clients that still see another set of brokers:
+    its calls are few, and a race for a table's commits costs a retry, nothing more)."""
+    ids = {*brokers, broker}
+    owned = [k for k in range(count) if partition_owner(queue, k, ids) == broker]
+    return owned or list(range(count))

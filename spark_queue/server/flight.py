@@ -83,12 +83,8 @@ from spark_queue.model.partition_calls import one_partition
 from spark_queue.model.policies import Policies
 from spark_queue.server.call_openings import CredentialReader, unserved
 from spark_queue.server.call_streams import serve_calls
-from spark_queue.server.listening import (
-    check_bindable,
-    check_sqs_keys,
-    check_token,
-    parse_listen,
-)
+from spark_queue.server.listening import check_bindable, check_sqs_keys, check_token, parse_listen
+from spark_queue.server.ownership import OwnedPartitions
 from spark_queue.server.sqs.limits import HttpLimits
 from spark_queue.server.stopping import stop_broker
 from spark_queue.storage.location import scrubbed
@@ -183,6 +179,7 @@ class QueueBroker(flight.FlightServerBase):
             )
         self.tls = tls is not None
         self.table = table
+        table.partitioned.keyless_places = OwnedPartitions(table.store.location, self.id, self._key)
         if advertise is None:
             shown = socket.gethostname() if host in WILDCARDS else host
             advertise = f"[{shown}]:{self.port}" if ":" in shown else f"{shown}:{self.port}"
@@ -449,9 +446,8 @@ class QueueBroker(flight.FlightServerBase):
         partition: int | None,
     ) -> Any:
         """``self.table.<method>(**arguments)``; publish's rows from the stream, or its
-        bodies from the request; on one
-        partition of the queue where the request names it (whether or not another broker
-        owns it: served here, just not batched with that broker's commits)."""
+        bodies from the request; on one partition of the queue where the request names it
+        (whether or not another broker owns it: served, not batched with its commits)."""
         if rows is not None:
             named = dict(arguments)
             queue_arguments = named.pop("arguments", {})
