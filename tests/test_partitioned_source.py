@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import threading
 from collections import Counter
 
 import numpy as np
@@ -21,9 +22,11 @@ from spark_queue.model.partitions import key_partition, partition_of
 from spark_queue.model.schema import BROWSE_ARROW_SCHEMA
 from spark_queue.spark.options import parse_source_options
 from spark_queue.spark.source import (
+    MAX_THREADS,
     OFFSET_VERSION,
     DriverReadStreamReader,
     RingQueueStreamReader,
+    in_parallel,
     read_leased,
     shares,
 )
@@ -229,3 +232,18 @@ def test_a_browse_read_returns_the_whole_partitioned_queue(tmp_path, queue):
     assert sorted(s for s, state in states.items() if state == "leased") == sorted(leased)
     assert set(partition_of(np.array(list(states)))) == {0, 1, 2}
     assert rows.num_rows == len(KEYS) + (queue is None)
+
+
+def test_the_partitions_work_runs_on_threads_every_call_shares():
+    """Each call's 8 partitions wait for one another, so each call runs on 8 threads at
+    once; three calls stay within the shared pool's threads rather than start 8 each."""
+
+    def thread_name(_: int) -> str:
+        together.wait(timeout=10)
+        return threading.current_thread().name
+
+    names: set[str] = set()
+    for _ in range(3):
+        together = threading.Barrier(8)
+        names |= set(in_parallel(thread_name, range(8)).values())
+    assert 8 <= len(names) <= MAX_THREADS, sorted(names)

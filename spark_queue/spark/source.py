@@ -32,7 +32,7 @@ batch as it leases it, and only a replay after a restart reads in an executor ta
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from itertools import pairwise
 from typing import Any, TypeVar
@@ -79,6 +79,11 @@ DRIVER_BATCH_BYTES = 64 * 1024 * 1024
 # lease's, not the stored ones.
 STORED_COLUMNS = [c for c in BROWSE_COLUMNS if c not in ("delivery_count", "consumer", "state")]
 MAX_THREADS = 16  # a partitioned queue's tables committed to or read at once, at most
+# The threads of the partitions' work: shared by every call, since a pool of its own started
+# a thread per partition twice a micro-batch (acknowledge and lease, then plan the reads).
+_PARTITIONS = ThreadPoolExecutor(
+    max_workers=MAX_THREADS, thread_name_prefix="spark-queue-partitions"
+)
 
 T = TypeVar("T")
 
@@ -534,13 +539,14 @@ def shares(total: int | None, count: int, turn: int) -> list[int | None]:
 
 
 def in_parallel(work: Callable[[int], T], partitions: Iterable[int]) -> dict[int, T]:
-    """``work(k)`` for every partition ``k`` at once, in threads (each a table's requests
-    and commits); the first error raised once all are done."""
+    """``work(k)`` for every partition ``k`` at once, in the shared threads of
+    :data:`_PARTITIONS` (each a table's requests and commits); the first error raised once
+    all are done. ``work`` must not call this itself: the threads are shared."""
     chosen = list(partitions)
     if len(chosen) <= 1:
         return {k: work(k) for k in chosen}
-    with ThreadPoolExecutor(max_workers=min(len(chosen), MAX_THREADS)) as pool:
-        futures = {k: pool.submit(work, k) for k in chosen}
+    futures = {k: _PARTITIONS.submit(work, k) for k in chosen}
+    wait(futures.values())
     return {k: future.result() for k, future in futures.items()}
 
 
