@@ -52,11 +52,7 @@ def test_a_publish_of_bodies_stores_only_the_columns_it_sets(tmp_path):
 def test_a_table_of_such_files_reads_as_one_of_every_column(tmp_path):
     path = str(tmp_path / "queues")
     table = published(path)
-    rows = (
-        DeltaTable(path)
-        .to_pyarrow_table(filters=[("record", "=", "message")])
-        .sort_by("seq")
-    )
+    rows = DeltaTable(path).to_pyarrow_table(filters=[("record", "=", "message")]).sort_by("seq")
     assert rows.schema.names[1:] == FILE_SCHEMA.names  # the partition column first
     assert rows["body"].to_pylist() == [b"a", b"b", b"c", b"d", b"e"]
     assert rows["message_id"].to_pylist() == [None, None, None, "id-d", None]
@@ -79,17 +75,11 @@ def test_a_table_of_such_files_reads_as_one_of_every_column(tmp_path):
 
 
 @pytest.mark.spark
-def test_delta_spark_and_the_source_read_the_columns_a_file_leaves_out_as_nulls(
-    spark, tmp_path
-):
+def test_delta_spark_and_the_source_read_the_columns_a_file_leaves_out_as_nulls(spark, tmp_path):
     path = str(tmp_path / "queues")
     published(path)
     delta = (
-        spark.read.format("delta")
-        .load(path)
-        .where("record = 'message'")
-        .orderBy("seq")
-        .collect()
+        spark.read.format("delta").load(path).where("record = 'message'").orderBy("seq").collect()
     )
     assert [r.body for r in delta] == [b"a", b"b", b"c", b"d", b"e"]
     assert [r.message_id for r in delta] == [None, None, None, "id-d", None]

@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from spark_queue.model.schema import file_columns
+from spark_queue.model.schema import FILE_SCHEMA, file_columns
 
 FOOTERS = 4096  # footers kept, at most (a few KB each)
 ROW_GROUP_BYTES = 128 * 1024 * 1024  # decoded row groups kept, at most (Arrow buffers)
@@ -100,15 +100,17 @@ def held_file(uri: str) -> pa.Buffer | None:
 
 
 def hold_rows(relative: str, rows: pa.Table) -> None:
-    """Keep the rows (all of the file schema's columns) of the message file this process
-    encoded at ``relative``, a name no other file has: compaction takes them as they are,
-    where decoding a small file and filling in its schema costs ~1.5 ms."""
+    """Keep the rows of the message file this process encoded at ``relative`` (a name no
+    other file has), as the file stores them: compaction takes them as they are, where
+    decoding a small file and filling in its schema costs ~1.5 ms."""
     _WRITTEN_ROWS.put(relative, rows, rows.nbytes)
 
 
 def held_rows(relative: str) -> pa.Table | None:
-    """The rows of the message file at ``relative`` where they are kept."""
-    return _WRITTEN_ROWS.get(relative)
+    """The rows of the message file at ``relative`` where they are kept, as
+    :data:`~spark_queue.model.schema.FILE_SCHEMA` (the columns it leaves out as nulls)."""
+    rows = _WRITTEN_ROWS.get(relative)
+    return None if rows is None else file_columns(rows, FILE_SCHEMA.names)
 
 
 class DataFile:
