@@ -109,3 +109,21 @@ def test_delta_spark_and_the_source_read_the_columns_a_file_leaves_out_as_nulls(
     consumed = DeltaTable(str(out)).to_pyarrow_table().sort_by("seq")
     assert consumed["body"].to_pylist() == [b"a", b"b", b"c", b"d", b"e"]
     assert consumed["message_id"].to_pylist() == [None, None, None, "id-d", None]
+
+
+def test_a_compaction_of_the_files_this_process_wrote_keeps_what_each_one_held(tmp_path):
+    """Compaction takes the rows of the files this process wrote as it held them (each
+    without its null columns, and not the same ones): the file it writes holds them all."""
+    path = str(tmp_path / "queues")
+    table = published(path)
+    table.publish("q", ["f"])
+
+    def rows() -> list[dict]:
+        read = DeltaTable(path).to_pyarrow_table(filters=[("record", "=", "message")])
+        return read.sort_by("seq").to_pylist()
+
+    before = rows()
+    assert len(message_files(path)) == 3
+    assert table.compact()["rewritten"] == 3
+    assert len(message_files(path)) == 1
+    assert rows() == before

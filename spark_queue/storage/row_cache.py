@@ -30,7 +30,7 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from spark_queue.model.schema import FILE_SCHEMA, file_columns
+from spark_queue.model.schema import file_columns
 
 FOOTERS = 4096  # footers kept, at most (a few KB each)
 ROW_GROUP_BYTES = 128 * 1024 * 1024  # decoded row groups kept, at most (Arrow buffers)
@@ -107,10 +107,9 @@ def hold_rows(relative: str, rows: pa.Table) -> None:
 
 
 def held_rows(relative: str) -> pa.Table | None:
-    """The rows of the message file at ``relative`` where they are kept, as
-    :data:`~spark_queue.model.schema.FILE_SCHEMA` (the columns it leaves out as nulls)."""
-    rows = _WRITTEN_ROWS.get(relative)
-    return None if rows is None else file_columns(rows, FILE_SCHEMA.names)
+    """The rows of the message file at ``relative`` where they are kept, as the file
+    stores them (without the columns it leaves out)."""
+    return _WRITTEN_ROWS.get(relative)
 
 
 class DataFile:
