@@ -56,6 +56,7 @@ import pyarrow.fs as pafs
 from spark_queue.commit.backoff import backoff
 from spark_queue.errors import CommitUnknownError, InvalidOptionError, StorageError
 from spark_queue.model.arguments import MAX_DURATION_DAYS, POSITIVE
+from spark_queue.model.schema import FILE_SCHEMA, file_columns
 from spark_queue.rules import NEVER, QueueState, below_heads, live_mask
 from spark_queue.storage.commit_log import CommitOperation, CommitSummary
 from spark_queue.storage.files import (
@@ -238,7 +239,9 @@ def plan_compaction(
             held = held_rows(path)  # a file this process wrote: not decoded again
             parts.append(held if held is not None else store.read_rows(path, size=size))
             progress(f"compacting queue {name}: {done}/{len(paths)} files")
-        rows = pa.concat_tables(parts)
+        # The held rows lack the columns their files leave out: filled in once, for all
+        # (filling each of 32 small files' costs ~2 ms, the concatenation's ~0.1).
+        rows = file_columns(pa.concat_tables(parts, promote_options="default"), FILE_SCHEMA.names)
         rows = rows.filter(_live_mask(rows, state)).sort_by("seq")
         if rows.num_rows:
             adds.append(write_file(store.location, MESSAGE, rows, tag=COMPACTED))

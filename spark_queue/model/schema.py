@@ -61,7 +61,8 @@ TABLE_SCHEMA = pa.schema(
         ("cancel_count", pa.int32()),
     ]
 )
-# Parquet files carry every column but the partition column, whose value lives in the log.
+# Parquet files carry the columns but the partition column, whose value lives in the log; a
+# file written in one piece leaves out the columns null in every row of it (see file_columns).
 FILE_SCHEMA = pa.schema([f for f in TABLE_SCHEMA if f.name != PARTITION])
 STATS_COLUMNS = ("queue", "seq", "priority")
 
@@ -185,3 +186,19 @@ LEASE_VERSION_KEY = b"spark_queue.version"
 # And a lease of a partitioned queue: each partition's version (a JSON list, partition 0
 # first; null for a partition the lease did not reach), each where its log is watched.
 LEASE_VERSIONS_KEY = b"spark_queue.versions"
+
+
+def file_columns(rows: pa.Table, names: Sequence[str]) -> pa.Table:
+    """``rows`` read from a data file, as its :data:`FILE_SCHEMA` columns ``names`` in that
+    order: a column the file leaves out (null in every row it was written with) as nulls
+    of its type, as Delta readers (delta-spark, delta-rs) read a column missing from a
+    file."""
+    held = set(rows.column_names)
+    count = rows.num_rows
+    return pa.Table.from_arrays(
+        [
+            rows.column(name) if name in held else pa.nulls(count, FILE_SCHEMA.field(name).type)
+            for name in names
+        ],
+        names=list(names),
+    )

@@ -259,13 +259,15 @@ class _StoreWriter:
 def encode_file(record: str, rows: pa.Table, tag: str = "") -> tuple[StagedFile, pa.Buffer]:
     """``rows`` encoded as :func:`write_file` writes them, in memory: the file they make
     once :func:`upload_file` has stored the bytes (its size is known before then)."""
-    rows = _file_rows(record, rows)
+    stored = _file_rows(record, rows)
     sink = pa.BufferOutputStream()
-    _write_parquet(rows, sink)
+    _write_parquet(stored, sink)
     data = sink.getvalue()
-    staged = StagedFile(new_file(record, tag), data.size, record, file_stats(rows), rows.num_rows)
+    staged = StagedFile(
+        new_file(record, tag), data.size, record, file_stats(stored), stored.num_rows
+    )
     if record == MESSAGE:  # compacted from here (:func:`~spark_queue.storage.row_cache.hold_rows`)
-        hold_rows(staged.path, rows)
+        hold_rows(staged.path, stored)
     return staged, data
 
 
@@ -296,14 +298,19 @@ def upload_file(location: Location, relative: str, data: pa.Buffer) -> None:
 
 
 def _file_rows(record: str, rows: pa.Table) -> pa.Table:
-    """The columns a file of ``record`` stores, as the file's schema types them."""
+    """The columns a file of ``record`` stores, as the file's schema types them: those
+    null in every row are left out, which Delta readers (delta-spark, delta-rs,
+    :func:`~spark_queue.model.schema.file_columns`) read as nulls. Writing them would cost
+    more than the rows themselves: a publish's message file sets 7 columns of 23 (for 32
+    messages, 0.17 ms to encode where every column takes 0.41-0.44), an index or removal
+    file a few."""
     if record == MESSAGE:
-        if rows.schema.equals(FILE_SCHEMA):  # as normalised: a cast would cost ~0.1 ms
-            return rows
-        return rows.select(FILE_SCHEMA.names).cast(FILE_SCHEMA)
-    # Index and removal rows fill a few of the columns: the others are left out of the
-    # file, which Delta readers (delta-spark, delta-rs, ``read_rows``) read as nulls, and
-    # writing them would cost more than the rows themselves.
+        if not rows.schema.equals(FILE_SCHEMA):  # as normalised: a cast would cost ~0.1 ms
+            rows = rows.select(FILE_SCHEMA.names).cast(FILE_SCHEMA)
+        count = rows.num_rows  # an empty file keeps its columns
+        names, columns = rows.column_names, rows.columns  # not by name: ~1 us a lookup
+        held = [n for n, column in zip(names, columns, strict=True) if column.null_count < count]
+        return rows if not count or len(held) == len(names) else rows.select(held)
     names = set(rows.column_names)
     fields = [
         field_

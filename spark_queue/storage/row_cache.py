@@ -30,6 +30,8 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from spark_queue.model.schema import file_columns
+
 FOOTERS = 4096  # footers kept, at most (a few KB each)
 ROW_GROUP_BYTES = 128 * 1024 * 1024  # decoded row groups kept, at most (Arrow buffers)
 WHOLE_FILE_BYTES = 64 * 1024 * 1024  # bytes of whole files kept, at most
@@ -98,14 +100,15 @@ def held_file(uri: str) -> pa.Buffer | None:
 
 
 def hold_rows(relative: str, rows: pa.Table) -> None:
-    """Keep the rows (all of the file schema's columns) of the message file this process
-    encoded at ``relative``, a name no other file has: compaction takes them as they are,
-    where decoding a small file and filling in its schema costs ~1.5 ms."""
+    """Keep the rows of the message file this process encoded at ``relative`` (a name no
+    other file has), as the file stores them: compaction takes them as they are, where
+    decoding a small file and filling in its schema costs ~1.5 ms."""
     _WRITTEN_ROWS.put(relative, rows, rows.nbytes)
 
 
 def held_rows(relative: str) -> pa.Table | None:
-    """The rows of the message file at ``relative`` where they are kept."""
+    """The rows of the message file at ``relative`` where they are kept, as the file
+    stores them (without the columns it leaves out)."""
     return _WRITTEN_ROWS.get(relative)
 
 
@@ -133,7 +136,7 @@ class DataFile:
         return footer
 
     def row_group(self, index: int, columns: Sequence[str]) -> pa.Table:
-        """Row group ``index``'s ``columns`` (each in the file), decoded; kept."""
+        """Row group ``index``'s ``columns``, decoded (as :meth:`read`); kept."""
         return self.derived(index, tuple(columns), lambda: self._decoded(index, columns))
 
     def derived(self, index: int, name: Hashable, make: Callable[[], tuple[T, int]]) -> T:
@@ -149,8 +152,12 @@ class DataFile:
     def read(
         self, index: int, columns: Sequence[str], read_dictionary: Sequence[str] = ()
     ) -> pa.Table:
-        """Row group ``index``'s ``columns`` (each in the file), decoded; not kept."""
-        return self._open(read_dictionary).read_row_group(index, columns=list(columns))
+        """Row group ``index``'s ``columns``, decoded (those the file leaves out as nulls:
+        :func:`~spark_queue.model.schema.file_columns`); not kept."""
+        opened = self._open(read_dictionary)
+        held = set(opened.schema_arrow.names)
+        rows = opened.read_row_group(index, columns=[name for name in columns if name in held])
+        return rows if rows.num_columns == len(columns) else file_columns(rows, columns)
 
     def _decoded(self, index: int, columns: Sequence[str]) -> tuple[pa.Table, int]:
         rows = self.read(index, columns)

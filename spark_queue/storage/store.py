@@ -41,6 +41,7 @@ from spark_queue.model.schema import (
     PARTITION,
     TABLE_CONFIGURATION,
     TABLE_SCHEMA,
+    file_columns,
 )
 from spark_queue.rules import QueueState
 from spark_queue.storage.commit_log import (
@@ -57,7 +58,7 @@ from spark_queue.storage.delta_log import (
     entry_store,
     parse_actions,
 )
-from spark_queue.storage.files import MESSAGE, QUEUE, SEEN, StagedFile, empty_rows
+from spark_queue.storage.files import MESSAGE, QUEUE, SEEN, StagedFile
 from spark_queue.storage.location import Location
 from spark_queue.storage.message_files import (
     FIRST_HEAD_SLICE,
@@ -496,10 +497,9 @@ class QueueStore:
             needed = [*wanted, *(c for c, _, _ in filters or [] if c not in wanted)]
             present = set(file.schema_arrow.names)
             rows = file.read([n for n in needed if n in present], use_threads=False)
-            # As read_table(schema=FILE_SCHEMA) gives it: the columns a record's file does
-            # not hold (a state file holds a few) as nulls, each in its schema type.
-            held = {name: rows.column(name) for name in rows.column_names}
-            rows = empty_rows(held, rows.num_rows).select(needed)
+            # As read_table(schema=FILE_SCHEMA) gives it: the columns the file leaves out
+            # (null in every row) as nulls, each in its schema type.
+            rows = file_columns(rows, needed)
             if filters:
                 rows = rows.filter(pq.filters_to_expression(filters))
             return rows.select(wanted)
@@ -551,10 +551,13 @@ class QueueStore:
             return
         first = metadata.row_group(0)
         row_bytes = max(1, first.total_byte_size // max(1, first.num_rows))
+        held = set(file.schema_arrow.names)  # the others are left out as nulls
+        read = [name for name in columns if name in held]
         for batch in file.iter_batches(  # an in-memory file on one thread (see read_rows)
-            batch_size=max(1, batch_bytes // row_bytes), columns=columns, use_threads=not whole
+            batch_size=max(1, batch_bytes // row_bytes), columns=read, use_threads=not whole
         ):
-            yield pa.Table.from_batches([batch])
+            rows = pa.Table.from_batches([batch])
+            yield rows if len(read) == len(columns) else file_columns(rows, columns)
 
     def read_states(self, state_files: list[tuple[str, int, str]]) -> dict[str, QueueState]:
         """The queue states in ``state_files`` (path, size, record): those this process
