@@ -7,7 +7,9 @@ keeping its offsets. The driver kills are tests/test_exactly_once.py's."""
 from __future__ import annotations
 
 import json
+import os
 import pickle
+import signal
 import threading
 from collections import Counter
 
@@ -247,3 +249,15 @@ def test_the_partitions_work_runs_on_threads_every_call_shares():
         together = threading.Barrier(8)
         names |= set(in_parallel(thread_name, range(8)).values())
     assert 8 <= len(names) <= MAX_THREADS, sorted(names)
+
+
+def test_a_forked_child_runs_the_partitions_work_on_threads_of_its_own():
+    """The shared pool's threads are the parent's: a child forked after they started runs
+    its partitions' work on a pool of its own, where it would wait for them forever."""
+    assert in_parallel(lambda k: k * 2, range(4)) == {0: 0, 1: 2, 2: 4, 3: 6}  # threads up
+    child = os.fork()
+    if child == 0:  # the child: killed by the alarm where its work never runs
+        signal.alarm(20)
+        os._exit(0 if in_parallel(lambda k: k * 3, range(4)) == {0: 0, 1: 3, 2: 6, 3: 9} else 1)
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0

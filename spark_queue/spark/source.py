@@ -31,6 +31,7 @@ batch as it leases it, and only a replay after a restart reads in an executor ta
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
@@ -79,11 +80,23 @@ DRIVER_BATCH_BYTES = 64 * 1024 * 1024
 # lease's, not the stored ones.
 STORED_COLUMNS = [c for c in BROWSE_COLUMNS if c not in ("delivery_count", "consumer", "state")]
 MAX_THREADS = 16  # a partitioned queue's tables committed to or read at once, at most
+
+
+def _partitions_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=MAX_THREADS, thread_name_prefix="spark-queue-partitions")
+
+
+def _pool_in_child() -> None:
+    """A forked child has none of its parent's threads, which the pool would count as
+    running (its work would wait for them forever): it starts a pool of its own."""
+    global _PARTITIONS
+    _PARTITIONS = _partitions_pool()
+
+
 # The threads of the partitions' work: shared by every call, since a pool of its own started
 # a thread per partition twice a micro-batch (acknowledge and lease, then plan the reads).
-_PARTITIONS = ThreadPoolExecutor(
-    max_workers=MAX_THREADS, thread_name_prefix="spark-queue-partitions"
-)
+_PARTITIONS = _partitions_pool()
+os.register_at_fork(after_in_child=_pool_in_child)
 
 T = TypeVar("T")
 
