@@ -55,11 +55,11 @@ from spark_queue.broker.wire import (
     TOKEN_HEADER,
     WIRE_NAMES,
     WRONG_TABLE,
+    bind_arguments,
     decode_error,
     decode_result,
     encode_request,
     inline_bodies,
-    signature_of,
 )
 from spark_queue.errors import (
     BrokerAuthenticationError,
@@ -540,9 +540,7 @@ class BrokerRouter:
         if route is None:
             return method(table, *args, **kwargs)
         # Only the arguments given: the broker's method fills in its own defaults.
-        return self.send(
-            route, method_name, method, signature_of(method).bind(table, *args, **kwargs)
-        )
+        return self.send(route, method_name, method, bind_arguments(method, table, *args, **kwargs))
 
     def send_share(
         self,

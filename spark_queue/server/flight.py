@@ -64,11 +64,11 @@ from spark_queue.broker.wire import (
     PROTOCOL,
     ROUTED_METHODS,
     STATUS_ACTION,
+    bind_arguments,
     checked_upload,
     decode_request,
     encode_error,
     encode_result,
-    signature_of,
     trimmed,
 )
 from spark_queue.commit.group import set_return_wait
@@ -462,7 +462,7 @@ class QueueBroker(flight.FlightServerBase):
         # publish answers with publish_outcome's result (which rows were stored).
         call = getattr(self.table, "publish_outcome" if method == "publish" else method)
         try:
-            signature_of(call).bind(**named)
+            bind_arguments(call, **named)
         except TypeError as error:
             raise BrokerRequestError(f"malformed request: {method}: {error}") from None
         if partition is None:
