@@ -5,7 +5,9 @@ broker processes on real tables."""
 
 from __future__ import annotations
 
+import random
 import threading
+import time
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -151,36 +153,48 @@ def test_each_call_of_a_batch_needs_its_own_proof(tmp_path):
     assert QueueTable(path, broker="off").peek("jobs")["body"].to_pylist() == [b"good"]
 
 
+class GatedSender:
+    """A client's streams whose sends wait at ``gate``, each batch's size noted in ``sent``."""
+
+    def __init__(self, streams: streams.CallStreams, gate: threading.Event, sent: list[int]):
+        self.streams, self.gate, self.sent = streams, gate, sent
+
+    def call(self, method: str, proof: str | None, request: bytes) -> pa.Buffer:
+        self.sent.append(1)
+        self.gate.wait()
+        return self.streams.call(method, proof, request)
+
+    def call_batch(self, calls: list[Call]) -> list[object]:
+        self.sent.append(len(calls))
+        self.gate.wait()
+        return self.streams.call_batch(calls)
+
+
 def test_publishes_that_come_while_a_batch_is_in_flight_go_together(tmp_path):
-    """The batcher's turns, with the sends held at a gate: the first publish goes alone; one
+    """The batcher's turns, with the sends held at a gate, for the callers of two clients
+    with sessions of their own at a broker with a token: the first publish goes alone; one
     that comes while it is in flight waits (the broker's round in flight holds as many);
-    with more waiting than it holds, they go as a batch; two more wait for the batches in
-    flight, then go together. Every caller has its own seqs, all distinct."""
+    with more waiting than it holds, they go as a batch, each call with its own client's
+    proof; two more wait for the batches in flight, then go together. Every caller has its
+    own seqs, all distinct."""
     path = str(tmp_path / "queues")
-    with BrokerProcess(path, log_path=tmp_path / "broker.log") as broker:
-        calls = plain_streams(broker)
+    env = {"SPARK_QUEUE_BROKER_TOKEN": TOKEN}
+    with BrokerProcess(path, log_path=tmp_path / "broker.log", env=env, token=TOKEN) as broker:
         gate = threading.Event()
         sent: list[int] = []
-
-        def one(call: Call) -> pa.Buffer:
-            sent.append(1)
-            gate.wait()
-            return calls.call(*call)
-
-        def many(batch: list[Call]) -> list[object]:
-            sent.append(len(batch))
-            gate.wait()
-            return calls.call_batch(batch)
-
-        batcher = PublishBatcher(one, many)
+        clients = [proven_streams(broker) for _ in range(2)]
+        batcher = PublishBatcher()
         answers: dict[str, list[int]] = {}
 
-        def publish(body: str) -> None:
-            answers[body] = seqs_of(batcher.call(publish_call(path, "jobs", body)))
+        def publish(body: str, n: int) -> None:
+            session, calls = clients[n % 2]
+            request = publish_request(path, body)
+            call = ("publish", session.header("publish", request), request)
+            answers[body] = seqs_of(batcher.call(call, GatedSender(calls, gate, sent)))
 
         threads = []
         for arrived, body in enumerate("abcde", start=1):
-            threads.append(threading.Thread(target=publish, args=(body,)))
+            threads.append(threading.Thread(target=publish, args=(body, arrived)))
             threads[-1].start()
             # Sent or queued: the next comes once this one is in its place.
             wait_until(lambda n=arrived: sum(sent) + len(batcher._queue) == n, timeout=30)
@@ -190,21 +204,24 @@ def test_publishes_that_come_while_a_batch_is_in_flight_go_together(tmp_path):
             thread.join()
         assert sent == [1, 2, 2]
         assert sorted(s for seqs in answers.values() for s in seqs) == [0, 1, 2, 3, 4]
+        status = broker.status()
+        assert (status["batches"], status["unauthenticated"]) == (2, 0)
         assert broker.stop() == 0
 
 
 def test_many_threads_publish_through_a_broker_each_message_once(tmp_path, seed):
-    """16 threads' one-message publishes through a broker, released together in waves:
-    every caller has its own seqs, every message is stored once, and the broker served
-    every publish (in batches or alone)."""
+    """16 threads' one-message publishes through a broker, each thread with a QueueTable of
+    its own (the process's publishes to the broker share batches all the same), released
+    together in waves: every caller has its own seqs, every message is stored once, and
+    the broker served every publish (in batches or alone)."""
     path = str(tmp_path / "queues")
     with BrokerProcess(path, log_path=tmp_path / "broker.log") as broker:
-        table = QueueTable(path, broker=broker.address)
-        table.publish("jobs", ["first"])
+        QueueTable(path, broker=broker.address).publish("jobs", ["first"])
         barrier = threading.Barrier(16)
         seen: list[list[int]] = [[] for _ in range(16)]
 
         def work(n: int) -> None:
+            table = QueueTable(path, broker=broker.address)
             for wave in range(6):
                 barrier.wait()
                 seen[n] += table.publish("jobs", [f"{n}-{wave}"]).seqs
@@ -240,3 +257,41 @@ def test_one_threads_publishes_go_alone_and_a_publish_of_rows_by_its_upload(tmp_
         assert (status["batches"], status["served"], status["refused"]) == (0, 4, 1)
         assert broker.stop() == 0
     assert QueueTable(path, broker="off").stats("jobs")["added"] == 4
+
+
+def test_the_batcher_answers_every_call_of_threads_that_come_and_go(seed):
+    """16 threads, released together every third call, through a batcher whose sends take
+    0-3 ms (an echo: each call's answer is its request): every call is answered with its
+    own request, none waits for ever."""
+    rng = random.Random(seed)
+
+    class Echo:
+        def call(self, method: str, proof: str | None, request: bytes) -> pa.Buffer:
+            time.sleep(rng.random() * 0.003)
+            return pa.py_buffer(request)
+
+        def call_batch(self, calls: list[Call]) -> list[object]:
+            time.sleep(rng.random() * 0.003)
+            return [pa.py_buffer(request) for _, _, request in calls]
+
+    batcher, echo = PublishBatcher(), Echo()
+    threads, calls = 16, 120
+    together = threading.Barrier(threads)
+    answered = [0] * threads
+
+    def work(n: int) -> None:
+        for k in range(calls):
+            if k % 3 == 0:
+                together.wait()
+            request = f"{n}-{k}".encode()
+            assert batcher.call(("publish", None, request), echo).to_pybytes() == request
+            answered[n] += 1
+
+    workers = [threading.Thread(target=work, args=(n,), daemon=True) for n in range(threads)]
+    for worker in workers:
+        worker.start()
+    deadline = time.monotonic() + 60
+    for worker in workers:
+        worker.join(max(0.0, deadline - time.monotonic()))
+    together.abort()  # a thread stuck in a call leaves the others at the barrier
+    assert answered == [calls] * threads

@@ -42,7 +42,7 @@ from typing import Any, ParamSpec, TypeVar, cast
 import pyarrow as pa
 
 from spark_queue.broker.auth import check_token, new_nonce, token_key
-from spark_queue.broker.batching import PublishBatcher
+from spark_queue.broker.batching import batcher_of
 from spark_queue.broker.discovery import BrokerRecord, distrust, live_brokers
 from spark_queue.broker.sessions import HELLO_ACTION, ClientSession, hello_body, open_session
 from spark_queue.broker.spread import NOT_SPREAD, SPREAD_METHODS, spread_call
@@ -188,10 +188,9 @@ class BrokerClient:
         # Each thread's calls but publish's uploads go on a stream of its own, each with its
         # proof where the broker has a token.
         self._streams = CallStreams(self._client, CALL_TIMEOUT_SECONDS, self._stream_opening)
-        # Publishes that travel as calls, of threads that call together, share messages.
-        self._publishes = PublishBatcher(
-            lambda call: self._streams.call(*call), self._streams.call_batch
-        )
+        # Publishes that travel as calls, of threads of the process that call together,
+        # share messages (the batcher of every client of this broker and table).
+        self._publishes = batcher_of(address, table)
 
     def __repr__(self) -> str:
         return f"BrokerClient({self.address!r}, {self.table!r})"
@@ -315,7 +314,7 @@ class BrokerClient:
             if self._streams.served:
                 try:
                     if method == "publish":
-                        return self._publishes.call((method, proof, request))
+                        return self._publishes.call((method, proof, request), self._streams)
                     return self._streams.call(method, proof, request)
                 except StreamsNotServed:
                     pass  # nothing was read, its proof unused: it goes as an RPC
