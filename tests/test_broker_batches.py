@@ -209,7 +209,7 @@ def test_publishes_that_come_while_a_batch_is_in_flight_go_together(tmp_path):
         assert broker.stop() == 0
 
 
-def test_many_threads_publish_through_a_broker_each_message_once(tmp_path, seed):
+def test_many_threads_publish_through_a_broker_each_message_once(tmp_path):
     """16 threads' one-message publishes through a broker, each thread with a QueueTable of
     its own (the process's publishes to the broker share batches all the same), released
     together in waves: every caller has its own seqs, every message is stored once, and
