@@ -25,6 +25,7 @@ import pyarrow as pa
 
 from spark_queue.commit.enqueue import PRODUCER_APP_PREFIX, PendingBatch
 from spark_queue.commit.group import group_of
+from spark_queue.commit.landing import HANDED_ON, hand_on, must_not_hand_on
 from spark_queue.commit.maintenance import Progress
 from spark_queue.commit.requests import (
     ChangeRequest,
@@ -389,6 +390,7 @@ class Partitions:
         ``queue``'s ``count`` partitions: a row with a key to its key's partition; rows
         without one to the producer's (an idempotent producer's retry goes where its first
         try went), else all to the process's keyless turn (sticky)."""
+        must_not_hand_on()  # each share waits on its partition's round
         if isinstance(taken, Bodies) and producer is None and scoped_partition() is None:
             return self._publish_bodies(queue, taken, given, count, on_reject, policies)
         # Routed by key: the input columns as a table (bodies alone are read once more).
@@ -545,7 +547,10 @@ class Partitions:
                 return self._by_seqs(request, seqs)
             if seqs is None:  # a release: every partition of its queue (or every queue)
                 return self._everywhere(request)
-        return root.submit(request).result()
+        future = root.submit(request)
+        if isinstance(request, PublishRequest) and request.whole and hand_on(future):
+            return HANDED_ON  # answered as its round lands, by whoever took it
+        return future.result()
 
     def _by_seqs(self, request: ChangeRequest | ExtendRequest, seqs: np.ndarray) -> int:
         """Seqs to their partitions, each a request to its table, all at once; seqs of a

@@ -33,6 +33,7 @@ from spark_queue.commit.requests import (
     CompactRequest,
     LeaseRequest,
     PublishRequest,
+    QueuePartitioned,
     ack_planner,
 )
 from spark_queue.model.messages import Bodies, as_input_table, normalise
@@ -692,3 +693,25 @@ def test_a_round_planned_on_one_whose_entry_fails_is_planned_again_without_it(ta
         first.result(30)
     assert [future.result(30).result.seqs for future in later] == [[0], [1]]
     assert texts(table.peek("q", 10)) == ["a", "b"]
+
+
+def test_whole_publishes_merged_in_a_round_on_a_queue_partitioned_since_are_refused(table):
+    """Publishes routed as for a queue of one partition (``whole``), merged in one round,
+    on a queue that has partitions by then: each caller hears so (QueuePartitioned), to
+    route its rows again, and none is stored; a partition's own share in the same round is
+    stored."""
+    table.declare("q")
+    table.alter("q", partitions=2)
+    group = group_of(table.store.location)
+
+    def whole(body: str) -> PublishRequest:
+        request = bodies_request(table, "q", [body], now_micros())
+        request.whole = True
+        return request
+
+    futures = one_round(group, [whole("w1"), whole("w2"), bodies_request(table, "q", ["s"], 0)])
+    for future in futures[:2]:
+        with pytest.raises(QueuePartitioned):
+            future.result(30)
+    assert futures[2].result(30).result.seqs
+    assert texts(table.peek("q", 10)) == ["s"]

@@ -42,6 +42,7 @@ from typing import Any, ParamSpec, TypeVar, cast
 import pyarrow as pa
 
 from spark_queue.broker.auth import check_token, new_nonce, token_key
+from spark_queue.broker.batching import batcher_of
 from spark_queue.broker.discovery import BrokerRecord, distrust, live_brokers
 from spark_queue.broker.sessions import HELLO_ACTION, ClientSession, hello_body, open_session
 from spark_queue.broker.spread import NOT_SPREAD, SPREAD_METHODS, spread_call
@@ -55,11 +56,11 @@ from spark_queue.broker.wire import (
     TOKEN_HEADER,
     WIRE_NAMES,
     WRONG_TABLE,
+    bind_arguments,
     decode_error,
     decode_result,
     encode_request,
     inline_bodies,
-    signature_of,
 )
 from spark_queue.errors import (
     BrokerAuthenticationError,
@@ -187,6 +188,9 @@ class BrokerClient:
         # Each thread's calls but publish's uploads go on a stream of its own, each with its
         # proof where the broker has a token.
         self._streams = CallStreams(self._client, CALL_TIMEOUT_SECONDS, self._stream_opening)
+        # Publishes that travel as calls, of threads of the process that call together,
+        # share messages (the batcher of every client of this broker and table).
+        self._publishes = batcher_of(address, table)
 
     def __repr__(self) -> str:
         return f"BrokerClient({self.address!r}, {self.table!r})"
@@ -309,6 +313,8 @@ class BrokerClient:
         if rows is None:
             if self._streams.served:
                 try:
+                    if method == "publish":
+                        return self._publishes.call((method, proof, request), self._streams)
                     return self._streams.call(method, proof, request)
                 except StreamsNotServed:
                     pass  # nothing was read, its proof unused: it goes as an RPC
@@ -540,9 +546,7 @@ class BrokerRouter:
         if route is None:
             return method(table, *args, **kwargs)
         # Only the arguments given: the broker's method fills in its own defaults.
-        return self.send(
-            route, method_name, method, signature_of(method).bind(table, *args, **kwargs)
-        )
+        return self.send(route, method_name, method, bind_arguments(method, table, *args, **kwargs))
 
     def send_share(
         self,

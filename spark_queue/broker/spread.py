@@ -38,7 +38,7 @@ import numpy as np
 import pyarrow as pa
 
 from spark_queue.broker.discovery import BrokerRecord
-from spark_queue.broker.wire import signature_of
+from spark_queue.broker.wire import bind_arguments
 from spark_queue.errors import QueueError
 from spark_queue.model.assignment import partition_owner
 from spark_queue.model.kinds import parse_seqs
@@ -118,7 +118,7 @@ def spread_call(
     """``method(table, *args, **kwargs)`` (a routed ``QueueTable`` method, ``method_name``
     on the wire) split over the brokers of ``records`` by partition; :data:`NOT_SPREAD`
     where its queue has one partition, or its arguments are not for splitting."""
-    bound = signature_of(method).bind(table, *args, **kwargs)
+    bound = bind_arguments(method, table, *args, **kwargs)
     queue = bound.arguments.get("queue")
     if not isinstance(queue, str):
         return NOT_SPREAD

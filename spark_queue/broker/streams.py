@@ -27,13 +27,18 @@ import contextlib
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias, cast
 
 import pyarrow as pa
 
 CALLS_COMMAND = b"calls"  # the DoExchange descriptor's command of a stream of calls
 STREAM_OPENING = "stream"  # what a stream's own proof is for, with an empty body
 ANSWERED, REFUSED, UNPROVEN = 0, 1, 2  # an answer frame's first byte
+# A batch frame's first byte (no method starts with it), and its answer's: then each call
+# frame (or answer frame), its length first (4 bytes, big-endian).
+BATCH, BATCH_ANSWERED = b"\x00", 3
+# Calls of a batch, at most (the broker refuses a larger one: nothing of it done).
+MAX_BATCH_CALLS = 256
 
 
 def call_frame(method: str, proof: str | None, request: bytes) -> bytes:
@@ -59,6 +64,47 @@ def refusal_frame(payload: bytes) -> bytes:
 
 def unproven_frame(refusal: str) -> bytes:
     return bytes([UNPROVEN]) + refusal.encode()
+
+
+def joined_frames(first: bytes, frames: list[bytes]) -> bytes:
+    """``first``, then each of ``frames`` with its length."""
+    parts = [first]
+    for frame in frames:
+        parts += [len(frame).to_bytes(4, "big"), frame]
+    return b"".join(parts)
+
+
+def split_frames(body: bytes | memoryview, limit: int) -> list[bytes] | None:
+    """The frames :func:`joined_frames` joined into ``body`` (its first byte left out):
+    None where it is malformed (a length past its end) or holds more than ``limit``."""
+    frames: list[bytes] = []
+    view, at = memoryview(body), 1
+    while at < len(view):
+        if len(frames) == limit or at + 4 > len(view):
+            return None
+        size = int.from_bytes(view[at : at + 4], "big")
+        at += 4
+        if at + size > len(view):
+            return None
+        frames.append(bytes(view[at : at + size]))
+        at += size
+    return frames
+
+
+# A call's encoded result, or the error its caller raises (:meth:`CallStreams.call`).
+Outcome: TypeAlias = Any  # a pa.Buffer, or a BaseException
+
+
+def _outcome(answer: pa.Buffer) -> Outcome:
+    """What an answer frame (not empty) says of its call: its encoded result, or the
+    error :meth:`CallStreams.call` raises for it."""
+    import pyarrow.flight as flight
+
+    if answer[0] == ANSWERED:
+        return answer[1:]
+    if answer[0] == UNPROVEN:
+        return flight.FlightUnauthenticatedError(answer[1:].to_pybytes().decode())
+    return flight.FlightServerError("refused by the broker", extra_info=answer[1:].to_pybytes())
 
 
 class StreamsNotServed(Exception):
@@ -119,17 +165,52 @@ class CallStreams:
             pyarrow.flight.FlightError, pyarrow.ArrowException: the stream broke (the call
                 may or may not have been applied).
         """
+        answer = self._exchange(call_frame(method, proof, request))
+        outcome = _outcome(answer)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def call_batch(self, calls: list[tuple[str, str | None, bytes]]) -> list[Outcome]:
+        """Send ``calls`` (each a method, its proof and its request, as :meth:`call` takes)
+        as one message on this thread's stream: each one's encoded result, or the error
+        :meth:`call` would raise for it alone.
+
+        Raises:
+            StreamsNotServed, pyarrow.flight.FlightError, pyarrow.ArrowException: as
+                :meth:`call`, for every call of the batch.
+        """
+        import pyarrow.flight as flight
+
+        frames = [call_frame(method, proof, request) for method, proof, request in calls]
+        answer = self._exchange(joined_frames(BATCH, frames))
+        if answer[0] != BATCH_ANSWERED:  # the batch refused whole: nothing of it done
+            outcome = _outcome(answer)
+            return [outcome] * len(calls)
+        answers = split_frames(answer.to_pybytes(), len(calls))
+        if answers is None or len(answers) != len(calls) or not all(answers):
+            self._close(getattr(self._local, "stream", None))
+            raise flight.FlightUnavailableError("the broker sent a malformed answer")
+        return [_outcome(pa.py_buffer(one)) for one in answers]
+
+    def _exchange(self, frame: bytes) -> pa.Buffer:
+        """Send ``frame`` on this thread's stream; the answer frame (not empty).
+
+        Raises:
+            StreamsNotServed, pyarrow.flight.FlightError, pyarrow.ArrowException: as
+                :meth:`call`.
+        """
         import pyarrow.flight as flight
 
         stream: _Stream | None = getattr(self._local, "stream", None)
         if stream is not None and time.monotonic() - stream.opened > self._call_timeout:
             self._close(stream)
             stream = None
-        frame = pa.py_buffer(call_frame(method, proof, request))
+        message = pa.py_buffer(frame)
         fresh = stream is None
         if stream is not None:
             try:
-                stream.writer.write_metadata(frame)
+                stream.writer.write_metadata(message)
             except (flight.FlightError, pa.ArrowException):
                 # Ended since its last call (the broker restarted, or stopped): the
                 # call was not sent; it goes on a new stream.
@@ -138,7 +219,7 @@ class CallStreams:
         try:
             if stream is None:
                 stream = self._open()
-                stream.writer.write_metadata(frame)
+                stream.writer.write_metadata(message)
             chunk = stream.reader.read_chunk()
         except StopIteration:  # ended without an answer
             self._close(stream)
@@ -156,16 +237,11 @@ class CallStreams:
         except BaseException:
             self._close(stream)
             raise
-        assert stream is not None
         answer = chunk.app_metadata
         if answer is None or not len(answer):
             self._close(stream)
             raise flight.FlightUnavailableError("the broker sent an empty answer")
-        if answer[0] == ANSWERED:
-            return answer[1:]
-        if answer[0] == UNPROVEN:
-            raise flight.FlightUnauthenticatedError(answer[1:].to_pybytes().decode())
-        raise flight.FlightServerError("refused by the broker", extra_info=answer[1:].to_pybytes())
+        return cast(pa.Buffer, answer)
 
     def _open(self) -> _Stream:
         import pyarrow.flight as flight

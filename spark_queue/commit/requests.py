@@ -210,6 +210,7 @@ def mergeable(first: Request[Any], other: Request[Any]) -> bool:
         and first.arguments == other.arguments
         and first.on_reject == other.on_reject
         and first.policies is other.policies
+        and first.whole == other.whole
     )
 
 
@@ -244,6 +245,7 @@ class PublishRun(Request[list[PublishOutcome]]):
             sequence=None,
             on_reject=first.on_reject,
             policies=first.policies,
+            whole=first.whole,  # a queue partitioned since its callers looked: each reroutes
         )
         self.policies = first.policies
 

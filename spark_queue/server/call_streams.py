@@ -17,7 +17,19 @@ from contextlib import AbstractContextManager
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from spark_queue.broker.streams import answer_frame, parse_call, refusal_frame, unproven_frame
+from spark_queue.broker.streams import (
+    BATCH,
+    BATCH_ANSWERED,
+    MAX_BATCH_CALLS,
+    answer_frame,
+    joined_frames,
+    parse_call,
+    refusal_frame,
+    split_frames,
+    unproven_frame,
+)
+from spark_queue.broker.wire import encode_error
+from spark_queue.errors import BrokerRequestError
 
 # Runs one call of the method named, with its request: its encoded answer, or a Flight
 # error carrying the table's error in its extra_info (QueueBroker._serve).
@@ -25,6 +37,9 @@ Serve = Callable[[str, bytes], bytes]
 # Checks a call's proof (method, proof, request) as an RPC's headers' is: None where it
 # holds, else the refusal's one line (logged and counted: QueueBroker._check_proof).
 Check = Callable[[str, str | None, bytes], str | None]
+# Runs a batch's calls (each a method and its request, its proof held) at once: each one's
+# answer frame, in order (QueueBroker's batches).
+ServeBatch = Callable[[list[tuple[str, bytes]]], list[bytes]]
 
 
 def serve_calls(
@@ -33,11 +48,18 @@ def serve_calls(
     check: Check,
     serve: Serve,
     in_flight: Callable[[], AbstractContextManager[None]],
+    serve_batch: ServeBatch,
 ) -> None:
     """Answer each call that comes on the stream until the client ends it, or until the
     broker stops (``in_flight`` refuses the call: it is answered so, and the stream ends).
     A call whose proof fails ``check`` is refused alone, its request unread."""
     for frame in _frames(reader):
+        if frame[:1] == BATCH:
+            answer = _batch_answer(frame, check, serve_batch, in_flight)
+            writer.write_metadata(pa.py_buffer(answer))
+            if answer == _STOPPING:
+                return
+            continue
         method, proof, request = parse_call(frame)
         refusal = check(method, proof, request)
         if refusal is not None:
@@ -52,6 +74,43 @@ def serve_calls(
         except flight.FlightError as error:
             answer = refusal_frame(error.extra_info or b"")
         writer.write_metadata(pa.py_buffer(answer))
+
+
+_STOPPING = refusal_frame(b"")  # nothing was done: the client commits directly
+
+
+def _batch_answer(
+    frame: bytes,
+    check: Check,
+    serve_batch: ServeBatch,
+    in_flight: Callable[[], AbstractContextManager[None]],
+) -> bytes:
+    """The answer to a batch of calls: each call's answer frame, those whose proof fails
+    ``check`` refused alone, their requests unread; the refusal of the whole batch where it
+    is malformed or the broker stops (nothing of it done)."""
+    frames = split_frames(frame, MAX_BATCH_CALLS)
+    if frames is None:
+        error = BrokerRequestError(
+            f"malformed request: a batch of calls that does not parse, or of more than "
+            f"{MAX_BATCH_CALLS} calls; nothing of it was done"
+        )
+        return refusal_frame(encode_error(error) or b"")
+    answers: list[bytes | None] = []
+    proven: list[tuple[str, bytes]] = []
+    for one in frames:
+        method, proof, request = parse_call(one)
+        refusal = check(method, proof, request)
+        if refusal is None:
+            proven.append((method, request))
+        answers.append(None if refusal is None else unproven_frame(refusal))
+    try:
+        with in_flight():
+            served = iter(serve_batch(proven) if proven else [])
+    except flight.FlightUnavailableError:  # stopping: nothing was done
+        return _STOPPING
+    return joined_frames(
+        bytes([BATCH_ANSWERED]), [next(served) if a is None else a for a in answers]
+    )
 
 
 def _frames(reader: flight.MetadataRecordBatchReader) -> Iterator[bytes]:

@@ -31,6 +31,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import Future
 from typing import Any, cast
 
 import pyarrow as pa
@@ -64,14 +65,15 @@ from spark_queue.broker.wire import (
     PROTOCOL,
     ROUTED_METHODS,
     STATUS_ACTION,
+    bind_arguments,
     checked_upload,
     decode_request,
     encode_error,
     encode_result,
-    signature_of,
     trimmed,
 )
 from spark_queue.commit.group import set_return_wait
+from spark_queue.commit.landing import HANDED_ON, WouldWait, handing_on, must_not_hand_on
 from spark_queue.errors import (
     BrokerError,
     BrokerRequestError,
@@ -81,6 +83,7 @@ from spark_queue.errors import (
 )
 from spark_queue.model.partition_calls import one_partition
 from spark_queue.model.policies import Policies
+from spark_queue.server.call_batches import BatchServer
 from spark_queue.server.call_openings import CredentialReader, unserved
 from spark_queue.server.call_streams import serve_calls
 from spark_queue.server.listening import check_bindable, check_sqs_keys, check_token, parse_listen
@@ -164,7 +167,10 @@ class QueueBroker(flight.FlightServerBase):
             "in_flight": 0,
             "streams_open": 0,  # streams of calls open now (broker.streams), idle or not
             "streams_opened": 0,
+            "batches": 0,  # messages of several publishes each (server.call_batches)
+            "batched": 0,  # the publishes they held
         }
+        self._batches = BatchServer(self)
         self.observe: Observer = _unobserved
         middleware: dict[str, flight.ServerMiddlewareFactory] = {}
         if self._key is not None:
@@ -235,7 +241,12 @@ class QueueBroker(flight.FlightServerBase):
         try:
             check = functools.partial(self._check_proof, context.peer)
             serve_calls(
-                reader, writer, check, lambda m, r: self._serve(m, r, None), self._in_flight
+                reader,
+                writer,
+                check,
+                lambda m, r: self._serve(m, r, None),
+                self._in_flight,
+                self._serve_batch,
             )
         finally:
             self._count("streams_open", -1)
@@ -384,9 +395,13 @@ class QueueBroker(flight.FlightServerBase):
         kind: str,
         body: bytes,
         upload: Callable[[tuple[int, int], int], pa.Table] | None,
+        take: Callable[[Future[Any]], None] | None = None,
     ) -> bytes:
         """Run one request (``upload``: reads publish's messages, from ``do_put``); its
-        encoded result, or a Flight error carrying the table's error."""
+        encoded result, or a Flight error carrying the table's error. With ``take``, a
+        publish of a queue without partitions is not waited for: its future goes to
+        ``take`` and the answer is empty (:func:`~spark_queue.commit.landing.handing_on`);
+        one that would wait on a path of its own raises ``WouldWait``, nothing done."""
         started = time.perf_counter()
         try:
             if len(body) > self.max_request_bytes:
@@ -404,8 +419,16 @@ class QueueBroker(flight.FlightServerBase):
                 rows = arguments.pop(BODIES)
             elif upload is not None:
                 rows = upload(checked_upload(declared), len(body))
-            result = self._call(method, arguments, rows, partition)
+            if take is None:
+                result = self._call(method, arguments, rows, partition)
+            else:
+                with handing_on(take):
+                    result = self._call(method, arguments, rows, partition)
+                if result is HANDED_ON:
+                    return b""
             answer = encode_result(method, result)
+        except WouldWait:
+            raise
         except Exception as error:
             failure = self._failure(kind, error, time.perf_counter() - started)
         else:
@@ -415,6 +438,27 @@ class QueueBroker(flight.FlightServerBase):
         # Raised here, past the except block, so that nothing refers to the error and its
         # frames (a refused upload's batches among them) once the answer is sent.
         raise failure
+
+    def _serve_batch(self, calls: list[tuple[str, bytes]]) -> list[bytes]:
+        """A batch of publishes' answer frames (:mod:`spark_queue.server.call_batches`)."""
+        self._count("batches")
+        self._count("batched", len(calls))
+        return self._batches.serve(calls)
+
+    def serve_one(
+        self, kind: str, body: bytes, take: Callable[[Future[Any]], None] | None
+    ) -> bytes:
+        """A call of a batch, served as :meth:`_serve` serves one alone."""
+        return self._serve(kind, body, None, take)
+
+    def landed(self, kind: str, seconds: float, error: Exception | None) -> bytes:
+        """Count and observe a call of a batch that ended after ``seconds``: the payload of
+        its ``error`` where it failed, else empty."""
+        if error is None:
+            self._count("served")
+            self.observe(kind, seconds, None)
+            return b""
+        return self._failure(kind, error, seconds).extra_info or b""
 
     def _failure(self, kind: str, error: Exception, seconds: float) -> flight.FlightServerError:
         """The Flight error that carries ``error`` to the client (trimmed to fit gRPC's
@@ -462,11 +506,12 @@ class QueueBroker(flight.FlightServerBase):
         # publish answers with publish_outcome's result (which rows were stored).
         call = getattr(self.table, "publish_outcome" if method == "publish" else method)
         try:
-            signature_of(call).bind(**named)
+            bind_arguments(call, **named)
         except TypeError as error:
             raise BrokerRequestError(f"malformed request: {method}: {error}") from None
         if partition is None:
             return call(**named)
+        must_not_hand_on()  # a partition's share waits on its partition's round
         queue = named["queue"]
         self.table.partitioned.require_partition(queue, partition)
         with self._counts_lock:
