@@ -16,7 +16,7 @@ import pytest
 from spark_queue import QueueTable
 from spark_queue.broker import streams
 from spark_queue.broker.batching import PublishBatcher
-from spark_queue.broker.client import wire_request
+from spark_queue.broker.client import BrokerClient, wire_request
 from spark_queue.broker.wire import decode_error, decode_result
 from spark_queue.errors import InvalidOptionError
 from spark_queue.rules import identity_holds
@@ -295,3 +295,19 @@ def test_the_batcher_answers_every_call_of_threads_that_come_and_go(seed):
         worker.join(max(0.0, deadline - time.monotonic()))
     together.abort()  # a thread stuck in a call leaves the others at the barrier
     assert answered == [calls] * threads
+
+
+def test_clients_share_a_batcher_only_where_they_trust_the_broker_alike():
+    """The clients of a process for one broker and table share one batcher where they have
+    the same token (and broker id and TLS roots); a call never travels on the stream of a
+    client with another token, or none."""
+    address, table = "127.0.0.1:1", "/tmp/batched-table"
+    first, second = BrokerClient(address, table, TOKEN), BrokerClient(address, table, TOKEN)
+    assert first._publishes is second._publishes
+    for other in (
+        BrokerClient(address, table, TOKEN + "x"),
+        BrokerClient(address, table, None),
+        BrokerClient(address, table, TOKEN, "another-broker"),
+        BrokerClient(address, "/tmp/another-table", TOKEN),
+    ):
+        assert other._publishes is not first._publishes

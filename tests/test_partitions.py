@@ -20,6 +20,7 @@ from deltalake import DeltaTable
 
 from spark_queue import QueueTable, cli
 from spark_queue.errors import ArgumentMismatchError, InvalidOptionError
+from spark_queue.model.partition_calls import one_partition
 from spark_queue.model.partition_turns import PUBLISH_ROUNDS
 from spark_queue.model.partitions import (
     ROOT_SEQ_LIMIT,
@@ -207,11 +208,17 @@ def test_clients_started_together_begin_at_partitions_apart(tmp_path):
     """Each ``QueueTable``'s first keyless publish and first lease start at a random
     partition: clients started together do not all begin at partition 0 and move on in
     step (the chance that 32 fresh tables' publishes, or 8 leases, all meet in one of 8
-    partitions at random is below one in two million)."""
+    partitions at random is below one in two million). Every partition holds messages
+    before the leases, so that none moves on from an empty one: the process's publishes
+    fill a partition at a time, and leases that started at empty partitions would meet in
+    the next full one."""
     path = tmp_path / "queues"
     QueueTable(path).declare("q", partitions=8)
     firsts = [QueueTable(path).publish("q", [b"m"]).seqs[0] for _ in range(32)]
     assert len(set(partition_of(np.array(firsts)).tolist())) > 1
+    for partition in range(8):
+        with one_partition(partition):
+            QueueTable(path).publish("q", [b"m"] * 8)
     leased = [QueueTable(path).lease("q", "c", max_messages=1)["seq"][0].as_py() for _ in range(8)]
     assert len(set(partition_of(np.array(leased)).tolist())) > 1
 

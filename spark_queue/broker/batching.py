@@ -7,8 +7,8 @@ both processes in turn with the others. A :class:`PublishBatcher` sends the publ
 process's threads that come together as one message, which the broker serves in one
 thread, each publish a request of its own in the same round, and answers in one message,
 each publish with its own result or its own error. The clients of a process for one
-broker and table share one batcher (:func:`batcher_of`): each call carries its own proof,
-so the calls of clients with sessions of their own share a message.
+broker and table, with the same token, share one batcher (:func:`batcher_of`): each call
+carries its own proof, so the calls of clients with sessions of their own share a message.
 
 A batch goes at once where nothing else is under way. The callers of an answered batch
 come back with their next publishes one after another: the next batch waits for them (at
@@ -192,18 +192,19 @@ class PublishBatcher:
 
 
 # The batchers of this process, by process (a batcher made before a fork is not the
-# child's), broker and table: held by their clients, dropped with the last of them.
+# child's), broker, table and trust: held by their clients, dropped with the last of them.
 _BATCHERS: weakref.WeakValueDictionary[tuple[Any, ...], PublishBatcher] = (
     weakref.WeakValueDictionary()
 )
 _BATCHERS_LOCK = threading.Lock()
 
 
-def batcher_of(address: str, table: str) -> PublishBatcher:
-    """The batcher of this process's publishes to the broker at ``address`` for ``table``
-    (its clients' calls each carry their own proof, so clients with other sessions, or
-    none, share one)."""
-    key = (os.getpid(), address, table)
+def batcher_of(address: str, table: str, *trust: object) -> PublishBatcher:
+    """The batcher of this process's publishes to the broker at ``address`` for ``table``,
+    for the clients that trust it alike (``trust``: the token's key, the broker's id, the
+    TLS roots): each call carries its own proof, so clients with sessions of their own
+    share one, but a call never travels on the stream of a client that trusts otherwise."""
+    key = (os.getpid(), address, table, *trust)
     with _BATCHERS_LOCK:
         batcher = _BATCHERS.get(key)
         if batcher is None:

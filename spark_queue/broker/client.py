@@ -189,8 +189,10 @@ class BrokerClient:
         # proof where the broker has a token.
         self._streams = CallStreams(self._client, CALL_TIMEOUT_SECONDS, self._stream_opening)
         # Publishes that travel as calls, of threads of the process that call together,
-        # share messages (the batcher of every client of this broker and table).
-        self._publishes = batcher_of(address, table)
+        # share messages (the batcher of every client of this broker, table and trust).
+        self._publishes = batcher_of(
+            address, table, self._key, broker_id, os.environ.get(TLS_ROOTS_ENV_VAR)
+        )
 
     def __repr__(self) -> str:
         return f"BrokerClient({self.address!r}, {self.table!r})"

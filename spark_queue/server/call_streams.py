@@ -1,7 +1,9 @@
 """A broker's side of the streams of calls (:mod:`spark_queue.broker.streams`): a client
 thread's calls, one message each way on a ``DoExchange`` stream, each served as the same
 call by ``do_action`` is, in turn, until the client ends the stream; with a token, each
-only once its own proof holds (the stream's opening proof covers none of them).
+only once its own proof holds (the stream's opening proof covers none of them). A message
+may hold a batch of publishes (:mod:`spark_queue.broker.batching`), each call with its own
+proof, served together (:mod:`spark_queue.server.call_batches`) and answered in one message.
 
 A stream holds one of Flight's handler threads while it is open, idle or not; a broker
 that stops refuses the calls that come after (nothing done: their clients commit directly)
@@ -52,7 +54,8 @@ def serve_calls(
 ) -> None:
     """Answer each call that comes on the stream until the client ends it, or until the
     broker stops (``in_flight`` refuses the call: it is answered so, and the stream ends).
-    A call whose proof fails ``check`` is refused alone, its request unread."""
+    A call whose proof fails ``check`` is refused alone, its request unread. A batch's
+    calls, their proofs checked, go to ``serve_batch`` together."""
     for frame in _frames(reader):
         if frame[:1] == BATCH:
             answer = _batch_answer(frame, check, serve_batch, in_flight)

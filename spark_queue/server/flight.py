@@ -401,7 +401,8 @@ class QueueBroker(flight.FlightServerBase):
         encoded result, or a Flight error carrying the table's error. With ``take``, a
         publish of a queue without partitions is not waited for: its future goes to
         ``take`` and the answer is empty (:func:`~spark_queue.commit.landing.handing_on`);
-        one that would wait on a path of its own raises ``WouldWait``, nothing done."""
+        one that would wait on a path of its own raises ``WouldWait``, none of its messages
+        stored."""
         started = time.perf_counter()
         try:
             if len(body) > self.max_request_bytes:
