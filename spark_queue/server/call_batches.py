@@ -11,6 +11,7 @@ publish alone would wake one.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -52,39 +53,38 @@ class BatchServer:
     def serve(self, calls: list[tuple[str, bytes]]) -> list[bytes]:
         """Each call's answer frame, in order, once every one is answered."""
         started = time.perf_counter()
-        handed: list[Future[Any] | None] = []
-        running: list[Future[bytes] | None] = []
-        answers: list[bytes | None] = []
-        for method, request in calls:
-            taken: list[Future[Any]] = []
-            answer: bytes | None = None
-            pending: Future[bytes] | None = None
-            if method != "publish":
-                error = BrokerRequestError(
-                    f"malformed request: a batch holds publishes only, not {method!r}; "
-                    f"nothing of it was done"
-                )
-                answer = refusal_frame(self._broker.landed(method, 0.0, error))
-            else:
-                try:
-                    served = self._broker.serve_one(method, request, taken.append)
-                    answer = None if taken else answer_frame(served)
-                except WouldWait:
-                    pending = self._workers.submit(self._alone, method, request)
-                except flight.FlightError as refused:
-                    answer = refusal_frame(refused.extra_info or b"")
-            answers.append(answer)
-            handed.append(taken[0] if taken else None)
-            running.append(pending)
-        wait([f for f in [*handed, *running] if f is not None])
-        return [
-            answer
-            if answer is not None
-            else self._landed(calls[k][1], started, handed[k])
-            if handed[k] is not None
-            else _result(running[k])
-            for k, answer in enumerate(answers)
-        ]
+        pending: list[Future[Any]] = []
+        answers = [self._start(method, request, started, pending) for method, request in calls]
+        wait(pending)
+        return [answer() for answer in answers]
+
+    def _start(
+        self, method: str, request: bytes, started: float, pending: list[Future[Any]]
+    ) -> Callable[[], bytes]:
+        """Start one call of a batch (what it waits for joins ``pending``): what gives its
+        answer frame once ``pending`` is done."""
+        if method != "publish":
+            error = BrokerRequestError(
+                f"malformed request: a batch holds publishes only, not {method!r}; "
+                f"nothing of it was done"
+            )
+            refused = refusal_frame(self._broker.landed(method, 0.0, error))
+            return lambda: refused
+        taken: list[Future[Any]] = []
+        try:
+            served = self._broker.serve_one(method, request, taken.append)
+        except WouldWait:
+            running = self._workers.submit(self._alone, method, request)
+            pending.append(running)
+            return running.result
+        except flight.FlightError as error:
+            refused = refusal_frame(error.extra_info or b"")
+            return lambda: refused
+        if not taken:  # served in this thread
+            answer = answer_frame(served)
+            return lambda: answer
+        pending.append(taken[0])
+        return functools.partial(self._landed, request, started, taken[0])
 
     def _alone(self, method: str, request: bytes) -> bytes:
         try:
@@ -92,9 +92,8 @@ class BatchServer:
         except flight.FlightError as refused:
             return refusal_frame(refused.extra_info or b"")
 
-    def _landed(self, request: bytes, started: float, future: Future[Any] | None) -> bytes:
+    def _landed(self, request: bytes, started: float, future: Future[Any]) -> bytes:
         """The answer frame of a publish handed on, its round landed or failed."""
-        assert future is not None
         seconds = time.perf_counter() - started
         error = future.exception()
         if error is None:
@@ -103,8 +102,3 @@ class BatchServer:
         if isinstance(error, QueuePartitioned):  # declared partitioned since: by partition
             return self._alone("publish", request)
         return refusal_frame(self._broker.landed("publish", seconds, cast(Exception, error)))
-
-
-def _result(future: Future[bytes] | None) -> bytes:
-    assert future is not None
-    return future.result()
